@@ -1,0 +1,3 @@
+from chatqna.cli import main
+
+main()

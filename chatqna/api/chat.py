@@ -1,0 +1,131 @@
+"""Chat endpoints: `POST /v1/chatqna` (OPEA's contract) and `POST /v1/chat/completions` (OpenAI's).
+
+Both run the same pipeline. `/v1/chatqna` streams by default and opens its stream with an
+`event: metadata` carrying `source_documents`; `/v1/chat/completions` follows OpenAI's
+defaults (not streamed unless asked) and carries the same metadata as an extra `metadata`
+field of the completion (or of the first chunk), which OpenAI clients ignore.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from chatqna.api import sse
+from chatqna.api.deps import ServiceState, State, require_api_key
+from chatqna.api.schemas import ChatQnARequest, OpenAIChatRequest
+from chatqna.errors import ChatQnAError, PayloadTooLarge
+from chatqna.pipeline.orchestrator import (
+    PreparedTurn,
+    TurnOptions,
+    complete,
+    generate,
+    handle_request,
+)
+
+logger = logging.getLogger(__name__)
+router = APIRouter(dependencies=[Depends(require_api_key)], tags=["chat"])
+
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _check_limits(body: ChatQnARequest, state: ServiceState) -> None:
+    settings = state.settings
+    messages = body.chat_messages()
+    if len(messages) > settings.chatqna_max_messages:
+        raise PayloadTooLarge(
+            f"{len(messages)} messages exceed the limit of {settings.chatqna_max_messages} "
+            "(CHATQNA_MAX_MESSAGES)"
+        )
+    for position, message in enumerate(messages):
+        if len(message.content) > settings.chatqna_max_message_chars:
+            raise PayloadTooLarge(
+                f"message {position} has {len(message.content)} characters, beyond the limit "
+                f"of {settings.chatqna_max_message_chars} (CHATQNA_MAX_MESSAGE_CHARS)"
+            )
+
+
+async def _prepare(body: ChatQnARequest, state: ServiceState) -> PreparedTurn:
+    _check_limits(body, state)
+    settings = state.settings
+    options = TurnOptions(
+        k=body.k if body.k is not None else settings.retriever_k,
+        top_n=body.top_n if body.top_n is not None else settings.rerank_top_n,
+        params=body.generation_params(settings.llm_max_tokens),
+    )
+    return await handle_request(body.chat_messages(), options, state.backends, settings)
+
+
+async def _event_stream(
+    turn: PreparedTurn, state: ServiceState, writer: sse.ChunkWriter, metadata_event: bool
+) -> AsyncIterator[str]:
+    metadata = turn.metadata()
+    if metadata_event:
+        yield sse.event("metadata", metadata)
+        yield sse.data(writer.chunk({"role": "assistant", "content": ""}))
+    else:
+        yield sse.data(writer.chunk({"role": "assistant", "content": ""}, metadata=metadata))
+    finish: str | None = None
+    try:
+        async for delta in generate(turn, state.backends):
+            if delta.text:
+                yield sse.data(writer.chunk({"content": delta.text}))
+            if delta.finish_reason:
+                finish = delta.finish_reason
+        yield sse.data(writer.chunk({}, finish or "stop"))
+    except ChatQnAError as exc:
+        logger.warning("stream failed after it started: %s", exc.message)
+        yield sse.event("error", exc.envelope())
+    except Exception:
+        logger.exception("unexpected error while streaming")
+        yield sse.event(
+            "error", {"error": "internal_error", "message": "An unexpected error occurred."}
+        )
+    yield sse.DONE
+
+
+async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bool) -> Any:
+    turn = await _prepare(body, state)
+    writer = sse.ChunkWriter(state.backends.llm.model)
+    if body.stream:
+        return StreamingResponse(
+            _event_stream(turn, state, writer, metadata_event),
+            media_type="text/event-stream",
+            headers=STREAM_HEADERS,
+        )
+    completion = await complete(turn, state.backends)
+    usage = completion.usage
+    return JSONResponse(
+        writer.completion(
+            completion.text,
+            completion.finish_reason,
+            {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            },
+            metadata=turn.metadata(),
+        )
+    )
+
+
+@router.post("/v1/chatqna", summary="Answer a (multi-turn) question from the knowledge base")
+async def chatqna(body: ChatQnARequest, state: State) -> Any:
+    return await _respond(body, state, metadata_event=True)
+
+
+@router.post("/v1/chat/completions", summary="OpenAI-compatible chat completions with RAG")
+async def chat_completions(body: OpenAIChatRequest, state: State) -> Any:
+    return await _respond(body, state, metadata_event=False)
+
+
+@router.get("/v1/models", summary="The model this service answers with (OpenAI-compatible)")
+async def models(state: State) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"id": state.backends.llm.model, "object": "model", "owned_by": "chatqna"}],
+    }

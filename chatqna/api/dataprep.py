@@ -1,0 +1,86 @@
+"""OPEA-style dataprep endpoints: ingest uploaded files, list sources, delete sources.
+
+- `POST /v1/dataprep/ingest`: multipart form with `files` (repeated); optional
+  `chunk_size`, `chunk_overlap`. Re-uploading a file replaces its chunks.
+- `POST /v1/dataprep/get`: the ingested sources.
+- `POST /v1/dataprep/delete`: `{"file_path": "<source>"}` or `{"file_path": "all"}`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, File, Form, UploadFile
+
+from chatqna.api.deps import State, require_api_key
+from chatqna.api.schemas import DataprepDeleteRequest
+from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
+from chatqna.retrieval.dataprep import IngestFile, ingest_files
+
+router = APIRouter(dependencies=[Depends(require_api_key)], tags=["dataprep"])
+
+
+async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
+    name = (upload.filename or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if not name:
+        raise InvalidRequest("every uploaded file needs a file name")
+    data = await upload.read(limit + 1)
+    if len(data) > limit:
+        raise PayloadTooLarge(f"{name} is larger than {limit} bytes (CHATQNA_MAX_UPLOAD_BYTES)")
+    return IngestFile(name, data)
+
+
+@router.post("/v1/dataprep/ingest", summary="Ingest uploaded files into the knowledge base")
+async def ingest(
+    state: State,
+    files: Annotated[list[UploadFile] | None, File()] = None,
+    link_list: Annotated[str | None, Form()] = None,
+    chunk_size: Annotated[int | None, Form(ge=100, le=20000)] = None,
+    chunk_overlap: Annotated[int | None, Form(ge=0, le=10000)] = None,
+) -> dict[str, Any]:
+    settings = state.settings
+    if link_list not in (None, "", "[]"):
+        raise InvalidRequest(
+            "link_list ingestion is not supported by this service; upload the files instead"
+        )
+    if not files:
+        raise InvalidRequest("no files given: send one or more multipart fields named 'files'")
+    size = chunk_size if chunk_size is not None else settings.chunk_size
+    overlap = chunk_overlap if chunk_overlap is not None else settings.chunk_overlap
+    if overlap >= size:
+        raise InvalidRequest("chunk_overlap must be smaller than chunk_size")
+    uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files]
+    results = await ingest_files(
+        uploads,
+        state.backends.embedder,
+        state.backends.retriever,
+        chunk_size=size,
+        chunk_overlap=overlap,
+    )
+    return {
+        "status": 200,
+        "message": "Data preparation succeeded",
+        "files": [{"name": r.source, "status": r.status, "chunks": r.chunks} for r in results],
+    }
+
+
+@router.post("/v1/dataprep/get", summary="List the ingested files")
+async def list_files(state: State) -> list[dict[str, Any]]:
+    sources = await state.backends.retriever.list_sources()
+    return [
+        {"name": s.source, "id": s.source, "type": "File", "parent": "", "chunks": s.chunks}
+        for s in sources
+    ]
+
+
+@router.post("/v1/dataprep/delete", summary="Delete a file's chunks, or all of them")
+async def delete_files(body: DataprepDeleteRequest, state: State) -> dict[str, Any]:
+    retriever = state.backends.retriever
+    if body.file_path == "all":
+        removed = await retriever.delete_sources(None)
+        return {"status": True, "removed_chunks": removed}
+    known = {s.source for s in await retriever.list_sources()}
+    if body.file_path not in known:
+        raise NotFound(f"no ingested file named {body.file_path!r}")
+    removed = await retriever.delete_sources([body.file_path])
+    return {"status": True, "removed_chunks": removed}

@@ -1,0 +1,89 @@
+"""Rendering errors: every exception that reaches a client becomes the one envelope.
+
+`ChatQnAError` subclasses carry their own status and code. FastAPI's validation errors
+become `invalid_request` (422; malformed JSON is 400 `invalid_json`), routing errors keep
+their status with a `not_found` / `method_not_allowed` code, and anything unexpected is a
+500 `internal_error` whose details stay in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from chatqna.errors import ChatQnAError, UpstreamFailure
+
+logger = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def envelope_response(
+    status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
+def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    details = []
+    for error in exc.errors():
+        location = [str(part) for part in error.get("loc", ()) if part != "body"]
+        details.append({"field": ".".join(location), "message": error.get("msg", "")})
+    return details
+
+
+async def on_chatqna_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ChatQnAError)
+    if isinstance(exc, UpstreamFailure):
+        logger.warning("upstream failure on %s: %s", request.url.path, exc.message)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    return envelope_response(exc.status_code, exc.envelope(), headers)
+
+
+async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    if any(error.get("type") == "json_invalid" for error in exc.errors()):
+        return envelope_response(
+            400, {"error": "invalid_json", "message": "The request body is not valid JSON."}
+        )
+    return envelope_response(
+        422,
+        {
+            "error": "invalid_request",
+            "message": "The request does not match the expected schema.",
+            "details": _validation_details(exc),
+        },
+    )
+
+
+async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return envelope_response(
+        exc.status_code, {"error": code, "message": str(exc.detail)}, dict(exc.headers or {})
+    )
+
+
+async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unexpected error on %s", request.url.path, exc_info=exc)
+    return envelope_response(
+        500, {"error": "internal_error", "message": "An unexpected error occurred."}
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ChatQnAError, on_chatqna_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected_error)

@@ -1,0 +1,181 @@
+"""`build_backends(settings)`: the one place that picks an implementation per role.
+
+Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
+`TEI_RERANKING_ENDPOINT` (or `RERANK_ENABLED=false` for no reranker), `LLM_ENDPOINT`.
+The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, Retriever
+from chatqna.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Backends:
+    """The live backends of one running service; closed together at shutdown."""
+
+    embedder: Embedder
+    retriever: Retriever
+    reranker: Reranker | None
+    llm: ChatLLM
+    condense_llm: ChatLLM
+
+    async def aclose(self) -> None:
+        seen: set[int] = set()
+        for backend in (self.condense_llm, self.llm, self.reranker, self.retriever, self.embedder):
+            if backend is None or id(backend) in seen:
+                continue
+            seen.add(id(backend))
+            with contextlib.suppress(Exception):
+                await backend.aclose()
+
+    async def describe(self) -> dict[str, Any]:
+        """Each backend's readiness: its details, or the error that makes it unready."""
+        roles: dict[str, Any] = {
+            "embedder": self.embedder,
+            "retriever": self.retriever,
+            "reranker": self.reranker,
+            "llm": self.llm,
+        }
+        if self.condense_llm is not self.llm:
+            roles["condense_llm"] = self.condense_llm
+
+        async def one(backend: Any) -> dict[str, Any]:
+            if backend is None:
+                return {"ready": True, "kind": "disabled"}
+            try:
+                return {"ready": True, **await backend.describe()}
+            except Exception as exc:  # readiness reports the failure instead of raising it
+                return {"ready": False, "error": str(exc) or type(exc).__name__}
+
+        results = await asyncio.gather(*(one(b) for b in roles.values()))
+        return dict(zip(roles, results, strict=True))
+
+
+async def build_embedder(settings: Settings) -> Embedder:
+    if settings.tei_embedding_endpoint is not None:
+        from chatqna.backends.tei import TEIEmbedder
+
+        return TEIEmbedder(
+            settings.tei_embedding_endpoint,
+            max_batch=settings.tei_embedding_max_batch,
+            timeout_seconds=settings.embedding_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        )
+    from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
+
+    return await asyncio.to_thread(OnnxMiniLMEmbedder, max_batch=settings.tei_embedding_max_batch)
+
+
+async def embedding_dimension(embedder: Embedder) -> int:
+    dimension = getattr(embedder, "dimension", None)
+    if isinstance(dimension, int):
+        return dimension
+    return int((await embedder.embed(["dimension probe"])).shape[1])
+
+
+async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
+    if settings.redis_url is not None:
+        raise NotImplementedError(
+            "REDIS_URL is set, but this version has no Redis retriever yet; unset it to use "
+            "the embedded index in CHATQNA_DATA_DIR"
+        )
+    from chatqna.retrieval.memory_store import InMemoryHybridIndex
+
+    return await InMemoryHybridIndex.open(
+        settings.index_dir,
+        embedder_name=embedder.name,
+        dimension=await embedding_dimension(embedder),
+        rrf_k=settings.rrf_k,
+    )
+
+
+def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:
+    if not settings.rerank_enabled:
+        return None
+    if settings.tei_reranking_endpoint is not None:
+        from chatqna.backends.tei import TEIReranker
+
+        return TEIReranker(
+            settings.tei_reranking_endpoint,
+            timeout_seconds=settings.rerank_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        )
+    from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
+
+    return EmbeddingSimilarityReranker(embedder)
+
+
+async def build_llm(settings: Settings) -> ChatLLM:
+    if settings.llm_endpoint is not None:
+        from chatqna.backends.openai_chat import OpenAIChatLLM
+
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        return OpenAIChatLLM(
+            settings.llm_endpoint,
+            settings.llm_model_id or "",
+            api_key=key,
+            timeout_seconds=settings.llm_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        )
+    from chatqna.backends.local_llm import LlamaCppLLM
+
+    return await LlamaCppLLM.start(
+        settings.embedded_gguf(),
+        context=settings.chatqna_llm_context,
+        threads=settings.chatqna_llm_threads,
+        timeout_seconds=settings.llm_timeout_seconds,
+        connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+    )
+
+
+def build_condense_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
+    if settings.condense_llm_endpoint is None:
+        return llm
+    from chatqna.backends.openai_chat import OpenAIChatLLM
+
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return OpenAIChatLLM(
+        settings.condense_llm_endpoint,
+        settings.condense_llm_model_id or "",
+        api_key=key,
+        timeout_seconds=settings.condense_timeout_seconds,
+        connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        backend="condense_llm",
+    )
+
+
+async def build_backends(settings: Settings) -> Backends:
+    """Build every backend once, at start-up; a failure closes what was already built."""
+    built: list[Any] = []
+    try:
+        embedder = await build_embedder(settings)
+        built.append(embedder)
+        retriever = await build_retriever(settings, embedder)
+        built.append(retriever)
+        reranker = build_reranker(settings, embedder)
+        llm = await build_llm(settings)
+        built.append(llm)
+        condense_llm = build_condense_llm(settings, llm)
+    except BaseException:
+        for backend in reversed(built):
+            with contextlib.suppress(Exception):
+                await backend.aclose()
+        raise
+    logger.info(
+        "backends: embedder=%s retriever=%s reranker=%s llm=%s",
+        embedder.name,
+        type(retriever).__name__,
+        reranker.name if reranker else "off",
+        llm.model,
+    )
+    return Backends(embedder, retriever, reranker, llm, condense_llm)

@@ -1,0 +1,56 @@
+"""Embedded reranker: rescoring candidates by embedding similarity to the query.
+
+No cross-encoder ships inside a package we can install offline, so the embedded default
+reranks with the embedder itself: the cosine of the query vector and each passage vector.
+It is named for what it is (`embedding-similarity`). Passage vectors come from the index
+when it returned them, so only the query is embedded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chatqna.backends.protocols import Embedder
+from chatqna.documents import ScoredChunk
+
+
+class EmbeddingSimilarityReranker:
+    """Reranks by cosine similarity between the query and passage embeddings."""
+
+    name = "embedding-similarity"
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self.calls = 0
+
+    async def rerank(
+        self, query: str, candidates: Sequence[ScoredChunk], top_n: int
+    ) -> list[ScoredChunk]:
+        if not candidates:
+            return []
+        missing = [i for i, c in enumerate(candidates) if c.embedding is None]
+        texts = [query] + [candidates[i].chunk.text for i in missing]
+        vectors = await self._embedder.embed(texts)
+        self.calls += 1
+        query_vector = vectors[0]
+        passage_vectors: list[np.ndarray] = []
+        fresh = iter(vectors[1:])
+        for candidate in candidates:
+            stored = candidate.embedding
+            passage_vectors.append(stored if stored is not None else next(fresh))
+        scores = np.vstack(passage_vectors) @ query_vector
+        rescored = [
+            candidate.with_score("rerank", float(score))
+            for candidate, score in zip(candidates, scores, strict=True)
+        ]
+        rescored.sort(key=lambda item: item.score, reverse=True)
+        return rescored[:top_n]
+
+    async def describe(self) -> dict[str, Any]:
+        return {"kind": "embedded", "method": self.name, "calls": self.calls}
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,180 @@
+"""Chat LLM client for OpenAI-compatible servers (vLLM, TGI, llama.cpp): `/v1/chat/completions`.
+
+Whole completions are one JSON body; streamed ones are Server-Sent Events of
+`chat.completion.chunk` objects ending with `data: [DONE]`. Failures become typed errors:
+timeouts `UpstreamTimeout`, HTTP statuses and connection failures `UpstreamError`, and any
+body that is not the documented shape `BadUpstreamResponse`. Closing the stream early (a
+client that disconnects) closes the upstream response, which cancels generation there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
+from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
+from chatqna.errors import BadUpstreamResponse, UpstreamError
+
+COMPLETIONS_PATH = "/v1/chat/completions"
+_DONE = Delta(finish_reason="[DONE]")  # sentinel for the `data: [DONE]` line
+
+
+def base_url_of(endpoint: str) -> str:
+    """Accept an endpoint with or without the `/v1` suffix users often include."""
+    endpoint = endpoint.rstrip("/")
+    return endpoint[: -len("/v1")] if endpoint.endswith("/v1") else endpoint
+
+
+def _usage(body: dict[str, Any]) -> Usage:
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return Usage()
+    return Usage(
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+    )
+
+
+class OpenAIChatLLM:
+    """A chat model behind an OpenAI-compatible HTTP server; one client for its lifetime."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_seconds: float = 120.0,
+        connect_timeout_seconds: float = 5.0,
+        backend: str = "llm",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.endpoint = base_url_of(endpoint)
+        self.model = model
+        self.backend = backend
+        self.calls = 0
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._client = upstream_client(
+            self.endpoint,
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            headers=headers,
+            transport=transport,
+        )
+
+    def _payload(
+        self, messages: Sequence[dict[str, str]], params: GenerationParams, stream: bool
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        payload.update(params.to_openai())
+        payload["stream"] = stream
+        if stream:
+            payload["stream_options"] = {"include_usage": True}
+        return payload
+
+    async def complete(
+        self, messages: Sequence[dict[str, str]], params: GenerationParams
+    ) -> Completion:
+        self.calls += 1
+        body = await post_json(
+            self._client,
+            COMPLETIONS_PATH,
+            self._payload(messages, params, False),
+            backend=self.backend,
+        )
+        require(isinstance(body, dict), backend=self.backend, what="body is not an object")
+        choices = body.get("choices")
+        require(
+            isinstance(choices, list) and len(choices) > 0 and isinstance(choices[0], dict),
+            backend=self.backend,
+            what="no choices",
+        )
+        message = choices[0].get("message")
+        require(isinstance(message, dict), backend=self.backend, what="choice without message")
+        content = message.get("content")
+        require(
+            content is None or isinstance(content, str),
+            backend=self.backend,
+            what="message content is not a string",
+        )
+        return Completion(
+            text=content or "",
+            finish_reason=choices[0].get("finish_reason"),
+            usage=_usage(body),
+        )
+
+    async def stream(
+        self, messages: Sequence[dict[str, str]], params: GenerationParams
+    ) -> AsyncIterator[Delta]:
+        self.calls += 1
+        payload = self._payload(messages, params, True)
+        what = f"POST {COMPLETIONS_PATH} (stream)"
+        try:
+            async with self._client.stream("POST", COMPLETIONS_PATH, json=payload) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    response.raise_for_status()
+                finished = False
+                async for line in response.aiter_lines():
+                    delta = self._parse_line(line)
+                    if delta is None:
+                        continue
+                    if delta is _DONE:
+                        finished = True
+                        break
+                    yield delta
+                if not finished:
+                    raise UpstreamError(
+                        f"{self.backend}: stream ended before [DONE]", backend=self.backend
+                    )
+        except httpx.HTTPError as exc:
+            raise translate_http_error(exc, backend=self.backend, what=what) from exc
+
+    def _parse_line(self, line: str) -> Delta | None:
+        line = line.strip()
+        if not line.startswith("data:"):
+            return None  # blank separators, comments and `event:` lines
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return _DONE
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise BadUpstreamResponse(
+                f"{self.backend}: stream chunk is not JSON", backend=self.backend
+            ) from exc
+        require(isinstance(chunk, dict), backend=self.backend, what="stream chunk not an object")
+        if "error" in chunk:
+            raise UpstreamError(f"{self.backend}: error event in stream", backend=self.backend)
+        usage = _usage(chunk) if isinstance(chunk.get("usage"), dict) else None
+        choices = chunk.get("choices")
+        require(isinstance(choices, list), backend=self.backend, what="chunk without choices")
+        if not choices:
+            return Delta(usage=usage) if usage is not None else None
+        choice = choices[0]
+        require(isinstance(choice, dict), backend=self.backend, what="choice is not an object")
+        delta = choice.get("delta") or {}
+        require(isinstance(delta, dict), backend=self.backend, what="delta is not an object")
+        text = delta.get("content") or ""
+        require(isinstance(text, str), backend=self.backend, what="delta content not a string")
+        return Delta(text=text, finish_reason=choice.get("finish_reason"), usage=usage)
+
+    async def describe(self) -> dict[str, Any]:
+        try:
+            response = await self._client.get("/v1/models")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise translate_http_error(exc, backend=self.backend, what="GET /v1/models") from exc
+        return {
+            "kind": "openai",
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "calls": self.calls,
+        }
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

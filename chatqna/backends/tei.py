@@ -1,0 +1,178 @@
+"""Remote embedder and reranker speaking Text Embeddings Inference (TEI) wire formats.
+
+- Embeddings: TEI's OpenAI-compatible `POST /v1/embeddings` with `{"input": [...]}`, answered
+  by `{"data": [{"index": i, "embedding": [...]}, ...]}`. A batch of texts is one call, as
+  long as it fits `max_batch` (TEI's `--max-client-batch-size`, 32 by default).
+- Reranking: `POST /rerank` with `{"query", "texts"}`, answered by `[{"index", "score"}]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
+from chatqna.documents import ScoredChunk
+
+
+def l2_normalise(matrix: np.ndarray) -> np.ndarray:
+    """Scale each row to unit length (zero rows stay zero)."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    normalised: np.ndarray = (matrix / norms).astype(np.float32, copy=False)
+    return normalised
+
+
+class TEIEmbedder:
+    """Embedder backed by a TEI server's `/v1/embeddings`; one HTTP call per batch."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        max_batch: int = 32,
+        timeout_seconds: float = 30.0,
+        connect_timeout_seconds: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.endpoint = endpoint
+        self.name = f"tei:{endpoint}"
+        self.max_batch = max_batch
+        self.dimension: int | None = None
+        self.calls = 0
+        self.texts_embedded = 0
+        self._client = upstream_client(
+            endpoint,
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            transport=transport,
+        )
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            raise ValueError("embed() needs at least one text")
+        parts = [
+            await self._embed_batch(list(texts[start : start + self.max_batch]))
+            for start in range(0, len(texts), self.max_batch)
+        ]
+        return np.vstack(parts)
+
+    async def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        body = await post_json(self._client, "/v1/embeddings", {"input": texts}, backend="embedder")
+        self.calls += 1
+        self.texts_embedded += len(texts)
+        require(
+            isinstance(body, dict) and isinstance(body.get("data"), list),
+            backend="embedder",
+            what="no `data` list",
+        )
+        data = body["data"]
+        require(
+            len(data) == len(texts),
+            backend="embedder",
+            what=f"{len(data)} embeddings for {len(texts)} inputs",
+        )
+        try:
+            ordered = sorted(data, key=lambda item: int(item.get("index", 0)))
+            matrix = np.asarray([item["embedding"] for item in ordered], dtype=np.float32)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            require(False, backend="embedder", what=f"malformed embedding item ({exc})")
+            raise  # pragma: no cover - require() raised
+        require(
+            matrix.ndim == 2 and matrix.shape[1] > 0 and bool(np.isfinite(matrix).all()),
+            backend="embedder",
+            what="embeddings are not equal-length finite vectors",
+        )
+        if self.dimension is None:
+            self.dimension = int(matrix.shape[1])
+        require(
+            matrix.shape[1] == self.dimension,
+            backend="embedder",
+            what=f"dimension {matrix.shape[1]}, expected {self.dimension}",
+        )
+        return l2_normalise(matrix)
+
+    async def describe(self) -> dict[str, Any]:
+        if self.dimension is None:
+            await self.embed(["readiness probe"])
+        return {
+            "kind": "tei",
+            "endpoint": self.endpoint,
+            "dimension": self.dimension,
+            "calls": self.calls,
+            "texts_embedded": self.texts_embedded,
+        }
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class TEIReranker:
+    """Reranker backed by a TEI server's `/rerank` (a cross-encoder such as bge-reranker)."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_seconds: float = 30.0,
+        connect_timeout_seconds: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.name = f"tei:{endpoint}"
+        self.calls = 0
+        self._client = upstream_client(
+            endpoint,
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            transport=transport,
+        )
+
+    async def rerank(
+        self, query: str, candidates: Sequence[ScoredChunk], top_n: int
+    ) -> list[ScoredChunk]:
+        if not candidates:
+            return []
+        payload = {
+            "query": query,
+            "texts": [candidate.chunk.text for candidate in candidates],
+            "truncate": True,
+        }
+        body = await post_json(self._client, "/rerank", payload, backend="reranker")
+        self.calls += 1
+        require(isinstance(body, list), backend="reranker", what="body is not a list")
+        scored: list[ScoredChunk] = []
+        seen: set[int] = set()
+        for item in body:
+            require(
+                isinstance(item, dict) and "index" in item and "score" in item,
+                backend="reranker",
+                what="item without index/score",
+            )
+            index, score = item["index"], item["score"]
+            require(
+                isinstance(index, int) and 0 <= index < len(candidates) and index not in seen,
+                backend="reranker",
+                what=f"bad index {index!r}",
+            )
+            require(isinstance(score, (int, float)), backend="reranker", what="score not a number")
+            seen.add(index)
+            scored.append(candidates[index].with_score("rerank", float(score)))
+        scored.sort(key=lambda item: item.score, reverse=True)
+        return scored[:top_n]
+
+    async def describe(self) -> dict[str, Any]:
+        try:
+            response = await self._client.get("/health")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise translate_http_error(exc, backend="reranker", what="GET /health") from exc
+        return {"kind": "tei", "endpoint": self.endpoint, "calls": self.calls}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

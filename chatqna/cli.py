@@ -1,0 +1,160 @@
+"""The `chatqna` command: `serve`, `ingest`, `ask`.
+
+Settings come from the environment (see `.env.example`); options given here override the
+matching variable for this run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from chatqna.settings import Settings, describe_validation_error
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment plus CLI overrides; exits with a clear message if bad."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        typer.echo(describe_validation_error(exc), err=True)
+        raise typer.Exit(2) from exc
+
+
+def configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.chatqna_log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (CHATQNA_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (MEGA_SERVICE_PORT)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,
+) -> None:
+    """Serve the API (and the chat UI) in the foreground."""
+    import uvicorn
+
+    from chatqna.app import create_app
+
+    settings = load_settings(chatqna_host=host, mega_service_port=port, chatqna_data_dir=data_dir)
+    configure_logging(settings)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.chatqna_host,
+        port=settings.mega_service_port,
+        log_level=settings.chatqna_log_level.lower(),
+        timeout_graceful_shutdown=5,
+    )
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest")],
+    data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,
+    force: Annotated[bool, typer.Option(help="Re-embed files even if unchanged")] = False,
+) -> None:
+    """Ingest txt, md, html and pdf files into the index, with a progress bar."""
+    settings = load_settings(chatqna_data_dir=data_dir)
+    configure_logging(settings)
+    try:
+        asyncio.run(_ingest(settings, paths, force))
+    except Exception as exc:  # report, do not dump a traceback on a user
+        typer.echo(f"ingest failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
+    from tqdm import tqdm
+
+    from chatqna.backends.factory import build_embedder, build_retriever
+    from chatqna.retrieval.dataprep import collect_files, ingest_files
+
+    files = collect_files(paths)
+    embedder = await build_embedder(settings)
+    retriever = await build_retriever(settings, embedder)
+    bar = tqdm(total=0, unit="chunk", desc="embedding", file=sys.stderr, disable=None)
+
+    def on_plan(total: int) -> None:
+        bar.reset(total=total)
+
+    try:
+        results = await ingest_files(
+            files,
+            embedder,
+            retriever,
+            chunk_size=settings.chunk_size,
+            chunk_overlap=settings.chunk_overlap,
+            force=force,
+            on_plan=on_plan,
+            on_chunks_embedded=bar.update,
+        )
+    finally:
+        bar.close()
+        await retriever.aclose()
+        await embedder.aclose()
+    ingested = [r for r in results if r.status == "ingested"]
+    typer.echo(
+        f"{len(ingested)} file(s) ingested ({sum(r.chunks for r in ingested)} chunks), "
+        f"{len(results) - len(ingested)} unchanged; index in {settings.index_dir}"
+    )
+
+
+@app.command()
+def ask(
+    question: Annotated[list[str], typer.Argument(help="One message per turn; the last is asked")],
+    url: Annotated[
+        str, typer.Option(help="Base URL of a running service")
+    ] = "http://127.0.0.1:8888",
+) -> None:
+    """Ask a running service a question (earlier arguments are earlier user turns)."""
+    import httpx
+
+    messages = [{"role": "user", "content": text} for text in question]
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/chatqna",
+        json={"messages": messages, "stream": True},
+        timeout=httpx.Timeout(120, connect=5),
+    ) as response:
+        if response.status_code >= 400:
+            response.read()
+            typer.echo(response.text, err=True)
+            raise typer.Exit(1)
+        event = "message"
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                _print_sse(event, line[5:].strip())
+                event = "message"
+    typer.echo()
+
+
+def _print_sse(event: str, data: str) -> None:
+    if data == "[DONE]":
+        return
+    body = json.loads(data)
+    if event == "metadata":
+        for doc in body.get("source_documents", []):
+            typer.echo(f"[source] {doc['source']} - {doc['title']} ({doc['score']:.3f})", err=True)
+    elif event == "error":
+        typer.echo(f"error: {body}", err=True)
+    else:
+        for choice in body.get("choices", []):
+            typer.echo(choice.get("delta", {}).get("content") or "", nl=False)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,160 @@
+"""The exception tree, and the one envelope every error is rendered as.
+
+    ChatQnAError                      base; carries an HTTP status and an error code
+    +-- InvalidRequest        400/422 the request is malformed or breaks a rule
+    |   +-- PayloadTooLarge       413 a message or upload is beyond the configured limit
+    |   +-- UnsupportedFileType   415 an ingested file has a type we cannot read
+    |   +-- DocumentLoadError     422 a supported file that yields no usable text
+    +-- NotFound                  404
+    +-- Unauthorized              401 a missing or wrong API key
+    +-- UpstreamFailure           5xx a backend (TEI, LLM server, index) failed
+    |   +-- UpstreamTimeout       504 it did not answer in time
+    |   +-- UpstreamError         502 it answered with an HTTP error or could not be reached
+    |   +-- BadUpstreamResponse   502 it answered with a body we cannot use
+    +-- CondenseFailed            503 the follow-up rewrite failed; the turn fails closed
+    +-- IndexUnavailable          503 the index cannot be read or written
+
+Clients and backends raise these (translating library exceptions with `raise ... from exc`);
+`chatqna.api.errors` renders them, and only them, as
+`{"error": code, "message": text, ["reason": ...], ["details": ...]}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CONDENSE_FAILED_MESSAGE = (
+    "Query rewriting failed; this turn cannot be answered reliably. Please retry."
+)
+
+
+class ChatQnAError(Exception):
+    """Base of every error the service reports to a client."""
+
+    status_code: int = 500
+    code: str = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        details: Any = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.details = details
+        if status_code is not None:
+            self.status_code = status_code
+
+    def envelope(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.code}
+        if self.reason is not None:
+            body["reason"] = self.reason
+        body["message"] = self.message
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+class InvalidRequest(ChatQnAError):
+    """The request is malformed (bad JSON, wrong shape) or breaks a documented rule."""
+
+    status_code = 400
+    code = "invalid_request"
+
+
+class PayloadTooLarge(InvalidRequest):
+    """A message or an upload is larger than the configured limit."""
+
+    status_code = 413
+    code = "payload_too_large"
+
+
+class UnsupportedFileType(InvalidRequest):
+    """An ingested file's type is not one the loaders read."""
+
+    status_code = 415
+    code = "unsupported_file_type"
+
+
+class DocumentLoadError(InvalidRequest):
+    """A file of a supported type that cannot be read or holds no text."""
+
+    status_code = 422
+    code = "document_unreadable"
+
+
+class NotFound(ChatQnAError):
+    """The named resource does not exist."""
+
+    status_code = 404
+    code = "not_found"
+
+
+class Unauthorized(ChatQnAError):
+    """The request lacks the API key, or carries a wrong one."""
+
+    status_code = 401
+    code = "unauthorized"
+
+
+class UpstreamFailure(ChatQnAError):
+    """A backend failed; `backend` names the role (embedder, reranker, llm, retriever)."""
+
+    status_code = 502
+    code = "upstream_error"
+
+    def __init__(self, message: str, *, backend: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.backend = backend
+
+    def envelope(self) -> dict[str, Any]:
+        body = super().envelope()
+        body["backend"] = self.backend
+        return body
+
+
+class UpstreamTimeout(UpstreamFailure):
+    """The backend did not answer within its configured timeout."""
+
+    status_code = 504
+    code = "upstream_timeout"
+
+
+class UpstreamError(UpstreamFailure):
+    """The backend answered with an HTTP error status or could not be reached."""
+
+    code = "upstream_error"
+
+
+class BadUpstreamResponse(UpstreamFailure):
+    """The backend answered, but its body is not the documented shape."""
+
+    code = "bad_upstream_response"
+
+
+class CondenseFailed(ChatQnAError):
+    """The condense rewrite failed; the turn fails closed with HTTP 503 and no fallback.
+
+    `reason` is one of `timeout`, `http_error`, `bad_body`, `missing_field`, `empty_query`.
+    """
+
+    status_code = 503
+    code = "condense_failed"
+    REASONS = ("timeout", "http_error", "bad_body", "missing_field", "empty_query")
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        if reason not in self.REASONS:
+            raise ValueError(f"unknown condense failure reason {reason!r}")
+        super().__init__(CONDENSE_FAILED_MESSAGE, reason=reason)
+        self.detail = detail
+
+
+class IndexUnavailable(ChatQnAError):
+    """The index cannot be read or written (corrupt file, wrong embedding dimension...)."""
+
+    status_code = 503
+    code = "index_unavailable"

@@ -1,0 +1,45 @@
+"""Splitting a chat into the query (the last user message) and the history before it.
+
+The history window is the last `MULTI_TURN_HISTORY_TURNS` user/assistant messages before
+the query; system messages never count as history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message with plain-text content."""
+
+    role: str
+    content: str
+
+    def as_openai(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A request's messages, split: `query` is what the user asks now."""
+
+    query: str
+    history: tuple[Message, ...]
+    system: tuple[str, ...] = ()
+
+    def window(self, turns: int) -> tuple[Message, ...]:
+        """The last `turns` user/assistant messages before the query."""
+        if turns <= 0:
+            return ()
+        return self.history[-turns:]
+
+
+def split_conversation(messages: Sequence[Message]) -> Conversation:
+    """Split validated messages (the last one is the user's) into query, history, system."""
+    if not messages or messages[-1].role != "user":
+        raise ValueError("the last message must come from the user")
+    system = tuple(m.content for m in messages[:-1] if m.role == "system")
+    history = tuple(m for m in messages[:-1] if m.role in ("user", "assistant"))
+    return Conversation(query=messages[-1].content, history=history, system=system)

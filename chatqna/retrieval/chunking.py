@@ -1,0 +1,156 @@
+"""Chunking: cut a `LoadedDocument` into the `Chunk`s the index stores.
+
+A section that fits in `max_chars` stays whole, so a passage never mixes two headings. A
+longer section is cut at the coarsest boundary that works (paragraph, then sentence, then
+word, and only as a last resort inside a word), and each piece after the first starts with
+up to `overlap_chars` of the previous piece's end, so a fact that straddles a cut is still
+retrievable with its context. The output depends only on the input, so ids are stable
+across re-ingestion.
+"""
+
+from __future__ import annotations
+
+import re
+
+from chatqna.documents import Chunk, LoadedDocument, chunk_id_for
+
+__all__ = ["chunk_document"]
+
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+# A sentence ends at . ! or ? (optionally followed by a closing quote or bracket) before
+# whitespace; CJK full stops need no following space.
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’)\]])\s+|(?<=[。！？])")
+_WHITESPACE = re.compile(r"\s")
+
+# A unit is an unbreakable run of text plus the separator that joins it to the previous one.
+_Unit = tuple[str, str]
+
+
+def chunk_document(
+    doc: LoadedDocument, max_chars: int = 1200, overlap_chars: int = 150
+) -> list[Chunk]:
+    """Split `doc` into chunks of at most `max_chars` characters, indexed 0..n-1.
+
+    Each chunk's `title` is its section heading (or the document title when the heading is
+    empty). Raises `ValueError` unless `max_chars > overlap_chars >= 0`.
+    """
+    if not max_chars > overlap_chars >= 0:
+        raise ValueError(
+            f"need max_chars > overlap_chars >= 0, got max_chars={max_chars}, "
+            f"overlap_chars={overlap_chars}"
+        )
+    chunks: list[Chunk] = []
+    for heading, text in doc.sections:
+        text = text.strip()
+        if not text:
+            continue
+        pieces = [text] if len(text) <= max_chars else _split(text, max_chars, overlap_chars)
+        for piece in pieces:
+            index = len(chunks)
+            chunks.append(
+                Chunk(
+                    id=chunk_id_for(doc.source, index),
+                    text=piece,
+                    source=doc.source,
+                    title=heading or doc.title,
+                    index=index,
+                )
+            )
+    return chunks
+
+
+def _split(text: str, max_chars: int, overlap_chars: int) -> list[str]:
+    # Units are kept short enough that a full overlap still fits in front of any of them.
+    units = _units(text, max_chars - overlap_chars)
+    pieces: list[str] = []
+    current = ""
+    for separator, unit in units:
+        if not current:
+            current = unit
+        elif len(current) + len(separator) + len(unit) <= max_chars:
+            current += separator + unit
+        else:
+            pieces.append(current)
+            room = min(overlap_chars, max_chars - len(separator) - len(unit))
+            tail = _tail(current, room)
+            current = tail + separator + unit if tail else unit
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _units(text: str, limit: int) -> list[_Unit]:
+    """Break `text` into pieces of at most `limit` chars, as coarsely as possible."""
+    units: list[_Unit] = []
+    for paragraph in _PARAGRAPH_BREAK.split(text):
+        paragraph = paragraph.strip()
+        if not paragraph:
+            continue
+        separator = "\n\n" if units else ""
+        if len(paragraph) <= limit:
+            units.append((separator, paragraph))
+            continue
+        for sentence_sep, sentence in _sentences(paragraph):
+            sep = separator or sentence_sep
+            separator = ""
+            if len(sentence) <= limit:
+                units.append((sep, sentence))
+                continue
+            for word_sep, piece in _hard_split(sentence, limit):
+                units.append((sep or word_sep, piece))
+                sep = ""
+    if units:
+        units[0] = ("", units[0][1])
+    return units
+
+
+def _sentences(paragraph: str) -> list[_Unit]:
+    sentences: list[_Unit] = []
+    start = 0
+    separator = ""
+    for match in _SENTENCE_BREAK.finditer(paragraph):
+        sentence = paragraph[start : match.start()].strip()
+        if sentence:
+            sentences.append((separator, sentence))
+            # Keep "" after a CJK full stop; any run of whitespace reads the same as one space.
+            separator = " " if match.group() else ""
+        start = match.end()
+    if paragraph[start:].strip():
+        sentences.append((separator, paragraph[start:].strip()))
+    return sentences
+
+
+def _hard_split(sentence: str, limit: int) -> list[_Unit]:
+    """Cut at the last whitespace before `limit`; inside a word only if there is none."""
+    pieces: list[_Unit] = []
+    separator = ""
+    rest = sentence
+    while len(rest) > limit:
+        window = rest[: limit + 1]
+        cut = max((m.start() for m in _WHITESPACE.finditer(window)), default=0)
+        if cut > 0:
+            pieces.append((separator, rest[:cut].rstrip()))
+            rest, separator = rest[cut:].lstrip(), " "
+        else:
+            pieces.append((separator, rest[:limit]))
+            rest, separator = rest[limit:], ""
+    if rest:
+        pieces.append((separator, rest))
+    return pieces
+
+
+def _tail(text: str, size: int) -> str:
+    """The last `size` chars of `text` or fewer, starting at a word boundary if there is one."""
+    if size <= 0:
+        return ""
+    if len(text) <= size:
+        return text
+    start = len(text) - size
+    window = text[start:]
+    if not (text[start - 1].isspace() or window[0].isspace()):
+        # Starting mid-word would carry a fragment like "ment of the"; skip to the next word.
+        match = _WHITESPACE.search(window)
+        if match is None:
+            return window  # one token longer than the overlap: no boundary to respect
+        window = window[match.end() :]
+    return window.lstrip()

@@ -1,0 +1,123 @@
+"""Ingestion: files -> text sections -> chunks -> embeddings -> index, all or nothing.
+
+Every file is read and chunked before anything is embedded, so an unsupported or unreadable
+file fails the whole request before any work is done; all embeddings are computed before
+the index is touched, and the index applies the new sources in one atomic replacement. A
+failure anywhere leaves the index exactly as it was. A file whose content (and chunking
+parameters) did not change since it was last ingested is skipped, so re-running the quick
+start does not embed the corpus again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from chatqna.backends.protocols import Embedder, Retriever, SourceBatch
+from chatqna.documents import Chunk
+from chatqna.errors import UnsupportedFileType
+from chatqna.retrieval.chunking import chunk_document
+from chatqna.retrieval.loaders import SUPPORTED_SUFFIXES, load_document
+
+ProgressCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class IngestFile:
+    """A file to ingest: the name it will be known by (`source`) and its bytes."""
+
+    source: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What happened to one file: `ingested` (with its chunk count) or `unchanged`."""
+
+    source: str
+    status: str
+    chunks: int
+
+
+def content_hash(data: bytes, chunk_size: int, chunk_overlap: int) -> str:
+    digest = hashlib.sha256(data)
+    digest.update(f"|{chunk_size}|{chunk_overlap}".encode())
+    return digest.hexdigest()
+
+
+def collect_files(paths: Sequence[Path]) -> list[IngestFile]:
+    """Expand files and directories into `IngestFile`s; sources are relative to the root.
+
+    A directory contributes its supported files (recursively, in sorted order), named
+    relative to that directory; a file given directly is named by its file name.
+    """
+    files: list[IngestFile] = []
+    for path in paths:
+        if path.is_dir():
+            for item in sorted(p for p in path.rglob("*") if p.is_file()):
+                if item.suffix.lower() in SUPPORTED_SUFFIXES:
+                    files.append(IngestFile(item.relative_to(path).as_posix(), item.read_bytes()))
+        elif path.is_file():
+            files.append(IngestFile(path.name, path.read_bytes()))
+        else:
+            raise FileNotFoundError(f"no such file or directory: {path}")
+    return files
+
+
+async def ingest_files(
+    files: Sequence[IngestFile],
+    embedder: Embedder,
+    retriever: Retriever,
+    *,
+    chunk_size: int = 1200,
+    chunk_overlap: int = 150,
+    force: bool = False,
+    on_chunks_embedded: ProgressCallback | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> list[IngestResult]:
+    """Ingest `files` into `retriever`; returns one result per file, in input order."""
+    for item in files:
+        suffix = Path(item.source).suffix.lower()
+        if suffix not in SUPPORTED_SUFFIXES:
+            raise UnsupportedFileType(
+                f"{item.source}: unsupported file type {suffix or '(none)'}; supported: "
+                + ", ".join(SUPPORTED_SUFFIXES)
+            )
+    known = {info.source: info.content_hash for info in await retriever.list_sources()}
+    pending: list[tuple[IngestFile, str, list[Chunk]]] = []
+    results: dict[str, IngestResult] = {}
+    for item in files:
+        digest = content_hash(item.data, chunk_size, chunk_overlap)
+        if not force and known.get(item.source) == digest:
+            results[item.source] = IngestResult(item.source, "unchanged", 0)
+            continue
+        document = load_document(item.source, item.data)
+        chunks = chunk_document(document, max_chars=chunk_size, overlap_chars=chunk_overlap)
+        pending.append((item, digest, chunks))
+
+    total = sum(len(chunks) for _, _, chunks in pending)
+    if on_plan is not None:
+        on_plan(total)
+    texts = [chunk.text for _, _, chunks in pending for chunk in chunks]
+    vectors: list[np.ndarray] = []
+    for start in range(0, len(texts), embedder.max_batch):
+        batch = texts[start : start + embedder.max_batch]
+        vectors.append(await embedder.embed(batch))
+        if on_chunks_embedded is not None:
+            on_chunks_embedded(len(batch))
+
+    if pending:
+        matrix = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+        batches: list[SourceBatch] = []
+        offset = 0
+        for item, digest, chunks in pending:
+            rows = matrix[offset : offset + len(chunks)]
+            offset += len(chunks)
+            batches.append(SourceBatch(item.source, chunks, rows, digest))
+            results[item.source] = IngestResult(item.source, "ingested", len(chunks))
+        await retriever.replace_sources(batches)
+    return [results[item.source] for item in files]

