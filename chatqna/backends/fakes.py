@@ -1,0 +1,122 @@
+"""Deterministic in-memory backends for tests and benchmarks of the pipeline's own logic.
+
+They implement the same Protocols as the real backends and record what they were asked,
+so a test can assert what the pipeline sent where (which texts were embedded in which
+call, which query the reranker saw, which prompt the LLM got).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
+from chatqna.backends.tei import l2_normalise
+from chatqna.documents import ScoredChunk
+from chatqna.retrieval.bm25 import tokenize
+
+
+class HashingEmbedder:
+    """Bag-of-words vectors by feature hashing: texts sharing words get similar vectors."""
+
+    def __init__(self, dimension: int = 64, *, max_batch: int = 32) -> None:
+        self.name = f"hashing-{dimension}"
+        self.dimension = dimension
+        self.max_batch = max_batch
+        self.batches: list[list[str]] = []
+
+    def vector(self, text: str) -> np.ndarray:
+        row = np.zeros(self.dimension, dtype=np.float32)
+        for token in tokenize(text) or ["<empty>"]:
+            digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+            row[int.from_bytes(digest, "little") % self.dimension] += 1.0
+        return row
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        return l2_normalise(np.vstack([self.vector(t) for t in texts]))
+
+    async def describe(self) -> dict[str, Any]:
+        return {"kind": "fake", "dimension": self.dimension, "calls": len(self.batches)}
+
+    async def aclose(self) -> None:
+        return None
+
+
+class RecordingReranker:
+    """Keeps the candidates in retrieval order and records the query it was given."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def rerank(
+        self, query: str, candidates: Sequence[ScoredChunk], top_n: int
+    ) -> list[ScoredChunk]:
+        self.queries.append(query)
+        return [c.with_score("rerank", 1.0 / (i + 1)) for i, c in enumerate(candidates)][:top_n]
+
+    async def describe(self) -> dict[str, Any]:
+        return {"kind": "fake", "calls": len(self.queries)}
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ScriptedLLM:
+    """Answers every request with `reply`, streamed word by word; records each prompt.
+
+    `fail_after` makes the stream raise the given exception after that many pieces, to
+    exercise errors that happen after a stream has started.
+    """
+
+    def __init__(
+        self,
+        reply: str = "This is the answer.",
+        *,
+        model: str = "scripted",
+        fail_after: int | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        self.reply = reply
+        self.model = model
+        self.prompts: list[list[dict[str, str]]] = []
+        self.params: list[GenerationParams] = []
+        self.fail_after = fail_after
+        self.error = error
+
+    async def complete(
+        self, messages: Sequence[dict[str, str]], params: GenerationParams
+    ) -> Completion:
+        self.prompts.append(list(messages))
+        self.params.append(params)
+        if self.error is not None and self.fail_after is None:
+            raise self.error
+        words = len(self.reply.split())
+        return Completion(self.reply, "stop", Usage(prompt_tokens=10, completion_tokens=words))
+
+    async def stream(
+        self, messages: Sequence[dict[str, str]], params: GenerationParams
+    ) -> AsyncIterator[Delta]:
+        self.prompts.append(list(messages))
+        self.params.append(params)
+        pieces = [word + " " for word in self.reply.split()]
+        for position, piece in enumerate(pieces):
+            if (
+                self.error is not None
+                and self.fail_after is not None
+                and position >= self.fail_after
+            ):
+                raise self.error
+            yield Delta(text=piece)
+        yield Delta(finish_reason="stop")
+
+    async def describe(self) -> dict[str, Any]:
+        return {"kind": "fake", "model": self.model, "calls": len(self.prompts)}
+
+    async def aclose(self) -> None:
+        return None

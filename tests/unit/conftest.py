@@ -1,0 +1,25 @@
+"""Unit tests never touch the network: any attempt to open an internet socket fails."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+
+class NetworkBlocked(RuntimeError):
+    """Raised when a unit test tries to open a network connection."""
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    real_connect = socket.socket.connect
+
+    def guarded(self: socket.socket, address: object) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise NetworkBlocked(f"unit tests must not open network connections ({address!r})")
+        real_connect(self, address)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+    yield
