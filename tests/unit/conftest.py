@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from chatqna.settings import Settings
+
 
 class NetworkBlocked(RuntimeError):
     """Raised when a unit test tries to open a network connection."""
@@ -23,3 +25,10 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings read the environment: start every test from the documented defaults."""
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)

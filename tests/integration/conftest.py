@@ -1,0 +1,109 @@
+"""Real server processes: `python -m chatqna serve` on a free loopback port, embedded backends."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_CORPUS = REPO / "chatqna" / "sample_corpus"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The parent environment without ChatQnA's own variables, plus `extra`."""
+    from chatqna.settings import Settings
+
+    names = {name.upper() for name in Settings.model_fields}
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class ServerProcess:
+    """A running `chatqna serve`; `stop()` ends it and returns what it logged."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def stop(self) -> str:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(
+    data_dir: Path, log_path: Path, timeout: float = 90.0, **env: str
+) -> ServerProcess:
+    port = free_port()
+    full_env = clean_env(
+        CHATQNA_DATA_DIR=str(data_dir),
+        MEGA_SERVICE_PORT=str(port),
+        CHATQNA_HOST="127.0.0.1",
+        CHATQNA_LLM_THREADS="1",
+        **env,
+    )
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chatqna", "serve"],
+        cwd=REPO,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    server = ServerProcess(f"http://127.0.0.1:{port}", process, log_path, full_env)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{server.stop()}")
+        try:
+            if httpx.get(f"{server.url}/v1/ready", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"server not ready in {timeout}s:\n{server.stop()}")
+
+
+def ingest_cli(data_dir: Path, *paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chatqna", "ingest", *map(str, paths)],
+        cwd=REPO,
+        env=clean_env(CHATQNA_DATA_DIR=str(data_dir)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def sample_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One embedded-default server with the sample corpus, shared by a module's tests."""
+    root = tmp_path_factory.mktemp("sample-server")
+    ingest_cli(root / "data", SAMPLE_CORPUS)
+    server = start_server(root / "data", root / "server.log")
+    yield server
+    server.stop()

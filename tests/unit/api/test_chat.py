@@ -1,0 +1,260 @@
+"""`/v1/chatqna` and `/v1/chat/completions`: the stream contract, validation and upstream errors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
+from chatqna.backends.openai_chat import OpenAIChatLLM
+from chatqna.backends.tei import TEIEmbedder
+from chatqna.errors import UpstreamError
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
+
+pytestmark = pytest.mark.anyio
+
+TWO_TURNS = [
+    {"role": "user", "content": "How do I export my data?"},
+    {"role": "assistant", "content": "Open Settings and choose Export."},
+    {"role": "user", "content": "How long is data kept after cancellation?"},
+]
+
+
+async def test_stream_sends_metadata_then_tokens_then_done(client_for: ClientFactory) -> None:
+    client = await client_for()
+    response = await client.post("/v1/chatqna", json={"messages": TWO_TURNS})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(response.text)
+    assert events[0][0] == "metadata"
+    metadata = json.loads(events[0][1])
+    docs = metadata["source_documents"]
+    assert docs and docs[0]["source"] == "retention.md"
+    assert {"id", "text", "title", "source", "score", "scores"} <= set(docs[0])
+    assert metadata["retrieval"]["query"] == TWO_TURNS[-1]["content"]
+    assert metadata["retrieval"]["k"] == 4
+    assert events[-1] == ("message", "[DONE]")
+    chunks = [json.loads(data) for name, data in events[1:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text.strip() == "This is the answer."
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_non_stream_returns_completion_with_metadata(client_for: ClientFactory) -> None:
+    client = await client_for()
+    response = await client.post("/v1/chatqna", json={"messages": TWO_TURNS, "stream": False})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["content"] == "This is the answer."
+    assert body["metadata"]["source_documents"][0]["source"] == "retention.md"
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + 4
+
+
+async def test_string_messages_and_request_knobs(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    llm = ScriptedLLM()
+    reranker = RecordingReranker()
+    client = await client_for(await make_backends(settings, llm=llm, reranker=reranker))
+    response = await client.post(
+        "/v1/chatqna",
+        json={
+            "messages": "annual refund",
+            "stream": False,
+            "k": 2,
+            "top_n": 1,
+            "temperature": 0,
+            "max_tokens": 17,
+            "top_k": 5,
+        },
+    )
+    assert response.status_code == 200
+    assert len(response.json()["metadata"]["source_documents"]) == 1
+    params = llm.params[-1]
+    assert params.temperature == 0.0 and params.max_tokens == 17 and params.top_k == 5
+    assert reranker.queries == ["annual refund"]
+
+
+async def test_answer_prompt_carries_history_and_raw_question(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    llm = ScriptedLLM()
+    client = await client_for(await make_backends(settings, llm=llm))
+    await client.post("/v1/chatqna", json={"messages": TWO_TURNS, "stream": False})
+    prompt = llm.prompts[-1]
+    assert prompt[0]["role"] == "system" and "retention.md" in prompt[0]["content"]
+    assert prompt[1:] == TWO_TURNS
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"messages": []}, 422, "invalid_request"),
+        ({"messages": ""}, 422, "invalid_request"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, 422, "invalid_request"),
+        ({"messages": [{"role": "user", "content": "  "}]}, 422, "invalid_request"),
+        ({"messages": [{"role": "assistant", "content": "hi"}]}, 422, "invalid_request"),
+        ({"messages": "hi", "k": 0}, 422, "invalid_request"),
+        ({"messages": "hi", "temperature": -1}, 422, "invalid_request"),
+        ({}, 422, "invalid_request"),
+    ],
+)
+async def test_bad_requests_get_the_envelope(
+    client_for: ClientFactory, body: dict[str, object], status: int, code: str
+) -> None:
+    client = await client_for()
+    response = await client.post("/v1/chatqna", json=body)
+    assert response.status_code == status
+    envelope = response.json()
+    assert envelope["error"] == code
+    assert envelope["message"]
+    assert isinstance(envelope["details"], list) and envelope["details"]
+
+
+async def test_malformed_json_is_400(client_for: ClientFactory) -> None:
+    client = await client_for()
+    response = await client.post(
+        "/v1/chatqna", content=b'{"messages": [', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_json"
+
+
+async def test_oversized_message_is_413(client_for: ClientFactory, settings: Settings) -> None:
+    small = settings.model_copy(update={"chatqna_max_message_chars": 50})
+    client = await client_for(await make_backends(small), small)
+    response = await client.post("/v1/chatqna", json={"messages": "x" * 51})
+    assert response.status_code == 413
+    assert response.json()["error"] == "payload_too_large"
+    assert "CHATQNA_MAX_MESSAGE_CHARS" in response.json()["message"]
+    assert (await client.post("/v1/chatqna", json={"messages": "x" * 50})).status_code == 200
+
+
+async def test_too_many_messages_is_413(client_for: ClientFactory, settings: Settings) -> None:
+    small = settings.model_copy(update={"chatqna_max_messages": 2})
+    client = await client_for(await make_backends(small), small)
+    response = await client.post("/v1/chatqna", json={"messages": TWO_TURNS})
+    assert response.status_code == 413
+
+
+def _tei(handler: object) -> TEIEmbedder:
+    return TEIEmbedder("http://tei.test", transport=httpx.MockTransport(handler))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("handler", "status", "code"),
+    [
+        (lambda request: httpx.Response(500, text="boom"), 502, "upstream_error"),
+        (lambda request: httpx.Response(200, text="not json"), 502, "bad_upstream_response"),
+        (lambda request: httpx.Response(200, json={"data": []}), 502, "bad_upstream_response"),
+    ],
+)
+async def test_embedder_failures_are_typed_5xx(
+    client_for: ClientFactory, settings: Settings, handler: object, status: int, code: str
+) -> None:
+    client = await client_for(await make_backends(settings, embedder=_tei(handler)))
+    for stream in (True, False):
+        response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": stream})
+        assert response.status_code == status
+        assert response.json()["error"] == code
+        assert response.json()["backend"] == "embedder"
+
+
+async def test_embedder_timeout_is_504(client_for: ClientFactory, settings: Settings) -> None:
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("too slow", request=request)
+
+    client = await client_for(await make_backends(settings, embedder=_tei(slow)))
+    response = await client.post("/v1/chatqna", json={"messages": "hi"})
+    assert response.status_code == 504
+    assert response.json()["error"] == "upstream_timeout"
+
+
+def _llm(handler: object) -> OpenAIChatLLM:
+    return OpenAIChatLLM("http://llm.test/v1", "m", transport=httpx.MockTransport(handler))  # type: ignore[arg-type]
+
+
+async def test_llm_error_before_stream_is_5xx_for_non_stream(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    llm = _llm(lambda request: httpx.Response(503, text="overloaded"))
+    client = await client_for(await make_backends(settings, llm=llm))
+    response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": False})
+    assert response.status_code == 502
+    assert response.json() == {
+        "error": "upstream_error",
+        "message": "llm: POST /v1/chat/completions returned HTTP 503",
+        "backend": "llm",
+    }
+
+
+async def test_llm_failure_after_stream_start_is_error_event(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    llm = ScriptedLLM("one two three", fail_after=2, error=UpstreamError("cut", backend="llm"))
+    client = await client_for(await make_backends(settings, llm=llm))
+    response = await client.post("/v1/chatqna", json={"messages": "hi"})
+    assert response.status_code == 200
+    events = parse_sse(response.text)
+    assert events[0][0] == "metadata"
+    assert events[-2][0] == "error"
+    assert json.loads(events[-2][1])["error"] == "upstream_error"
+    assert events[-1] == ("message", "[DONE]")
+    tokens = [json.loads(d)["choices"][0]["delta"].get("content") for n, d in events[1:-2]]
+    assert "".join(t or "" for t in tokens) == "one two "
+
+
+async def test_truncated_upstream_stream_becomes_error_event(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    def truncated(request: httpx.Request) -> httpx.Response:
+        chunk = {"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}]}
+        return httpx.Response(
+            200,
+            text=f"data: {json.dumps(chunk)}\n\n",
+            headers={"content-type": "text/event-stream"},
+        )
+
+    client = await client_for(await make_backends(settings, llm=_llm(truncated)))
+    events = parse_sse((await client.post("/v1/chatqna", json={"messages": "hi"})).text)
+    assert [name for name, _ in events][-2:] == ["error", "message"]
+    assert "before [DONE]" in json.loads(events[-2][1])["message"]
+
+
+async def test_openai_route_streams_without_metadata_event(client_for: ClientFactory) -> None:
+    client = await client_for()
+    response = await client.post(
+        "/v1/chat/completions", json={"messages": TWO_TURNS, "stream": True}
+    )
+    events = parse_sse(response.text)
+    assert all(name == "message" for name, _ in events)
+    first = json.loads(events[0][1])
+    assert first["metadata"]["source_documents"]
+    non_stream = await client.post("/v1/chat/completions", json={"messages": TWO_TURNS})
+    assert non_stream.json()["object"] == "chat.completion"
+
+
+async def test_unknown_path_gets_envelope(client_for: ClientFactory) -> None:
+    client = await client_for()
+    response = await client.get("/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+async def test_models_lists_the_llm(client_for: ClientFactory, settings: Settings) -> None:
+    client = await client_for(await make_backends(settings, llm=ScriptedLLM(model="m-1")))
+    assert (await client.get("/v1/models")).json()["data"][0]["id"] == "m-1"
+
+
+async def test_hashing_embedder_sees_only_the_query(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    embedder = HashingEmbedder()
+    client = await client_for(await make_backends(settings, embedder=embedder))
+    await client.post("/v1/chatqna", json={"messages": TWO_TURNS, "stream": False})
+    assert embedder.batches == [[TWO_TURNS[-1]["content"]]]

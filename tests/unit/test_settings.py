@@ -1,0 +1,99 @@
+"""Settings: defaults, environment names, validation messages that name the variable."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from chatqna.settings import Settings, describe_validation_error
+
+
+def _error_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    return describe_validation_error(caught.value)
+
+
+def test_defaults_are_the_embedded_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    assert settings.mega_service_port == 8888
+    assert settings.tei_embedding_endpoint is None and settings.llm_endpoint is None
+    assert settings.retriever_hybrid_retrieval_enabled is True
+    assert settings.multi_turn_mode == "blend"
+    assert settings.multi_turn_blend_enabled is False
+    assert settings.multi_turn_blend_alpha == 0.7
+    assert settings.rerank_enabled is True
+    assert settings.startup_warnings() == []
+
+
+def test_reads_the_seed_variable_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEI_EMBEDDING_ENDPOINT", "http://tei:80/")
+    monkeypatch.setenv("LLM_ENDPOINT", "http://vllm:80/v1")
+    monkeypatch.setenv("LLM_MODEL_ID", "some/model")
+    monkeypatch.setenv("MEGA_SERVICE_PORT", "9000")
+    monkeypatch.setenv("RETRIEVER_HYBRID_RETRIEVAL_ENABLED", "false")
+    monkeypatch.setenv("MULTI_TURN_MODE", "condense")
+    monkeypatch.setenv("MULTI_TURN_BLEND_ALPHA", "0.5")
+    monkeypatch.setenv("MULTI_TURN_HISTORY_TURNS", "4")
+    settings = Settings()
+    assert settings.tei_embedding_endpoint == "http://tei:80"
+    assert settings.llm_endpoint == "http://vllm:80/v1"
+    assert settings.mega_service_port == 9000
+    assert settings.retriever_hybrid_retrieval_enabled is False
+    assert settings.multi_turn_mode == "condense"
+    assert settings.multi_turn_blend_alpha == 0.5
+    assert settings.multi_turn_history_turns == 4
+
+
+def test_empty_endpoint_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEI_EMBEDDING_ENDPOINT", "")
+    monkeypatch.setenv("REDIS_URL", " ")
+    settings = Settings()
+    assert settings.tei_embedding_endpoint is None and settings.redis_url is None
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"MULTI_TURN_MODE": "rewrite"}, "MULTI_TURN_MODE"),
+        ({"MULTI_TURN_BLEND_ALPHA": "1.5"}, "MULTI_TURN_BLEND_ALPHA"),
+        ({"MULTI_TURN_BLEND_ALPHA": "-0.1"}, "MULTI_TURN_BLEND_ALPHA"),
+        ({"MULTI_TURN_HISTORY_TURNS": "-1"}, "MULTI_TURN_HISTORY_TURNS"),
+        ({"MULTI_TURN_HISTORY_TURNS": "40"}, "MULTI_TURN_HISTORY_TURNS"),
+        ({"MEGA_SERVICE_PORT": "70000"}, "MEGA_SERVICE_PORT"),
+        ({"TEI_EMBEDDING_ENDPOINT": "tei:80"}, "TEI_EMBEDDING_ENDPOINT"),
+        ({"LLM_ENDPOINT": "http://vllm"}, "LLM_MODEL_ID"),
+        ({"RETRIEVER_HYBRID_RETRIEVAL_ENABLED": "perhaps"}, "RETRIEVER_HYBRID_RETRIEVAL_ENABLED"),
+        ({"CHUNK_SIZE": "500", "CHUNK_OVERLAP": "500"}, "CHUNK_OVERLAP"),
+    ],
+)
+def test_bad_values_fail_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str
+) -> None:
+    assert named in _error_for(monkeypatch, **env)
+
+
+def test_history_turns_must_fit_the_embedding_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    message = _error_for(monkeypatch, MULTI_TURN_HISTORY_TURNS="8", TEI_EMBEDDING_MAX_BATCH="8")
+    assert "TEI_EMBEDDING_MAX_BATCH=8" in message
+    monkeypatch.setenv("TEI_EMBEDDING_MAX_BATCH", "9")
+    assert Settings().multi_turn_history_turns == 8
+
+
+def test_startup_warnings() -> None:
+    both = Settings(multi_turn_mode="condense", multi_turn_blend_enabled=True)
+    assert any("condense wins" in w for w in both.startup_warnings())
+    assert both.blend_active is False
+    zero = Settings(multi_turn_blend_enabled=True, multi_turn_blend_alpha=0.0)
+    assert any("MULTI_TURN_BLEND_ALPHA=0" in w for w in zero.startup_warnings())
+    assert Settings(multi_turn_blend_alpha=0.0).startup_warnings() == []
+
+
+def test_packaged_gguf_is_found_or_explained(tmp_path: object) -> None:
+    settings = Settings()
+    path = settings.embedded_gguf()
+    assert path.suffix == ".gguf" and path.is_file()
+    custom = Settings(chatqna_llm_gguf="/models/other.gguf")
+    assert str(custom.embedded_gguf()) == "/models/other.gguf"
