@@ -29,14 +29,17 @@ def base_url_of(endpoint: str) -> str:
     return endpoint[: -len("/v1")] if endpoint.endswith("/v1") else endpoint
 
 
-def _usage(body: dict[str, Any]) -> Usage:
+def _usage(body: dict[str, Any], backend: str) -> Usage:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return Usage()
-    return Usage(
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
+    counts = [usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0]
+    require(
+        all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts),
+        backend=backend,
+        what="usage token counts are not non-negative integers",
     )
+    return Usage(prompt_tokens=counts[0], completion_tokens=counts[1])
 
 
 class OpenAIChatLLM:
@@ -104,7 +107,7 @@ class OpenAIChatLLM:
         return Completion(
             text=content or "",
             finish_reason=choices[0].get("finish_reason"),
-            usage=_usage(body),
+            usage=_usage(body, self.backend),
         )
 
     async def stream(
@@ -150,7 +153,7 @@ class OpenAIChatLLM:
         require(isinstance(chunk, dict), backend=self.backend, what="stream chunk not an object")
         if "error" in chunk:
             raise UpstreamError(f"{self.backend}: error event in stream", backend=self.backend)
-        usage = _usage(chunk) if isinstance(chunk.get("usage"), dict) else None
+        usage = _usage(chunk, self.backend) if isinstance(chunk.get("usage"), dict) else None
         choices = chunk.get("choices")
         require(isinstance(choices, list), backend=self.backend, what="chunk without choices")
         if not choices:

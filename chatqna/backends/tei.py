@@ -16,6 +16,11 @@ import numpy as np
 
 from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
 from chatqna.documents import ScoredChunk
+from chatqna.errors import BadUpstreamResponse
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def l2_normalise(matrix: np.ndarray) -> np.ndarray:
@@ -77,12 +82,27 @@ class TEIEmbedder:
             backend="embedder",
             what=f"{len(data)} embeddings for {len(texts)} inputs",
         )
+        require(
+            all(isinstance(item, dict) for item in data),
+            backend="embedder",
+            what="embedding items are not objects",
+        )
+        indexes = [item.get("index", position) for position, item in enumerate(data)]
+        require(
+            sorted(indexes) == list(range(len(texts))),
+            backend="embedder",
+            what=f"indexes {indexes} do not cover the {len(texts)} inputs once each",
+        )
+        vectors = [item.get("embedding") for item in sorted(data, key=lambda i: i.get("index", 0))]
+        require(
+            all(isinstance(v, list) and all(_is_number(x) for x in v) for v in vectors),
+            backend="embedder",
+            what="an embedding is not a list of numbers",
+        )
         try:
-            ordered = sorted(data, key=lambda item: int(item.get("index", 0)))
-            matrix = np.asarray([item["embedding"] for item in ordered], dtype=np.float32)
-        except (TypeError, KeyError, ValueError, AttributeError) as exc:
-            require(False, backend="embedder", what=f"malformed embedding item ({exc})")
-            raise  # pragma: no cover - require() raised
+            matrix = np.asarray(vectors, dtype=np.float32)
+        except ValueError as exc:
+            raise BadUpstreamResponse("embedder: ragged embeddings", backend="embedder") from exc
         require(
             matrix.ndim == 2 and matrix.shape[1] > 0 and bool(np.isfinite(matrix).all()),
             backend="embedder",
@@ -136,6 +156,8 @@ class TEIReranker:
     async def rerank(
         self, query: str, candidates: Sequence[ScoredChunk], top_n: int
     ) -> list[ScoredChunk]:
+        if top_n < 1:
+            raise ValueError("top_n must be at least 1")
         if not candidates:
             return []
         payload = {
@@ -156,11 +178,14 @@ class TEIReranker:
             )
             index, score = item["index"], item["score"]
             require(
-                isinstance(index, int) and 0 <= index < len(candidates) and index not in seen,
+                isinstance(index, int)
+                and not isinstance(index, bool)
+                and 0 <= index < len(candidates)
+                and index not in seen,
                 backend="reranker",
                 what=f"bad index {index!r}",
             )
-            require(isinstance(score, (int, float)), backend="reranker", what="score not a number")
+            require(_is_number(score), backend="reranker", what="score not a number")
             seen.add(index)
             scored.append(candidates[index].with_score("rerank", float(score)))
         scored.sort(key=lambda item: item.score, reverse=True)

@@ -19,7 +19,7 @@ import numpy as np
 
 from chatqna.backends.protocols import Embedder, Retriever, SourceBatch
 from chatqna.documents import Chunk
-from chatqna.errors import UnsupportedFileType
+from chatqna.errors import InvalidRequest, UnsupportedFileType
 from chatqna.retrieval.chunking import chunk_document
 from chatqna.retrieval.loaders import SUPPORTED_SUFFIXES, load_document
 
@@ -80,6 +80,10 @@ async def ingest_files(
     on_plan: Callable[[int], None] | None = None,
 ) -> list[IngestResult]:
     """Ingest `files` into `retriever`; returns one result per file, in input order."""
+    names = [item.source for item in files]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InvalidRequest(f"files given more than once: {', '.join(duplicates)}")
     for item in files:
         suffix = Path(item.source).suffix.lower()
         if suffix not in SUPPORTED_SUFFIXES:

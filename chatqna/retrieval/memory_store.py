@@ -77,21 +77,25 @@ class InMemoryHybridIndex:
             with np.load(self.path, allow_pickle=False) as archive:
                 meta = json.loads(archive["meta"].tobytes().decode("utf-8"))
                 matrix = np.asarray(archive["embeddings"], dtype=np.float32)
-        except (OSError, ValueError, KeyError) as exc:
-            raise IndexUnavailable(f"cannot read the index at {self.path}: {exc}") from exc
-        if meta.get("format") != FORMAT_VERSION:
-            raise IndexUnavailable(f"{self.path}: unknown index format {meta.get('format')!r}")
-        if meta.get("embedder") != self.embedder_name or matrix.shape[1] != self.dimension:
+            chunks = [Chunk(**item) for item in meta["chunks"]]
+            hashes = dict(meta.get("hashes", {}))
+            version, embedder = meta.get("format"), meta.get("embedder")
+            width = matrix.shape[1] if matrix.ndim == 2 else -1
+        except Exception as exc:
+            # A damaged file fails in many ways (zip, JSON, shapes, fields); all mean the same.
+            raise IndexUnavailable(f"cannot read the index at {self.path}: {exc!r}") from exc
+        if version != FORMAT_VERSION:
+            raise IndexUnavailable(f"{self.path}: unknown index format {version!r}")
+        if embedder != self.embedder_name or width != self.dimension:
             raise IndexUnavailable(
-                f"the index at {self.path} was built with embedder {meta.get('embedder')!r} "
-                f"({matrix.shape[1]} dimensions); the configured embedder is "
+                f"the index at {self.path} was built with embedder {embedder!r} "
+                f"({width} dimensions); the configured embedder is "
                 f"{self.embedder_name!r} ({self.dimension}). Re-ingest into a new "
                 "CHATQNA_DATA_DIR or switch the embedder back."
             )
-        chunks = [Chunk(**item) for item in meta["chunks"]]
         if len(chunks) != matrix.shape[0]:
             raise IndexUnavailable(f"{self.path}: chunk count does not match the embeddings")
-        return _State.build(chunks, matrix, meta.get("hashes", {}))
+        return _State.build(chunks, matrix, hashes)
 
     def _persist(self, state: _State) -> None:
         meta = {

@@ -18,8 +18,7 @@ def sentence(n: int) -> str:
 
 def long_paragraphs(paragraphs: int, sentences_each: int) -> str:
     return "\n\n".join(
-        " ".join(sentence(p * 100 + s) for s in range(sentences_each))
-        for p in range(paragraphs)
+        " ".join(sentence(p * 100 + s) for s in range(sentences_each)) for p in range(paragraphs)
     )
 
 
@@ -107,9 +106,7 @@ def test_chunking_is_deterministic_and_ids_follow_the_source() -> None:
     doc = LoadedDocument("guide.md", "Guide", [("One", text), ("Two", "short")])
     first, second = chunk_document(doc, 400, 60), chunk_document(doc, 400, 60)
     assert first == second
-    assert [c.id for c in first] == [
-        chunk_id_for("guide.md", i) for i in range(len(first))
-    ]
+    assert [c.id for c in first] == [chunk_id_for("guide.md", i) for i in range(len(first))]
     assert [c.index for c in first] == list(range(len(first)))
     renamed = chunk_document(LoadedDocument("other.md", "Guide", doc.sections), 400, 60)
     assert {c.id for c in renamed}.isdisjoint(c.id for c in first)
@@ -127,9 +124,7 @@ def test_invalid_sizes_are_rejected(max_chars: int, overlap_chars: int) -> None:
 def test_loaded_markdown_chunks_carry_section_headings() -> None:
     body = " ".join(sentence(n) for n in range(40))
     data = f"# Guide\n\nIntro.\n\n## Long part\n\n{body}\n\n## End\n\nBye.\n".encode()
-    chunks = chunk_document(
-        load_document("guide.md", data), max_chars=600, overlap_chars=100
-    )
+    chunks = chunk_document(load_document("guide.md", data), max_chars=600, overlap_chars=100)
     titles = [c.title for c in chunks]
     assert titles[0] == "Guide" and titles[-1] == "End"
     assert titles.count("Long part") >= 4

@@ -73,10 +73,7 @@ def test_markdown_title_and_level2_sections() -> None:
     ]
     assert doc.sections[0][1] == "How billing works."
     # A level-3 heading stays inside its level-2 section.
-    assert (
-        doc.sections[1][1]
-        == "Cards are accepted.\n\n### Bank transfer\n\nOnly on annual plans."
-    )
+    assert doc.sections[1][1] == "Cards are accepted.\n\n### Bank transfer\n\nOnly on annual plans."
     assert doc.sections[2][1] == "Refunds take 5 days."
 
 
@@ -97,9 +94,7 @@ def test_markdown_ignores_headings_inside_code_fences() -> None:
 
 
 def test_markdown_without_h1_uses_stem_and_skips_empty_preamble() -> None:
-    doc = load_document(
-        "notes/setup-guide.MD", b"## Install\n\nRun it.\n\n## Use\n\nCall it.\n"
-    )
+    doc = load_document("notes/setup-guide.MD", b"## Install\n\nRun it.\n\n## Use\n\nCall it.\n")
     assert doc.title == "setup-guide"
     assert doc.sections == [("Install", "Run it."), ("Use", "Call it.")]
 
@@ -142,17 +137,13 @@ def test_html_title_sections_and_dropped_elements() -> None:
 
 
 def test_html_title_falls_back_to_first_h1() -> None:
-    doc = load_document(
-        "page.htm", b"<h1>Getting started</h1><p>Hello.</p><h2>Next</h2><p>Go.</p>"
-    )
+    doc = load_document("page.htm", b"<h1>Getting started</h1><p>Hello.</p><h2>Next</h2><p>Go.</p>")
     assert doc.title == "Getting started"
     assert doc.sections == [("Getting started", "Hello."), ("Next", "Go.")]
 
 
 def test_html_h1_is_content_when_title_differs_and_head_may_be_unclosed() -> None:
-    doc = load_document(
-        "p.html", b"<head><title>Site</title><body><h1>Page</h1><p>Text</p>"
-    )
+    doc = load_document("p.html", b"<head><title>Site</title><body><h1>Page</h1><p>Text</p>")
     assert doc.title == "Site"
     assert doc.sections == [("Site", "Page\n\nText")]
 
@@ -165,9 +156,7 @@ def test_txt_is_one_section_with_paragraphs_preserved() -> None:
         "faq/refund-policy.txt", b"First paragraph\nstill first.\n\n\nSecond.  \n\n"
     )
     assert doc.title == "refund-policy"
-    assert doc.sections == [
-        ("refund-policy", "First paragraph\nstill first.\n\nSecond.")
-    ]
+    assert doc.sections == [("refund-policy", "First paragraph\nstill first.\n\nSecond.")]
 
 
 # --- pdf ---------------------------------------------------------------------------
@@ -179,9 +168,7 @@ def test_hand_built_pdf_is_valid_in_strict_mode() -> None:
 
 
 def test_pdf_text_and_metadata_title() -> None:
-    doc = load_document(
-        "manual.pdf", minimal_pdf("Refunds take five days.", title="User Manual")
-    )
+    doc = load_document("manual.pdf", minimal_pdf("Refunds take five days.", title="User Manual"))
     assert doc.title == "User Manual"
     assert doc.sections == [("User Manual (page 1)", "Refunds take five days.")]
 

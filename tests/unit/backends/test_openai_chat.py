@@ -1,0 +1,343 @@
+"""OpenAIChatLLM against the OpenAI `/v1/chat/completions` wire format, mocked with respx."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of
+from chatqna.backends.protocols import Delta, GenerationParams, Usage
+from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
+
+pytestmark = pytest.mark.anyio
+
+BASE = "http://llm.test:8000"
+PATH = "/v1/chat/completions"
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+PARAMS = GenerationParams(max_tokens=64, temperature=0.0)
+
+
+def shape(exc: UpstreamFailure) -> tuple[int, str, str]:
+    """What a client sees of an upstream failure: HTTP status, error code, backend role."""
+    return exc.status_code, exc.code, exc.backend
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def router() -> Iterator[respx.MockRouter]:
+    with respx.mock(base_url=BASE, assert_all_called=False) as mock:
+        yield mock
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[OpenAIChatLLM]:
+    client = OpenAIChatLLM(f"{BASE}/v1", "qwen2.5-7b-instruct")
+    yield client
+    await client.aclose()
+
+
+def completion_body(content: Any = "Hello there.", finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "qwen2.5-7b-instruct",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+    }
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "qwen2.5-7b-instruct",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def data(payload: Any) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+def sse(*events: str) -> bytes:
+    return "".join(events).encode()
+
+
+async def collect(llm: OpenAIChatLLM, deltas: list[Delta] | None = None) -> list[Delta]:
+    out = [] if deltas is None else deltas
+    async for delta in llm.stream(MESSAGES, PARAMS):
+        out.append(delta)
+    return out
+
+
+# --------------------------------------------------------------------------- request
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [
+        ("http://h:8000/v1", "http://h:8000"),
+        ("http://h:8000/v1/", "http://h:8000"),
+        ("http://h:8000", "http://h:8000"),
+        ("http://h:8000/", "http://h:8000"),
+        ("http://h/openai/v1", "http://h/openai"),
+        ("http://h/v10", "http://h/v10"),
+    ],
+)
+def test_base_url_of(endpoint: str, expected: str) -> None:
+    assert base_url_of(endpoint) == expected
+
+
+async def test_complete_request_payload(router: respx.MockRouter, llm: OpenAIChatLLM) -> None:
+    route = router.post(PATH).respond(json=completion_body())
+    await llm.complete(MESSAGES, PARAMS)
+    assert route.call_count == 1
+    request = route.calls[0].request
+    assert str(request.url) == f"{BASE}{PATH}"  # the /v1 suffix is not doubled
+    payload = json.loads(request.content)
+    assert payload["model"] == "qwen2.5-7b-instruct"
+    assert payload["messages"] == MESSAGES
+    assert payload["max_tokens"] == 64
+    assert "temperature" in payload
+    assert payload["temperature"] == 0
+    for unset in ("top_p", "top_k", "stop", "seed", "presence_penalty", "frequency_penalty"):
+        assert unset not in payload
+    assert "response_format" not in payload
+    assert payload.get("stream", False) is False
+
+
+async def test_authorization_header_with_api_key(router: respx.MockRouter) -> None:
+    route = router.post(PATH).respond(json=completion_body())
+    llm = OpenAIChatLLM(BASE, "m", api_key="sk-test-123")
+    await llm.complete(MESSAGES, PARAMS)
+    await llm.aclose()
+    assert route.calls[0].request.headers["authorization"] == "Bearer sk-test-123"
+
+
+async def test_no_authorization_header_without_api_key(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    route = router.post(PATH).respond(json=completion_body())
+    await llm.complete(MESSAGES, PARAMS)
+    assert "authorization" not in route.calls[0].request.headers
+
+
+# --------------------------------------------------------------------------- complete()
+
+
+async def test_complete_parses_content_finish_reason_and_usage(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    router.post(PATH).respond(json=completion_body("Export is in Settings.", finish="length"))
+    completion = await llm.complete(MESSAGES, PARAMS)
+    assert completion.text == "Export is in Settings."
+    assert completion.finish_reason == "length"
+    assert completion.usage == Usage(prompt_tokens=12, completion_tokens=5)
+    assert completion.usage.total_tokens == 17
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"id": "x", "object": "chat.completion"}, id="missing-choices"),
+        pytest.param({"choices": []}, id="empty-choices"),
+        pytest.param({"choices": ["text"]}, id="choice-not-object"),
+        pytest.param({"choices": [{"index": 0, "finish_reason": "stop"}]}, id="missing-message"),
+        pytest.param(completion_body(content=42), id="int-content"),
+        pytest.param(completion_body(content=["a", "b"]), id="list-content"),
+        pytest.param([completion_body()], id="body-is-list"),
+    ],
+)
+async def test_complete_malformed_body_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM, body: Any
+) -> None:
+    router.post(PATH).respond(json=body)
+    with pytest.raises(BadUpstreamResponse) as info:
+        await llm.complete(MESSAGES, PARAMS)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+
+
+async def test_complete_non_json_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    router.post(PATH).respond(200, text="upstream says hi")
+    with pytest.raises(BadUpstreamResponse):
+        await llm.complete(MESSAGES, PARAMS)
+
+
+async def test_complete_malformed_usage_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    body = completion_body()
+    body["usage"] = {"prompt_tokens": "twelve", "completion_tokens": 5}
+    router.post(PATH).respond(json=body)
+    with pytest.raises(BadUpstreamResponse):
+        await llm.complete(MESSAGES, PARAMS)
+
+
+@pytest.mark.parametrize("status", [500, 401])
+async def test_complete_http_error_is_upstream_error(
+    router: respx.MockRouter, llm: OpenAIChatLLM, status: int
+) -> None:
+    router.post(PATH).respond(status, json={"error": {"message": "nope"}})
+    with pytest.raises(UpstreamError) as info:
+        await llm.complete(MESSAGES, PARAMS)
+    assert type(info.value) is UpstreamError
+    assert shape(info.value) == (502, "upstream_error", "llm")
+
+
+async def test_complete_timeout_is_upstream_timeout(router: respx.MockRouter) -> None:
+    router.post(PATH).mock(side_effect=httpx.ReadTimeout("slow"))
+    llm = OpenAIChatLLM(BASE, "m", backend="condense")
+    with pytest.raises(UpstreamTimeout) as info:
+        await llm.complete(MESSAGES, PARAMS)
+    await llm.aclose()
+    assert shape(info.value) == (504, "upstream_timeout", "condense")
+
+
+# --------------------------------------------------------------------------- stream()
+
+FULL_STREAM = sse(
+    ": keep-alive comment\n\n",
+    data(chunk({"role": "assistant", "content": ""})),
+    "event: message\n",
+    data(chunk({"content": "Hel"})),
+    "\n",
+    "data:" + json.dumps(chunk({"content": "lo"})) + "\n\n",
+    data(chunk({}, finish="stop")),
+    data(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+        }
+    ),
+    data("[DONE]"),
+    data("this line is after [DONE] and must never be parsed"),
+)
+
+
+async def test_stream_request_sets_stream_true(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    route = router.post(PATH).respond(200, content=FULL_STREAM)
+    await collect(llm)
+    payload = json.loads(route.calls[0].request.content)
+    assert payload["stream"] is True
+    assert payload["model"] == "qwen2.5-7b-instruct"
+    assert payload["messages"] == MESSAGES
+    assert payload["temperature"] == 0
+
+
+async def test_stream_parses_chunks_in_order(router: respx.MockRouter, llm: OpenAIChatLLM) -> None:
+    router.post(PATH).respond(
+        200, content=FULL_STREAM, headers={"content-type": "text/event-stream"}
+    )
+    deltas = await collect(llm)
+    assert [d.text for d in deltas if d.text] == ["Hel", "lo"]
+    assert "".join(d.text for d in deltas) == "Hello"
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["stop"]
+    assert [d.usage for d in deltas if d.usage is not None] == [Usage(7, 2)]
+    positions = {
+        "lo": next(i for i, d in enumerate(deltas) if d.text == "lo"),
+        "stop": next(i for i, d in enumerate(deltas) if d.finish_reason == "stop"),
+        "usage": next(i for i, d in enumerate(deltas) if d.usage is not None),
+    }
+    assert positions["lo"] < positions["stop"] <= positions["usage"]
+    assert deltas[-1].usage == Usage(7, 2)
+
+
+async def test_stream_without_done_is_upstream_error(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    body = sse(data(chunk({"content": "partial"})), data(chunk({}, finish="stop")))
+    router.post(PATH).respond(200, content=body)
+    seen: list[Delta] = []
+    with pytest.raises(UpstreamError) as info:
+        await collect(llm, seen)
+    assert type(info.value) is UpstreamError
+    assert shape(info.value) == (502, "upstream_error", "llm")
+    assert [d.text for d in seen if d.text] == ["partial"]
+
+
+async def test_stream_non_json_data_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    body = sse(data(chunk({"content": "ok"})), data("{not json"), data("[DONE]"))
+    router.post(PATH).respond(200, content=body)
+    with pytest.raises(BadUpstreamResponse):
+        await collect(llm)
+
+
+async def test_stream_error_chunk_is_upstream_error(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    body = sse(
+        data(chunk({"content": "ok"})),
+        "event: error\n",
+        data({"error": {"message": "CUDA out of memory", "code": 500}}),
+        data("[DONE]"),
+    )
+    router.post(PATH).respond(200, content=body)
+    with pytest.raises(UpstreamError) as info:
+        await collect(llm)
+    assert type(info.value) is UpstreamError
+
+
+async def test_stream_http_500_is_upstream_error(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    router.post(PATH).respond(500, json={"error": "boom"})
+    seen: list[Delta] = []
+    with pytest.raises(UpstreamError) as info:
+        await collect(llm, seen)
+    assert type(info.value) is UpstreamError
+    assert "500" in info.value.message
+    assert seen == []
+
+
+async def test_stream_timeout_is_upstream_timeout(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    router.post(PATH).mock(side_effect=httpx.ReadTimeout("slow"))
+    with pytest.raises(UpstreamTimeout):
+        await collect(llm)
+
+
+async def test_stream_timeout_mid_body_is_upstream_timeout() -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield data(chunk({"content": "first"})).encode()
+        raise httpx.ReadTimeout("stalled")
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body()))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    seen: list[Delta] = []
+    with pytest.raises(UpstreamTimeout):
+        await collect(llm, seen)
+    await llm.aclose()
+    assert [d.text for d in seen] == ["first"]
+
+
+async def test_aclose_closes_the_client() -> None:
+    llm = OpenAIChatLLM(BASE, "m", transport=httpx.MockTransport(lambda r: httpx.Response(200)))
+    assert not llm._client.is_closed
+    await llm.aclose()
+    assert llm._client.is_closed

@@ -1,0 +1,359 @@
+"""TEIEmbedder and TEIReranker against TEI's documented wire formats, mocked with respx."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import respx
+
+from chatqna.backends.tei import TEIEmbedder, TEIReranker
+from chatqna.documents import Chunk, ScoredChunk
+from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
+
+pytestmark = pytest.mark.anyio
+
+BASE = "http://tei.test"
+
+
+def shape(exc: UpstreamFailure) -> tuple[int, str, str]:
+    """What a client sees of an upstream failure: HTTP status, error code, backend role."""
+    return exc.status_code, exc.code, exc.backend
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def router() -> Iterator[respx.MockRouter]:
+    with respx.mock(base_url=BASE, assert_all_called=False) as mock:
+        yield mock
+
+
+@pytest.fixture
+async def embedder() -> AsyncIterator[TEIEmbedder]:
+    client = TEIEmbedder(BASE, max_batch=2)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def reranker() -> AsyncIterator[TEIReranker]:
+    client = TEIReranker(BASE)
+    yield client
+    await client.aclose()
+
+
+def embeddings_body(vectors: list[list[Any]], order: list[int] | None = None) -> dict[str, Any]:
+    """A `/v1/embeddings` reply; `order` lists the indexes in the order the server sends them."""
+    indexes = range(len(vectors)) if order is None else order
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": vectors[i]} for i in indexes],
+        "model": "BAAI/bge-base-en-v1.5",
+        "usage": {"prompt_tokens": 3, "total_tokens": 3},
+    }
+
+
+def sent_json(call: Any) -> Any:
+    return json.loads(call.request.content)
+
+
+def echo_embeddings(request: httpx.Request) -> httpx.Response:
+    """Answer each text `tN` with the vector [N, 1, 0] (out of order, to exercise sorting)."""
+    texts = json.loads(request.content)["input"]
+    vectors = [[float(text[1:]), 1.0, 0.0] for text in texts]
+    return httpx.Response(200, json=embeddings_body(vectors, list(reversed(range(len(texts))))))
+
+
+def candidates(n: int) -> list[ScoredChunk]:
+    return [
+        ScoredChunk(
+            chunk=Chunk(id=f"c{i}", text=f"passage {i}", source="handbook.md", index=i),
+            score=1.0 / (i + 1),
+            scores={"fusion": 1.0 / (i + 1)},
+        )
+        for i in range(n)
+    ]
+
+
+# --------------------------------------------------------------------------- embedder
+
+
+async def test_embed_sends_exactly_the_input_list(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    route = router.post("/v1/embeddings").respond(json=embeddings_body([[1.0, 0.0], [0.0, 1.0]]))
+    result = await embedder.embed(["first text", "second text"])
+    assert route.call_count == 1
+    assert sent_json(route.calls[0]) == {"input": ["first text", "second text"]}
+    assert result.shape == (2, 2)
+    assert result.dtype == np.float32
+
+
+async def test_embed_splits_batches_at_max_batch_in_order(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    route = router.post("/v1/embeddings").mock(side_effect=echo_embeddings)
+    texts = [f"t{i}" for i in range(5)]
+    result = await embedder.embed(texts)
+    assert [sent_json(call)["input"] for call in route.calls] == [
+        ["t0", "t1"],
+        ["t2", "t3"],
+        ["t4"],
+    ]
+    expected = np.array([[i, 1.0, 0.0] for i in range(5)], dtype=np.float64)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(result, expected, rtol=1e-6)
+    assert (embedder.calls, embedder.texts_embedded, embedder.dimension) == (3, 5, 3)
+
+
+async def test_embed_reorders_rows_by_index(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    vectors = [[1.0, 0.0], [0.0, 1.0]]
+    router.post("/v1/embeddings").respond(json=embeddings_body(vectors, order=[1, 0]))
+    result = await embedder.embed(["x", "y"])
+    np.testing.assert_allclose(result, np.array(vectors), atol=1e-7)
+
+
+async def test_embed_rows_are_l2_normalised(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    router.post("/v1/embeddings").respond(json=embeddings_body([[3.0, 4.0], [0.0, -2.0]]))
+    result = await embedder.embed(["a", "b"])
+    np.testing.assert_allclose(result, [[0.6, 0.8], [0.0, -1.0]], rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(result, axis=1), [1.0, 1.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("status", [500, 503, 413, 422])
+async def test_embed_http_error_is_upstream_error(
+    router: respx.MockRouter, embedder: TEIEmbedder, status: int
+) -> None:
+    router.post("/v1/embeddings").respond(status, json={"error": "nope", "error_type": "x"})
+    with pytest.raises(UpstreamError) as info:
+        await embedder.embed(["a"])
+    assert type(info.value) is UpstreamError
+    assert shape(info.value) == (502, "upstream_error", "embedder")
+    assert str(status) in info.value.message
+
+
+@pytest.mark.parametrize("exc", [httpx.ReadTimeout, httpx.ConnectTimeout])
+async def test_embed_timeout_is_upstream_timeout(
+    router: respx.MockRouter, embedder: TEIEmbedder, exc: type[httpx.TimeoutException]
+) -> None:
+    router.post("/v1/embeddings").mock(side_effect=exc("slow"))
+    with pytest.raises(UpstreamTimeout) as info:
+        await embedder.embed(["a"])
+    assert shape(info.value) == (504, "upstream_timeout", "embedder")
+
+
+async def test_embed_connection_error_is_upstream_error(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    router.post("/v1/embeddings").mock(side_effect=httpx.ConnectError("refused"))
+    with pytest.raises(UpstreamError) as info:
+        await embedder.embed(["a"])
+    assert type(info.value) is UpstreamError
+    assert shape(info.value) == (502, "upstream_error", "embedder")
+
+
+async def test_embed_non_json_body_is_bad_response(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    router.post("/v1/embeddings").respond(200, text="<html>gateway</html>")
+    with pytest.raises(BadUpstreamResponse) as info:
+        await embedder.embed(["a"])
+    assert shape(info.value) == (502, "bad_upstream_response", "embedder")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(json.dumps(embeddings_body([[1.0, 0.0]])), id="one-for-two"),
+        pytest.param(json.dumps(embeddings_body([[1.0]] * 3)), id="three-for-two"),
+        pytest.param('{"object": "list", "model": "m"}', id="missing-data"),
+        pytest.param('{"data": {"0": [1.0]}}', id="data-not-list"),
+        pytest.param("[[1.0, 0.0], [0.0, 1.0]]", id="bare-list"),
+        pytest.param(json.dumps(embeddings_body([["a", "b"], ["c", "d"]])), id="non-numeric"),
+        pytest.param(
+            '{"data": [{"index": 0, "embedding": [NaN, 1.0]}, {"index": 1, "embedding": [1, 0]}]}',
+            id="nan",
+        ),
+        pytest.param(json.dumps(embeddings_body([[1.0, 0.0], [1.0]])), id="ragged"),
+        pytest.param(json.dumps(embeddings_body([[], []])), id="empty-vectors"),
+        pytest.param('{"data": [{"index": 0}, {"index": 1}]}', id="no-embedding-key"),
+    ],
+)
+async def test_embed_malformed_body_is_bad_response(
+    router: respx.MockRouter, embedder: TEIEmbedder, content: str
+) -> None:
+    router.post("/v1/embeddings").respond(200, content=content.encode())
+    with pytest.raises(BadUpstreamResponse) as info:
+        await embedder.embed(["a", "b"])
+    assert shape(info.value) == (502, "bad_upstream_response", "embedder")
+
+
+async def test_embed_dimension_must_stay_consistent_across_calls(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    router.post("/v1/embeddings").mock(
+        side_effect=[
+            httpx.Response(200, json=embeddings_body([[1.0, 0.0, 0.0]])),
+            httpx.Response(200, json=embeddings_body([[1.0, 0.0]])),
+        ]
+    )
+    await embedder.embed(["a"])
+    with pytest.raises(BadUpstreamResponse, match="dimension 2, expected 3"):
+        await embedder.embed(["b"])
+    assert embedder.dimension == 3
+
+
+async def test_bad_response_envelope(router: respx.MockRouter, embedder: TEIEmbedder) -> None:
+    router.post("/v1/embeddings").respond(json=embeddings_body([[1.0, 0.0]]))
+    with pytest.raises(BadUpstreamResponse) as info:
+        await embedder.embed(["a", "b"])
+    envelope = info.value.envelope()
+    assert set(envelope) == {"error", "message", "backend"}
+    assert envelope["error"] == "bad_upstream_response"
+    assert envelope["backend"] == "embedder"
+    assert "1 embeddings for 2 inputs" in envelope["message"]
+    assert info.value.status_code == 502
+
+
+async def test_embed_rejects_empty_input_without_calling(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    route = router.post("/v1/embeddings")
+    with pytest.raises(ValueError):
+        await embedder.embed([])
+    assert not route.called
+
+
+async def test_describe_probes_once_when_dimension_unknown(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    route = router.post("/v1/embeddings").respond(json=embeddings_body([[0.0, 3.0, 4.0, 0.0]]))
+    first = await embedder.describe()
+    second = await embedder.describe()
+    assert route.call_count == 1
+    assert sent_json(route.calls[0]) == {"input": ["readiness probe"]}
+    assert first["kind"] == "tei"
+    assert first["endpoint"] == BASE
+    assert first["dimension"] == second["dimension"] == 4
+
+
+# --------------------------------------------------------------------------- reranker
+
+
+async def test_rerank_request_body(router: respx.MockRouter, reranker: TEIReranker) -> None:
+    route = router.post("/rerank").respond(json=[{"index": 0, "score": 0.5}])
+    await reranker.rerank("how to export?", candidates(3)[:1], top_n=5)
+    assert sent_json(route.calls[0]) == {
+        "query": "how to export?",
+        "texts": ["passage 0"],
+        "truncate": True,
+    }
+
+
+async def test_rerank_sorts_maps_and_keeps_top_n(
+    router: respx.MockRouter, reranker: TEIReranker
+) -> None:
+    pool = candidates(4)
+    router.post("/rerank").respond(
+        json=[
+            {"index": 3, "score": 0.2},
+            {"index": 1, "score": 0.9},
+            {"index": 0, "score": -1.5},
+            {"index": 2, "score": 1},
+        ]
+    )
+    result = await reranker.rerank("q", pool, top_n=3)
+    assert [item.chunk.id for item in result] == ["c2", "c1", "c3"]
+    assert [item.score for item in result] == [1.0, 0.9, 0.2]
+    assert [item.scores["rerank"] for item in result] == [1.0, 0.9, 0.2]
+    assert result[0].chunk is pool[2].chunk
+    assert result[1].scores["fusion"] == pool[1].scores["fusion"]
+    assert "rerank" not in pool[1].scores  # candidates are not mutated
+    assert reranker.calls == 1
+
+
+async def test_rerank_top_n_larger_than_pool_returns_all(
+    router: respx.MockRouter, reranker: TEIReranker
+) -> None:
+    router.post("/rerank").respond(json=[{"index": 0, "score": 0.1}, {"index": 1, "score": 0.3}])
+    result = await reranker.rerank("q", candidates(2), top_n=10)
+    assert [item.chunk.id for item in result] == ["c1", "c0"]
+
+
+async def test_rerank_empty_candidates_makes_no_call(
+    router: respx.MockRouter, reranker: TEIReranker
+) -> None:
+    route = router.post("/rerank")
+    assert await reranker.rerank("q", [], top_n=3) == []
+    assert not route.called
+    assert reranker.calls == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"results": [{"index": 0, "score": 1.0}]}, id="not-a-list"),
+        pytest.param([{"index": 2, "score": 1.0}], id="index-out-of-range"),
+        pytest.param([{"index": -1, "score": 1.0}], id="negative-index"),
+        pytest.param([{"index": 0, "score": 1.0}, {"index": 0, "score": 0.5}], id="duplicate"),
+        pytest.param([{"index": 0}], id="missing-score"),
+        pytest.param([{"score": 0.3}], id="missing-index"),
+        pytest.param([{"index": 0, "score": "0.9"}], id="string-score"),
+        pytest.param([{"index": "0", "score": 0.9}], id="string-index"),
+        pytest.param([[0, 0.9]], id="item-not-object"),
+    ],
+)
+async def test_rerank_malformed_body_is_bad_response(
+    router: respx.MockRouter, reranker: TEIReranker, body: Any
+) -> None:
+    router.post("/rerank").respond(json=body)
+    with pytest.raises(BadUpstreamResponse) as info:
+        await reranker.rerank("q", candidates(2), top_n=2)
+    assert shape(info.value) == (502, "bad_upstream_response", "reranker")
+
+
+async def test_rerank_503_is_upstream_error(
+    router: respx.MockRouter, reranker: TEIReranker
+) -> None:
+    router.post("/rerank").respond(503, text="model loading")
+    with pytest.raises(UpstreamError) as info:
+        await reranker.rerank("q", candidates(2), top_n=2)
+    assert type(info.value) is UpstreamError
+    assert shape(info.value) == (502, "upstream_error", "reranker")
+
+
+async def test_rerank_timeout_is_upstream_timeout(
+    router: respx.MockRouter, reranker: TEIReranker
+) -> None:
+    router.post("/rerank").mock(side_effect=httpx.ReadTimeout("slow"))
+    with pytest.raises(UpstreamTimeout) as info:
+        await reranker.rerank("q", candidates(2), top_n=2)
+    assert shape(info.value) == (504, "upstream_timeout", "reranker")
+
+
+async def test_injected_transport_is_used_and_closed() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(200, json=[{"index": 0, "score": 0.7}])
+
+    transport = httpx.MockTransport(handler)
+    reranker = TEIReranker(BASE, transport=transport)
+    result = await reranker.rerank("q", candidates(1), top_n=1)
+    await reranker.aclose()
+    assert seen == ["/rerank"]
+    assert result[0].score == pytest.approx(0.7)
+    assert reranker._client.is_closed

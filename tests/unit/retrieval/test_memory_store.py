@@ -1,0 +1,262 @@
+"""The embedded hybrid index: dense + BM25 search, source replacement, atomic persistence."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.protocols import SearchQuery, SourceBatch
+from chatqna.backends.tei import l2_normalise
+from chatqna.documents import Chunk, chunk_id_for
+from chatqna.errors import IndexUnavailable
+from chatqna.retrieval import memory_store
+from chatqna.retrieval.memory_store import INDEX_FILE, InMemoryHybridIndex
+
+pytestmark = pytest.mark.anyio
+
+DIM = 256
+EMBEDDER = HashingEmbedder(DIM)  # only .vector() is used here, which records nothing
+
+POLICIES = [
+    "Refunds are issued to the original card within fourteen days of the invoice.",
+    "Shipping uses tracked couriers; delivery takes three working days.",
+    "Reset your password from the login page using the emailed link.",
+]
+HARDWARE = [
+    "Warranty repairs cover broken hardware for two years.",
+    "Support desk opening hours are nine to five; ask about zebra stickers.",
+]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def vectors(texts: Sequence[str]) -> np.ndarray:
+    return l2_normalise(np.vstack([EMBEDDER.vector(t) for t in texts]))
+
+
+def batch(source: str, texts: Sequence[str], digest: str = "h1") -> SourceBatch:
+    chunks = [
+        Chunk(chunk_id_for(source, i), text, source, title=source, index=i)
+        for i, text in enumerate(texts)
+    ]
+    return SourceBatch(source, chunks, vectors(texts), digest)
+
+
+def query(text: str, k: int = 3, *, hybrid: bool = True, like: str | None = None) -> SearchQuery:
+    return SearchQuery(text, vectors([like or text])[0], k, hybrid)
+
+
+async def open_index(directory: Path, **kwargs: object) -> InMemoryHybridIndex:
+    options: dict[str, object] = {"embedder_name": EMBEDDER.name, "dimension": DIM, **kwargs}
+    return await InMemoryHybridIndex.open(directory, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> InMemoryHybridIndex:
+    store = await open_index(tmp_path)
+    await store.replace_sources(
+        [batch("policies.md", POLICIES, "hash-p"), batch("hardware.md", HARDWARE, "hash-h")]
+    )
+    return store
+
+
+def texts(results: Sequence[object]) -> list[str]:
+    return [r.chunk.text for r in results]  # type: ignore[attr-defined]
+
+
+async def test_open_on_empty_directory(tmp_path: Path) -> None:
+    store = await open_index(tmp_path)
+    assert store.loaded_from_disk is False
+    assert await store.list_sources() == []
+    assert await store.search(query("refund")) == []
+    assert (await store.describe())["chunks"] == 0
+    assert not (tmp_path / INDEX_FILE).exists()
+
+
+async def test_dense_only_search(index: InMemoryHybridIndex) -> None:
+    results = await index.search(query("refund to my card after the invoice", hybrid=False))
+    assert results[0].chunk.text == POLICIES[0]
+    assert results[0].chunk.source == "policies.md"
+    assert all(set(r.scores) == {"dense"} for r in results)
+    assert all(r.score == r.scores["dense"] for r in results)
+    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
+    question = vectors(["refund to my card after the invoice"])[0]
+    expected = float(vectors([POLICIES[0]])[0] @ question)
+    assert results[0].score == pytest.approx(expected, rel=1e-5)
+    assert np.allclose(results[0].embedding, vectors([POLICIES[0]])[0])
+
+
+async def test_hybrid_search(index: InMemoryHybridIndex) -> None:
+    results = await index.search(query("password reset login", k=3))
+    assert results[0].chunk.text == POLICIES[2]
+    assert all(set(r.scores) == {"dense", "bm25", "fusion"} for r in results)
+    assert all(r.score == r.scores["fusion"] for r in results)
+    top = results[0]
+    assert top.score == pytest.approx(2 / 61)  # first in both legs, rrf k=60
+    assert top.scores["bm25"] > 0
+    assert top.scores["dense"] > 0.5
+
+
+@pytest.mark.parametrize("hybrid", [True, False])
+@pytest.mark.parametrize("k", [1, 2, 5, 10])
+async def test_k_limits_results(index: InMemoryHybridIndex, k: int, hybrid: bool) -> None:
+    results = await index.search(query("refund shipping warranty", k=k, hybrid=hybrid))
+    assert len(results) == min(k, 5)
+    assert len({r.chunk.id for r in results}) == len(results)
+
+
+async def test_bm25_only_match_enters_hybrid_but_not_dense(index: InMemoryHybridIndex) -> None:
+    # The text mentions "zebra" (only in HARDWARE[1]); the vector points at the refund passage.
+    dense = await index.search(query("zebra", k=2, hybrid=False, like=POLICIES[0]))
+    hybrid = await index.search(query("zebra", k=2, hybrid=True, like=POLICIES[0]))
+    assert dense[0].chunk.text == POLICIES[0]
+    assert HARDWARE[1] not in texts(dense)
+    assert texts(hybrid) == [POLICIES[0], HARDWARE[1]]
+    zebra = hybrid[1]
+    assert zebra.scores["bm25"] > 0
+    assert zebra.score == pytest.approx(1 / 61)
+    assert hybrid[0].scores["bm25"] == 0.0
+
+
+async def test_reingesting_a_source_replaces_its_chunks(index: InMemoryHybridIndex) -> None:
+    await index.replace_sources([batch("policies.md", ["Refunds now take thirty days."], "p2")])
+    results = await index.search(query("refund invoice card", k=10))
+    assert len(results) == 3  # 1 new policy chunk + 2 hardware chunks
+    assert "Refunds now take thirty days." in texts(results)
+    assert not set(POLICIES) & set(texts(results))
+    assert len({r.chunk.id for r in results}) == 3
+    sources = {s.source: (s.chunks, s.content_hash) for s in await index.list_sources()}
+    assert sources == {"policies.md": (1, "p2"), "hardware.md": (2, "hash-h")}
+
+
+async def test_list_sources_counts_and_hashes(index: InMemoryHybridIndex) -> None:
+    listed = await index.list_sources()
+    assert [(s.source, s.chunks, s.content_hash) for s in listed] == [
+        ("hardware.md", 2, "hash-h"),
+        ("policies.md", 3, "hash-p"),
+    ]
+    assert index.content_hash("policies.md") == "hash-p"
+    assert index.content_hash("missing.md") is None
+
+
+async def test_delete_one_source(index: InMemoryHybridIndex) -> None:
+    assert await index.delete_sources(["policies.md"]) == 3
+    assert [s.source for s in await index.list_sources()] == ["hardware.md"]
+    results = await index.search(query("refund invoice", k=10))
+    assert sorted(texts(results)) == sorted(HARDWARE)
+    assert await index.delete_sources(["policies.md"]) == 0
+    assert await index.delete_sources(["never-ingested.md"]) == 0
+    assert len(await index.list_sources()) == 1
+
+
+async def test_delete_all_sources(index: InMemoryHybridIndex, tmp_path: Path) -> None:
+    assert await index.delete_sources(None) == 5
+    assert await index.list_sources() == []
+    assert await index.search(query("refund")) == []
+    reopened = await open_index(tmp_path)
+    assert await reopened.list_sources() == []
+
+
+async def test_reopen_sees_same_index_without_embedding(
+    index: InMemoryHybridIndex, tmp_path: Path
+) -> None:
+    probes = [query("refund invoice"), query("zebra", like=POLICIES[0], hybrid=False)]
+    before = [await index.search(q) for q in probes]
+    embedder = HashingEmbedder(DIM)
+    reopened = await InMemoryHybridIndex.open(tmp_path, embedder_name=embedder.name, dimension=DIM)
+    assert reopened.loaded_from_disk is True
+    assert (await reopened.describe())["loaded_from_disk"] is True
+    assert await reopened.list_sources() == await index.list_sources()
+    assert [await reopened.search(q) for q in probes] == before
+    assert embedder.batches == []
+
+
+@pytest.mark.parametrize(
+    ("name", "dimension"), [("other-model", DIM), (EMBEDDER.name, 128)], ids=["name", "dim"]
+)
+async def test_reopen_with_other_embedder_is_refused(
+    index: InMemoryHybridIndex, tmp_path: Path, name: str, dimension: int
+) -> None:
+    with pytest.raises(IndexUnavailable) as caught:
+        await InMemoryHybridIndex.open(tmp_path, embedder_name=name, dimension=dimension)
+    message = caught.value.message
+    assert EMBEDDER.name in message and str(DIM) in message
+    assert name in message and str(dimension) in message
+
+
+def _meta_without_chunks(path: Path, data: bytes) -> None:
+    meta = json.dumps({"format": 1, "embedder": EMBEDDER.name, "hashes": {}}).encode()
+    np.savez(path, embeddings=np.zeros((0, DIM), np.float32), meta=np.frombuffer(meta, np.uint8))
+
+
+CORRUPTIONS = {
+    "garbage": lambda path, data: path.write_bytes(b"this is not an index"),
+    "truncated": lambda path, data: path.write_bytes(data[: len(data) // 2]),
+    "empty": lambda path, data: path.write_bytes(b""),
+    "meta_without_chunks": _meta_without_chunks,
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+async def test_corrupt_index_file_is_unavailable(
+    index: InMemoryHybridIndex, tmp_path: Path, corruption: str
+) -> None:
+    path = tmp_path / INDEX_FILE
+    CORRUPTIONS[corruption](path, path.read_bytes())
+    with pytest.raises(IndexUnavailable):
+        await open_index(tmp_path)
+
+
+async def test_failed_write_changes_nothing(
+    index: InMemoryHybridIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = query("refund invoice courier", k=10)
+    before_results = await index.search(probe)
+    before_sources = await index.list_sources()
+    before_bytes = (tmp_path / INDEX_FILE).read_bytes()
+    before_files = sorted(os.listdir(tmp_path))
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(memory_store.os, "replace", refuse)
+    with pytest.raises(IndexUnavailable, match="No space left"):
+        await index.replace_sources(
+            [batch("policies.md", ["Brand new refund text."], "p2"), batch("new.md", ["New."])]
+        )
+    with pytest.raises(IndexUnavailable):
+        await index.delete_sources(None)
+    monkeypatch.undo()
+
+    assert await index.search(probe) == before_results
+    assert await index.list_sources() == before_sources
+    assert (tmp_path / INDEX_FILE).read_bytes() == before_bytes
+    assert sorted(os.listdir(tmp_path)) == before_files
+    reopened = await open_index(tmp_path)
+    assert await reopened.search(probe) == before_results
+    assert await reopened.list_sources() == before_sources
+
+
+@pytest.mark.parametrize("shape", [(2, DIM), (3, DIM - 1), (3,)])
+async def test_embeddings_shape_mismatch(index: InMemoryHybridIndex, shape: tuple[int]) -> None:
+    good = batch("policies.md", POLICIES)
+    bad = SourceBatch("policies.md", good.chunks, np.zeros(shape, np.float32), "x")
+    with pytest.raises(ValueError, match=r"policies\.md"):
+        await index.replace_sources([bad])
+    assert [s.chunks for s in await index.list_sources()] == [2, 3]
+
+
+async def test_query_vector_of_wrong_dimension(index: InMemoryHybridIndex) -> None:
+    for hybrid in (True, False):
+        wrong = SearchQuery("refund", np.ones(DIM + 1, np.float32), 3, hybrid)
+        with pytest.raises(IndexUnavailable, match="dimensions"):
+            await index.search(wrong)
