@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     multi_turn_blend_alpha: float = Field(0.7, ge=0.0, le=1.0)
     multi_turn_history_turns: int = Field(6, ge=0)
     multi_turn_translate_history: bool = True
+    multi_turn_translation_cache_size: int = Field(1024, ge=1)
+    multi_turn_translation_timeout_seconds: float = Field(10.0, gt=0)
     condense_llm_endpoint: str | None = None
     condense_llm_model_id: str | None = None
     condense_timeout_seconds: float = Field(10.0, gt=0)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, Retriever
+from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class Backends:
     reranker: Reranker | None
     llm: ChatLLM
     condense_llm: ChatLLM
+    translator: HistoryTranslator | None = None
 
     async def aclose(self) -> None:
         seen: set[int] = set()
@@ -178,4 +180,13 @@ async def build_backends(settings: Settings) -> Backends:
         reranker.name if reranker else "off",
         llm.model,
     )
-    return Backends(embedder, retriever, reranker, llm, condense_llm)
+    translator = (
+        HistoryTranslator(
+            llm,
+            cache_size=settings.multi_turn_translation_cache_size,
+            timeout_seconds=settings.multi_turn_translation_timeout_seconds,
+        )
+        if settings.multi_turn_translate_history
+        else None
+    )
+    return Backends(embedder, retriever, reranker, llm, condense_llm, translator)

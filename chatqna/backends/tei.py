@@ -1,6 +1,7 @@
 """Remote embedder and reranker speaking Text Embeddings Inference (TEI) wire formats.
 
-- Embeddings: TEI's OpenAI-compatible `POST /v1/embeddings` with `{"input": [...]}`, answered
+- Embeddings: TEI's OpenAI-compatible `POST /v1/embeddings` with `{"input": [...]}` (a lone
+  text as `{"input": "..."}`), answered
   by `{"data": [{"index": i, "embedding": [...]}, ...]}`. A batch of texts is one call, as
   long as it fits `max_batch` (TEI's `--max-client-batch-size`, 32 by default).
 - Reranking: `POST /rerank` with `{"query", "texts"}`, answered by `[{"index", "score"}]`.
@@ -68,7 +69,10 @@ class TEIEmbedder:
         return np.vstack(parts)
 
     async def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        body = await post_json(self._client, "/v1/embeddings", {"input": texts}, backend="embedder")
+        # A lone text goes as a plain string, the baseline shape of OPEA's embedding call;
+        # several go as one batched list.
+        payload = {"input": texts[0] if len(texts) == 1 else texts}
+        body = await post_json(self._client, "/v1/embeddings", payload, backend="embedder")
         self.calls += 1
         self.texts_embedded += len(texts)
         require(

@@ -19,6 +19,7 @@ import numpy as np
 from chatqna.backends.factory import Backends
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery
 from chatqna.documents import ScoredChunk
+from chatqna.multiturn.blend import blend_query
 from chatqna.multiturn.history import Conversation, Message, split_conversation
 from chatqna.pipeline.prompt import build_answer_prompt
 from chatqna.settings import Settings
@@ -105,15 +106,27 @@ def source_document(item: ScoredChunk) -> dict[str, Any]:
 async def plan_retrieval(
     conversation: Conversation, backends: Backends, settings: Settings
 ) -> RetrievalPlan:
-    """Decide what the retriever searches with. Stateless: the last user message alone."""
-    vectors = await backends.embedder.embed([conversation.query])
+    """Decide what the retriever searches with, by `MULTI_TURN_MODE`.
+
+    blend: the dense leg searches with the blended vector (or the query's own vector when
+    the blend does not run); BM25 and the reranker get the isolated query text.
+    """
+    blend = await blend_query(
+        conversation,
+        backends.embedder,
+        enabled=settings.blend_active,
+        alpha=settings.multi_turn_blend_alpha,
+        history_turns=settings.multi_turn_history_turns,
+        translator=backends.translator,
+    )
     report = {
         "multi_turn_mode": settings.multi_turn_mode,
-        "strategy": "stateless",
+        "strategy": "blend" if blend.executed else "stateless",
         "query": conversation.query,
         "history_messages": len(conversation.history),
+        "blend": blend.report(),
     }
-    return RetrievalPlan(text=conversation.query, embedding=vectors[0], report=report)
+    return RetrievalPlan(text=conversation.query, embedding=blend.embedding, report=report)
 
 
 async def handle_request(

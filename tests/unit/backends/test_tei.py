@@ -67,7 +67,8 @@ def sent_json(call: Any) -> Any:
 
 def echo_embeddings(request: httpx.Request) -> httpx.Response:
     """Answer each text `tN` with the vector [N, 1, 0] (out of order, to exercise sorting)."""
-    texts = json.loads(request.content)["input"]
+    sent = json.loads(request.content)["input"]
+    texts = [sent] if isinstance(sent, str) else sent
     vectors = [[float(text[1:]), 1.0, 0.0] for text in texts]
     return httpx.Response(200, json=embeddings_body(vectors, list(reversed(range(len(texts))))))
 
@@ -106,7 +107,7 @@ async def test_embed_splits_batches_at_max_batch_in_order(
     assert [sent_json(call)["input"] for call in route.calls] == [
         ["t0", "t1"],
         ["t2", "t3"],
-        ["t4"],
+        "t4",  # a lone text goes as a plain string
     ]
     expected = np.array([[i, 1.0, 0.0] for i in range(5)], dtype=np.float64)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
@@ -243,7 +244,7 @@ async def test_describe_probes_once_when_dimension_unknown(
     first = await embedder.describe()
     second = await embedder.describe()
     assert route.call_count == 1
-    assert sent_json(route.calls[0]) == {"input": ["readiness probe"]}
+    assert sent_json(route.calls[0]) == {"input": "readiness probe"}
     assert first["kind"] == "tei"
     assert first["endpoint"] == BASE
     assert first["dimension"] == second["dimension"] == 4

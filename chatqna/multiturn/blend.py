@@ -1,0 +1,126 @@
+"""Blend mode: steer the dense search with the conversation, at the cost of one batched call.
+
+    V = normalise(a * EQ + (1 - a) * EH)
+
+`EQ` embeds the latest user message, `EH` the history text, `a` is
+`MULTI_TURN_BLEND_ALPHA`. Both are embedded in ONE batched call (`[query, history]`; on TEI
+that is one `POST /v1/embeddings`). `V` drives the dense leg only; BM25 and the reranker
+keep the isolated query text.
+
+History text: the last `MULTI_TURN_HISTORY_TURNS` user/assistant messages before the query,
+normalised to English, oldest first, one message per line. When the blend cannot run (the
+flag is off, there is no history, or the window is 0) the turn takes the baseline path: one
+single-string embedding call, and a log line says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from chatqna.backends.protocols import Embedder
+from chatqna.backends.tei import l2_normalise
+from chatqna.multiturn.history import Conversation, Message
+from chatqna.multiturn.translate import HistoryTranslator, TranslationOutcome
+
+logger = logging.getLogger(__name__)
+
+SKIP_DISABLED = "disabled"
+SKIP_NO_HISTORY = "no_history"
+SKIP_WINDOW_ZERO = "history_turns_zero"
+
+
+def history_text(messages: Sequence[Message]) -> str:
+    """The documented history assembly: message contents, oldest first, one per line."""
+    return "\n".join(m.content.strip() for m in messages if m.content.strip())
+
+
+def blend_vectors(query: np.ndarray, history: np.ndarray, alpha: float) -> np.ndarray:
+    """`normalise(alpha * query + (1 - alpha) * history)` for two vectors of equal length."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError("alpha must be within [0, 1]")
+    mixed = alpha * np.asarray(query, dtype=np.float32) + (1.0 - alpha) * np.asarray(
+        history, dtype=np.float32
+    )
+    blended: np.ndarray = l2_normalise(mixed.reshape(1, -1))[0]
+    return blended
+
+
+@dataclass(frozen=True)
+class BlendResult:
+    """The dense-leg vector of a turn and the record of how it was made."""
+
+    embedding: np.ndarray
+    query_embedding: np.ndarray
+    executed: bool
+    reason: str
+    alpha: float
+    history_turns: int
+    history_messages: int = 0
+    history: str = ""
+    translation: dict[str, Any] = field(default_factory=dict)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "enabled": self.reason != SKIP_DISABLED,
+            "executed": self.executed,
+            "reason": self.reason,
+            "alpha": self.alpha,
+            "history_turns": self.history_turns,
+            "history_messages": self.history_messages,
+            "translation": self.translation,
+        }
+
+
+async def blend_query(
+    conversation: Conversation,
+    embedder: Embedder,
+    *,
+    enabled: bool,
+    alpha: float,
+    history_turns: int,
+    translator: HistoryTranslator | None,
+) -> BlendResult:
+    """Embed the turn's query, blended with its history when the blend can run."""
+    window = conversation.window(history_turns)
+    skip = None
+    if not enabled:
+        skip = SKIP_DISABLED
+    elif history_turns == 0:
+        skip = SKIP_WINDOW_ZERO
+    elif not window:
+        skip = SKIP_NO_HISTORY
+    if skip is not None:
+        if skip == SKIP_DISABLED:
+            logger.debug("blend not run: MULTI_TURN_BLEND_ENABLED is false")
+        else:
+            logger.info("blend not run (%s): one single-string embedding call", skip)
+        vector = (await embedder.embed([conversation.query]))[0]
+        return BlendResult(vector, vector, False, skip, alpha, history_turns)
+
+    outcome = (
+        await translator.normalise(window)
+        if translator is not None
+        else TranslationOutcome(tuple(window))
+    )
+    text = history_text(outcome.messages)
+    if not text:
+        logger.info("blend not run (%s): the history window holds no text", SKIP_NO_HISTORY)
+        vector = (await embedder.embed([conversation.query]))[0]
+        return BlendResult(vector, vector, False, SKIP_NO_HISTORY, alpha, history_turns)
+    vectors = await embedder.embed([conversation.query, text])
+    return BlendResult(
+        embedding=blend_vectors(vectors[0], vectors[1], alpha),
+        query_embedding=vectors[0],
+        executed=True,
+        reason="executed",
+        alpha=alpha,
+        history_turns=history_turns,
+        history_messages=len(window),
+        history=text,
+        translation=outcome.report(translator is not None),
+    )
