@@ -156,6 +156,16 @@ def build_condense_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
     )
 
 
+def build_translator(settings: Settings, llm: ChatLLM) -> HistoryTranslator | None:
+    if not settings.multi_turn_translate_history:
+        return None
+    return HistoryTranslator(
+        llm,
+        cache_size=settings.multi_turn_translation_cache_size,
+        timeout_seconds=settings.multi_turn_translation_timeout_seconds,
+    )
+
+
 async def build_backends(settings: Settings) -> Backends:
     """Build every backend once, at start-up; a failure closes what was already built."""
     built: list[Any] = []
@@ -180,13 +190,5 @@ async def build_backends(settings: Settings) -> Backends:
         reranker.name if reranker else "off",
         llm.model,
     )
-    translator = (
-        HistoryTranslator(
-            llm,
-            cache_size=settings.multi_turn_translation_cache_size,
-            timeout_seconds=settings.multi_turn_translation_timeout_seconds,
-        )
-        if settings.multi_turn_translate_history
-        else None
-    )
+    translator = build_translator(settings, llm)
     return Backends(embedder, retriever, reranker, llm, condense_llm, translator)

@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
+from chatqna.backends.protocols import (
+    Completion,
+    Delta,
+    GenerationParams,
+    Retriever,
+    SearchQuery,
+    SourceBatch,
+    SourceInfo,
+    Usage,
+)
 from chatqna.backends.tei import l2_normalise
 from chatqna.documents import ScoredChunk
 from chatqna.retrieval.bm25 import tokenize
@@ -120,3 +129,30 @@ class ScriptedLLM:
 
     async def aclose(self) -> None:
         return None
+
+
+class RecordingRetriever:
+    """Wraps a real retriever and records every `SearchQuery` it is given."""
+
+    def __init__(self, inner: Retriever) -> None:
+        self.inner = inner
+        self.queries: list[SearchQuery] = []
+
+    async def search(self, query: SearchQuery) -> list[ScoredChunk]:
+        self.queries.append(query)
+        return await self.inner.search(query)
+
+    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
+        await self.inner.replace_sources(batches)
+
+    async def delete_sources(self, sources: Sequence[str] | None) -> int:
+        return await self.inner.delete_sources(sources)
+
+    async def list_sources(self) -> list[SourceInfo]:
+        return await self.inner.list_sources()
+
+    async def describe(self) -> dict[str, Any]:
+        return await self.inner.describe()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -62,26 +62,48 @@ class OnnxMiniLMEmbedder:
         )
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
-        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        self._lock = threading.Lock()  # the tokenizer's padding state is not thread-safe
+        self._tokenizer.no_padding()  # padding is done per length group in `_run`
+        self._lock = threading.Lock()  # keep tokenizer calls serialised across threads
         self.name = MODEL_NAME
         self.max_batch = max_batch
         self.calls = 0
         self.texts_embedded = 0
 
     def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed on the calling thread (used by `embed` and by batch jobs)."""
+        """Embed on the calling thread (used by `embed` and by batch jobs).
+
+        Texts are grouped by token length before running the model, so a short query is not
+        padded to the length of a long history (that padding made a query+history batch cost
+        several times a single query). Rows come back in input order.
+        """
         if not texts:
             raise ValueError("embed() needs at least one text")
-        rows = [self._embed_batch(list(texts[i : i + 64])) for i in range(0, len(texts), 64)]
-        return np.vstack(rows)
-
-    def _embed_batch(self, texts: list[str]) -> np.ndarray:
         with self._lock:
-            encodings = self._tokenizer.encode_batch(texts)
-        ids = np.asarray([e.ids for e in encodings], dtype=np.int64)
-        mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int64)
-        types = np.asarray([e.type_ids for e in encodings], dtype=np.int64)
+            encodings = self._tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        result = np.empty((len(encodings), self.dimension), dtype=np.float32)
+        group: list[int] = []
+        for position in order:
+            if group and (
+                len(group) == 64
+                or len(encodings[position].ids) > 1.25 * len(encodings[group[0]].ids) + 8
+            ):
+                result[group] = self._run([encodings[i] for i in group])
+                group = []
+            group.append(position)
+        result[group] = self._run([encodings[i] for i in group])
+        return result
+
+    def _run(self, encodings: list[Any]) -> np.ndarray:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        types = np.zeros_like(ids)
+        for row, encoding in enumerate(encodings):
+            length = len(encoding.ids)
+            ids[row, :length] = encoding.ids
+            mask[row, :length] = encoding.attention_mask
+            types[row, :length] = encoding.type_ids
         (hidden,) = self._session.run(
             ["last_hidden_state"],
             {"input_ids": ids, "attention_mask": mask, "token_type_ids": types},

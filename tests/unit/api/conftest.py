@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from chatqna.app import create_app
-from chatqna.backends.factory import Backends
+from chatqna.backends.factory import Backends, build_translator
 from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
 from chatqna.retrieval.dataprep import IngestFile, ingest_files
@@ -59,6 +59,7 @@ async def make_backends(
         reranker=reranker if reranker is not None else RecordingReranker(),
         llm=chat,
         condense_llm=chat,
+        translator=build_translator(settings, chat),
     )
 
 

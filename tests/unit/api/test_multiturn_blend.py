@@ -1,0 +1,191 @@
+"""Blend mode through the API against a TEI-shaped server: one batched call, exact vectors."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import numpy as np
+import pytest
+import respx
+
+from chatqna.app import create_app
+from chatqna.backends.fakes import (
+    HashingEmbedder,
+    RecordingReranker,
+    RecordingRetriever,
+    ScriptedLLM,
+)
+from chatqna.backends.tei import TEIEmbedder
+from chatqna.multiturn.blend import history_text
+from chatqna.multiturn.history import Message
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
+
+pytestmark = pytest.mark.anyio
+
+TEI = "http://tei.test"
+FIRST = "How long is data kept after cancellation?"
+ANSWER = "Data is kept for 30 days after cancellation."
+FOLLOW_UP = "Can you elaborate on this?"
+CHAT = [
+    {"role": "user", "content": FIRST},
+    {"role": "assistant", "content": ANSWER},
+    {"role": "user", "content": FOLLOW_UP},
+]
+HASHER = HashingEmbedder()
+
+
+def tei_handler(request: httpx.Request) -> httpx.Response:
+    """A TEI-shaped /v1/embeddings: feature-hashing vectors, `input` as string or list."""
+    sent = json.loads(request.content)["input"]
+    texts = [sent] if isinstance(sent, str) else sent
+    data = [
+        {"object": "embedding", "index": i, "embedding": HASHER.vector(t).tolist()}
+        for i, t in enumerate(texts)
+    ]
+    return httpx.Response(200, json={"object": "list", "data": data, "model": "tei-test"})
+
+
+def unit(vector: np.ndarray) -> np.ndarray:
+    return vector / np.linalg.norm(vector)
+
+
+@pytest.fixture
+def blend_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"multi_turn_blend_enabled": True})
+
+
+async def _app(
+    client_for: ClientFactory, settings: Settings, **extra: object
+) -> tuple[httpx.AsyncClient, RecordingRetriever, RecordingReranker]:
+    backends = await make_backends(settings, embedder=TEIEmbedder(TEI), **extra)  # type: ignore[arg-type]
+    retriever = RecordingRetriever(backends.retriever)
+    reranker = RecordingReranker()
+    backends.retriever, backends.reranker = retriever, reranker
+    return await client_for(backends, settings), retriever, reranker
+
+
+async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
+    client_for: ClientFactory, blend_settings: Settings
+) -> None:
+    with respx.mock(assert_all_called=True) as router:
+        route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        client, retriever, reranker = await _app(client_for, blend_settings)
+        response = await client.post("/v1/chatqna", json={"messages": CHAT})
+    assert response.status_code == 200
+    assert route.call_count == 1
+    history = history_text([Message("user", FIRST), Message("assistant", ANSWER)])
+    assert json.loads(route.calls[0].request.content) == {"input": [FOLLOW_UP, history]}
+
+    eq, eh = unit(HASHER.vector(FOLLOW_UP)), unit(HASHER.vector(history))
+    expected = unit(0.7 * eq + 0.3 * eh)
+    (query,) = retriever.queries
+    np.testing.assert_allclose(query.embedding, expected, rtol=1e-5, atol=1e-7)
+    assert query.text == FOLLOW_UP, "BM25 searches with the isolated query"
+    assert reranker.queries == [FOLLOW_UP], "the reranker scores the isolated query"
+
+    metadata = json.loads(parse_sse(response.text)[0][1])
+    report = metadata["retrieval"]
+    assert report["strategy"] == "blend" and report["query"] == FOLLOW_UP
+    assert report["blend"] == {
+        "enabled": True,
+        "executed": True,
+        "reason": "executed",
+        "alpha": 0.7,
+        "history_turns": 6,
+        "history_messages": 2,
+        "translation": {
+            "enabled": True,
+            "ran": False,
+            "translated": 0,
+            "from_cache": 0,
+            "failed": 0,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("update", "messages", "reason"),
+    [
+        ({"multi_turn_blend_enabled": False}, CHAT, "disabled"),
+        ({"multi_turn_blend_enabled": True}, [CHAT[-1]], "no_history"),
+        (
+            {"multi_turn_blend_enabled": True, "multi_turn_history_turns": 0},
+            CHAT,
+            "history_turns_zero",
+        ),
+        ({"multi_turn_blend_enabled": True, "multi_turn_mode": "condense"}, CHAT, "disabled"),
+    ],
+)
+async def test_no_op_paths_make_the_baseline_call(
+    client_for: ClientFactory,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+    update: dict[str, object],
+    messages: list[dict[str, str]],
+    reason: str,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="chatqna.multiturn.blend")
+    configured = settings.model_copy(update=update)
+    with respx.mock() as router:
+        route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        client, retriever, _ = await _app(client_for, configured)
+        response = await client.post("/v1/chatqna", json={"messages": messages, "stream": False})
+    assert response.status_code == 200
+    assert [json.loads(c.request.content) for c in route.calls] == [{"input": FOLLOW_UP}]
+    np.testing.assert_allclose(
+        retriever.queries[0].embedding, unit(HASHER.vector(FOLLOW_UP)), rtol=1e-5
+    )
+    blend = response.json()["metadata"]["retrieval"]["blend"]
+    assert blend["executed"] is False and blend["reason"] == reason
+    assert any(r.name == "chatqna.multiturn.blend" for r in caplog.records)
+
+
+async def test_alpha_zero_warns_at_start_up(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    configured = settings.model_copy(
+        update={"multi_turn_blend_enabled": True, "multi_turn_blend_alpha": 0.0}
+    )
+    app = create_app(configured, await make_backends(configured))
+    async with app.router.lifespan_context(app):
+        pass
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("MULTI_TURN_BLEND_ALPHA=0" in r.getMessage() for r in warnings)
+
+
+async def test_condense_with_blend_flag_warns_at_start_up(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    configured = settings.model_copy(
+        update={"multi_turn_blend_enabled": True, "multi_turn_mode": "condense"}
+    )
+    app = create_app(configured, await make_backends(configured))
+    async with app.router.lifespan_context(app):
+        pass
+    assert any("condense wins" in r.getMessage() for r in caplog.records)
+
+
+async def test_translation_is_reported_in_metadata(
+    client_for: ClientFactory, blend_settings: Settings
+) -> None:
+    spanish = "¿Cuánto tiempo se guardan los datos después de cancelar la suscripción?"
+    llm = ScriptedLLM("How long is data kept after cancelling the subscription?")
+    backends = await make_backends(blend_settings, embedder=HashingEmbedder(), llm=llm)
+    client = await client_for(backends, blend_settings)
+    chat = [{"role": "user", "content": spanish}, *CHAT[1:]]
+    for _ in range(2):
+        response = await client.post("/v1/chatqna", json={"messages": chat, "stream": False})
+    translation = response.json()["metadata"]["retrieval"]["blend"]["translation"]
+    assert translation == {
+        "enabled": True,
+        "ran": True,
+        "translated": 0,
+        "from_cache": 1,
+        "failed": 0,
+    }
+    # One translation call in all; the rest of the prompts are the two answers.
+    translations = [p for p in llm.prompts if "Translate" in p[0]["content"]]
+    assert len(translations) == 1

@@ -1,0 +1,114 @@
+"""Blend mode: the vector math, the history text, and every path that skips the blend."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from chatqna.backends.fakes import HashingEmbedder
+from chatqna.multiturn.blend import blend_query, blend_vectors, history_text
+from chatqna.multiturn.history import Conversation, Message, split_conversation
+
+pytestmark = pytest.mark.anyio
+
+HISTORY = (
+    Message("user", "How do I reset my password?"),
+    Message("assistant", "Use the reset link; it is valid for one hour."),
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_blend_vectors_is_the_normalised_weighted_sum() -> None:
+    eq = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    eh = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+    blended = blend_vectors(eq, eh, 0.7)
+    np.testing.assert_allclose(blended, np.array([0.7, 0.3, 0.0]) / np.hypot(0.7, 0.3), rtol=1e-6)
+    np.testing.assert_allclose(blend_vectors(eq, eh, 1.0), eq)
+    np.testing.assert_allclose(blend_vectors(eq, eh, 0.0), eh)
+    with pytest.raises(ValueError):
+        blend_vectors(eq, eh, 1.5)
+
+
+def test_history_text_is_oldest_first_one_message_per_line() -> None:
+    messages = [*HISTORY, Message("user", "  "), Message("user", " and then? ")]
+    assert history_text(messages) == (
+        "How do I reset my password?\nUse the reset link; it is valid for one hour.\nand then?"
+    )
+
+
+def test_window_counts_user_and_assistant_messages_only() -> None:
+    conversation = split_conversation(
+        [
+            Message("system", "be brief"),
+            *HISTORY,
+            Message("user", "q2"),
+            Message("assistant", "a2"),
+            Message("user", "Can you elaborate on this?"),
+        ]
+    )
+    assert conversation.window(3) == (HISTORY[1], Message("user", "q2"), Message("assistant", "a2"))
+    assert conversation.window(0) == ()
+    assert conversation.system == ("be brief",)
+
+
+async def test_executed_blend_uses_one_batch_of_two() -> None:
+    embedder = HashingEmbedder()
+    conversation = Conversation("Can you elaborate on this?", HISTORY)
+    result = await blend_query(
+        conversation, embedder, enabled=True, alpha=0.7, history_turns=6, translator=None
+    )
+    assert embedder.batches == [[conversation.query, history_text(HISTORY)]]
+    eq = embedder.vector(conversation.query)
+    eh = embedder.vector(history_text(HISTORY))
+    eq, eh = eq / np.linalg.norm(eq), eh / np.linalg.norm(eh)
+    expected = 0.7 * eq + 0.3 * eh
+    np.testing.assert_allclose(result.embedding, expected / np.linalg.norm(expected), rtol=1e-5)
+    np.testing.assert_allclose(result.query_embedding, eq, rtol=1e-5)
+    assert result.executed and result.report()["history_messages"] == 2
+
+
+@pytest.mark.parametrize(
+    ("enabled", "turns", "history", "reason", "level"),
+    [
+        (False, 6, HISTORY, "disabled", logging.DEBUG),
+        (True, 6, (), "no_history", logging.INFO),
+        (True, 0, HISTORY, "history_turns_zero", logging.INFO),
+    ],
+)
+async def test_skips_take_the_baseline_single_string_call(
+    caplog: pytest.LogCaptureFixture,
+    enabled: bool,
+    turns: int,
+    history: tuple[Message, ...],
+    reason: str,
+    level: int,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="chatqna.multiturn.blend")
+    embedder = HashingEmbedder()
+    conversation = Conversation("Can you elaborate on this?", history)
+    result = await blend_query(
+        conversation, embedder, enabled=enabled, alpha=0.7, history_turns=turns, translator=None
+    )
+    assert embedder.batches == [["Can you elaborate on this?"]]
+    assert not result.executed and result.reason == reason
+    np.testing.assert_array_equal(result.embedding, result.query_embedding)
+    records = [r for r in caplog.records if r.name == "chatqna.multiturn.blend"]
+    assert len(records) == 1 and records[0].levelno == level
+    expected_words = "MULTI_TURN_BLEND_ENABLED" if reason == "disabled" else reason
+    assert expected_words in records[0].getMessage()
+
+
+async def test_alpha_zero_searches_with_the_history_alone() -> None:
+    embedder = HashingEmbedder()
+    conversation = Conversation("Can you elaborate on this?", HISTORY)
+    result = await blend_query(
+        conversation, embedder, enabled=True, alpha=0.0, history_turns=6, translator=None
+    )
+    eh = embedder.vector(history_text(HISTORY))
+    np.testing.assert_allclose(result.embedding, eh / np.linalg.norm(eh), rtol=1e-5)
