@@ -151,6 +151,10 @@ class CondenseFailed(ChatQnAError):
             raise ValueError(f"unknown condense failure reason {reason!r}")
         super().__init__(CONDENSE_FAILED_MESSAGE, reason=reason)
         self.detail = detail
+        # Filled in by the condense step, for logs, spans and metrics.
+        self.latency_ms = 0.0
+        self.history_size = 0
+        self.model: str | None = None
 
 
 class IndexUnavailable(ChatQnAError):

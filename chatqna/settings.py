@@ -91,6 +91,7 @@ class Settings(BaseSettings):
     condense_llm_endpoint: str | None = None
     condense_llm_model_id: str | None = None
     condense_timeout_seconds: float = Field(10.0, gt=0)
+    condense_max_query_chars: int = Field(500, ge=20)
 
     @field_validator(
         "tei_embedding_endpoint",

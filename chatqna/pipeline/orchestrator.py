@@ -20,6 +20,7 @@ from chatqna.backends.factory import Backends
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery
 from chatqna.documents import ScoredChunk
 from chatqna.multiturn.blend import blend_query
+from chatqna.multiturn.condense import CondenseOutcome, condense_follow_up
 from chatqna.multiturn.history import Conversation, Message, split_conversation
 from chatqna.pipeline.prompt import build_answer_prompt
 from chatqna.settings import Settings
@@ -104,13 +105,32 @@ def source_document(item: ScoredChunk) -> dict[str, Any]:
 
 
 async def plan_retrieval(
-    conversation: Conversation, backends: Backends, settings: Settings
+    conversation: Conversation,
+    backends: Backends,
+    settings: Settings,
+    condensed: CondenseOutcome | None = None,
 ) -> RetrievalPlan:
     """Decide what the retriever searches with, by `MULTI_TURN_MODE`.
 
-    blend: the dense leg searches with the blended vector (or the query's own vector when
-    the blend does not run); BM25 and the reranker get the isolated query text.
+    condense: the standalone query (or, with no history, the raw message) drives the dense
+    leg, BM25 and the reranker. blend: the dense leg searches with the blended vector (or the
+    query's own vector when the blend does not run); BM25 and the reranker get the isolated
+    query text.
     """
+    base = {
+        "multi_turn_mode": settings.multi_turn_mode,
+        "raw_query": conversation.query,
+        "history_messages": len(conversation.history),
+    }
+    if condensed is not None:
+        vectors = await backends.embedder.embed([condensed.query])
+        report = {
+            **base,
+            "strategy": "condense" if condensed.rewritten else "stateless",
+            "query": condensed.query,
+            "condense": condensed.report(),
+        }
+        return RetrievalPlan(text=condensed.query, embedding=vectors[0], report=report)
     blend = await blend_query(
         conversation,
         backends.embedder,
@@ -120,13 +140,27 @@ async def plan_retrieval(
         translator=backends.translator,
     )
     report = {
-        "multi_turn_mode": settings.multi_turn_mode,
+        **base,
         "strategy": "blend" if blend.executed else "stateless",
         "query": conversation.query,
-        "history_messages": len(conversation.history),
         "blend": blend.report(),
     }
     return RetrievalPlan(text=conversation.query, embedding=blend.embedding, report=report)
+
+
+async def condense_step(
+    conversation: Conversation, backends: Backends, settings: Settings
+) -> CondenseOutcome | None:
+    """In condense mode, rewrite the follow-up (raises `CondenseFailed`); else nothing."""
+    if settings.multi_turn_mode != "condense":
+        return None
+    return await condense_follow_up(
+        conversation,
+        backends.condense_llm,
+        history_turns=settings.multi_turn_history_turns,
+        timeout_seconds=settings.condense_timeout_seconds,
+        max_chars=settings.condense_max_query_chars,
+    )
 
 
 async def handle_request(
@@ -137,7 +171,11 @@ async def handle_request(
     conversation = split_conversation(messages)
 
     mark = clock.started
-    plan = await plan_retrieval(conversation, backends, settings)
+    condensed = await condense_step(conversation, backends, settings)
+    if condensed is not None:
+        mark = clock.record("condense", mark)
+
+    plan = await plan_retrieval(conversation, backends, settings, condensed)
     mark = clock.record("embed", mark)
 
     candidates = await backends.retriever.search(

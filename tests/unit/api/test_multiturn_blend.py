@@ -116,7 +116,6 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
             CHAT,
             "history_turns_zero",
         ),
-        ({"multi_turn_blend_enabled": True, "multi_turn_mode": "condense"}, CHAT, "disabled"),
     ],
 )
 async def test_no_op_paths_make_the_baseline_call(

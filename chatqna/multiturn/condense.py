@@ -1,0 +1,232 @@
+"""Condense mode: an LLM rewrites a follow-up into a standalone question, and fails closed.
+
+With an empty history window no LLM call is made: the raw message is the retrieval query
+(status `skipped_no_history`). Otherwise one chat call asks for JSON
+`{"standalone_query": "..."}` (as a JSON-schema response format) from a prompt that says:
+reformulate the latest message so it stands alone, return it unchanged if it already does,
+never answer it. The rewrite then drives the dense leg, the BM25 leg and the reranker; the
+answer prompt keeps the user's raw words.
+
+Any failure fails the turn with `CondenseFailed` (HTTP 503); there is no fallback:
+
+| reason          | when                                                                 |
+|-----------------|----------------------------------------------------------------------|
+| `timeout`       | no reply within `CONDENSE_TIMEOUT_SECONDS`                           |
+| `http_error`    | the LLM server answered with an HTTP error or could not be reached   |
+| `bad_body`      | the reply is not a JSON object, or fails the output guard below      |
+| `missing_field` | the JSON object has no `standalone_query`                            |
+| `empty_query`   | `standalone_query` is blank after clean-up                           |
+
+Output guard (`clean_rewrite`): surrounding quotes and labels such as "Standalone question:"
+are stripped and whitespace collapsed; the text is cut at `max_chars` on a word boundary.
+A reply is rejected as `bad_body` when it is meta-text (talks about the task: "here is",
+"rewritten", "as an AI", "I cannot"...) or answer-shaped: it opens with yes/no, or it
+holds two or more sentences and does not end with a question mark, or it is longer than
+60 words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chatqna.backends.protocols import ChatLLM, GenerationParams
+from chatqna.errors import BadUpstreamResponse, CondenseFailed, UpstreamError, UpstreamTimeout
+from chatqna.multiturn.history import Conversation, Message
+
+logger = logging.getLogger(__name__)
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+STATUS_SKIPPED = "skipped_no_history"
+
+SYSTEM_PROMPT = """\
+You turn the latest message of a conversation into a standalone search question.
+Rules:
+- Rewrite the latest message so it can be understood without the conversation: replace \
+words like "it", "that", "this" and "there" with what they refer to.
+- If the latest message is already standalone, return it unchanged.
+- Never answer the question. Never add facts that are not in the conversation.
+- Reply with JSON only: {"standalone_query": "<the question>"}
+
+Example 1
+Conversation:
+User: Which plans include single sign-on?
+Assistant: Single sign-on is part of the Enterprise plan.
+Latest message: How much does it cost?
+Reply: {"standalone_query": "How much does the Enterprise plan cost?"}
+
+Example 2
+Conversation:
+User: Can I change my username?
+Assistant: Yes, once every 30 days in your profile settings.
+Latest message: What are the accepted payment methods?
+Reply: {"standalone_query": "What are the accepted payment methods?"}"""
+
+RESPONSE_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "standalone_query",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"standalone_query": {"type": "string", "minLength": 1}},
+            "required": ["standalone_query"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+_LABEL = re.compile(
+    r"^\s*(standalone|rewritten|reformulated|search)?\s*(question|query)\s*:\s*", re.IGNORECASE
+)
+_META = re.compile(
+    r"\b(here is|here's|standalone (question|query)|rewritten|reformulat\w*|as an ai|"
+    r"i cannot|i can't|i'm sorry|i am sorry|language model|the latest message)\b",
+    re.IGNORECASE,
+)
+_YES_NO = re.compile(r"^(yes|no|sure|certainly)\b\s*[,.!]", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
+_QUOTES = "\"'`“”‘’«»"
+MAX_WORDS = 60
+
+
+def clean_rewrite(text: str, max_chars: int) -> str:
+    """Strip quotes and labels, collapse whitespace, cut at `max_chars` on a word boundary."""
+    cleaned = " ".join(text.split())
+    for _ in range(3):  # labels and quotes may nest: 'Query: "How ...?"'
+        cleaned = _LABEL.sub("", cleaned).strip().strip(_QUOTES).strip()
+    if len(cleaned) > max_chars:
+        cut = cleaned[:max_chars]
+        cleaned = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return cleaned
+
+
+def guard_violation(text: str) -> str | None:
+    """Why a cleaned rewrite is unusable (meta-text or answer-shaped), or None if it is fine."""
+    if _META.search(text):
+        return "meta-text"
+    if _YES_NO.match(text):
+        return "answer-shaped (opens with yes/no)"
+    if len(text.split()) > MAX_WORDS:
+        return f"answer-shaped (more than {MAX_WORDS} words)"
+    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
+    if len(sentences) >= 2 and not text.endswith("?"):
+        return "answer-shaped (several sentences, no question)"
+    return None
+
+
+def transcript(history: Sequence[Message], latest: str) -> str:
+    lines = ["Conversation:"]
+    lines += [
+        f"{'User' if m.role == 'user' else 'Assistant'}: {m.content.strip()}" for m in history
+    ]
+    lines.append(f"Latest message: {latest.strip()}")
+    return "\n".join(lines)
+
+
+def parse_reply(content: str, max_chars: int) -> str:
+    """The standalone query in an LLM reply, or `CondenseFailed` with the documented reason."""
+    body = content.strip()
+    if body.startswith("```"):
+        body = body.strip("`").removeprefix("json").strip()
+    try:
+        parsed = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise CondenseFailed("bad_body", "the reply is not JSON") from exc
+    if not isinstance(parsed, dict):
+        raise CondenseFailed("bad_body", "the reply is not a JSON object")
+    if "standalone_query" not in parsed:
+        raise CondenseFailed("missing_field", "no standalone_query in the reply")
+    value = parsed["standalone_query"]
+    if value is None:
+        raise CondenseFailed("empty_query", "standalone_query is null")
+    if not isinstance(value, str):
+        raise CondenseFailed("bad_body", "standalone_query is not a string")
+    query = clean_rewrite(value, max_chars)
+    if not query:
+        raise CondenseFailed("empty_query", "standalone_query is blank")
+    violation = guard_violation(query)
+    if violation is not None:
+        raise CondenseFailed("bad_body", f"rejected by the output guard: {violation}")
+    return query
+
+
+@dataclass(frozen=True)
+class CondenseOutcome:
+    """What condense did for one turn: the retrieval query and how it was obtained."""
+
+    status: str
+    query: str
+    raw_query: str
+    history_size: int
+    latency_ms: float = 0.0
+    model: str | None = None
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rewritten(self) -> bool:
+        return self.status == STATUS_OK
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "standalone_query": self.query if self.rewritten else None,
+            "raw_query": self.raw_query,
+            "history_size": self.history_size,
+            "latency_ms": self.latency_ms,
+            "model": self.model,
+        }
+
+
+async def condense_follow_up(
+    conversation: Conversation,
+    llm: ChatLLM,
+    *,
+    history_turns: int,
+    timeout_seconds: float,
+    max_chars: int = 500,
+) -> CondenseOutcome:
+    """Rewrite the turn's query into a standalone question, or raise `CondenseFailed`."""
+    window = conversation.window(history_turns)
+    if not window:
+        return CondenseOutcome(STATUS_SKIPPED, conversation.query, conversation.query, 0)
+    prompt = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": transcript(window, conversation.query)},
+    ]
+    params = GenerationParams(max_tokens=128, temperature=0.0, response_format=RESPONSE_FORMAT)
+    started = time.perf_counter()
+    try:
+        completion = await asyncio.wait_for(llm.complete(prompt, params), timeout_seconds)
+        query = parse_reply(completion.text, max_chars)
+    except CondenseFailed as exc:
+        raise _record(exc, started, len(window), llm.model) from exc.__cause__
+    except (TimeoutError, UpstreamTimeout) as exc:
+        failure = CondenseFailed("timeout", f"no reply within {timeout_seconds}s")
+        raise _record(failure, started, len(window), llm.model) from exc
+    except BadUpstreamResponse as exc:
+        failure = CondenseFailed("bad_body", exc.message)
+        raise _record(failure, started, len(window), llm.model) from exc
+    except UpstreamError as exc:
+        failure = CondenseFailed("http_error", exc.message)
+        raise _record(failure, started, len(window), llm.model) from exc
+    latency = round((time.perf_counter() - started) * 1000, 3)
+    return CondenseOutcome(STATUS_OK, query, conversation.query, len(window), latency, llm.model)
+
+
+def _record(
+    failure: CondenseFailed, started: float, history_size: int, model: str
+) -> CondenseFailed:
+    failure.latency_ms = round((time.perf_counter() - started) * 1000, 3)
+    failure.history_size = history_size
+    failure.model = model
+    logger.warning("condense failed (reason=%s): %s", failure.reason, failure.detail)
+    return failure

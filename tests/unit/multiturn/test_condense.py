@@ -1,0 +1,171 @@
+"""Condense: reply parsing, the output guard, and the failure reasons."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatqna.backends.fakes import ScriptedLLM
+from chatqna.errors import (
+    CONDENSE_FAILED_MESSAGE,
+    BadUpstreamResponse,
+    CondenseFailed,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from chatqna.multiturn.condense import (
+    STATUS_OK,
+    STATUS_SKIPPED,
+    clean_rewrite,
+    condense_follow_up,
+    guard_violation,
+    parse_reply,
+    transcript,
+)
+from chatqna.multiturn.history import Conversation, Message
+
+pytestmark = pytest.mark.anyio
+
+HISTORY = (
+    Message("user", "How do I export my data?"),
+    Message("assistant", "Open Settings > Workspace > Export."),
+)
+FOLLOW_UP = Conversation("Is that possible after I cancel?", HISTORY)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.parametrize(
+    ("raw", "cleaned"),
+    [
+        ('"Can I export my data after I cancel?"', "Can I export my data after I cancel?"),
+        ("Standalone question: Can I export after cancelling?", "Can I export after cancelling?"),
+        ('Query: "refund window for annual plans"', "refund window for annual plans"),
+        ("  How   long\nis data kept? ", "How long is data kept?"),
+    ],
+)
+def test_clean_rewrite(raw: str, cleaned: str) -> None:
+    assert clean_rewrite(raw, 500) == cleaned
+
+
+def test_clean_rewrite_caps_on_a_word_boundary() -> None:
+    assert clean_rewrite("alpha beta gamma delta", 13) == "alpha beta"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "How long is my data kept after I cancel my plan?",
+        "Can I get a refund on an annual plan?",
+        "refund window annual plan",
+        "What does the Business plan cost per user per month?",
+    ],
+)
+def test_guard_accepts_standalone_questions(text: str) -> None:
+    assert guard_violation(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("Here is the standalone question: can I export?", "meta-text"),
+        ("I cannot rewrite this message.", "meta-text"),
+        ("Yes, you can export after cancelling.", "yes/no"),
+        ("You can export for 30 days. After that the data is deleted.", "several sentences"),
+        (" ".join(["word"] * 61), "60 words"),
+    ],
+)
+def test_guard_rejects_meta_text_and_answers(text: str, why: str) -> None:
+    violation = guard_violation(text)
+    assert violation is not None and why in violation
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("Sure! Can I export after cancelling?", "bad_body"),
+        ('["Can I export?"]', "bad_body"),
+        ('{"query": "Can I export?"}', "missing_field"),
+        ('{"standalone_query": "   "}', "empty_query"),
+        ('{"standalone_query": null}', "empty_query"),
+        ('{"standalone_query": 42}', "bad_body"),
+        ('{"standalone_query": "Yes, you can."}', "bad_body"),
+    ],
+)
+def test_parse_reply_failures(content: str, reason: str) -> None:
+    with pytest.raises(CondenseFailed) as caught:
+        parse_reply(content, 500)
+    assert caught.value.reason == reason
+    assert caught.value.envelope() == {
+        "error": "condense_failed",
+        "reason": reason,
+        "message": CONDENSE_FAILED_MESSAGE,
+    }
+
+
+def test_parse_reply_accepts_fenced_json() -> None:
+    fenced = '```json\n{"standalone_query": "Can I export after I cancel?"}\n```'
+    assert parse_reply(fenced, 500) == "Can I export after I cancel?"
+
+
+def test_transcript_names_roles_and_the_latest_message() -> None:
+    assert transcript(HISTORY, "And then?") == (
+        "Conversation:\nUser: How do I export my data?\n"
+        "Assistant: Open Settings > Workspace > Export.\nLatest message: And then?"
+    )
+
+
+async def test_no_history_makes_no_call() -> None:
+    llm = ScriptedLLM('{"standalone_query": "never used"}')
+    outcome = await condense_follow_up(
+        Conversation("How do I export?", ()), llm, history_turns=6, timeout_seconds=1
+    )
+    assert outcome.status == STATUS_SKIPPED and outcome.query == "How do I export?"
+    assert llm.prompts == []
+
+
+async def test_follow_up_is_rewritten_with_the_window() -> None:
+    llm = ScriptedLLM('{"standalone_query": "Can I export my data after I cancel?"}')
+    outcome = await condense_follow_up(FOLLOW_UP, llm, history_turns=6, timeout_seconds=1)
+    assert outcome.status == STATUS_OK
+    assert outcome.query == "Can I export my data after I cancel?"
+    assert outcome.raw_query == FOLLOW_UP.query and outcome.history_size == 2
+    (prompt,) = llm.prompts
+    assert "Never answer the question" in prompt[0]["content"]
+    assert prompt[1]["content"].endswith("Latest message: Is that possible after I cancel?")
+    params = llm.params[0]
+    assert params.temperature == 0.0
+    assert params.response_format is not None and params.response_format["type"] == "json_schema"
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (UpstreamTimeout("t", backend="llm"), "timeout"),
+        (TimeoutError(), "timeout"),
+        (UpstreamError("500", backend="llm"), "http_error"),
+        (BadUpstreamResponse("no choices", backend="llm"), "bad_body"),
+    ],
+)
+async def test_upstream_failures_map_to_reasons(error: Exception, reason: str) -> None:
+    llm = ScriptedLLM(error=error)
+    with pytest.raises(CondenseFailed) as caught:
+        await condense_follow_up(FOLLOW_UP, llm, history_turns=6, timeout_seconds=1)
+    assert caught.value.reason == reason
+    assert caught.value.history_size == 2 and caught.value.model == "scripted"
+
+
+async def test_slow_rewrite_times_out() -> None:
+    class Slow(ScriptedLLM):
+        async def complete(self, messages, params):  # type: ignore[no-untyped-def]
+            import asyncio
+
+            await asyncio.sleep(5)
+            return await super().complete(messages, params)
+
+    with pytest.raises(CondenseFailed) as caught:
+        await condense_follow_up(FOLLOW_UP, Slow(), history_turns=6, timeout_seconds=0.05)
+    assert caught.value.reason == "timeout"
+    assert caught.value.latency_ms < 1000
