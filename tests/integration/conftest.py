@@ -55,7 +55,11 @@ class ServerProcess:
 
 
 def start_server(
-    data_dir: Path, log_path: Path, timeout: float = 90.0, **env: str
+    data_dir: Path,
+    log_path: Path,
+    timeout: float = 90.0,
+    ready_path: str = "/v1/ready",
+    **env: str,
 ) -> ServerProcess:
     port = free_port()
     full_env = clean_env(
@@ -79,7 +83,7 @@ def start_server(
         if process.poll() is not None:
             raise RuntimeError(f"server exited early:\n{server.stop()}")
         try:
-            if httpx.get(f"{server.url}/v1/ready", timeout=2).status_code == 200:
+            if httpx.get(f"{server.url}{ready_path}", timeout=2).status_code == 200:
                 return server
         except httpx.HTTPError:
             pass
