@@ -43,7 +43,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (MEGA_SERVICE_PORT)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,
 ) -> None:
-    """Serve the API (and the chat UI) in the foreground."""
+    """Serve the API in the foreground."""
     import uvicorn
 
     from chatqna.app import create_app
@@ -154,6 +154,42 @@ def _print_sse(event: str, data: str) -> None:
     else:
         for choice in body.get("choices", []):
             typer.echo(choice.get("delta", {}).get("content") or "", nl=False)
+
+
+@app.command()
+def bench(
+    dataset: Annotated[Path, typer.Option(help="Dataset directory (corpus + conversations)")],
+    output: Annotated[Path | None, typer.Option(help="Where results go")] = None,
+    alphas: Annotated[str, typer.Option(help="Blend alphas to try")] = "0.5,0.6,0.7,0.75,0.8,0.9",
+    history_turns: Annotated[str, typer.Option(help="Blend history windows")] = "2,4,6",
+    llm: Annotated[bool, typer.Option(help="Run condense with the configured LLM")] = True,
+    samples: Annotated[int, typer.Option(help="Bootstrap samples")] = 1000,
+    cache_dir: Annotated[Path | None, typer.Option(help="Embedding cache")] = None,
+    service: Annotated[str | None, typer.Option(help="Score a running service instead")] = None,
+    ingest: Annotated[bool, typer.Option(help="With --service: upload the corpus first")] = False,
+) -> None:
+    """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups)."""
+    from chatqna.evaluation.command import run_bench_command, run_service_command
+
+    settings = load_settings()
+    configure_logging(settings)
+    command = "chatqna bench " + " ".join(sys.argv[2:])
+    if service is not None:
+        asyncio.run(run_service_command(dataset, service, output, ingest, samples, command))
+        return
+    asyncio.run(
+        run_bench_command(
+            settings,
+            dataset,
+            output,
+            alphas=tuple(float(a) for a in alphas.split(",")),
+            history_turns=tuple(int(n) for n in history_turns.split(",")),
+            with_llm=llm,
+            samples=samples,
+            cache_dir=cache_dir,
+            command=command,
+        )
+    )
 
 
 def main() -> None:

@@ -22,7 +22,9 @@ are stripped and whitespace collapsed; the text is cut at `max_chars` on a word 
 A reply is rejected as `bad_body` when it is meta-text (talks about the task: "here is",
 "rewritten", "as an AI", "I cannot"...) or answer-shaped: it opens with yes/no, or it
 holds two or more sentences and does not end with a question mark, or it is longer than
-60 words.
+60 words, or the latest message is a question (ends with "?") and the rewrite is not.
+The prompt shows each history message cut to its first 400 characters, and the reply may
+use at most 64 tokens.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ _YES_NO = re.compile(r"^(yes|no|sure|certainly)\b\s*[,.!]", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
 _QUOTES = "\"'`“”‘’«»"
 MAX_WORDS = 60
+# The subject of a follow-up sits in the first words of a message; long answers are cut here
+# to keep the rewrite prompt (and its latency) small.
+HISTORY_MESSAGE_CHARS = 400
 
 
 def clean_rewrite(text: str, max_chars: int) -> str:
@@ -108,7 +113,7 @@ def clean_rewrite(text: str, max_chars: int) -> str:
     return cleaned
 
 
-def guard_violation(text: str) -> str | None:
+def guard_violation(text: str, latest: str = "") -> str | None:
     """Why a cleaned rewrite is unusable (meta-text or answer-shaped), or None if it is fine."""
     if _META.search(text):
         return "meta-text"
@@ -119,19 +124,29 @@ def guard_violation(text: str) -> str | None:
     sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
     if len(sentences) >= 2 and not text.endswith("?"):
         return "answer-shaped (several sentences, no question)"
+    if latest.rstrip().endswith("?") and not text.endswith("?"):
+        return "answer-shaped (a question rewritten as a statement)"
     return None
 
 
-def transcript(history: Sequence[Message], latest: str) -> str:
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def transcript(history: Sequence[Message], latest: str, message_chars: int | None = None) -> str:
+    """The conversation as the rewrite prompt shows it; long messages are shortened."""
+    limit = HISTORY_MESSAGE_CHARS if message_chars is None else message_chars
     lines = ["Conversation:"]
     lines += [
-        f"{'User' if m.role == 'user' else 'Assistant'}: {m.content.strip()}" for m in history
+        f"{'User' if m.role == 'user' else 'Assistant'}: {_shorten(m.content, limit)}"
+        for m in history
     ]
     lines.append(f"Latest message: {latest.strip()}")
     return "\n".join(lines)
 
 
-def parse_reply(content: str, max_chars: int) -> str:
+def parse_reply(content: str, max_chars: int, latest: str = "") -> str:
     """The standalone query in an LLM reply, or `CondenseFailed` with the documented reason."""
     body = content.strip()
     if body.startswith("```"):
@@ -152,7 +167,7 @@ def parse_reply(content: str, max_chars: int) -> str:
     query = clean_rewrite(value, max_chars)
     if not query:
         raise CondenseFailed("empty_query", "standalone_query is blank")
-    violation = guard_violation(query)
+    violation = guard_violation(query, latest)
     if violation is not None:
         raise CondenseFailed("bad_body", f"rejected by the output guard: {violation}")
     return query
@@ -202,11 +217,11 @@ async def condense_follow_up(
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": transcript(window, conversation.query)},
     ]
-    params = GenerationParams(max_tokens=128, temperature=0.0, response_format=RESPONSE_FORMAT)
+    params = GenerationParams(max_tokens=64, temperature=0.0, response_format=RESPONSE_FORMAT)
     started = time.perf_counter()
     try:
         completion = await asyncio.wait_for(llm.complete(prompt, params), timeout_seconds)
-        query = parse_reply(completion.text, max_chars)
+        query = parse_reply(completion.text, max_chars, conversation.query)
     except CondenseFailed as exc:
         raise _record(exc, started, len(window), llm.model) from exc.__cause__
     except (TimeoutError, UpstreamTimeout) as exc:

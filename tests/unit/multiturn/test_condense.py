@@ -169,3 +169,20 @@ async def test_slow_rewrite_times_out() -> None:
         await condense_follow_up(FOLLOW_UP, Slow(), history_turns=6, timeout_seconds=0.05)
     assert caught.value.reason == "timeout"
     assert caught.value.latency_ms < 1000
+
+
+def test_a_question_rewritten_as_a_statement_is_an_answer() -> None:
+    statement = "The Patriots coach is a former quarterback"
+    assert guard_violation(statement) is None
+    violation = guard_violation(statement, latest="Who is the Patriots coach?")
+    assert violation is not None and "statement" in violation
+    with pytest.raises(CondenseFailed) as caught:
+        reply = '{"standalone_query": "' + statement + '"}'
+        parse_reply(reply, 500, "Who is the coach?")
+    assert caught.value.reason == "bad_body"
+
+
+def test_transcript_shortens_long_messages() -> None:
+    long_answer = Message("assistant", "word " * 300)
+    text = transcript([long_answer], "And then?", message_chars=40)
+    assert "Assistant: word word word word word word word word ..." in text

@@ -1,0 +1,1 @@
+"""The multi-turn retrieval benchmark: datasets, metrics, modes, runner and reports."""

@@ -1,0 +1,104 @@
+"""`chatqna bench`: build the real backends, run the benchmark, write the outputs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chatqna.backends.factory import build_condense_llm, build_embedder, build_llm
+from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
+from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.modes import default_strategies
+from chatqna.evaluation.report import markdown, write_outputs
+from chatqna.evaluation.runner import run_benchmark
+from chatqna.settings import Settings
+
+DEFAULT_RESULTS = Path("tests/rag-benchmarks/results")
+
+
+def tqdm_progress() -> Callable[[str, int], Callable[[int], None]]:
+    from tqdm import tqdm
+
+    def start(description: str, total: int) -> Callable[[int], None]:
+        bar = tqdm(total=total, desc=description, file=sys.stderr, leave=False, disable=None)
+
+        def tick(count: int) -> None:
+            bar.update(count)
+            if bar.n >= total:
+                bar.close()
+
+        return tick
+
+    return start
+
+
+def settings_snapshot(settings: Settings) -> dict[str, Any]:
+    snapshot: dict[str, Any] = settings.model_dump(mode="json")
+    return snapshot
+
+
+async def run_bench_command(
+    settings: Settings,
+    dataset_dir: Path,
+    output: Path | None,
+    *,
+    alphas: tuple[float, ...],
+    history_turns: tuple[int, ...],
+    with_llm: bool,
+    samples: int,
+    cache_dir: Path | None,
+    command: str,
+) -> dict[str, Any]:
+    dataset = load_dataset(dataset_dir)
+    raw = await build_embedder(settings)
+    cache = EmbeddingCache(cache_dir or settings.chatqna_data_dir / "bench-cache", raw.name)
+    embedder = CachingEmbedder(raw, cache)
+    llm = build_condense_llm(settings, await build_llm(settings)) if with_llm else None
+    started = time.perf_counter()
+    try:
+        results = await run_benchmark(
+            dataset,
+            default_strategies(alphas=alphas, history_turns=history_turns, with_llm=with_llm),
+            embedder,
+            raw,
+            llm,
+            samples=samples,
+            progress=tqdm_progress(),
+        )
+    finally:
+        cache.save()
+        if llm is not None:
+            await llm.aclose()
+        await raw.aclose()
+    results["command"] = command
+    results["settings"] = settings_snapshot(settings)
+    results["embedder"] = {
+        "name": raw.name,
+        "inputs_computed": embedder.inputs_computed,
+        "cache": str(cache.path),
+    }
+    results["condense_llm"] = llm.model if llm is not None else None
+    results["seconds_total"] = round(time.perf_counter() - started, 1)
+    paths = write_outputs(results, output or DEFAULT_RESULTS / dataset.name)
+    print(markdown(results).split("## Every mode")[0])
+    for kind, path in paths.items():
+        print(f"{kind}: {path}", file=sys.stderr)
+    return results
+
+
+async def run_service_command(
+    dataset_dir: Path, url: str, output: Path | None, ingest: bool, samples: int, command: str
+) -> dict[str, Any]:
+    from chatqna.evaluation.service import run_against_service
+
+    dataset = load_dataset(dataset_dir)
+    results = await run_against_service(dataset, url, ingest=ingest, samples=samples)
+    results["command"] = command
+    paths = write_outputs(results, output or DEFAULT_RESULTS / f"{dataset.name}-service")
+    print(markdown(results).split("## Every mode")[0])
+    for kind, path in paths.items():
+        print(f"{kind}: {path}", file=sys.stderr)
+    return results

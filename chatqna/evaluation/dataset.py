@@ -1,0 +1,111 @@
+"""Benchmark datasets in the MTRAG layout: `corpus.jsonl` + `conversations.jsonl`.
+
+`corpus.jsonl` holds one passage per line (`id`, `title`, `text`). `conversations.jsonl`
+holds one conversation per line with every user and assistant turn; user turns with
+`"evaluate": true` are scored against their `relevant_ids`, the rest stay as history.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from chatqna.multiturn.history import Message
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One corpus passage; benchmark rankings are lists of passage ids."""
+
+    id: str
+    title: str
+    text: str
+
+    def indexed_text(self) -> str:
+        """What the index sees: the title line, then the passage."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class EvalTurn:
+    """A scored user turn with everything said before it."""
+
+    conversation_id: str
+    turn: int
+    query: str
+    history: tuple[Message, ...]
+    relevant_ids: tuple[str, ...]
+    gold_rewrite: str | None
+
+    @property
+    def is_follow_up(self) -> bool:
+        return self.turn >= 2
+
+    @property
+    def key(self) -> str:
+        return f"{self.conversation_id}<::>{self.turn}"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A corpus and the scored turns of its conversations."""
+
+    name: str
+    path: Path
+    passages: tuple[Passage, ...]
+    turns: tuple[EvalTurn, ...]
+
+    @property
+    def conversations(self) -> list[str]:
+        return sorted({turn.conversation_id for turn in self.turns})
+
+
+def _read_jsonl(path: Path) -> list[dict[str, object]]:
+    rows = []
+    with path.open(encoding="utf-8") as stream:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def load_dataset(directory: Path) -> Dataset:
+    """Read a dataset directory; raises ValueError naming the file and line of bad input."""
+    corpus_path, conversations_path = directory / "corpus.jsonl", directory / "conversations.jsonl"
+    for required in (corpus_path, conversations_path):
+        if not required.is_file():
+            raise FileNotFoundError(f"{required} is missing (a dataset needs both files)")
+    passages = tuple(
+        Passage(str(row["id"]), str(row.get("title") or ""), str(row["text"]))
+        for row in _read_jsonl(corpus_path)
+    )
+    turns: list[EvalTurn] = []
+    for row in _read_jsonl(conversations_path):
+        conversation_id = str(row["conversation_id"])
+        history: list[Message] = []
+        raw_turns = row.get("turns")
+        if not isinstance(raw_turns, list):
+            raise ValueError(f"{conversations_path}: {conversation_id} has no turns list")
+        for item in raw_turns:
+            role, text = str(item["role"]), str(item["text"])
+            if role == "user" and item.get("evaluate"):
+                turns.append(
+                    EvalTurn(
+                        conversation_id=conversation_id,
+                        turn=int(item["turn"]),
+                        query=text,
+                        history=tuple(history),
+                        relevant_ids=tuple(str(i) for i in item.get("relevant_ids") or ()),
+                        gold_rewrite=item.get("gold_rewrite") or None,
+                    )
+                )
+            history.append(Message(role, text))
+    return Dataset(directory.name, directory, passages, tuple(turns))

@@ -1,0 +1,146 @@
+"""Benchmark modes: what the retriever searches with on each turn, built from product code.
+
+| strategy        | dense leg                         | BM25 leg and reranker      |
+|-----------------|-----------------------------------|----------------------------|
+| `stateless`     | the latest message                | the latest message         |
+| `append`        | earlier user questions + latest   | the same appended text     |
+| `blend`         | `blend_query` (a, N) as served    | the latest message         |
+| `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
+| `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
+
+Each strategy runs with hybrid retrieval on and off and with the reranker on and off.
+`condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
+failed turn (an empty ranking), as it is a 503 in the service.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from chatqna.backends.protocols import ChatLLM, Embedder
+from chatqna.errors import CondenseFailed
+from chatqna.evaluation.dataset import EvalTurn
+from chatqna.multiturn.blend import blend_query
+from chatqna.multiturn.condense import condense_follow_up
+from chatqna.multiturn.history import Conversation
+
+STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
+
+
+@dataclass(frozen=True)
+class QueryStrategy:
+    """How a turn's query is formed (independent of the retrieval switches)."""
+
+    strategy: str
+    alpha: float = 0.7
+    history_turns: int = 6
+
+    @property
+    def label(self) -> str:
+        if self.strategy == "blend":
+            return f"blend a={self.alpha:.2f} n={self.history_turns}"
+        if self.strategy == "condense_llm":
+            return f"condense (LLM, n={self.history_turns})"
+        if self.strategy == "condense_gold":
+            return "condense (gold rewrite)"
+        return self.strategy
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A query strategy with the retrieval switches it ran under."""
+
+    query: QueryStrategy
+    hybrid: bool
+    rerank: bool
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.query.label} ({'hybrid' if self.hybrid else 'dense'}, "
+            f"{'rerank' if self.rerank else 'no rerank'})"
+        )
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """One turn's search inputs under one strategy, and what it cost."""
+
+    text: str
+    vector: np.ndarray | None
+    embedding_inputs: int
+    llm_calls: int
+    milliseconds: float
+    failure: str | None = None
+
+
+async def plan_turn(
+    turn: EvalTurn,
+    strategy: QueryStrategy,
+    embedder: Embedder,
+    llm: ChatLLM | None,
+    *,
+    condense_timeout: float = 30.0,
+) -> QueryPlan:
+    """Form the search inputs of `turn` with the product's own multi-turn code."""
+    started = time.perf_counter()
+    conversation = Conversation(turn.query, turn.history)
+
+    def done(
+        text: str,
+        vector: np.ndarray | None,
+        inputs: int,
+        calls: int = 0,
+        failure: str | None = None,
+    ) -> QueryPlan:
+        elapsed = (time.perf_counter() - started) * 1000
+        return QueryPlan(text, vector, inputs, calls, elapsed, failure)
+
+    if strategy.strategy == "stateless":
+        return done(turn.query, (await embedder.embed([turn.query]))[0], 1)
+    if strategy.strategy == "append":
+        earlier = [m.content for m in turn.history if m.role == "user"]
+        text = " ".join([*earlier, turn.query])
+        return done(text, (await embedder.embed([text]))[0], 1)
+    if strategy.strategy == "blend":
+        result = await blend_query(
+            conversation,
+            embedder,
+            enabled=True,
+            alpha=strategy.alpha,
+            history_turns=strategy.history_turns,
+            translator=None,
+        )
+        return done(turn.query, result.embedding, 2 if result.executed else 1)
+    if strategy.strategy == "condense_gold":
+        text = turn.gold_rewrite or turn.query
+        return done(text, (await embedder.embed([text]))[0], 1)
+    if strategy.strategy == "condense_llm":
+        if llm is None:
+            raise ValueError("condense_llm needs an LLM")
+        try:
+            outcome = await condense_follow_up(
+                conversation,
+                llm,
+                history_turns=strategy.history_turns,
+                timeout_seconds=condense_timeout,
+            )
+        except CondenseFailed as exc:
+            return done(turn.query, None, 0, 1, failure=exc.reason)
+        calls = 1 if outcome.rewritten else 0
+        return done(outcome.query, (await embedder.embed([outcome.query]))[0], 1, calls)
+    raise ValueError(f"unknown strategy {strategy.strategy!r}")
+
+
+def default_strategies(
+    *, alphas: tuple[float, ...], history_turns: tuple[int, ...], with_llm: bool
+) -> list[QueryStrategy]:
+    strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
+    strategies += [QueryStrategy("blend", a, n) for n in history_turns for a in alphas]
+    if with_llm:
+        strategies.append(QueryStrategy("condense_llm", history_turns=max(history_turns)))
+    strategies.append(QueryStrategy("condense_gold"))
+    return strategies

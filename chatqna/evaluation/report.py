@@ -1,0 +1,132 @@
+"""Benchmark outputs: the JSON document, a Markdown table and a PNG chart.
+
+The headline table has, per retrieval setting, stateless, append, the best blend setting
+(by follow-up R@5), condense with the configured LLM and condense with the gold rewrite,
+each with turn-1 and follow-up Recall@5 and nDCG@5 and their 95% intervals. The full table
+lists every mode. The chart shows follow-up R@5 with intervals for the headline modes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HEADLINE_STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
+
+
+def metric(mode: dict[str, Any], split: str, name: str) -> dict[str, float] | None:
+    block = mode["splits"].get(split)
+    if block is None:
+        return None
+    value: dict[str, float] | None = block["metrics"].get(name)
+    return value
+
+
+def cell(mode: dict[str, Any], split: str, name: str) -> str:
+    value = metric(mode, split, name)
+    if value is None:
+        return "-"
+    return f"{value['mean']:.3f} [{value['low']:.3f}, {value['high']:.3f}]"
+
+
+def headline(modes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per retrieval setting: one row per strategy; blend is its best grid point."""
+    rows = []
+    for hybrid in (True, False):
+        for rerank in (True, False):
+            group = [m for m in modes if m["hybrid"] == hybrid and m["rerank"] == rerank]
+            for strategy in HEADLINE_STRATEGIES:
+                candidates = [m for m in group if m["strategy"] == strategy]
+                if not candidates:
+                    continue
+                rows.append(
+                    max(
+                        candidates,
+                        key=lambda m: (metric(m, "follow_ups", "R@5") or {"mean": 0.0})["mean"],
+                    )
+                )
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    dataset = results["dataset"]
+    lines = [
+        f"# Multi-turn retrieval benchmark: {dataset['name']}",
+        "",
+        f"{dataset['passages']} passages, {dataset['conversations']} conversations, "
+        f"{dataset['turn_1']} first turns and {dataset['follow_ups']} follow-ups scored; "
+        f"rankings of depth {results['depth']}; 95% intervals from "
+        f"{results['bootstrap_samples']} cluster-bootstrap samples over conversations.",
+        "",
+        f"Command: `{results.get('command', '')}`",
+        "",
+        "## Headline",
+        "",
+        "| mode | turn 1 R@5 | follow-up R@5 | follow-up nDCG@5 | turn 1 nDCG@5 | extra inputs "
+        "/ follow-up | LLM calls / turn | added ms / follow-up |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in headline(results["modes"]):
+        cost = mode["cost"]
+        lines.append(
+            f"| {mode['label']} | {cell(mode, 'turn_1', 'R@5')} | "
+            f"{cell(mode, 'follow_ups', 'R@5')} | {cell(mode, 'follow_ups', 'nDCG@5')} | "
+            f"{cell(mode, 'turn_1', 'nDCG@5')} | "
+            f"{cost['embedding_inputs_per_follow_up'] - 1:+.2f} | "
+            f"{cost['llm_calls_per_turn']:.2f} | {cost['added_ms_vs_stateless']:+.1f} |"
+        )
+    lines += [
+        "",
+        "## Every mode (follow-up turns)",
+        "",
+        "| mode | R@1 | R@3 | R@5 | R@10 | nDCG@5 | hit@1 | hit@5 | failed turns |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in results["modes"]:
+        values = [
+            metric(mode, "follow_ups", name)
+            for name in ("R@1", "R@3", "R@5", "R@10", "nDCG@5", "hit@1", "hit@5")
+        ]
+        shown = " | ".join(f"{v['mean']:.3f}" if v else "-" for v in values)
+        lines.append(f"| {mode['label']} | {shown} | {mode['cost']['failed_turns']} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict[str, Any], path: Path) -> None:
+    """Follow-up R@5 with 95% intervals for the headline modes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = headline(results["modes"])
+    labels = [row["label"] for row in rows]
+    values = [metric(row, "follow_ups", "R@5") or {"mean": 0, "low": 0, "high": 0} for row in rows]
+    means = [v["mean"] for v in values]
+    errors = [[v["mean"] - v["low"] for v in values], [v["high"] - v["mean"] for v in values]]
+    figure, axes = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+    positions = list(range(len(rows)))[::-1]
+    colours = ["#4c72b0" if row["strategy"] == "blend" else "#999999" for row in rows]
+    axes.barh(positions, means, xerr=errors, color=colours, capsize=3)
+    axes.set_yticks(positions, labels, fontsize=8)
+    axes.set_xlabel("follow-up Recall@5 (95% CI)")
+    axes.set_title(f"{results['dataset']['name']}: follow-up turns")
+    axes.set_xlim(0, 1)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_outputs(results: dict[str, Any], directory: Path) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": directory / "results.json",
+        "markdown": directory / "results.md",
+        "chart": directory / "follow_up_recall5.png",
+    }
+    paths["json"].write_text(json.dumps(results, indent=1) + "\n")
+    paths["markdown"].write_text(markdown(results))
+    chart(results, paths["chart"])
+    return paths

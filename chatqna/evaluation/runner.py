@@ -1,0 +1,238 @@
+"""Running every mode over a dataset with the product's index, fusion and reranker.
+
+The corpus is indexed once in the embedded hybrid index (each passage one chunk, its id
+the passage id). Query plans are formed once per strategy and reused under the four
+retrieval switches (hybrid on/off x rerank on/off). Each turn's ranking is the top
+`depth` ids after retrieval (and reranking), scored by `chatqna.evaluation.metrics`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
+from chatqna.backends.protocols import ChatLLM, Embedder, SearchQuery, SourceBatch
+from chatqna.documents import Chunk
+from chatqna.evaluation.dataset import Dataset, EvalTurn
+from chatqna.evaluation.metrics import summarise, turn_metrics
+from chatqna.evaluation.modes import Mode, QueryPlan, QueryStrategy, plan_turn
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
+
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass
+class ModeResult:
+    """Per-turn rankings and metrics of one mode, with its summaries and costs."""
+
+    mode: Mode
+    rankings: dict[str, list[str]] = field(default_factory=dict)
+    per_turn: dict[str, dict[str, float]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def split(self, turns: Sequence[EvalTurn], samples: int) -> dict[str, Any]:
+        groups: dict[str, list[EvalTurn]] = {
+            "turn_1": [t for t in turns if t.turn == 1],
+            "follow_ups": [t for t in turns if t.is_follow_up],
+        }
+        for number in sorted({t.turn for t in turns if t.is_follow_up}):
+            groups[f"turn_{number}"] = [t for t in turns if t.turn == number]
+        return {
+            name: {
+                "turns": len(members),
+                "metrics": summarise(
+                    [self.per_turn[t.key] for t in members],
+                    [t.conversation_id for t in members],
+                    samples=samples,
+                ),
+            }
+            for name, members in groups.items()
+            if members
+        }
+
+
+async def build_index(
+    dataset: Dataset, embedder: Embedder, directory: Path, progress: Progress | None = None
+) -> InMemoryHybridIndex:
+    """Index the corpus, one chunk per passage, embedding in batches."""
+    texts = [p.indexed_text() for p in dataset.passages]
+    tick = progress("embedding corpus", len(texts)) if progress else None
+    rows = []
+    for start in range(0, len(texts), 64):
+        batch = texts[start : start + 64]
+        rows.append(await embedder.embed(batch))
+        if tick:
+            tick(len(batch))
+    matrix = np.vstack(rows)
+    index = await InMemoryHybridIndex.open(
+        directory, embedder_name=embedder.name, dimension=int(matrix.shape[1])
+    )
+    chunks = [
+        Chunk(id=p.id, text=t, source=dataset.name, title=p.title, index=i)
+        for i, (p, t) in enumerate(zip(dataset.passages, texts, strict=True))
+    ]
+    await index.replace_sources([SourceBatch(dataset.name, chunks, matrix)])
+    return index
+
+
+async def plan_all(
+    turns: Sequence[EvalTurn],
+    strategy: QueryStrategy,
+    embedder: Embedder,
+    llm: ChatLLM | None,
+    progress: Progress | None = None,
+) -> dict[str, QueryPlan]:
+    tick = progress(f"planning {strategy.label}", len(turns)) if progress else None
+    plans = {}
+    for turn in turns:
+        plans[turn.key] = await plan_turn(turn, strategy, embedder, llm)
+        if tick:
+            tick(1)
+    return plans
+
+
+async def rank_mode(
+    mode: Mode,
+    turns: Sequence[EvalTurn],
+    plans: dict[str, QueryPlan],
+    index: InMemoryHybridIndex,
+    reranker: EmbeddingSimilarityReranker,
+    depth: int,
+) -> ModeResult:
+    result = ModeResult(mode)
+    for turn in turns:
+        plan = plans[turn.key]
+        ranking: list[str] = []
+        if plan.failure is not None:
+            result.failures[turn.key] = plan.failure
+        elif plan.vector is not None:
+            hits = index.search_sync(SearchQuery(plan.text, plan.vector, depth, mode.hybrid))
+            if mode.rerank:
+                hits = await reranker.rerank(plan.text, hits, depth)
+            ranking = [hit.chunk.id for hit in hits]
+        result.rankings[turn.key] = ranking
+        result.per_turn[turn.key] = turn_metrics(ranking, turn.relevant_ids)
+    return result
+
+
+def cost_summary(turns: Sequence[EvalTurn], plans: dict[str, QueryPlan]) -> dict[str, Any]:
+    follow = [plans[t.key] for t in turns if t.is_follow_up]
+    every = [plans[t.key] for t in turns]
+    return {
+        "embedding_inputs_per_turn": statistics.fmean(p.embedding_inputs for p in every),
+        "embedding_inputs_per_follow_up": statistics.fmean(p.embedding_inputs for p in follow)
+        if follow
+        else 0.0,
+        "llm_calls_per_turn": statistics.fmean(p.llm_calls for p in every),
+        "failed_turns": sum(1 for p in every if p.failure is not None),
+    }
+
+
+async def measure_latency(
+    turns: Sequence[EvalTurn],
+    strategies: Sequence[QueryStrategy],
+    embedder: Embedder,
+    llm: ChatLLM | None,
+    plans: dict[str, dict[str, QueryPlan]],
+    sample: int = 30,
+) -> dict[str, float]:
+    """Median query-planning milliseconds per follow-up turn, with the uncached embedder.
+
+    LLM rewrites are not repeated: their measured time from the main run is reused.
+    """
+    follow = [t for t in turns if t.is_follow_up][:sample]
+    medians: dict[str, float] = {}
+    for strategy in strategies:
+        if strategy.strategy == "condense_llm":
+            times = [plans[strategy.label][t.key].milliseconds for t in follow]
+        else:
+            times = []
+            for turn in follow:
+                started = time.perf_counter()
+                await plan_turn(turn, strategy, embedder, llm)
+                times.append((time.perf_counter() - started) * 1000)
+        medians[strategy.label] = statistics.median(times) if times else 0.0
+    return medians
+
+
+async def run_benchmark(
+    dataset: Dataset,
+    strategies: Sequence[QueryStrategy],
+    embedder: Embedder,
+    raw_embedder: Embedder,
+    llm: ChatLLM | None,
+    *,
+    depth: int = 10,
+    samples: int = 1000,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Every strategy under every retrieval switch; returns the results document."""
+    turns = [t for t in dataset.turns if t.relevant_ids]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as directory:
+        index = await build_index(dataset, embedder, Path(directory), progress)
+        reranker = EmbeddingSimilarityReranker(embedder)
+        plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in strategies}
+        latency = await measure_latency(turns, strategies, raw_embedder, llm, plans)
+        modes = []
+        for strategy in strategies:
+            for hybrid in (True, False):
+                for rerank in (True, False):
+                    mode = Mode(strategy, hybrid, rerank)
+                    ranked = await rank_mode(
+                        mode, turns, plans[strategy.label], index, reranker, depth
+                    )
+                    modes.append(
+                        describe_mode(ranked, turns, plans[strategy.label], latency, samples)
+                    )
+    return {
+        "dataset": {
+            "name": dataset.name,
+            "passages": len(dataset.passages),
+            "conversations": len(dataset.conversations),
+            "turns": len(turns),
+            "turn_1": sum(1 for t in turns if t.turn == 1),
+            "follow_ups": sum(1 for t in turns if t.is_follow_up),
+        },
+        "depth": depth,
+        "bootstrap_samples": samples,
+        "seconds": round(time.perf_counter() - started, 1),
+        "modes": modes,
+    }
+
+
+def describe_mode(
+    result: ModeResult,
+    turns: Sequence[EvalTurn],
+    plans: dict[str, QueryPlan],
+    latency: dict[str, float],
+    samples: int,
+) -> dict[str, Any]:
+    strategy = result.mode.query
+    baseline = latency.get("stateless", 0.0)
+    return {
+        "label": result.mode.label,
+        "strategy": strategy.strategy,
+        "alpha": strategy.alpha if strategy.strategy == "blend" else None,
+        "history_turns": strategy.history_turns
+        if strategy.strategy in ("blend", "condense_llm")
+        else None,
+        "hybrid": result.mode.hybrid,
+        "rerank": result.mode.rerank,
+        "splits": result.split(turns, samples),
+        "cost": {
+            **cost_summary(turns, plans),
+            "planning_ms_median": round(latency.get(strategy.label, 0.0), 2),
+            "added_ms_vs_stateless": round(latency.get(strategy.label, 0.0) - baseline, 2),
+        },
+        "failures": dict(sorted(result.failures.items())),
+        "per_turn_R@5": {key: values["R@5"] for key, values in result.per_turn.items()},
+    }
