@@ -11,19 +11,37 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from chatqna import __version__
-from chatqna.api import chat, dataprep, health
+from chatqna.api import chat, dataprep, health, observability
 from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
+from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.factory import Backends, build_backends
 from chatqna.settings import Settings
+from chatqna.telemetry.metrics import ServiceMetrics
+from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
 
 logger = logging.getLogger("chatqna")
 
 
-def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
-    """Build the app; `backends` lets tests inject their own (they are not closed then)."""
+def create_app(
+    settings: Settings,
+    backends: Backends | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> FastAPI:
+    """Build the app; tests may inject `backends` (not closed here) and a tracer provider.
+
+    Without an injected provider, tracing is configured from the `OTEL_*` settings and,
+    when on, installed as the process's global provider.
+    """
+    owned_provider = None
+    if tracer_provider is None:
+        owned_provider = tracer_provider = build_tracer_provider(settings)
+        if owned_provider is not None:
+            install_tracer_provider(owned_provider)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -31,12 +49,14 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
             logger.warning(warning)
         owned = backends is None
         live = await build_backends(settings) if backends is None else backends
-        app.state.service = ServiceState(settings=settings, backends=live)
+        app.state.service = ServiceState(settings, live, app.state.metrics)
         try:
             yield
         finally:
             if owned:
                 await live.aclose()
+            if owned_provider is not None:
+                owned_provider.shutdown()  # flush the spans still batched
 
     app = FastAPI(
         title="ChatQnA",
@@ -45,8 +65,15 @@ def create_app(settings: Settings, backends: Backends | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.metrics = ServiceMetrics()
     install_error_handlers(app)
+    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
+    if tracer_provider is not None:
+        FastAPIInstrumentor.instrument_app(
+            app, tracer_provider=tracer_provider, excluded_urls="metrics,health_check,ready"
+        )
     app.include_router(health.router)
     app.include_router(chat.router)
     app.include_router(dataprep.router)
+    app.include_router(observability.router)
     return app

@@ -99,6 +99,8 @@ class Settings(BaseSettings):
         "llm_endpoint",
         "condense_llm_endpoint",
         "redis_url",
+        "otel_exporter_otlp_endpoint",
+        "otel_exporter_otlp_traces_endpoint",
         mode="before",
     )
     @classmethod
@@ -134,6 +136,22 @@ class Settings(BaseSettings):
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
         return self
+
+    # --- observability (the standard OpenTelemetry variables) ----------------------------
+    otel_service_name: str = "chatqna"
+    otel_exporter_otlp_endpoint: str | None = None
+    otel_exporter_otlp_traces_endpoint: str | None = None
+    otel_traces_exporter: Literal["otlp", "console", "none"] = "otlp"
+    otel_traces_sampler: Literal[
+        "always_on",
+        "always_off",
+        "traceidratio",
+        "parentbased_always_on",
+        "parentbased_always_off",
+        "parentbased_traceidratio",
+    ] = "parentbased_always_on"
+    otel_traces_sampler_arg: float = Field(1.0, ge=0.0, le=1.0)
+    chatqna_trace_content: bool = False
 
     # --- derived -----------------------------------------------------------------------
     @property

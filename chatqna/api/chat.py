@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from chatqna.api import sse
 from chatqna.api.deps import ServiceState, State, require_api_key
 from chatqna.api.schemas import ChatQnARequest, OpenAIChatRequest
-from chatqna.errors import ChatQnAError, PayloadTooLarge
+from chatqna.errors import ChatQnAError, CondenseFailed, PayloadTooLarge, UpstreamFailure
 from chatqna.pipeline.orchestrator import (
     PreparedTurn,
     TurnOptions,
@@ -57,7 +57,31 @@ async def _prepare(body: ChatQnARequest, state: ServiceState) -> PreparedTurn:
         top_n=body.top_n if body.top_n is not None else settings.rerank_top_n,
         params=body.generation_params(settings.llm_max_tokens),
     )
-    return await handle_request(body.chat_messages(), options, state.backends, settings)
+    try:
+        turn = await handle_request(body.chat_messages(), options, state.backends, settings)
+    except ChatQnAError as exc:
+        _count_failure(state, exc)
+        raise
+    _count_decisions(state, turn)
+    return turn
+
+
+def _count_failure(state: ServiceState, exc: ChatQnAError) -> None:
+    if isinstance(exc, CondenseFailed):
+        state.metrics.condense.labels(status="failed", reason=exc.reason or "").inc()
+    elif isinstance(exc, UpstreamFailure):
+        state.metrics.upstream_errors.labels(backend=exc.backend, error=exc.code).inc()
+
+
+def _count_decisions(state: ServiceState, turn: PreparedTurn) -> None:
+    report = turn.plan.report
+    blend, condense = report.get("blend"), report.get("condense")
+    if isinstance(blend, dict):
+        state.metrics.blend.labels(
+            executed=str(blend["executed"]).lower(), reason=str(blend["reason"])
+        ).inc()
+    if isinstance(condense, dict):
+        state.metrics.condense.labels(status=str(condense["status"]), reason="").inc()
 
 
 async def _event_stream(
@@ -77,8 +101,10 @@ async def _event_stream(
             if delta.finish_reason:
                 finish = delta.finish_reason
         yield sse.data(writer.chunk({}, finish or "stop"))
+        state.metrics.record_stages(turn.clock.stages)
     except ChatQnAError as exc:
         logger.warning("stream failed after it started: %s", exc.message)
+        _count_failure(state, exc)
         yield sse.event("error", exc.envelope())
     except Exception:
         logger.exception("unexpected error while streaming")
@@ -97,7 +123,12 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
             media_type="text/event-stream",
             headers=STREAM_HEADERS,
         )
-    completion = await complete(turn, state.backends)
+    try:
+        completion = await complete(turn, state.backends)
+    except ChatQnAError as exc:
+        _count_failure(state, exc)
+        raise
+    state.metrics.record_stages(turn.clock.stages)
     usage = completion.usage
     return JSONResponse(
         writer.completion(

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from chatqna.backends.factory import Backends
 from chatqna.errors import Unauthorized
 from chatqna.settings import Settings
+from chatqna.telemetry.metrics import ServiceMetrics
 
 
 @dataclass
@@ -19,6 +20,7 @@ class ServiceState:
 
     settings: Settings
     backends: Backends
+    metrics: ServiceMetrics
 
 
 def service_state(request: Request) -> ServiceState:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
+from chatqna.telemetry.tracing import instrument_http_client
 
 
 def upstream_client(
@@ -24,13 +25,15 @@ def upstream_client(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """The one client a remote backend keeps for its whole life."""
-    return httpx.AsyncClient(
+    client = httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
         headers=headers,
         transport=transport,
         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
     )
+    instrument_http_client(client)
+    return client
 
 
 def translate_http_error(exc: Exception, *, backend: str, what: str) -> UpstreamFailure:

@@ -15,15 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from opentelemetry import trace
+from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
 
 from chatqna.backends.factory import Backends
-from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery
+from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery, Usage
 from chatqna.documents import ScoredChunk
+from chatqna.errors import CondenseFailed
 from chatqna.multiturn.blend import blend_query
 from chatqna.multiturn.condense import CondenseOutcome, condense_follow_up
 from chatqna.multiturn.history import Conversation, Message, split_conversation
 from chatqna.pipeline.prompt import build_answer_prompt
 from chatqna.settings import Settings
+from chatqna.telemetry import attributes, names
+from chatqna.telemetry.tracing import tracer
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ class PreparedTurn:
     settings: Settings
     clock: StageClock
     reranker: str | None
+    span: Span = INVALID_SPAN
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -88,7 +94,13 @@ class PreparedTurn:
                 "top_n": self.options.top_n,
             },
             "timings_ms": dict(self.clock.stages),
+            "trace_id": self.trace_id,
         }
+
+    @property
+    def trace_id(self) -> str | None:
+        context = self.span.get_span_context()
+        return format(context.trace_id, "032x") if context.is_valid else None
 
 
 def source_document(item: ScoredChunk) -> dict[str, Any]:
@@ -166,64 +178,177 @@ async def condense_step(
 async def handle_request(
     messages: Sequence[Message], options: TurnOptions, backends: Backends, settings: Settings
 ) -> PreparedTurn:
-    """Everything before generation: a failure here is reported before any byte is sent."""
+    """Everything before generation: a failure here is reported before any byte is sent.
+
+    In condense mode the rewrite runs first, in its own `chatqna.query_condense` span that
+    ends before `chatqna.orchestrate` starts (siblings under the request span). The
+    orchestrate span stays open until the answer has been generated.
+    """
     clock = StageClock()
     conversation = split_conversation(messages)
+    condensed = await condense_traced(conversation, backends, settings, clock)
 
-    mark = clock.started
-    condensed = await condense_step(conversation, backends, settings)
-    if condensed is not None:
-        mark = clock.record("condense", mark)
+    span = tracer().start_span(names.SPAN_ORCHESTRATE)
+    try:
+        with use_span(span, end_on_exit=False):
+            turn = await _retrieve_and_rerank(
+                conversation, condensed, options, backends, settings, clock
+            )
+    except BaseException as exc:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        span.end()
+        raise
+    turn.span = span
+    return turn
 
-    plan = await plan_retrieval(conversation, backends, settings, condensed)
+
+async def condense_traced(
+    conversation: Conversation, backends: Backends, settings: Settings, clock: StageClock
+) -> CondenseOutcome | None:
+    """The condense step in its `chatqna.query_condense` span (condense mode only)."""
+    if settings.multi_turn_mode != "condense":
+        return None
+    started = time.perf_counter()
+    with tracer().start_as_current_span(names.SPAN_QUERY_CONDENSE, record_exception=False) as span:
+        try:
+            outcome = await condense_step(conversation, backends, settings)
+        except CondenseFailed as failure:
+            attributes.condense_failed(span, failure)
+            raise
+        assert outcome is not None
+        attributes.condense_ok(span, outcome, settings.chatqna_trace_content)
+    clock.record("condense", started)
+    return outcome
+
+
+async def _retrieve_and_rerank(
+    conversation: Conversation,
+    condensed: CondenseOutcome | None,
+    options: TurnOptions,
+    backends: Backends,
+    settings: Settings,
+    clock: StageClock,
+) -> PreparedTurn:
+    mark = time.perf_counter()
+    with tracer().start_as_current_span(names.SPAN_EMBED):
+        plan = await plan_retrieval(conversation, backends, settings, condensed)
     mark = clock.record("embed", mark)
-
-    candidates = await backends.retriever.search(
-        SearchQuery(
-            text=plan.text,
-            embedding=plan.embedding,
-            k=options.k,
-            hybrid=settings.retriever_hybrid_retrieval_enabled,
-        )
+    attributes.orchestrate(
+        trace.get_current_span(),
+        plan.report,
+        options.k,
+        options.top_n,
+        settings.retriever_hybrid_retrieval_enabled,
+        settings.chatqna_trace_content,
     )
+
+    with tracer().start_as_current_span(names.SPAN_RETRIEVE) as retrieve_span:
+        candidates = await backends.retriever.search(
+            SearchQuery(
+                text=plan.text,
+                embedding=plan.embedding,
+                k=options.k,
+                hybrid=settings.retriever_hybrid_retrieval_enabled,
+            )
+        )
+        retrieve_span.set_attribute(names.RETRIEVAL_CANDIDATES, len(candidates))
     mark = clock.record("retrieve", mark)
 
-    if backends.reranker is not None:
-        sources = await backends.reranker.rerank(plan.text, candidates, options.top_n)
+    reranker = backends.reranker
+    if reranker is not None:
+        with tracer().start_as_current_span(names.SPAN_RERANK):
+            sources = await reranker.rerank(plan.text, candidates, options.top_n)
         clock.record("rerank", mark)
     else:
         sources = candidates[: options.top_n]
+    with tracer().start_as_current_span(names.SPAN_RERANKER_SELECTION) as selection:
+        attributes.reranker_selection(
+            selection, reranker.name if reranker else None, len(candidates), sources
+        )
 
-    prompt = build_answer_prompt(conversation, sources)
     return PreparedTurn(
         conversation=conversation,
         plan=plan,
         sources=sources,
-        prompt=prompt,
+        prompt=build_answer_prompt(conversation, sources),
         options=options,
         settings=settings,
         clock=clock,
-        reranker=backends.reranker.name if backends.reranker is not None else None,
+        reranker=reranker.name if reranker is not None else None,
     )
 
 
-async def generate(turn: PreparedTurn, backends: Backends) -> AsyncIterator[Delta]:
-    """Stream the answer, recording time to first token and total time on the turn."""
-    started = time.perf_counter()
-    first = True
-    async for delta in backends.llm.stream(turn.prompt, turn.options.params):
-        if first and delta.text:
-            turn.clock.stages["first_token"] = round((time.perf_counter() - started) * 1000, 3)
-            first = False
-        yield delta
+def _generation_span(turn: PreparedTurn, backends: Backends) -> Span:
+    span = tracer().start_span(names.SPAN_GENERATE, context=trace.set_span_in_context(turn.span))
+    span.set_attribute(names.GEN_AI_OPERATION, "chat")
+    span.set_attribute(names.GEN_AI_REQUEST_MODEL, backends.llm.model)
+    params = turn.options.params
+    if params.max_tokens is not None:
+        span.set_attribute(names.GEN_AI_REQUEST_MAX_TOKENS, params.max_tokens)
+    if params.temperature is not None:
+        span.set_attribute(names.GEN_AI_REQUEST_TEMPERATURE, params.temperature)
+    return span
+
+
+def _finish(
+    turn: PreparedTurn,
+    span: Span,
+    started: float,
+    error: BaseException | None,
+    usage: Usage | None,
+    finish_reason: str | None,
+) -> None:
     turn.clock.stages["generate"] = round((time.perf_counter() - started) * 1000, 3)
     turn.clock.stages["total"] = turn.clock.total_ms()
+    if usage is not None:
+        span.set_attribute(names.GEN_AI_INPUT_TOKENS, usage.prompt_tokens)
+        span.set_attribute(names.GEN_AI_OUTPUT_TOKENS, usage.completion_tokens)
+    if finish_reason:
+        span.set_attribute(names.GEN_AI_FINISH_REASON, [finish_reason])
+    for open_span in (span, turn.span):
+        if error is not None:
+            open_span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        open_span.end()
+
+
+async def generate(turn: PreparedTurn, backends: Backends) -> AsyncIterator[Delta]:
+    """Stream the answer; the generation span (and orchestrate) end when the stream ends."""
+    span = _generation_span(turn, backends)
+    started = time.perf_counter()
+    first = True
+    usage: Usage | None = None
+    finish: str | None = None
+    error: BaseException | None = None
+    try:
+        with use_span(span, end_on_exit=False):
+            async for delta in backends.llm.stream(turn.prompt, turn.options.params):
+                if first and delta.text:
+                    elapsed = round((time.perf_counter() - started) * 1000, 3)
+                    turn.clock.stages["first_token"] = elapsed
+                    span.add_event(names.EVENT_FIRST_TOKEN, {"elapsed_ms": elapsed})
+                    first = False
+                usage = delta.usage or usage
+                finish = delta.finish_reason or finish
+                yield delta
+    except BaseException as exc:  # includes the cancellation of a disconnected client
+        error = exc
+        span.record_exception(exc)
+        raise
+    finally:
+        _finish(turn, span, started, error, usage, finish)
 
 
 async def complete(turn: PreparedTurn, backends: Backends) -> Completion:
     """The whole answer at once (non-streaming requests)."""
+    span = _generation_span(turn, backends)
     started = time.perf_counter()
-    completion = await backends.llm.complete(turn.prompt, turn.options.params)
-    turn.clock.stages["generate"] = round((time.perf_counter() - started) * 1000, 3)
-    turn.clock.stages["total"] = turn.clock.total_ms()
+    try:
+        with use_span(span, end_on_exit=False):
+            completion = await backends.llm.complete(turn.prompt, turn.options.params)
+    except BaseException as exc:
+        span.record_exception(exc)
+        _finish(turn, span, started, exc, None, None)
+        raise
+    _finish(turn, span, started, None, completion.usage, completion.finish_reason)
     return completion

@@ -1,4 +1,9 @@
-"""Unit tests never touch the network: any attempt to open an internet socket fails."""
+"""Unit tests never touch the network, and record every span in memory.
+
+Any attempt to open an internet socket fails. One SDK tracer provider with an in-memory
+exporter is the process's global provider for the whole run (OpenTelemetry allows one), so
+every test sees the same instrumented code paths; `spans` hands a test a cleared exporter.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,24 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chatqna.settings import Settings
+
+SPAN_EXPORTER = InMemorySpanExporter()
+TRACER_PROVIDER = TracerProvider()
+TRACER_PROVIDER.add_span_processor(SimpleSpanProcessor(SPAN_EXPORTER))
+trace.set_tracer_provider(TRACER_PROVIDER)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    SPAN_EXPORTER.clear()
+    yield SPAN_EXPORTER
+    SPAN_EXPORTER.clear()
 
 
 class NetworkBlocked(RuntimeError):

@@ -16,6 +16,7 @@ from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
 from chatqna.retrieval.dataprep import IngestFile, ingest_files
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 from chatqna.settings import Settings
+from tests.unit.conftest import TRACER_PROVIDER
 
 HANDBOOK = {
     "export.md": "# Export\n\n## How to export\nOpen Settings and choose Export to download "
@@ -76,7 +77,7 @@ async def client_for(settings: Settings) -> AsyncIterator[ClientFactory]:
     ) -> httpx.AsyncClient:
         chosen = settings_ if settings_ is not None else settings
         live = backends if backends is not None else await make_backends(chosen)
-        app = create_app(chosen, live)
+        app = create_app(chosen, live, tracer_provider=TRACER_PROVIDER)
         lifespan = app.router.lifespan_context(app)
         await lifespan.__aenter__()
         client = httpx.AsyncClient(

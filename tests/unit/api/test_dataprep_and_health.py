@@ -132,6 +132,7 @@ async def test_api_key_guards_everything_but_health(
         ("POST", "/v1/chatqna"),
         ("POST", "/v1/chat/completions"),
         ("GET", "/v1/models"),
+        ("GET", "/metrics"),
         ("POST", "/v1/dataprep/get"),
         ("POST", "/v1/dataprep/delete"),
         ("POST", "/v1/dataprep/ingest"),

@@ -1,0 +1,68 @@
+"""Prometheus metrics at `/metrics`: requests, stage latencies, condense and blend outcomes,
+upstream errors. Each app has its own registry, so several apps in one process (tests) do
+not collide.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+STAGE_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+class ServiceMetrics:
+    """The counters and histograms of one running service."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "chatqna_requests",
+            "HTTP requests by route, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.stage_seconds = Histogram(
+            "chatqna_stage_seconds",
+            "Time spent per pipeline stage",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self.condense = Counter(
+            "chatqna_condense",
+            "Condense outcomes by status and failure reason",
+            ["status", "reason"],
+            registry=self.registry,
+        )
+        self.blend = Counter(
+            "chatqna_blend",
+            "Blend decisions: executed or skipped, and why",
+            ["executed", "reason"],
+            registry=self.registry,
+        )
+        self.upstream_errors = Counter(
+            "chatqna_upstream_errors",
+            "Upstream failures by backend and error code",
+            ["backend", "error"],
+            registry=self.registry,
+        )
+
+    def record_stages(self, stages: dict[str, float]) -> None:
+        for stage, milliseconds in stages.items():
+            self.stage_seconds.labels(stage=stage).observe(milliseconds / 1000.0)

@@ -1,0 +1,90 @@
+"""A minimal OTLP/HTTP traces receiver on loopback that decodes what it is sent (protobuf)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+
+class ReceivedSpans:
+    """Spans received so far, as `(service name, span name, attributes, parent span id)`."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        self.content_types: list[str] = []
+        self._lock = threading.Lock()
+
+    def add(self, request: ExportTraceServiceRequest, content_type: str) -> None:
+        with self._lock:
+            self.requests.append(request)
+            self.content_types.append(content_type)
+
+    def spans(self) -> list[dict[str, Any]]:
+        found = []
+        with self._lock:
+            for request in self.requests:
+                for resource_spans in request.resource_spans:
+                    service = next(
+                        (
+                            a.value.string_value
+                            for a in resource_spans.resource.attributes
+                            if a.key == "service.name"
+                        ),
+                        "",
+                    )
+                    for scope_spans in resource_spans.scope_spans:
+                        for span in scope_spans.spans:
+                            found.append(
+                                {
+                                    "service": service,
+                                    "name": span.name,
+                                    "trace_id": span.trace_id.hex(),
+                                    "span_id": span.span_id.hex(),
+                                    "parent_span_id": span.parent_span_id.hex(),
+                                    "attributes": {a.key: a.value for a in span.attributes},
+                                }
+                            )
+        return found
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[tuple[str, ReceivedSpans]]:
+    """Serve `POST /v1/traces` on a free loopback port; yields its base URL and the store."""
+    received = ReceivedSpans()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.path != "/v1/traces":
+                self.send_response(404)
+                self.end_headers()
+                return
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            received.add(request, self.headers.get("Content-Type", ""))
+            reply = ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,196 @@
+"""What tracing costs: requests per second with tracing off vs on, in one run.
+
+    .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 10] [--rounds 3]
+
+Starts a stand-in TEI + OpenAI server (instant answers, 20 streamed tokens) and two ChatQnA
+server processes on loopback that differ only in tracing: one with tracing off, one
+exporting every span over OTLP/HTTP to a local receiver started here. Both get the sample
+corpus. Then it alternates rounds of `--concurrency` streaming two-turn chats against each
+for `--seconds`, and prints requests/s and latency percentiles per setting, and the ratio.
+Writes `results/tracing_overhead.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+
+from tests.integration.otlp_receiver import otlp_receiver  # noqa: E402
+from tests.standins.servers import free_port  # noqa: E402
+
+CHAT = [
+    {"role": "user", "content": "How do I export my data?"},
+    {"role": "assistant", "content": "Open Settings > Workspace > Export."},
+    {"role": "user", "content": "Is that possible after I cancel?"},
+]
+
+
+def wait_ready(url: str, path: str = "/v1/ready", timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not ready")
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+
+
+async def round_of_load(url: str, seconds: float, concurrency: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + seconds
+    async with httpx.AsyncClient(
+        base_url=url, timeout=30, limits=httpx.Limits(max_connections=concurrency)
+    ) as client:
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                response = await client.post(
+                    "/v1/chatqna", json={"messages": CHAT, "max_tokens": 20}
+                )
+                if response.status_code != 200 or not response.text.endswith("[DONE]\n\n"):
+                    errors += 1
+                latencies.append((time.perf_counter() - started) * 1000)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "rps": len(latencies) / elapsed,
+        "p50_ms": latencies[len(latencies) // 2],
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--output", type=Path, default=Path(__file__).parent / "results" / "tracing_overhead.json"
+    )
+    args = parser.parse_args()
+    processes: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as (receiver, received):
+        root = Path(tmp)
+        standin_port = free_port()
+        base_env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TEI_", "LLM_"))
+        }
+        processes.append(
+            start(
+                ["-m", "tests.standins.servers", "--port", str(standin_port)],
+                base_env,
+                root / "standin.log",
+            )
+        )
+        standin = f"http://127.0.0.1:{standin_port}"
+        wait_ready(standin, "/health")
+        urls = {}
+        try:
+            for setting in ("off", "on"):
+                port = free_port()
+                env = {
+                    **base_env,
+                    "MEGA_SERVICE_PORT": str(port),
+                    "CHATQNA_DATA_DIR": str(root / setting),
+                    "CHATQNA_LOG_LEVEL": "WARNING",
+                    "TEI_EMBEDDING_ENDPOINT": standin,
+                    "TEI_RERANKING_ENDPOINT": standin,
+                    "LLM_ENDPOINT": standin,
+                    "LLM_MODEL_ID": "standin",
+                    "OTEL_TRACES_EXPORTER": "none" if setting == "off" else "otlp",
+                }
+                if setting == "on":
+                    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver
+                processes.append(start(["-m", "chatqna", "serve"], env, root / f"{setting}.log"))
+                urls[setting] = f"http://127.0.0.1:{port}"
+                wait_ready(urls[setting])
+                files = [
+                    ("files", (p.name, p.read_bytes(), "text/markdown"))
+                    for p in sorted((REPO / "chatqna" / "sample_corpus").glob("*.md"))
+                ]
+                httpx.post(
+                    urls[setting] + "/v1/dataprep/ingest", files=files, timeout=60
+                ).raise_for_status()
+            results: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+            for _ in range(args.rounds):
+                for setting in ("off", "on"):
+                    results[setting].append(
+                        asyncio.run(round_of_load(urls[setting], args.seconds, args.concurrency))
+                    )
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(timeout=20)
+        spans_received = len(received.spans())
+    summary = {
+        setting: {
+            "rps_median": statistics.median(r["rps"] for r in rounds),
+            "p50_ms_median": statistics.median(r["p50_ms"] for r in rounds),
+            "p99_ms_median": statistics.median(r["p99_ms"] for r in rounds),
+            "errors": sum(r["errors"] for r in rounds),
+            "rounds": rounds,
+        }
+        for setting, rounds in results.items()
+    }
+    ratio = summary["on"]["rps_median"] / summary["off"]["rps_median"]
+    print(
+        f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} alternating "
+        f"rounds of {args.seconds:.0f} s, stand-in upstreams:"
+    )
+    print("| tracing | req/s (median) | p50 ms | p99 ms | errors |")
+    print("|---|---|---|---|---|")
+    for setting in ("off", "on"):
+        s = summary[setting]
+        print(
+            f"| {setting} | {s['rps_median']:.1f} | {s['p50_ms_median']:.1f} | "
+            f"{s['p99_ms_median']:.1f} | {s['errors']} |"
+        )
+    print(f"tracing on / off throughput: {ratio:.3f}; spans received: {spans_received}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(
+        json.dumps(
+            {
+                "concurrency": args.concurrency,
+                "seconds": args.seconds,
+                "summary": summary,
+                "ratio_on_off": ratio,
+                "spans_received": spans_received,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Spans per path: names, parents, order, statuses and attributes, from an in-memory exporter."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+import pytest
+import respx
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from chatqna.backends.fakes import ScriptedLLM
+from chatqna.backends.openai_chat import OpenAIChatLLM
+from chatqna.settings import Settings
+from chatqna.telemetry import names
+from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
+
+pytestmark = pytest.mark.anyio
+
+LLM = "http://rewriter.test"
+CHAT = [
+    {"role": "user", "content": "How do I export my data?"},
+    {"role": "assistant", "content": "Open Settings and choose Export."},
+    {"role": "user", "content": "Is that possible after I cancel?"},
+]
+
+
+def by_name(spans: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+    finished = spans.get_finished_spans()
+    return {span.name: span for span in finished}
+
+
+def server_span(found: dict[str, ReadableSpan]) -> ReadableSpan:
+    (server,) = [s for s in found.values() if s.kind == SpanKind.SERVER]
+    return server
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id
+
+
+async def _client(
+    client_for: ClientFactory, settings: Settings, rewriter: bool = False
+) -> httpx.AsyncClient:
+    backends = await make_backends(settings, llm=ScriptedLLM())
+    if rewriter:
+        backends.condense_llm = OpenAIChatLLM(LLM, "rewriter", backend="condense_llm")
+    return await client_for(backends, settings)
+
+
+def completion(content: str) -> httpx.Response:
+    return httpx.Response(
+        200,
+        json={
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content},
+                }
+            ]
+        },
+    )
+
+
+async def test_blend_executed_spans(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    blend = settings.model_copy(update={"multi_turn_blend_enabled": True})
+    client = await _client(client_for, blend)
+    response = await client.post("/v1/chatqna", json={"messages": CHAT})
+    found = by_name(spans)
+    assert names.SPAN_QUERY_CONDENSE not in found, "blend mode never opens the condense span"
+    orchestrate = found[names.SPAN_ORCHESTRATE]
+    server = server_span(found)
+    assert parent_id(orchestrate) == span_id(server)
+    for child in (
+        names.SPAN_EMBED,
+        names.SPAN_RETRIEVE,
+        names.SPAN_RERANK,
+        names.SPAN_RERANKER_SELECTION,
+        names.SPAN_GENERATE,
+    ):
+        assert parent_id(found[child]) == span_id(orchestrate), child
+    attributes = orchestrate.attributes or {}
+    assert attributes[names.BLEND_EXECUTED] is True
+    assert attributes[names.BLEND_REASON] == "executed"
+    assert attributes[names.BLEND_ALPHA] == 0.7
+    assert attributes[names.BLEND_HISTORY_TURNS] == 6
+    assert attributes[names.BLEND_HISTORY_MESSAGES] == 2
+    assert names.QUERY_TEXT not in attributes, "content is opt-in"
+    # Generation ends with the stream, and orchestrate only after it.
+    generate = found[names.SPAN_GENERATE]
+    assert generate.end_time is not None and orchestrate.end_time is not None
+    assert generate.end_time <= orchestrate.end_time
+    assert [e.name for e in generate.events] == [names.EVENT_FIRST_TOKEN]
+    assert (generate.attributes or {})[names.GEN_AI_OPERATION] == "chat"
+    assert (generate.attributes or {})[names.GEN_AI_REQUEST_MODEL] == "scripted"
+    selection = found[names.SPAN_RERANKER_SELECTION].attributes or {}
+    kept = json.loads(parse_sse(response.text)[0][1])["source_documents"]
+    assert list(selection[names.RERANKER_KEPT_IDS]) == [doc["id"] for doc in kept]
+    assert len(selection[names.RERANKER_KEPT_SCORES]) == len(kept)
+    # The trace id comes back in a header and in the metadata.
+    metadata = json.loads(parse_sse(response.text)[0][1])
+    assert response.headers["x-trace-id"] == metadata["trace_id"]
+    assert metadata["trace_id"] == format(orchestrate.context.trace_id, "032x")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("update", "messages", "reason"),
+    [
+        ({"multi_turn_blend_enabled": False}, CHAT, "disabled"),
+        ({"multi_turn_blend_enabled": True}, CHAT[-1:], "no_history"),
+    ],
+)
+async def test_blend_skipped_spans(
+    client_for: ClientFactory,
+    settings: Settings,
+    spans: InMemorySpanExporter,
+    update: dict[str, object],
+    messages: list[dict[str, str]],
+    reason: str,
+) -> None:
+    client = await _client(client_for, settings.model_copy(update=update))
+    await client.post("/v1/chatqna", json={"messages": messages, "stream": False})
+    found = by_name(spans)
+    assert names.SPAN_QUERY_CONDENSE not in found
+    attributes = found[names.SPAN_ORCHESTRATE].attributes or {}
+    assert attributes[names.BLEND_EXECUTED] is False
+    assert attributes[names.BLEND_REASON] == reason
+
+
+async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    condense = settings.model_copy(
+        update={"multi_turn_mode": "condense", "chatqna_trace_content": True}
+    )
+    with respx.mock() as router:
+        router.post(f"{LLM}/v1/chat/completions").mock(
+            return_value=completion('{"standalone_query": "Can I export after I cancel?"}')
+        )
+        client = await _client(client_for, condense, rewriter=True)
+        await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
+    found = by_name(spans)
+    rewrite, orchestrate = found[names.SPAN_QUERY_CONDENSE], found[names.SPAN_ORCHESTRATE]
+    server = server_span(found)
+    assert parent_id(rewrite) == parent_id(orchestrate) == span_id(server), "siblings"
+    assert rewrite.end_time is not None and orchestrate.start_time is not None
+    assert rewrite.end_time <= orchestrate.start_time, "condense ends before orchestrate"
+    attributes = rewrite.attributes or {}
+    assert attributes[names.CONDENSE_STATUS] == "ok"
+    assert attributes[names.CONDENSE_HISTORY_SIZE] == 2
+    assert float(attributes[names.CONDENSE_LATENCY_MS]) >= 0  # type: ignore[arg-type]
+    assert attributes[names.GEN_AI_REQUEST_MODEL] == "rewriter"
+    assert attributes[names.CONDENSE_STANDALONE_QUERY] == "Can I export after I cancel?"
+    assert rewrite.status.status_code != StatusCode.ERROR
+    # The rewrite's HTTP client span sits under the condense span.
+    client_spans = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CLIENT]
+    assert any(parent_id(s) == span_id(rewrite) for s in client_spans)
+
+
+async def test_condense_skipped_without_history(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    condense = settings.model_copy(update={"multi_turn_mode": "condense"})
+    client = await _client(client_for, condense, rewriter=True)
+    await client.post("/v1/chatqna", json={"messages": "How do I export?", "stream": False})
+    found = by_name(spans)
+    attributes = found[names.SPAN_QUERY_CONDENSE].attributes or {}
+    assert attributes[names.CONDENSE_STATUS] == "skipped_no_history"
+    assert attributes[names.CONDENSE_HISTORY_SIZE] == 0
+    assert names.SPAN_ORCHESTRATE in found
+
+
+def _timeout(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadTimeout("slow", request=request)
+
+
+FAILURES: list[tuple[str, Callable[[httpx.Request], httpx.Response]]] = [
+    ("timeout", _timeout),
+    ("http_error", lambda request: httpx.Response(500)),
+    ("bad_body", lambda request: httpx.Response(200, text="nope")),
+    ("missing_field", lambda request: completion('{"q": "x"}')),
+    ("empty_query", lambda request: completion('{"standalone_query": ""}')),
+]
+
+
+@pytest.mark.parametrize(("reason", "handler"), FAILURES)
+async def test_condense_failed_spans(
+    client_for: ClientFactory,
+    settings: Settings,
+    spans: InMemorySpanExporter,
+    reason: str,
+    handler: Callable[[httpx.Request], httpx.Response],
+) -> None:
+    condense = settings.model_copy(update={"multi_turn_mode": "condense"})
+    with respx.mock() as router:
+        router.post(f"{LLM}/v1/chat/completions").mock(side_effect=handler)
+        client = await _client(client_for, condense, rewriter=True)
+        response = await client.post("/v1/chatqna", json={"messages": CHAT})
+    assert response.status_code == 503
+    found = by_name(spans)
+    rewrite = found[names.SPAN_QUERY_CONDENSE]
+    attributes = rewrite.attributes or {}
+    assert attributes[names.CONDENSE_STATUS] == "failed"
+    assert attributes[names.CONDENSE_REASON] == reason
+    assert attributes[names.CONDENSE_HISTORY_SIZE] == 2
+    assert rewrite.status.status_code == StatusCode.ERROR
+    assert names.SPAN_ORCHESTRATE not in found, "a failed rewrite stops the turn"
+    assert parent_id(rewrite) == span_id(server_span(found))
+    assert response.headers["x-trace-id"] == format(rewrite.context.trace_id, "032x")  # type: ignore[union-attr]
+
+
+async def test_metrics_count_condense_failures_by_reason(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    condense = settings.model_copy(update={"multi_turn_mode": "condense"})
+    with respx.mock() as router:
+        router.post(f"{LLM}/v1/chat/completions").mock(return_value=httpx.Response(502))
+        client = await _client(client_for, condense, rewriter=True)
+        for _ in range(2):
+            await client.post("/v1/chatqna", json={"messages": CHAT})
+        await client.post("/v1/chatqna", json={"messages": "first turn", "stream": False})
+    text = (await client.get("/metrics")).text
+    assert 'chatqna_condense_total{reason="http_error",status="failed"} 2.0' in text
+    assert 'chatqna_condense_total{reason="",status="skipped_no_history"} 1.0' in text
+    assert 'chatqna_requests_total{method="POST",route="/v1/chatqna",status="503"} 2.0' in text
+    assert 'chatqna_stage_seconds_count{stage="retrieve"} 1.0' in text
+
+
+async def test_metrics_count_blend_and_upstream_errors(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    from chatqna.errors import UpstreamError
+
+    blend = settings.model_copy(update={"multi_turn_blend_enabled": True})
+    llm = ScriptedLLM("a b c", fail_after=1, error=UpstreamError("cut", backend="llm"))
+    client = await client_for(await make_backends(blend, llm=llm), blend)
+    await client.post("/v1/chatqna", json={"messages": CHAT})
+    await client.post("/v1/chatqna", json={"messages": "first", "stream": False})
+    text = (await client.get("/metrics")).text
+    assert 'chatqna_blend_total{executed="true",reason="executed"} 1.0' in text
+    assert 'chatqna_blend_total{executed="false",reason="no_history"} 1.0' in text
+    # The stream failed after it started (an error event) and is counted too.
+    assert 'chatqna_upstream_errors_total{backend="llm",error="upstream_error"} 1.0' in text
