@@ -69,8 +69,12 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
     if tracer_provider is not None:
+        # No spans for each ASGI send/receive: a streamed answer would add one per token.
         FastAPIInstrumentor.instrument_app(
-            app, tracer_provider=tracer_provider, excluded_urls="metrics,health_check,ready"
+            app,
+            tracer_provider=tracer_provider,
+            excluded_urls="metrics,health_check,ready",
+            exclude_spans=["receive", "send"],
         )
     app.include_router(health.router)
     app.include_router(chat.router)

