@@ -9,17 +9,18 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Literal
 
 from fastapi import FastAPI
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
 from chatqna import __version__
-from chatqna.api import chat, dataprep, health, observability
+from chatqna.api import chat, dataprep, health, observability, retrieval
 from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
 from chatqna.api.observability import RequestMetricsMiddleware
-from chatqna.backends.factory import Backends, build_backends
+from chatqna.backends.factory import Backends, build_backends, build_retrieval_backends
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
@@ -31,6 +32,8 @@ def create_app(
     settings: Settings,
     backends: Backends | None = None,
     tracer_provider: TracerProvider | None = None,
+    *,
+    role: Literal["megaservice", "retriever"] = "megaservice",
 ) -> FastAPI:
     """Build the app; tests may inject `backends` (not closed here) and a tracer provider.
 
@@ -48,7 +51,12 @@ def create_app(
         for warning in settings.startup_warnings():
             logger.warning(warning)
         owned = backends is None
-        live = await build_backends(settings) if backends is None else backends
+        if backends is not None:
+            live = backends
+        elif role == "retriever":
+            live = await build_retrieval_backends(settings)
+        else:
+            live = await build_backends(settings)
         app.state.service = ServiceState(settings, live, app.state.metrics)
         try:
             yield
@@ -59,7 +67,7 @@ def create_app(
                 owned_provider.shutdown()  # flush the spans still batched
 
     app = FastAPI(
-        title="ChatQnA",
+        title="ChatQnA" if role == "megaservice" else "ChatQnA retriever",
         version=__version__,
         description="Retrieval-augmented chat with multi-turn retrieval.",
         lifespan=lifespan,
@@ -77,7 +85,10 @@ def create_app(
             exclude_spans=["receive", "send"],
         )
     app.include_router(health.router)
-    app.include_router(chat.router)
+    if role == "megaservice":
+        app.include_router(chat.router)
+    else:
+        app.include_router(retrieval.router)
     app.include_router(dataprep.router)
     app.include_router(observability.router)
     return app

@@ -60,6 +60,30 @@ def serve(
 
 
 @app.command()
+def retriever(
+    host: Annotated[str | None, typer.Option(help="Bind address (CHATQNA_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (RETRIEVER_SERVICE_PORT)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,
+) -> None:
+    """Serve the retriever service (OPEA's /v1/retrieval, plus dataprep) in the foreground."""
+    import uvicorn
+
+    from chatqna.app import create_app
+
+    settings = load_settings(
+        chatqna_host=host, retriever_service_port=port, chatqna_data_dir=data_dir
+    )
+    configure_logging(settings)
+    uvicorn.run(
+        create_app(settings, role="retriever"),
+        host=settings.chatqna_host,
+        port=settings.retriever_service_port,
+        log_level=settings.chatqna_log_level.lower(),
+        timeout_graceful_shutdown=5,
+    )
+
+
+@app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest")],
     data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,

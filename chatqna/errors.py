@@ -12,6 +12,7 @@
     |   +-- UpstreamError         502 it answered with an HTTP error or could not be reached
     |   +-- BadUpstreamResponse   502 it answered with a body we cannot use
     +-- CondenseFailed            503 the follow-up rewrite failed; the turn fails closed
+    +-- NotSupported              501 not possible with this configuration
     +-- IndexUnavailable          503 the index cannot be read or written
 
 Clients and backends raise these (translating library exceptions with `raise ... from exc`);
@@ -155,6 +156,13 @@ class CondenseFailed(ChatQnAError):
         self.latency_ms = 0.0
         self.history_size = 0
         self.model: str | None = None
+
+
+class NotSupported(ChatQnAError):
+    """The operation exists, but not in this configuration (ingest via a remote retriever)."""
+
+    status_code = 501
+    code = "not_supported"
 
 
 class IndexUnavailable(ChatQnAError):

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     upstream_connect_timeout_seconds: float = Field(5.0, gt=0)
 
     # --- retrieval ---------------------------------------------------------------------
+    retriever_endpoint: str | None = None
+    retriever_timeout_seconds: float = Field(30.0, gt=0)
+    retriever_service_port: int = Field(7000, ge=1, le=65535)
     redis_url: str | None = None
     index_name: str = "rag-redis"
     redis_vector_algorithm: Literal["HNSW", "FLAT"] = "HNSW"
@@ -103,6 +106,7 @@ class Settings(BaseSettings):
         "llm_endpoint",
         "condense_llm_endpoint",
         "redis_url",
+        "retriever_endpoint",
         "otel_exporter_otlp_endpoint",
         "otel_exporter_otlp_traces_endpoint",
         mode="before",
@@ -115,7 +119,11 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "tei_embedding_endpoint", "tei_reranking_endpoint", "llm_endpoint", "condense_llm_endpoint"
+        "tei_embedding_endpoint",
+        "tei_reranking_endpoint",
+        "llm_endpoint",
+        "condense_llm_endpoint",
+        "retriever_endpoint",
     )
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:

@@ -1,7 +1,8 @@
 """`build_backends(settings)`: the one place that picks an implementation per role.
 
 Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
-`TEI_RERANKING_ENDPOINT` (or `RERANK_ENABLED=false` for no reranker), `LLM_ENDPOINT`.
+`TEI_RERANKING_ENDPOINT` (or `RERANK_ENABLED=false` for no reranker), `LLM_ENDPOINT`, and
+for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL` (Redis Stack).
 The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, Retriever
+from chatqna.errors import NotSupported
 from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.settings import Settings
 
@@ -86,6 +88,16 @@ async def embedding_dimension(embedder: Embedder) -> int:
 
 
 async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
+    if settings.retriever_endpoint is not None:
+        from chatqna.backends.retriever_client import RemoteRetriever
+
+        key = settings.chatqna_api_key.get_secret_value() if settings.chatqna_api_key else None
+        return RemoteRetriever(
+            settings.retriever_endpoint,
+            timeout_seconds=settings.retriever_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            headers={"Authorization": f"Bearer {key}"} if key else None,
+        )
     if settings.redis_url is not None:
         from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
 
@@ -203,3 +215,33 @@ async def build_backends(settings: Settings) -> Backends:
     )
     translator = build_translator(settings, llm)
     return Backends(embedder, retriever, reranker, llm, condense_llm, translator)
+
+
+class NoLLM:
+    """The chat LLM of a service that has none (the retriever service): every call fails."""
+
+    model = "none"
+
+    async def complete(self, messages: Any, params: Any) -> Any:
+        raise NotSupported("this service has no chat LLM")
+
+    def stream(self, messages: Any, params: Any) -> Any:
+        raise NotSupported("this service has no chat LLM")
+
+    async def describe(self) -> dict[str, Any]:
+        return {"kind": "none"}
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def build_retrieval_backends(settings: Settings) -> Backends:
+    """Embedder and index only, for the retriever service (no reranker, no LLM)."""
+    embedder = await build_embedder(settings)
+    try:
+        retriever = await build_retriever(settings, embedder)
+    except BaseException:
+        await embedder.aclose()
+        raise
+    none = NoLLM()
+    return Backends(embedder, retriever, None, none, none, None)

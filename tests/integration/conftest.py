@@ -59,19 +59,21 @@ def start_server(
     log_path: Path,
     timeout: float = 90.0,
     ready_path: str = "/v1/ready",
+    command: str = "serve",
     **env: str,
 ) -> ServerProcess:
     port = free_port()
     full_env = clean_env(
         CHATQNA_DATA_DIR=str(data_dir),
         MEGA_SERVICE_PORT=str(port),
+        RETRIEVER_SERVICE_PORT=str(port),
         CHATQNA_HOST="127.0.0.1",
         CHATQNA_LLM_THREADS="1",
         **env,
     )
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "chatqna", "serve"],
+        [sys.executable, "-m", "chatqna", command],
         cwd=REPO,
         env=full_env,
         stdout=log,

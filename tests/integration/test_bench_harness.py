@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import REPO, clean_env, start_server
+from tests.standins.servers import create_standin_app, serve_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -84,14 +85,21 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
 
 
 def test_harness_scores_a_running_service(tmp_path: Path) -> None:
-    server = start_server(
-        tmp_path / "served", tmp_path / "server.log", MULTI_TURN_BLEND_ENABLED="true"
-    )
-    try:
-        out = tmp_path / "service"
-        bench("--service", server.url, "--ingest", "--output", str(out), tmp_path=tmp_path)
-    finally:
-        server.stop()
+    # The answer is not scored (max_tokens=1), so a stand-in LLM keeps the run short; the
+    # embedder, index, reranker and blend are the embedded ones.
+    with serve_in_thread(create_standin_app(tokens=1)) as llm:
+        server = start_server(
+            tmp_path / "served",
+            tmp_path / "server.log",
+            MULTI_TURN_BLEND_ENABLED="true",
+            LLM_ENDPOINT=llm,
+            LLM_MODEL_ID="standin",
+        )
+        try:
+            out = tmp_path / "service"
+            bench("--service", server.url, "--ingest", "--output", str(out), tmp_path=tmp_path)
+        finally:
+            server.stop()
     results = json.loads((out / "results.json").read_text())
     (mode,) = results["modes"]
     assert mode["service_retrieval"]["multi_turn_mode"] == "blend"

@@ -1,0 +1,95 @@
+"""OPEA's retriever contract, `POST /v1/retrieval`, for the standalone retriever service.
+
+In: `text`, an optional `embedding` (used as given: the text is embedded only when no
+embedding comes), `k`, and OPEA's search parameters (`search_type`, `distance_threshold`,
+`fetch_k`, `lambda_mult`, `score_threshold`, `index_name`), of which `distance_threshold`
+(cosine distance, kept when <= the threshold) and `score_threshold` (cosine similarity,
+kept when >= it) filter the results and the others are accepted and ignored. `hybrid` (our
+extension) picks hybrid or dense-only search for this request. Out: OPEA's `SearchedDoc`
+shape, `retrieved_docs` with `id`, `text`, `score` and `metadata` (source, title, chunk
+index, per-leg scores).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from chatqna.api.deps import State, require_api_key
+from chatqna.backends.factory import embedding_dimension
+from chatqna.backends.protocols import SearchQuery
+from chatqna.errors import InvalidRequest
+
+router = APIRouter(dependencies=[Depends(require_api_key)], tags=["retrieval"])
+
+
+class RetrievalRequest(BaseModel):
+    """OPEA's `EmbedDoc`: the query text and, optionally, its embedding."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str = Field(min_length=1)
+    embedding: list[float] | None = None
+    k: int = Field(4, ge=1, le=100)
+    search_type: str = "similarity"
+    hybrid: bool | None = None
+    distance_threshold: float | None = None
+    score_threshold: float | None = None
+    fetch_k: int | None = None
+    lambda_mult: float | None = None
+    index_name: str | None = None
+
+
+def _document(item: Any) -> dict[str, Any]:
+    chunk = item.chunk
+    return {
+        "id": chunk.id,
+        "text": chunk.text,
+        "score": item.score,
+        "metadata": {
+            "source": chunk.source,
+            "title": chunk.title,
+            "doc_id": chunk.doc_id,
+            "chunk_index": chunk.index,
+            "scores": dict(item.scores),
+        },
+    }
+
+
+@router.post("/v1/retrieval", summary="Retrieve chunks for a text and/or an embedding")
+async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:
+    backends = state.backends
+    if body.embedding is not None:
+        vector = np.asarray(body.embedding, dtype=np.float32)
+        if vector.ndim != 1 or not np.isfinite(vector).all() or not vector.any():
+            raise InvalidRequest("embedding must be a non-zero list of finite numbers")
+        expected = await embedding_dimension(backends.embedder)
+        if vector.shape[0] != expected:
+            raise InvalidRequest(
+                f"embedding has {vector.shape[0]} dimensions; this index holds {expected}"
+            )
+        vector = vector / np.linalg.norm(vector)
+    else:
+        vector = (await backends.embedder.embed([body.text]))[0]
+    hybrid = (
+        body.hybrid
+        if body.hybrid is not None
+        else state.settings.retriever_hybrid_retrieval_enabled
+    )
+    hits = await backends.retriever.search(SearchQuery(body.text, vector, body.k, hybrid))
+    # Cosine distance is 1 - similarity: a distance threshold t keeps similarity >= 1 - t.
+    if body.distance_threshold is not None:
+        hits = [h for h in hits if h.scores["dense"] >= 1.0 - body.distance_threshold]
+    if body.score_threshold is not None:
+        hits = [h for h in hits if h.scores["dense"] >= body.score_threshold]
+    return {
+        "id": uuid.uuid4().hex,
+        "retrieved_docs": [_document(hit) for hit in hits],
+        "initial_query": body.text,
+        "top_n": body.k,
+        "embedded_by_service": body.embedding is None,
+    }

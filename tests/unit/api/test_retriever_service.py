@@ -1,0 +1,136 @@
+"""The retriever service's `/v1/retrieval` (OPEA's contract) and the client that calls it."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+import respx
+
+from chatqna.app import create_app
+from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.protocols import SearchQuery, SourceBatch
+from chatqna.backends.retriever_client import RemoteRetriever
+from chatqna.errors import BadUpstreamResponse, NotSupported, UpstreamError
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends
+from tests.unit.conftest import TRACER_PROVIDER
+
+pytestmark = pytest.mark.anyio
+
+
+async def _service(
+    client_for: ClientFactory, settings: Settings, embedder: HashingEmbedder
+) -> httpx.AsyncClient:
+    backends = await make_backends(settings, embedder=embedder)
+    backends.reranker = None
+    app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role="retriever")
+    lifespan = app.router.lifespan_context(app)
+    await lifespan.__aenter__()
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r.test")
+
+
+async def test_uses_the_given_embedding_without_embedding_again(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    embedder = HashingEmbedder()
+    client = await _service(client_for, settings, embedder)
+    vector = embedder.vector("data kept after cancellation")
+    response = await client.post(
+        "/v1/retrieval",
+        json={"text": "Is that possible after I cancel?", "embedding": vector.tolist(), "k": 2},
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert embedder.batches == [], "the service must not embed when given an embedding"
+    assert body["initial_query"] == "Is that possible after I cancel?"
+    assert body["embedded_by_service"] is False
+    assert len(body["retrieved_docs"]) == 2
+    first = body["retrieved_docs"][0]
+    assert first["metadata"]["source"] == "retention.md"
+    assert set(first["metadata"]["scores"]) == {"dense", "bm25", "fusion"}
+
+
+async def test_embeds_the_text_when_no_embedding_comes(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    embedder = HashingEmbedder()
+    client = await _service(client_for, settings, embedder)
+    body = (
+        await client.post("/v1/retrieval", json={"text": "annual refund", "k": 1, "hybrid": False})
+    ).json()
+    assert embedder.batches == [["annual refund"]]
+    assert body["embedded_by_service"] is True
+    assert body["retrieved_docs"][0]["metadata"]["source"] == "refunds.md"
+    assert set(body["retrieved_docs"][0]["metadata"]["scores"]) == {"dense"}
+
+
+async def test_thresholds_and_bad_embeddings(client_for: ClientFactory, settings: Settings) -> None:
+    client = await _service(client_for, settings, HashingEmbedder())
+    strict = await client.post("/v1/retrieval", json={"text": "refund", "score_threshold": 0.99})
+    assert strict.json()["retrieved_docs"] == []
+    wrong = await client.post("/v1/retrieval", json={"text": "x", "embedding": [0.1, 0.2]})
+    assert wrong.status_code == 400 and "dimensions" in wrong.json()["message"]
+    zero = await client.post("/v1/retrieval", json={"text": "x", "embedding": [0.0] * 64})
+    assert zero.status_code == 400
+    assert (await client.post("/v1/retrieval", json={"k": 2})).status_code == 422
+    assert (await client.post("/v1/chatqna", json={"messages": "hi"})).status_code == 404
+
+
+def _answer(docs: list[dict[str, object]]) -> httpx.Response:
+    return httpx.Response(200, json={"id": "x", "retrieved_docs": docs, "initial_query": "q"})
+
+
+async def test_remote_retriever_wire_format() -> None:
+    remote = RemoteRetriever("http://retriever.test")
+    vector = np.array([0.6, 0.8], dtype=np.float32)
+    with respx.mock() as router:
+        route = router.post("http://retriever.test/v1/retrieval").mock(
+            return_value=_answer(
+                [
+                    {
+                        "id": "c1",
+                        "text": "Refunds take 5 days.",
+                        "score": 0.03,
+                        "metadata": {
+                            "source": "refunds.md",
+                            "title": "Refunds",
+                            "chunk_index": 2,
+                            "scores": {"dense": 0.8, "bm25": 1.5, "fusion": 0.03},
+                        },
+                    }
+                ]
+            )
+        )
+        hits = await remote.search(SearchQuery("refund?", vector, 3, hybrid=False))
+    sent = json.loads(route.calls[0].request.content)
+    assert sent["text"] == "refund?" and sent["k"] == 3 and sent["hybrid"] is False
+    assert sent["embedding"] == pytest.approx([0.6, 0.8])
+    (hit,) = hits
+    assert (hit.chunk.id, hit.chunk.source, hit.chunk.index) == ("c1", "refunds.md", 2)
+    assert hit.scores == {"dense": 0.8, "bm25": 1.5, "fusion": 0.03} and hit.score == 0.03
+
+
+@pytest.mark.parametrize(
+    ("response", "error"),
+    [
+        (httpx.Response(500), UpstreamError),
+        (httpx.Response(200, json={"docs": []}), BadUpstreamResponse),
+        (httpx.Response(200, json={"retrieved_docs": [{"id": "x"}]}), BadUpstreamResponse),
+        (httpx.Response(200, text="nope"), BadUpstreamResponse),
+    ],
+)
+async def test_remote_retriever_errors(response: httpx.Response, error: type) -> None:
+    remote = RemoteRetriever("http://retriever.test")
+    with respx.mock() as router:
+        router.post("http://retriever.test/v1/retrieval").mock(return_value=response)
+        with pytest.raises(error):
+            await remote.search(SearchQuery("q", np.ones(2, dtype=np.float32), 1))
+
+
+async def test_remote_retriever_cannot_ingest() -> None:
+    remote = RemoteRetriever("http://retriever.test")
+    with pytest.raises(NotSupported):
+        await remote.replace_sources([SourceBatch("a.md", [], np.zeros((0, 2)))])
