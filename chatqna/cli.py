@@ -193,6 +193,10 @@ def bench(
     cache_dir: Annotated[Path | None, typer.Option(help="Embedding cache")] = None,
     service: Annotated[str | None, typer.Option(help="Score a running service instead")] = None,
     ingest: Annotated[bool, typer.Option(help="With --service: upload the corpus first")] = False,
+    history_order: Annotated[
+        str, typer.Option(help="Blend history orders: chronological, newest_first or both")
+    ] = "chronological",
+    bm25_weights: Annotated[str, typer.Option(help="BM25 fusion weights for hybrid")] = "1.0",
     render: Annotated[
         Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
     ] = None,
@@ -229,6 +233,10 @@ def bench(
             samples=samples,
             cache_dir=cache_dir,
             command=command,
+            orders=("chronological", "newest_first")
+            if history_order == "both"
+            else (history_order,),
+            bm25_weights=tuple(float(w) for w in bm25_weights.split(",")),
         )
     )
 

@@ -84,6 +84,8 @@ class Settings(BaseSettings):
     retriever_k: int = Field(4, ge=1, le=100)
     rerank_top_n: int = Field(3, ge=1, le=100)
     rrf_k: int = Field(60, ge=1)
+    rrf_dense_weight: float = Field(1.0, ge=0.0)
+    rrf_bm25_weight: float = Field(1.0, ge=0.0)
     chunk_size: int = Field(1200, ge=100)
     chunk_overlap: int = Field(150, ge=0)
 
@@ -92,6 +94,8 @@ class Settings(BaseSettings):
     multi_turn_blend_enabled: bool = False
     multi_turn_blend_alpha: float = Field(0.7, ge=0.0, le=1.0)
     multi_turn_history_turns: int = Field(6, ge=0)
+    multi_turn_history_order: Literal["chronological", "newest_first"] = "chronological"
+    multi_turn_history_roles: Literal["user_assistant", "user"] = "user_assistant"
     multi_turn_translate_history: bool = True
     multi_turn_translation_cache_size: int = Field(1024, ge=1)
     multi_turn_translation_timeout_seconds: float = Field(10.0, gt=0)
@@ -145,6 +149,8 @@ class Settings(BaseSettings):
                 f"{self.multi_turn_history_turns + 1} embedding inputs, beyond "
                 f"TEI_EMBEDDING_MAX_BATCH={self.tei_embedding_max_batch}"
             )
+        if self.rrf_dense_weight == 0.0 and self.rrf_bm25_weight == 0.0:
+            raise ValueError("RRF_DENSE_WEIGHT and RRF_BM25_WEIGHT cannot both be 0")
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
         return self
@@ -182,6 +188,10 @@ class Settings(BaseSettings):
                 "file, or set LLM_ENDPOINT to an OpenAI-compatible server"
             )
         return packaged
+
+    @property
+    def fusion_weights(self) -> tuple[float, float]:
+        return (self.rrf_dense_weight, self.rrf_bm25_weight)
 
     @property
     def blend_active(self) -> bool:

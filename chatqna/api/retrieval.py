@@ -37,6 +37,7 @@ class RetrievalRequest(BaseModel):
     k: int = Field(4, ge=1, le=100)
     search_type: str = "similarity"
     hybrid: bool | None = None
+    fusion_weights: tuple[float, float] | None = None
     distance_threshold: float | None = None
     score_threshold: float | None = None
     fetch_k: int | None = None
@@ -80,7 +81,10 @@ async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:
         if body.hybrid is not None
         else state.settings.retriever_hybrid_retrieval_enabled
     )
-    hits = await backends.retriever.search(SearchQuery(body.text, vector, body.k, hybrid))
+    weights = body.fusion_weights or state.settings.fusion_weights
+    hits = await backends.retriever.search(
+        SearchQuery(body.text, vector, body.k, hybrid, fusion_weights=weights)
+    )
     # Cosine distance is 1 - similarity: a distance threshold t keeps similarity >= 1 - t.
     if body.distance_threshold is not None:
         hits = [h for h in hits if h.scores["dense"] >= 1.0 - body.distance_threshold]

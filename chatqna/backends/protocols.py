@@ -39,13 +39,15 @@ class SearchQuery:
     """What the retriever searches with.
 
     `embedding` drives the dense leg (it may be a blended vector); `text` drives the BM25 leg.
-    `hybrid=False` runs the dense leg alone.
+    `hybrid=False` runs the dense leg alone. `fusion_weights` are the reciprocal-rank-fusion
+    weights of the (dense, BM25) legs; equal weights are plain RRF.
     """
 
     text: str
     embedding: np.ndarray
     k: int
     hybrid: bool = True
+    fusion_weights: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class RemoteRetriever:
             "k": query.k,
             "hybrid": query.hybrid,
             "search_type": "similarity",
+            "fusion_weights": list(query.fusion_weights),
         }
         body = await post_json(self._client, "/v1/retrieval", payload, backend=BACKEND)
         self.calls += 1

@@ -51,6 +51,8 @@ async def run_bench_command(
     samples: int,
     cache_dir: Path | None,
     command: str,
+    orders: tuple[str, ...] = ("chronological",),
+    bm25_weights: tuple[float, ...] = (1.0,),
 ) -> dict[str, Any]:
     dataset = load_dataset(dataset_dir)
     raw = await build_embedder(settings)
@@ -61,12 +63,15 @@ async def run_bench_command(
     try:
         results = await run_benchmark(
             dataset,
-            default_strategies(alphas=alphas, history_turns=history_turns, with_llm=with_llm),
+            default_strategies(
+                alphas=alphas, history_turns=history_turns, with_llm=with_llm, orders=orders
+            ),
             embedder,
             raw,
             llm,
             samples=samples,
             progress=tqdm_progress(),
+            bm25_weights=bm25_weights,
         )
     finally:
         cache.save()

@@ -37,11 +37,15 @@ class QueryStrategy:
     strategy: str
     alpha: float = 0.7
     history_turns: int = 6
+    order: str = "chronological"
+    roles: str = "user_assistant"
 
     @property
     def label(self) -> str:
         if self.strategy == "blend":
-            return f"blend a={self.alpha:.2f} n={self.history_turns}"
+            extra = " newest-first" if self.order == "newest_first" else ""
+            extra += " user-only" if self.roles == "user" else ""
+            return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
         if self.strategy == "condense_llm":
             return f"condense (LLM, n={self.history_turns})"
         if self.strategy == "condense_gold":
@@ -56,13 +60,14 @@ class Mode:
     query: QueryStrategy
     hybrid: bool
     rerank: bool
+    bm25_weight: float = 1.0
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.query.label} ({'hybrid' if self.hybrid else 'dense'}, "
-            f"{'rerank' if self.rerank else 'no rerank'})"
-        )
+        retrieval = "dense"
+        if self.hybrid:
+            retrieval = "hybrid" if self.bm25_weight == 1.0 else f"hybrid bm25={self.bm25_weight:g}"
+        return f"{self.query.label} ({retrieval}, {'rerank' if self.rerank else 'no rerank'})"
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,8 @@ async def plan_turn(
             alpha=strategy.alpha,
             history_turns=strategy.history_turns,
             translator=None,
+            order=strategy.order,
+            roles=strategy.roles,
         )
         return done(turn.query, result.embedding, 2 if result.executed else 1)
     if strategy.strategy == "condense_gold":
@@ -136,10 +143,19 @@ async def plan_turn(
 
 
 def default_strategies(
-    *, alphas: tuple[float, ...], history_turns: tuple[int, ...], with_llm: bool
+    *,
+    alphas: tuple[float, ...],
+    history_turns: tuple[int, ...],
+    with_llm: bool,
+    orders: tuple[str, ...] = ("chronological",),
 ) -> list[QueryStrategy]:
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
-    strategies += [QueryStrategy("blend", a, n) for n in history_turns for a in alphas]
+    strategies += [
+        QueryStrategy("blend", a, n, order)
+        for order in orders
+        for n in history_turns
+        for a in alphas
+    ]
     if with_llm:
         strategies.append(QueryStrategy("condense_llm", history_turns=max(history_turns)))
     strategies.append(QueryStrategy("condense_gold"))

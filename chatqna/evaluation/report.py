@@ -34,14 +34,16 @@ def cell(mode: dict[str, Any], split: str, name: str) -> str:
 def headline(modes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per retrieval setting: one row per strategy; blend is its best grid point
     (`follow_up_rank`)."""
+
+    def switch(mode: dict[str, Any]) -> tuple[bool, float, bool]:
+        return (mode["hybrid"], mode.get("bm25_weight", 1.0), mode["rerank"])
+
     rows = []
-    for hybrid in (True, False):
-        for rerank in (True, False):
-            group = [m for m in modes if m["hybrid"] == hybrid and m["rerank"] == rerank]
-            for strategy in HEADLINE_STRATEGIES:
-                candidates = [m for m in group if m["strategy"] == strategy]
-                if not candidates:
-                    continue
+    for setting in dict.fromkeys(switch(m) for m in modes):
+        group = [m for m in modes if switch(m) == setting]
+        for strategy in HEADLINE_STRATEGIES:
+            candidates = [m for m in group if m["strategy"] == strategy]
+            if candidates:
                 rows.append(max(candidates, key=follow_up_rank))
     return rows
 

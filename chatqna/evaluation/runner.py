@@ -114,7 +114,15 @@ async def rank_mode(
         if plan.failure is not None:
             result.failures[turn.key] = plan.failure
         elif plan.vector is not None:
-            hits = index.search_sync(SearchQuery(plan.text, plan.vector, depth, mode.hybrid))
+            hits = index.search_sync(
+                SearchQuery(
+                    plan.text,
+                    plan.vector,
+                    depth,
+                    mode.hybrid,
+                    fusion_weights=(1.0, mode.bm25_weight),
+                )
+            )
             if mode.rerank:
                 hits = await reranker.rerank(plan.text, hits, depth)
             ranking = [hit.chunk.id for hit in hits]
@@ -173,8 +181,14 @@ async def run_benchmark(
     depth: int = 10,
     samples: int = 1000,
     progress: Progress | None = None,
+    bm25_weights: Sequence[float] = (1.0,),
 ) -> dict[str, Any]:
-    """Every strategy under every retrieval switch; returns the results document."""
+    """Every strategy under every retrieval switch; returns the results document.
+
+    The switches are hybrid at each BM25 fusion weight of `bm25_weights` (1.0 is plain RRF)
+    and dense only, each with and without the reranker.
+    """
+    switches = [(True, float(w)) for w in bm25_weights] + [(False, 1.0)]
     turns = [t for t in dataset.turns if t.relevant_ids]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
@@ -184,9 +198,9 @@ async def run_benchmark(
         latency = await measure_latency(turns, strategies, raw_embedder, llm, plans)
         modes = []
         for strategy in strategies:
-            for hybrid in (True, False):
+            for hybrid, weight in switches:
                 for rerank in (True, False):
-                    mode = Mode(strategy, hybrid, rerank)
+                    mode = Mode(strategy, hybrid, rerank, weight)
                     ranked = await rank_mode(
                         mode, turns, plans[strategy.label], index, reranker, depth
                     )
@@ -226,6 +240,8 @@ def describe_mode(
         if strategy.strategy in ("blend", "condense_llm")
         else None,
         "hybrid": result.mode.hybrid,
+        "bm25_weight": result.mode.bm25_weight,
+        "order": strategy.order if strategy.strategy == "blend" else None,
         "rerank": result.mode.rerank,
         "splits": result.split(turns, samples),
         "cost": {

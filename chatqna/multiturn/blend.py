@@ -34,9 +34,22 @@ SKIP_NO_HISTORY = "no_history"
 SKIP_WINDOW_ZERO = "history_turns_zero"
 
 
-def history_text(messages: Sequence[Message]) -> str:
-    """The documented history assembly: message contents, oldest first, one per line."""
-    return "\n".join(m.content.strip() for m in messages if m.content.strip())
+def history_window(
+    conversation: Conversation, turns: int, roles: str = "user_assistant"
+) -> tuple[Message, ...]:
+    """The last `turns` history messages of the chosen roles (`user_assistant` or `user`)."""
+    if turns <= 0:
+        return ()
+    wanted = ("user", "assistant") if roles == "user_assistant" else ("user",)
+    return tuple(m for m in conversation.history if m.role in wanted)[-turns:]
+
+
+def history_text(messages: Sequence[Message], order: str = "chronological") -> str:
+    """The documented history assembly: message contents, one per line, oldest first
+    (`chronological`) or most recent first (`newest_first`, so that an embedder which
+    truncates long input keeps the most recent messages)."""
+    lines = [m.content.strip() for m in messages if m.content.strip()]
+    return "\n".join(reversed(lines) if order == "newest_first" else lines)
 
 
 def blend_vectors(query: np.ndarray, history: np.ndarray, alpha: float) -> np.ndarray:
@@ -84,9 +97,11 @@ async def blend_query(
     alpha: float,
     history_turns: int,
     translator: HistoryTranslator | None,
+    order: str = "chronological",
+    roles: str = "user_assistant",
 ) -> BlendResult:
     """Embed the turn's query, blended with its history when the blend can run."""
-    window = conversation.window(history_turns)
+    window = history_window(conversation, history_turns, roles)
     skip = None
     if not enabled:
         skip = SKIP_DISABLED
@@ -107,7 +122,7 @@ async def blend_query(
         if translator is not None
         else TranslationOutcome(tuple(window))
     )
-    text = history_text(outcome.messages)
+    text = history_text(outcome.messages, order)
     if not text:
         logger.info("blend not run (%s): the history window holds no text", SKIP_NO_HISTORY)
         vector = (await embedder.embed([conversation.query]))[0]

@@ -150,6 +150,8 @@ async def plan_retrieval(
         alpha=settings.multi_turn_blend_alpha,
         history_turns=settings.multi_turn_history_turns,
         translator=backends.translator,
+        order=settings.multi_turn_history_order,
+        roles=settings.multi_turn_history_roles,
     )
     report = {
         **base,
@@ -250,6 +252,7 @@ async def _retrieve_and_rerank(
                 embedding=plan.embedding,
                 k=options.k,
                 hybrid=settings.retriever_hybrid_retrieval_enabled,
+                fusion_weights=settings.fusion_weights,
             )
         )
         retrieve_span.set_attribute(names.RETRIEVAL_CANDIDATES, len(candidates))

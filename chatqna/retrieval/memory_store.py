@@ -194,7 +194,9 @@ class InMemoryHybridIndex:
             ]
         bm25_hits = dict(state.bm25.top(query.text, query.k))
         fused = reciprocal_rank_fusion(
-            [[str(i) for i in dense_ids], [str(i) for i in bm25_hits]], k=self.rrf_k
+            [[str(i) for i in dense_ids], [str(i) for i in bm25_hits]],
+            k=self.rrf_k,
+            weights=query.fusion_weights,
         )[: query.k]
         return [
             self._scored(state, int(key), cosine, bm25_hits, score, "fusion")

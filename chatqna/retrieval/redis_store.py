@@ -445,7 +445,7 @@ class RedisHybridIndex:
                 for fields in dense.values()
             ]
         lexical = self._hits(replies[1], with_scores=True) if text_query is not None else {}
-        return self._fuse(dense, lexical, vector, query.k)
+        return self._fuse(dense, lexical, vector, query.k, query.fusion_weights)
 
     def _fuse(
         self,
@@ -453,9 +453,12 @@ class RedisHybridIndex:
         lexical: dict[str, dict[str, Any]],
         vector: np.ndarray,
         k: int,
+        weights: tuple[float, float],
     ) -> list[ScoredChunk]:
         """RRF of the KNN and BM25 hits (in rank order), scored like the embedded index."""
-        fused = reciprocal_rank_fusion([list(dense), list(lexical)], k=self.rrf_k)[:k]
+        fused = reciprocal_rank_fusion([list(dense), list(lexical)], k=self.rrf_k, weights=weights)[
+            :k
+        ]
         results = []
         for key, score in fused:
             if key in dense:
