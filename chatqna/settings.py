@@ -96,6 +96,7 @@ class Settings(BaseSettings):
     multi_turn_history_turns: int = Field(6, ge=0)
     multi_turn_history_order: Literal["chronological", "newest_first"] = "chronological"
     multi_turn_history_roles: Literal["user_assistant", "user"] = "user_assistant"
+    multi_turn_bm25_history_weight: float = Field(0.0, ge=0.0, le=1.0)
     multi_turn_translate_history: bool = True
     multi_turn_translation_cache_size: int = Field(1024, ge=1)
     multi_turn_translation_timeout_seconds: float = Field(10.0, gt=0)

@@ -40,7 +40,8 @@ class SearchQuery:
 
     `embedding` drives the dense leg (it may be a blended vector); `text` drives the BM25 leg.
     `hybrid=False` runs the dense leg alone. `fusion_weights` are the reciprocal-rank-fusion
-    weights of the (dense, BM25) legs; equal weights are plain RRF.
+    weights of the (dense, BM25) legs; equal weights are plain RRF. `bm25_history` (earlier
+    user questions) adds its content words to the BM25 query at `bm25_history_weight`.
     """
 
     text: str
@@ -48,6 +49,8 @@ class SearchQuery:
     k: int
     hybrid: bool = True
     fusion_weights: tuple[float, float] = (1.0, 1.0)
+    bm25_history: str = ""
+    bm25_history_weight: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ class BlendResult:
     history_messages: int = 0
     history: str = ""
     translation: dict[str, Any] = field(default_factory=dict)
+    order: str = "chronological"
+    roles: str = "user_assistant"
 
     def report(self) -> dict[str, Any]:
         return {
@@ -85,6 +87,8 @@ class BlendResult:
             "alpha": self.alpha,
             "history_turns": self.history_turns,
             "history_messages": self.history_messages,
+            "history_order": self.order,
+            "history_roles": self.roles,
             "translation": self.translation,
         }
 
@@ -138,4 +142,6 @@ async def blend_query(
         history_messages=len(window),
         history=text,
         translation=outcome.report(translator is not None),
+        order=order,
+        roles=roles,
     )

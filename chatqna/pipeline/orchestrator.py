@@ -51,6 +51,8 @@ class RetrievalPlan:
     text: str
     embedding: np.ndarray
     report: dict[str, Any]
+    bm25_history: str = ""
+    bm25_history_weight: float = 0.0
 
 
 @dataclass
@@ -153,13 +155,30 @@ async def plan_retrieval(
         order=settings.multi_turn_history_order,
         roles=settings.multi_turn_history_roles,
     )
+    # The history-aware BM25 leg hears the earlier user questions of the window, at a lower
+    # weight; it runs only when the blend ran, so a first turn keeps the stateless ranking.
+    weight = settings.multi_turn_bm25_history_weight
+    questions = " ".join(
+        m.content
+        for m in conversation.window(settings.multi_turn_history_turns)
+        if m.role == "user"
+    )
+    history_leg = blend.executed and weight > 0.0 and bool(questions.strip())
     report = {
         **base,
         "strategy": "blend" if blend.executed else "stateless",
         "query": conversation.query,
         "blend": blend.report(),
+        "bm25_history": {"ran": history_leg, "weight": weight},
+        "fusion_weights": list(settings.fusion_weights),
     }
-    return RetrievalPlan(text=conversation.query, embedding=blend.embedding, report=report)
+    return RetrievalPlan(
+        text=conversation.query,
+        embedding=blend.embedding,
+        report=report,
+        bm25_history=questions if history_leg else "",
+        bm25_history_weight=weight if history_leg else 0.0,
+    )
 
 
 async def condense_step(
@@ -253,6 +272,8 @@ async def _retrieve_and_rerank(
                 k=options.k,
                 hybrid=settings.retriever_hybrid_retrieval_enabled,
                 fusion_weights=settings.fusion_weights,
+                bm25_history=plan.bm25_history,
+                bm25_history_weight=plan.bm25_history_weight,
             )
         )
         retrieve_span.set_attribute(names.RETRIEVAL_CANDIDATES, len(candidates))

@@ -72,7 +72,33 @@ class BM25Index:
                 totals[position] = totals.get(position, 0.0) + gain
         return totals
 
-    def top(self, query: str, k: int) -> list[tuple[int, float]]:
-        """The `k` best `(position, score)` pairs for a query text; ties by position."""
-        scored = self.scores(tokenize(query))
+    def top(
+        self, query: str, k: int, history: str = "", history_weight: float = 0.0
+    ) -> list[tuple[int, float]]:
+        """The `k` best `(position, score)` pairs for a query text; ties by position.
+
+        With `history` and a positive `history_weight`, the history's terms that the query
+        does not already hold are added at that weight (query terms weigh 1).
+        """
+        weights = query_term_weights(query, history, history_weight)
+        scored = self.weighted_scores(weights)
         return sorted(scored.items(), key=lambda pair: (-pair[1], pair[0]))[:k]
+
+    def weighted_scores(self, weights: dict[str, float]) -> dict[int, float]:
+        """Sum over terms of `weight * BM25(term)`, for every document matching a term."""
+        totals: dict[int, float] = {}
+        for term, weight in weights.items():
+            for position, score in self.scores([term]).items():
+                totals[position] = totals.get(position, 0.0) + weight * score
+        return totals
+
+
+def query_term_weights(
+    query: str, history: str = "", history_weight: float = 0.0
+) -> dict[str, float]:
+    """Query terms at weight 1; history terms not in the query at `history_weight`."""
+    weights = dict.fromkeys(tokenize(query), 1.0)
+    if history_weight > 0.0:
+        for term in tokenize(history):
+            weights.setdefault(term, history_weight)
+    return weights

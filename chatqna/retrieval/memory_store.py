@@ -192,7 +192,9 @@ class InMemoryHybridIndex:
             return [
                 self._scored(state, i, cosine, None, float(cosine[i]), "dense") for i in dense_ids
             ]
-        bm25_hits = dict(state.bm25.top(query.text, query.k))
+        bm25_hits = dict(
+            state.bm25.top(query.text, query.k, query.bm25_history, query.bm25_history_weight)
+        )
         fused = reciprocal_rank_fusion(
             [[str(i) for i in dense_ids], [str(i) for i in bm25_hits]],
             k=self.rrf_k,

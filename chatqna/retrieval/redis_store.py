@@ -48,7 +48,7 @@ from redis.exceptions import RedisError, ResponseError
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.bm25 import tokenize
+from chatqna.retrieval.bm25 import query_term_weights
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 
 DEFAULT_INDEX_NAME = "rag-redis"
@@ -91,18 +91,27 @@ class VectorIndexParams:
         return ["embedding", "VECTOR", self.algorithm, len(args), *args]
 
 
-def bm25_query(text: str) -> str | None:
+def _escape(token: str) -> str:
+    return _QUERY_SPECIAL.sub(lambda m: "\\" + m.group(0), token)
+
+
+def bm25_query(text: str, history: str = "", history_weight: float = 0.0) -> str | None:
     """`@content:(t1 | t2 ...)` from the text's tokens, escaped; None when none is left.
 
     Tokens come from the embedded BM25's tokeniser (lower-cased `\\w+`, stop words dropped),
     so no query syntax in user text survives (`@`, `|`, `-`, `%`, parentheses), and every
     character other than an ASCII letter or digit is escaped all the same.
     """
-    tokens = list(dict.fromkeys(tokenize(text)))
-    if not tokens:
+    weights = query_term_weights(text, history, history_weight)
+    if not weights:
         return None
-    escaped = [_QUERY_SPECIAL.sub(lambda m: "\\" + m.group(0), token) for token in tokens]
-    return "@content:(" + " | ".join(escaped) + ")"
+    query_terms = [_escape(t) for t, w in weights.items() if w == 1.0]
+    history_terms = [_escape(t) for t, w in weights.items() if w != 1.0]
+    parts = list(query_terms)
+    if history_terms:
+        # RediSearch query attributes: the history's terms count at their weight.
+        parts.append(f"({' | '.join(history_terms)}) => {{ $weight: {history_weight:g}; }}")
+    return "@content:(" + " | ".join(parts) + ")"
 
 
 def redact_url(url: str) -> str:
@@ -421,7 +430,11 @@ class RedisHybridIndex:
             raise IndexUnavailable(
                 f"query vector has {vector.shape[0]} dimensions, the index {self.dimension}"
             )
-        text_query = bm25_query(query.text) if query.hybrid else None
+        text_query = (
+            bm25_query(query.text, query.bm25_history, query.bm25_history_weight)
+            if query.hybrid
+            else None
+        )
         async with self._redis("search"):
             pipe = self.client.pipeline(transaction=False)
             # Pipeline.execute_command is untyped in redis-py; it queues and returns the pipe.

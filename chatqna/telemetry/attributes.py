@@ -61,6 +61,17 @@ def orchestrate(
             int(translation.get("translated", 0)) + int(translation.get("from_cache", 0)),
         )
         span.set_attribute(names.BLEND_TRANSLATION_FAILED, int(translation.get("failed", 0)))
+    history_leg = report.get("bm25_history")
+    if isinstance(history_leg, dict):
+        span.set_attribute(names.BM25_HISTORY_RAN, bool(history_leg["ran"]))
+        span.set_attribute(names.BM25_HISTORY_WEIGHT, float(history_leg["weight"]))
+    weights = report.get("fusion_weights")
+    if isinstance(weights, list) and len(weights) == 2:
+        span.set_attribute(names.FUSION_DENSE_WEIGHT, float(weights[0]))
+        span.set_attribute(names.FUSION_BM25_WEIGHT, float(weights[1]))
+    if isinstance(blend, dict) and "history_order" in blend:
+        span.set_attribute(names.HISTORY_ORDER, str(blend["history_order"]))
+        span.set_attribute(names.HISTORY_ROLES, str(blend["history_roles"]))
     if record_content:
         span.set_attribute(names.QUERY_TEXT, str(report.get("query", "")))
 

@@ -39,6 +39,12 @@ BLEND_HISTORY_TURNS = "chatqna.blend.history_turns"
 BLEND_HISTORY_MESSAGES = "chatqna.blend.history_messages"
 BLEND_TRANSLATED = "chatqna.blend.translated"
 BLEND_TRANSLATION_FAILED = "chatqna.blend.translation_failed"
+BM25_HISTORY_RAN = "chatqna.bm25_history.ran"
+BM25_HISTORY_WEIGHT = "chatqna.bm25_history.weight"
+FUSION_DENSE_WEIGHT = "chatqna.fusion.dense_weight"
+FUSION_BM25_WEIGHT = "chatqna.fusion.bm25_weight"
+HISTORY_ORDER = "chatqna.blend.history_order"
+HISTORY_ROLES = "chatqna.blend.history_roles"
 QUERY_TEXT = "chatqna.query.text"  # content: opt-in
 
 # reranker selection

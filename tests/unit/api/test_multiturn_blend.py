@@ -96,6 +96,8 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
         "alpha": 0.7,
         "history_turns": 6,
         "history_messages": 2,
+        "history_order": "chronological",
+        "history_roles": "user_assistant",
         "translation": {
             "enabled": True,
             "ran": False,
@@ -188,3 +190,21 @@ async def test_translation_is_reported_in_metadata(
     # One translation call in all; the rest of the prompts are the two answers.
     translations = [p for p in llm.prompts if "Translate" in p[0]["content"]]
     assert len(translations) == 1
+
+
+async def test_history_aware_bm25_leg_runs_on_blended_follow_ups_only(
+    client_for: ClientFactory, blend_settings: Settings
+) -> None:
+    configured = blend_settings.model_copy(update={"multi_turn_bm25_history_weight": 0.5})
+    with respx.mock() as router:
+        router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        client, retriever, _ = await _app(client_for, configured)
+        follow = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
+        first = await client.post("/v1/chatqna", json={"messages": [CHAT[0]], "stream": False})
+    follow_query, first_query = retriever.queries
+    assert follow_query.bm25_history == FIRST and follow_query.bm25_history_weight == 0.5
+    assert follow_query.text == FOLLOW_UP
+    assert follow.json()["metadata"]["retrieval"]["bm25_history"] == {"ran": True, "weight": 0.5}
+    # Turn 1 keeps exactly the stateless ranking: no history terms at all.
+    assert first_query.bm25_history == "" and first_query.bm25_history_weight == 0.0
+    assert first.json()["metadata"]["retrieval"]["bm25_history"]["ran"] is False

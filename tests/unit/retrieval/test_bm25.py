@@ -159,3 +159,20 @@ def test_empty_index() -> None:
     index = BM25Index([])
     assert len(index) == 0
     assert index.top("anything", 5) == []
+
+
+def test_history_terms_are_weighted_and_never_override_query_terms() -> None:
+    from chatqna.retrieval.bm25 import BM25Index, query_term_weights
+
+    assert query_term_weights("How long do I have?", "export my data long", 0.5) == {
+        "long": 1.0,
+        "export": 0.5,
+        "data": 0.5,
+    }
+    assert query_term_weights("How long?", "export data", 0.0) == {"long": 1.0}
+    index = BM25Index(["export your data", "how long is data kept", "cats"])
+    plain = index.weighted_scores({"long": 1.0})
+    weighted = index.weighted_scores({"long": 1.0, "export": 0.5})
+    assert weighted[1] == plain[1]
+    assert weighted[0] == 0.5 * index.scores(["export"])[0]
+    assert index.top("how long", 3, "export", 0.0) == index.top("how long", 3)
