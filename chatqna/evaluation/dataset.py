@@ -60,6 +60,22 @@ class Dataset:
     def conversations(self) -> list[str]:
         return sorted({turn.conversation_id for turn in self.turns})
 
+    @property
+    def scored_turns(self) -> list[EvalTurn]:
+        """Evaluated turns that have labels (a turn without relevant ids cannot be scored)."""
+        return [turn for turn in self.turns if turn.relevant_ids]
+
+    def summary(self) -> dict[str, object]:
+        turns = self.scored_turns
+        return {
+            "name": self.name,
+            "passages": len(self.passages),
+            "conversations": len(self.conversations),
+            "turns": len(turns),
+            "turn_1": sum(1 for t in turns if t.turn == 1),
+            "follow_ups": sum(1 for t in turns if t.is_follow_up),
+        }
+
 
 def _read_jsonl(path: Path) -> list[dict[str, object]]:
     rows = []

@@ -189,7 +189,7 @@ async def run_benchmark(
     and dense only, each with and without the reranker.
     """
     switches = [(True, float(w)) for w in bm25_weights] + [(False, 1.0)]
-    turns = [t for t in dataset.turns if t.relevant_ids]
+    turns = dataset.scored_turns
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(dataset, embedder, Path(directory), progress)
@@ -208,14 +208,7 @@ async def run_benchmark(
                         describe_mode(ranked, turns, plans[strategy.label], latency, samples)
                     )
     return {
-        "dataset": {
-            "name": dataset.name,
-            "passages": len(dataset.passages),
-            "conversations": len(dataset.conversations),
-            "turns": len(turns),
-            "turn_1": sum(1 for t in turns if t.turn == 1),
-            "follow_ups": sum(1 for t in turns if t.is_follow_up),
-        },
+        "dataset": dataset.summary(),
         "depth": depth,
         "bootstrap_samples": samples,
         "seconds": round(time.perf_counter() - started, 1),

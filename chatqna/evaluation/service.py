@@ -53,7 +53,7 @@ async def run_against_service(
     depth: int = 10,
     api_key: str | None = None,
 ) -> dict[str, Any]:
-    turns = [t for t in dataset.turns if t.relevant_ids]
+    turns = dataset.scored_turns
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     started = time.perf_counter()
     reports: list[dict[str, Any]] = []
@@ -107,14 +107,7 @@ async def run_against_service(
     mode["rerank"] = bool(retrieval.get("reranker"))
     mode["service_retrieval"] = retrieval
     return {
-        "dataset": {
-            "name": dataset.name,
-            "passages": len(dataset.passages),
-            "conversations": len(dataset.conversations),
-            "turns": len(turns),
-            "turn_1": sum(1 for t in turns if t.turn == 1),
-            "follow_ups": sum(1 for t in turns if t.is_follow_up),
-        },
+        "dataset": dataset.summary(),
         "depth": depth,
         "bootstrap_samples": samples,
         "seconds": round(time.perf_counter() - started, 1),

@@ -30,11 +30,6 @@ HANDBOOK = {
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(chatqna_data_dir=tmp_path / "data")
 

@@ -13,11 +13,6 @@ def embedder() -> OnnxMiniLMEmbedder:
     return OnnxMiniLMEmbedder()
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_vectors_are_384_wide_and_unit_length(embedder: OnnxMiniLMEmbedder) -> None:
     vectors = embedder.embed_sync(["hello world", "a second sentence"])
     assert vectors.shape == (2, 384) and vectors.dtype == np.float32

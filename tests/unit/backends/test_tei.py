@@ -26,11 +26,6 @@ def shape(exc: UpstreamFailure) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def router() -> Iterator[respx.MockRouter]:
     with respx.mock(base_url=BASE, assert_all_called=False) as mock:
         yield mock

@@ -17,11 +17,6 @@ from chatqna.evaluation.runner import run_benchmark
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def write_dataset(directory: Path) -> Path:
     corpus = [
         {"id": "p-export", "title": "Export", "text": "Export your workspace as a zip file."},

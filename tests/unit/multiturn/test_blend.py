@@ -19,11 +19,6 @@ HISTORY = (
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_blend_vectors_is_the_normalised_weighted_sum() -> None:
     eq = np.array([1.0, 0.0, 0.0], dtype=np.float32)
     eh = np.array([0.0, 1.0, 0.0], dtype=np.float32)

@@ -32,11 +32,6 @@ HISTORY = (
 FOLLOW_UP = Conversation("Is that possible after I cancel?", HISTORY)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize(
     ("raw", "cleaned"),
     [

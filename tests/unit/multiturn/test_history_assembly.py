@@ -19,11 +19,6 @@ HISTORY = (
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_newest_first_puts_the_latest_message_first() -> None:
     assert history_text(HISTORY, "newest_first").splitlines() == [
         "a2 export zip",

@@ -15,11 +15,6 @@ pytestmark = pytest.mark.anyio
 SPANISH = "¿Cómo puedo exportar mis datos después de cancelar la suscripción?"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize(
     ("text", "language"),
     [

@@ -31,11 +31,6 @@ FAQ = b"# FAQ\n\n## Warranty\n\nHardware warranty lasts two years.\n"  # one chu
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def embedder() -> HashingEmbedder:
     return HashingEmbedder(DIM, max_batch=2)
 

@@ -34,11 +34,6 @@ HARDWARE = [
 ]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def vectors(texts: Sequence[str]) -> np.ndarray:
     return l2_normalise(np.vstack([EMBEDDER.vector(t) for t in texts]))
 

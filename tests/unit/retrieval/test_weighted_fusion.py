@@ -20,11 +20,6 @@ DOCS = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _index(tmp_path: Path) -> tuple[InMemoryHybridIndex, HashingEmbedder]:
     embedder = HashingEmbedder()
     index = await InMemoryHybridIndex.open(tmp_path, embedder_name=embedder.name, dimension=64)
