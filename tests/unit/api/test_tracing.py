@@ -96,6 +96,12 @@ async def test_blend_executed_spans(
     assert attributes[names.BLEND_ALPHA] == 0.7
     assert attributes[names.BLEND_HISTORY_TURNS] == 6
     assert attributes[names.BLEND_HISTORY_MESSAGES] == 2
+    assert attributes[names.HISTORY_ORDER] == "chronological"
+    assert attributes[names.BM25_HISTORY_RAN] is False
+    assert (attributes[names.FUSION_DENSE_WEIGHT], attributes[names.FUSION_BM25_WEIGHT]) == (
+        1.0,
+        1.0,
+    )
     assert names.QUERY_TEXT not in attributes, "content is opt-in"
     # Generation ends with the stream, and orchestrate only after it.
     generate = found[names.SPAN_GENERATE]
