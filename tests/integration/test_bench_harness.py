@@ -47,16 +47,8 @@ def follow_up(mode: dict[str, object], metric: str) -> float:
 
 def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    run = bench(
-        "--no-llm",
-        "--alphas",
-        "0.7",
-        "--history-turns",
-        "6",
-        "--output",
-        str(out),
-        tmp_path=tmp_path,
-    )
+    quick = ("--no-llm", "--alphas", "0.7", "--history-turns", "6", "--output", str(out))
+    run = bench(*quick, tmp_path=tmp_path)
     assert "## Headline" in run.stdout
     results = json.loads((out / "results.json").read_text())
     assert (out / "results.md").read_text().startswith("# Multi-turn retrieval benchmark")
@@ -70,16 +62,7 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     # Hand-written standalone rewrites must beat pronoun-only follow-ups.
     assert follow_up(gold, "R@5") > follow_up(stateless, "R@5")
     # A rerun answers every embedding from the cache.
-    bench(
-        "--no-llm",
-        "--alphas",
-        "0.7",
-        "--history-turns",
-        "6",
-        "--output",
-        str(out),
-        tmp_path=tmp_path,
-    )
+    bench(*quick, tmp_path=tmp_path)
     rerun = json.loads((out / "results.json").read_text())
     assert rerun["embedder"]["inputs_computed"] == 0
 
