@@ -208,3 +208,15 @@ async def test_history_aware_bm25_leg_runs_on_blended_follow_ups_only(
     # Turn 1 keeps exactly the stateless ranking: no history terms at all.
     assert first_query.bm25_history == "" and first_query.bm25_history_weight == 0.0
     assert first.json()["metadata"]["retrieval"]["bm25_history"]["ran"] is False
+
+
+async def test_upstream_calls_carry_the_turns_trace_context(
+    client_for: ClientFactory, blend_settings: Settings
+) -> None:
+    with respx.mock() as router:
+        route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        client, _, _ = await _app(client_for, blend_settings)
+        response = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
+    traceparent = route.calls[0].request.headers["traceparent"]
+    # W3C trace context: version-traceid-spanid-flags; the trace is the turn's.
+    assert traceparent.split("-")[1] == response.headers["x-trace-id"]
