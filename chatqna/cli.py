@@ -197,6 +197,9 @@ def bench(
         str, typer.Option(help="Blend history orders: chronological, newest_first or both")
     ] = "chronological",
     bm25_weights: Annotated[str, typer.Option(help="BM25 fusion weights for hybrid")] = "1.0",
+    bm25_history_weights: Annotated[
+        str, typer.Option(help="Blend: weights of the history-aware BM25 leg (0 = off)")
+    ] = "0",
     render: Annotated[
         Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
     ] = None,
@@ -237,6 +240,7 @@ def bench(
             if history_order == "both"
             else (history_order,),
             bm25_weights=tuple(float(w) for w in bm25_weights.split(",")),
+            bm25_history_weights=tuple(float(w) for w in bm25_history_weights.split(",")),
         )
     )
 

@@ -53,6 +53,7 @@ async def run_bench_command(
     command: str,
     orders: tuple[str, ...] = ("chronological",),
     bm25_weights: tuple[float, ...] = (1.0,),
+    bm25_history_weights: tuple[float, ...] = (0.0,),
 ) -> dict[str, Any]:
     dataset = load_dataset(dataset_dir)
     raw = await build_embedder(settings)
@@ -64,7 +65,11 @@ async def run_bench_command(
         results = await run_benchmark(
             dataset,
             default_strategies(
-                alphas=alphas, history_turns=history_turns, with_llm=with_llm, orders=orders
+                alphas=alphas,
+                history_turns=history_turns,
+                with_llm=with_llm,
+                orders=orders,
+                bm25_history_weights=bm25_history_weights,
             ),
             embedder,
             raw,

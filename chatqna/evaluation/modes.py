@@ -16,7 +16,7 @@ failed turn (an empty ranking), as it is a 503 in the service.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,12 +39,15 @@ class QueryStrategy:
     history_turns: int = 6
     order: str = "chronological"
     roles: str = "user_assistant"
+    bm25_history_weight: float = 0.0
 
     @property
     def label(self) -> str:
         if self.strategy == "blend":
             extra = " newest-first" if self.order == "newest_first" else ""
             extra += " user-only" if self.roles == "user" else ""
+            if self.bm25_history_weight:
+                extra += f" bm25-history={self.bm25_history_weight:g}"
             return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
         if self.strategy == "condense_llm":
             return f"condense (LLM, n={self.history_turns})"
@@ -80,6 +83,8 @@ class QueryPlan:
     llm_calls: int
     milliseconds: float
     failure: str | None = None
+    bm25_history: str = ""
+    bm25_history_weight: float = 0.0
 
 
 async def plan_turn(
@@ -121,7 +126,16 @@ async def plan_turn(
             order=strategy.order,
             roles=strategy.roles,
         )
-        return done(turn.query, result.embedding, 2 if result.executed else 1)
+        plan = done(turn.query, result.embedding, 2 if result.executed else 1)
+        questions = " ".join(
+            m.content for m in conversation.window(strategy.history_turns) if m.role == "user"
+        )
+        if result.executed and strategy.bm25_history_weight > 0.0 and questions.strip():
+            # The service's history-aware BM25 leg (see `plan_retrieval`).
+            return replace(
+                plan, bm25_history=questions, bm25_history_weight=strategy.bm25_history_weight
+            )
+        return plan
     if strategy.strategy == "condense_gold":
         text = turn.gold_rewrite or turn.query
         return done(text, (await embedder.embed([text]))[0], 1)
@@ -148,10 +162,12 @@ def default_strategies(
     history_turns: tuple[int, ...],
     with_llm: bool,
     orders: tuple[str, ...] = ("chronological",),
+    bm25_history_weights: tuple[float, ...] = (0.0,),
 ) -> list[QueryStrategy]:
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
     strategies += [
-        QueryStrategy("blend", a, n, order)
+        QueryStrategy("blend", a, n, order, bm25_history_weight=w)
+        for w in bm25_history_weights
         for order in orders
         for n in history_turns
         for a in alphas

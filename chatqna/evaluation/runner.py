@@ -121,6 +121,8 @@ async def rank_mode(
                     depth,
                     mode.hybrid,
                     fusion_weights=(1.0, mode.bm25_weight),
+                    bm25_history=plan.bm25_history,
+                    bm25_history_weight=plan.bm25_history_weight,
                 )
             )
             if mode.rerank:
