@@ -14,12 +14,12 @@ The corpus: chunks of 45-75 words (60 on average) drawn from a fixed vocabulary 
 pseudo-words with a Zipf (s=1) distribution, so BM25 postings have a natural-language shape
 (a few terms in almost every chunk, a long tail of rare ones), grouped into sources of 100
 chunks. Vectors are random unit float32 vectors of 384 dimensions (the width of
-all-MiniLM-L6-v2): the cost of storing and searching a vector does not depend on what it
-means, so no embedder runs and none is timed. Queries are 4 words drawn from the same
-distribution plus a random unit vector. Random vectors are a near worst case for HNSW's
-recall (no cluster structure), so the dense recall@k against exact search saved in the JSON
-checks that every index holds the whole corpus (1.0 for the exact ones) and is not a
-measure of HNSW's recall on real embeddings.
+all-MiniLM-L6-v2): what exact search (embedded, FLAT) costs does not depend on what the
+vectors mean, so no embedder runs and none is timed. HNSW's graph does depend on the data,
+and random vectors are a near worst case for its recall (no cluster structure): the dense
+recall@k against exact search saved in the JSON checks that every index holds the whole
+corpus (1.0 for the exact ones) and is not a measure of HNSW's recall on real embeddings.
+Queries are 4 words drawn from the same distribution plus a random unit vector.
 
 Ingest is timed two ways for the embedded index, because it rebuilds its BM25 postings and
 rewrites its whole file on every call: once with all chunks in one `replace_sources` call
@@ -27,7 +27,7 @@ rewrites its whole file on every call: once with all chunks in one `replace_sour
 requests; quadratic in the corpus size, so skipped above `--embedded-batched-max`). What
 one more request of `--batch` chunks costs once the index holds the rest of the corpus is
 timed too, at every size, and printed under the table. Redis is timed in calls of `--batch`
-chunks; it writes per chunk, so the call size matters little.
+chunks only: it writes chunk by chunk (pipelines of 500) whatever the call size.
 Searches on the embedded index include its `asyncio.to_thread` hop; Redis searches include
 the loopback round trip. Everything (client, Redis server) shares this machine's cores.
 """
