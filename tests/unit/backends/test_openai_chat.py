@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -12,7 +12,8 @@ import respx
 
 from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of
 from chatqna.backends.protocols import Delta, GenerationParams, Usage
-from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
+from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from tests.unit.backends.conftest import shape
 
 pytestmark = pytest.mark.anyio
 
@@ -20,17 +21,6 @@ BASE = "http://llm.test:8000"
 PATH = "/v1/chat/completions"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 PARAMS = GenerationParams(max_tokens=64, temperature=0.0)
-
-
-def shape(exc: UpstreamFailure) -> tuple[int, str, str]:
-    """What a client sees of an upstream failure: HTTP status, error code, backend role."""
-    return exc.status_code, exc.code, exc.backend
-
-
-@pytest.fixture
-def router() -> Iterator[respx.MockRouter]:
-    with respx.mock(base_url=BASE, assert_all_called=False) as mock:
-        yield mock
 
 
 @pytest.fixture

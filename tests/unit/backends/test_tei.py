@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -13,22 +13,12 @@ import respx
 
 from chatqna.backends.tei import TEIEmbedder, TEIReranker
 from chatqna.documents import Chunk, ScoredChunk
-from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
+from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from tests.unit.backends.conftest import shape
 
 pytestmark = pytest.mark.anyio
 
 BASE = "http://tei.test"
-
-
-def shape(exc: UpstreamFailure) -> tuple[int, str, str]:
-    """What a client sees of an upstream failure: HTTP status, error code, backend role."""
-    return exc.status_code, exc.code, exc.backend
-
-
-@pytest.fixture
-def router() -> Iterator[respx.MockRouter]:
-    with respx.mock(base_url=BASE, assert_all_called=False) as mock:
-        yield mock
 
 
 @pytest.fixture
