@@ -1,0 +1,562 @@
+"""Load benchmark: N concurrent streaming multi-turn chats against a real ChatQnA server process.
+
+    .venv/bin/python tests/rag-benchmarks/load_chats.py [--concurrency 200] [--duration 30]
+        [--runs 2] [--delay 0.02] [--tokens 20]
+
+Starts the stand-in TEI + OpenAI upstreams (`python -m tests.standins.servers`, their own
+process) and `python -m chatqna serve` on loopback with the embedded index in a temporary
+data dir, blend on, tracing off, access log off (log level WARNING), and ingests the sample
+corpus. Then `--concurrency` virtual users each run conversations from the handbook lab for
+`--duration` seconds: the first question, then its follow-up with the streamed answer as
+history, each a streaming `POST /v1/chatqna`. A user starts no new chat after the deadline;
+chats in flight finish and count. `--runs` runs follow each other against the same server
+process, with the server's RSS sampled from /proc throughout, so growth across runs shows.
+
+Per run: chats/s, time to the first SSE event (metadata) and to the first token, p50/p95/p99
+of the whole chat, errors by kind, the server's RSS (start, end, peak) and CPU time. Prints a
+table and writes JSON to `results/load/load_chats.json` unless `--output` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+
+from tests.integration.conftest import SAMPLE_CORPUS, clean_env  # noqa: E402
+from tests.standins.servers import free_port  # noqa: E402
+
+CONVERSATIONS = (
+    REPO / "tests" / "rag-benchmarks" / "datasets" / "handbook-lab" / "conversations.jsonl"
+)
+DEFAULT_OUTPUT = Path(__file__).parent / "results" / "load" / "load_chats.json"
+
+
+# --- processes --------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    """A child process on loopback; `stop()` ends it (terminate, then kill)."""
+
+    name: str
+    url: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=5)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_process(
+    name: str,
+    argv: Sequence[str],
+    env: dict[str, str],
+    port: int,
+    log_dir: Path,
+    *,
+    ready_path: str,
+    cpus: str | None = None,
+    timeout: float = 90.0,
+) -> Process:
+    """Start `argv` (pinned to `cpus` with taskset if given) and wait for `ready_path` → 200."""
+    command = [*(["taskset", "-c", cpus] if cpus else []), *argv]
+    log_path = log_dir / f"{name}.log"
+    popen = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT
+    )
+    process = Process(name, f"http://127.0.0.1:{port}", popen, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            raise RuntimeError(f"{name} exited early:\n{process.log_tail()}")
+        try:
+            if httpx.get(process.url + ready_path, timeout=2).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.stop()
+    raise RuntimeError(f"{name} not ready in {timeout:.0f}s:\n{process.log_tail()}")
+
+
+def standin_options() -> set[str]:
+    """The options `python -m tests.standins.servers` accepts today (read from its --help)."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "tests.standins.servers", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {word.rstrip(",") for word in shown.split() if word.startswith("--")}
+
+
+def standin_argv(port: int, options: dict[str, float | int | None]) -> list[str]:
+    """Arguments for the stand-in process; an option it does not know is a clear error."""
+    known = standin_options()
+    argv = [sys.executable, "-m", "tests.standins.servers", "--port", str(port)]
+    for name, value in options.items():
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if flag not in known:
+            raise SystemExit(f"tests/standins/servers.py has no {flag} option (it has {known})")
+        argv += [flag, str(value)]
+    return argv
+
+
+def server_env(standin: str, data_dir: Path, port: int, concurrency: int) -> dict[str, str]:
+    """ChatQnA's environment: stand-in upstreams, blend on, tracing and access log off."""
+    from chatqna.settings import Settings
+
+    env = clean_env(
+        MEGA_SERVICE_PORT=str(port),
+        CHATQNA_HOST="127.0.0.1",
+        CHATQNA_DATA_DIR=str(data_dir),
+        CHATQNA_LOG_LEVEL="WARNING",  # uvicorn's access log is INFO: WARNING keeps it quiet
+        TEI_EMBEDDING_ENDPOINT=standin,
+        TEI_RERANKING_ENDPOINT=standin,
+        LLM_ENDPOINT=standin,
+        LLM_MODEL_ID="standin",
+        MULTI_TURN_BLEND_ENABLED="true",
+        OTEL_TRACES_EXPORTER="none",
+    )
+    # A limit on chats in flight (answering 429 when saturated) must admit every virtual user.
+    for name, info in Settings.model_fields.items():
+        if info.annotation in (int, int | None) and any(
+            part in name for part in ("concurren", "in_flight", "inflight")
+        ):
+            env[name.upper()] = str(max(2 * concurrency, 256))
+    return env
+
+
+def upload_corpus(url: str) -> None:
+    files = [
+        ("files", (path.name, path.read_bytes(), "text/markdown"))
+        for path in sorted(SAMPLE_CORPUS.glob("*.md"))
+    ]
+    httpx.post(f"{url}/v1/dataprep/ingest", files=files, timeout=120).raise_for_status()
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of `pid` in KiB, from /proc/<pid>/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time `pid` has used, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in 0..100) of `values`; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def summarise(values: Sequence[float]) -> dict[str, float | None]:
+    return {f"p{p}": percentile(values, p) for p in (50, 95, 99)}
+
+
+# --- one streamed chat -------------------------------------------------------------------
+
+
+@dataclass
+class ChatResult:
+    """What one streamed chat took, or why it failed (`error` is the kind)."""
+
+    latency_ms: float
+    first_event_ms: float | None = None
+    first_token_ms: float | None = None
+    answer: str = ""
+    error: str | None = None
+
+
+def error_kind(exc: Exception) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect_error"
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return "disconnected"
+    return type(exc).__name__
+
+
+class SSEReader:
+    """Reads ChatQnA's SSE lines: times the first event and first token, keeps the answer."""
+
+    def __init__(self, result: ChatResult, started: float) -> None:
+        self.result = result
+        self.started = started
+        self.pieces: list[str] = []
+        self.event = "message"
+        self.done = False
+
+    def feed(self, line: str) -> None:
+        if line.startswith("event:"):
+            self.event = line[6:].strip()
+            return
+        if not line.startswith("data:"):
+            return
+        now_ms = (time.perf_counter() - self.started) * 1000
+        if self.result.first_event_ms is None:
+            self.result.first_event_ms = now_ms
+        data = line[5:].strip()
+        if data == "[DONE]":
+            self.done = True
+        elif self.event == "error":
+            self.result.error = "sse_error:" + str(json.loads(data).get("error"))
+        elif self.event == "message":
+            delta = json.loads(data)["choices"][0]["delta"].get("content")
+            if delta:
+                if self.result.first_token_ms is None:
+                    self.result.first_token_ms = now_ms
+                self.pieces.append(delta)
+        self.event = "message"
+
+
+async def stream_chat(client: httpx.AsyncClient, messages: list[dict[str, str]]) -> ChatResult:
+    """POST one streaming chat and read its SSE events, timing the first event and token."""
+    started = time.perf_counter()
+    result = ChatResult(latency_ms=0.0)
+    reader = SSEReader(result, started)
+    try:
+        async with client.stream(
+            "POST", "/v1/chatqna", json={"messages": messages, "stream": True}
+        ) as response:
+            if response.status_code != 200:
+                await response.aread()
+                result.error = f"http_{response.status_code}"
+            else:
+                async for line in response.aiter_lines():
+                    reader.feed(line)
+                if result.error is None and not reader.done:
+                    result.error = "incomplete_stream"
+    except Exception as exc:  # every failure is counted by kind, none ends the run
+        result.error = error_kind(exc)
+    result.latency_ms = (time.perf_counter() - started) * 1000
+    result.answer = "".join(reader.pieces)
+    return result
+
+
+def load_conversations(path: Path = CONVERSATIONS) -> list[tuple[str, str]]:
+    """(question, follow-up) pairs: each conversation's first two user turns."""
+    pairs = []
+    for line in path.read_text().splitlines():
+        users = [t["text"] for t in json.loads(line)["turns"] if t["role"] == "user"]
+        if len(users) >= 2:
+            pairs.append((users[0], users[1]))
+    return pairs
+
+
+# --- one run -----------------------------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    """Everything one run observed, before it is summarised."""
+
+    results: list[ChatResult] = field(default_factory=list)
+    conversations: int = 0
+    rss_samples: list[tuple[float, int]] = field(default_factory=list)
+
+
+async def sample_rss(pid: int, record: RunRecord, started: float, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        record.rss_samples.append((time.perf_counter() - started, rss_kib(pid)))
+        with suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.25)
+    record.rss_samples.append((time.perf_counter() - started, rss_kib(pid)))
+
+
+async def virtual_user(
+    client: httpx.AsyncClient,
+    pairs: list[tuple[str, str]],
+    offset: int,
+    start_at: float,
+    deadline: float,
+    record: RunRecord,
+) -> None:
+    """Conversations back to back until the deadline: a question, then its follow-up."""
+    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+    index = offset
+    while time.perf_counter() < deadline:
+        question, follow_up = pairs[index % len(pairs)]
+        index += 1
+        first = await stream_chat(client, [{"role": "user", "content": question}])
+        record.results.append(first)
+        if first.error is not None or time.perf_counter() >= deadline:
+            continue
+        history = [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": first.answer},
+            {"role": "user", "content": follow_up},
+        ]
+        second = await stream_chat(client, history)
+        record.results.append(second)
+        if second.error is None:
+            record.conversations += 1
+
+
+def client_for(url: str, concurrency: int, timeout: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=url,
+        timeout=httpx.Timeout(timeout, connect=10.0),
+        limits=httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency),
+    )
+
+
+async def one_run(
+    url: str, pid: int, pairs: list[tuple[str, str]], args: argparse.Namespace
+) -> dict[str, Any]:
+    record = RunRecord()
+    stop = asyncio.Event()
+    cpu_before = cpu_seconds(pid)
+    load_before = load_average()
+    async with client_for(url, args.concurrency, args.timeout) as client:
+        started = time.perf_counter()
+        sampler = asyncio.create_task(sample_rss(pid, record, started, stop))
+        deadline = started + args.ramp + args.duration
+        users = [
+            virtual_user(
+                client,
+                pairs,
+                offset=i,
+                start_at=started + args.ramp * i / args.concurrency,
+                deadline=deadline,
+                record=record,
+            )
+            for i in range(args.concurrency)
+        ]
+        await asyncio.gather(*users)
+        elapsed = time.perf_counter() - started
+        stop.set()
+        await sampler
+    return summarise_run(record, elapsed, cpu_seconds(pid) - cpu_before, load_before, args)
+
+
+def summarise_run(
+    record: RunRecord,
+    elapsed: float,
+    server_cpu: float,
+    load_before: list[float],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    ok = [r for r in record.results if r.error is None]
+    errors = Counter(r.error for r in record.results if r.error is not None)
+    rss = [kib for _, kib in record.rss_samples]
+    # Chats are started over `elapsed` minus the ramp-up, but all of them count.
+    return {
+        "chats": len(record.results),
+        "chats_ok": len(ok),
+        "conversations_ok": record.conversations,
+        "elapsed_s": round(elapsed, 2),
+        "chats_per_s": round(len(ok) / elapsed, 2),
+        "errors": sum(errors.values()),
+        "errors_by_kind": dict(errors),
+        "first_event_ms": _rounded(summarise([r.first_event_ms for r in ok if r.first_event_ms])),
+        "first_token_ms": _rounded(summarise([r.first_token_ms for r in ok if r.first_token_ms])),
+        "latency_ms": _rounded(summarise([r.latency_ms for r in ok])),
+        "server_rss_mib": {
+            "start": round(rss[0] / 1024, 1),
+            "end": round(rss[-1] / 1024, 1),
+            "peak": round(max(rss) / 1024, 1),
+        },
+        "server_rss_samples_mib": [
+            [round(t, 2), round(kib / 1024, 1)] for t, kib in record.rss_samples
+        ][:: max(1, len(record.rss_samples) // 120)],
+        "server_cpu_s": round(server_cpu, 2),
+        "server_cpu_share": round(server_cpu / elapsed, 2),
+        "load_average_before": load_before,
+    }
+
+
+def _rounded(values: dict[str, float | None]) -> dict[str, float | None]:
+    return {k: None if v is None else round(v, 1) for k, v in values.items()}
+
+
+async def warm_up(url: str, pairs: list[tuple[str, str]], chats: int) -> None:
+    async with client_for(url, 8, 60) as client:
+        for start in range(0, chats, 8):
+            batch = pairs[start % len(pairs) : start % len(pairs) + 8] or pairs[:8]
+            await asyncio.gather(
+                *(stream_chat(client, [{"role": "user", "content": q}]) for q, _ in batch)
+            )
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+def print_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(
+        f"{args.concurrency} concurrent streaming chats (question + follow-up, blend on), "
+        f"{args.duration:.0f} s per run, stand-ins: delay {args.delay} s, {args.tokens} tokens"
+    )
+    print(
+        "| run | chats | chats/s | first event p50/p95/p99 ms | first token p50/p95/p99 ms "
+        "| latency p50/p95/p99 ms | errors | RSS start/end/peak MiB | server CPU |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for number, run in enumerate(runs, start=1):
+        fe, ft, lat, rss = (
+            run["first_event_ms"],
+            run["first_token_ms"],
+            run["latency_ms"],
+            run["server_rss_mib"],
+        )
+        errors = run["errors"] if not run["errors"] else f"{run['errors']} {run['errors_by_kind']}"
+        print(
+            f"| {number} | {run['chats']} | {run['chats_per_s']:.1f} "
+            f"| {_triple(fe)} | {_triple(ft)} | {_triple(lat)} | {errors} "
+            f"| {rss['start']:.0f}/{rss['end']:.0f}/{rss['peak']:.0f} "
+            f"| {run['server_cpu_share']:.0%} |"
+        )
+
+
+def _triple(values: dict[str, float | None]) -> str:
+    return "/".join("-" if values[k] is None else f"{values[k]:.0f}" for k in ("p50", "p95", "p99"))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=200, help="virtual users")
+    parser.add_argument("--duration", type=float, default=30, help="seconds per run")
+    parser.add_argument("--runs", type=int, default=2, help="runs against the same server")
+    parser.add_argument("--ramp", type=float, default=2.0, help="seconds to start all users")
+    parser.add_argument("--pause", type=float, default=3.0, help="idle seconds between runs")
+    parser.add_argument("--warmup-chats", type=int, default=32)
+    parser.add_argument("--timeout", type=float, default=120, help="client timeout per chat")
+    parser.add_argument("--delay", type=float, default=0.02, help="stand-in delay per call (s)")
+    parser.add_argument("--tokens", type=int, default=20, help="tokens per streamed answer")
+    parser.add_argument(
+        "--token-interval",
+        type=float,
+        default=None,
+        help="seconds between streamed tokens (needs the stand-in option)",
+    )
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    return parser.parse_args(argv)
+
+
+@contextmanager
+def running_services(args: argparse.Namespace, root: Path) -> Iterator[tuple[Process, Process]]:
+    """The stand-in upstreams and the ChatQnA server, stopped on exit."""
+    started: list[Process] = []
+    try:
+        port = free_port()
+        standin_opts = {
+            "delay": args.delay,
+            "tokens": args.tokens,
+            "token_interval": args.token_interval,
+        }
+        standin = start_process(
+            "standins",
+            standin_argv(port, standin_opts),
+            clean_env(),
+            port,
+            root,
+            ready_path="/health",
+        )
+        started.append(standin)
+        port = free_port()
+        server = start_process(
+            "chatqna",
+            [sys.executable, "-m", "chatqna", "serve"],
+            server_env(standin.url, root / "data", port, args.concurrency),
+            port,
+            root,
+            ready_path="/v1/ready",
+        )
+        started.append(server)
+        yield standin, server
+    finally:
+        for process in reversed(started):
+            process.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    pairs = load_conversations()
+    with tempfile.TemporaryDirectory() as tmp, running_services(args, Path(tmp)) as (_, server):
+        upload_corpus(server.url)
+        asyncio.run(warm_up(server.url, pairs, args.warmup_chats))
+        runs = []
+        for number in range(args.runs):
+            if number:
+                time.sleep(args.pause)
+            runs.append(asyncio.run(one_run(server.url, server.pid, pairs, args)))
+        print_table(runs, args)
+        if server.popen.poll() is not None:
+            raise SystemExit(f"the server died during the run:\n{server.log_tail()}")
+        server_log = server.log_tail(20)
+    ends = [run["server_rss_mib"]["end"] for run in runs]
+    print(f"server RSS at the end of each run (MiB): {ends}")
+    report = {
+        "benchmark": "load_chats",
+        "command": "tests/rag-benchmarks/load_chats.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "concurrency": args.concurrency,
+        "duration_s": args.duration,
+        "ramp_s": args.ramp,
+        "standins": {
+            "delay_s": args.delay,
+            "tokens": args.tokens,
+            "token_interval_s": args.token_interval,
+        },
+        "server": {"multi_turn_blend_enabled": True, "tracing": "off", "log_level": "WARNING"},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "load_average_after": load_average(),
+        "runs": runs,
+        "rss_end_mib_by_run": ends,
+        "server_log_tail": server_log,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    return 1 if any(run["errors"] for run in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
