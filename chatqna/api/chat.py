@@ -17,7 +17,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from chatqna.api import sse
 from chatqna.api.deps import ServiceState, State, require_api_key
-from chatqna.api.schemas import ChatQnARequest, OpenAIChatRequest
+from chatqna.api.errors import error_responses
+from chatqna.api.schemas import CHAT_RESPONSE, ChatQnARequest, ModelList, OpenAIChatRequest
 from chatqna.errors import ChatQnAError, CondenseFailed, PayloadTooLarge, UpstreamFailure
 from chatqna.pipeline.orchestrator import (
     PreparedTurn,
@@ -28,7 +29,11 @@ from chatqna.pipeline.orchestrator import (
 )
 
 logger = logging.getLogger(__name__)
-router = APIRouter(dependencies=[Depends(require_api_key)], tags=["chat"])
+router = APIRouter(
+    dependencies=[Depends(require_api_key)], tags=["chat"], responses=error_responses(401, 500)
+)
+# What a chat turn can answer besides the router-wide 401 and 500.
+CHAT_RESPONSES = {200: CHAT_RESPONSE, **error_responses(400, 413, 422, 429, 502, 503, 504)}
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -144,17 +149,29 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
     )
 
 
-@router.post("/v1/chatqna", summary="Answer a (multi-turn) question from the knowledge base")
+@router.post(
+    "/v1/chatqna",
+    summary="Answer a (multi-turn) question from the knowledge base",
+    responses=CHAT_RESPONSES,
+)
 async def chatqna(body: ChatQnARequest, state: State) -> Any:
     return await _respond(body, state, metadata_event=True)
 
 
-@router.post("/v1/chat/completions", summary="OpenAI-compatible chat completions with RAG")
+@router.post(
+    "/v1/chat/completions",
+    summary="OpenAI-compatible chat completions with RAG",
+    responses=CHAT_RESPONSES,
+)
 async def chat_completions(body: OpenAIChatRequest, state: State) -> Any:
     return await _respond(body, state, metadata_event=False)
 
 
-@router.get("/v1/models", summary="The model this service answers with (OpenAI-compatible)")
+@router.get(
+    "/v1/models",
+    summary="The model this service answers with (OpenAI-compatible)",
+    response_model=ModelList,
+)
 async def models(state: State) -> dict[str, Any]:
     return {
         "object": "list",

@@ -8,16 +8,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, UploadFile
 
 from chatqna.api.deps import State, require_api_key
-from chatqna.api.schemas import DataprepDeleteRequest
+from chatqna.api.errors import error_responses
+from chatqna.api.schemas import (
+    ChunkOverlap,
+    ChunkSize,
+    DataprepDeleteRequest,
+    DeleteReport,
+    IngestFiles,
+    IngestReport,
+    LinkList,
+    SourceEntry,
+)
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
 from chatqna.retrieval.dataprep import IngestFile, ingest_files
 
-router = APIRouter(dependencies=[Depends(require_api_key)], tags=["dataprep"])
+router = APIRouter(
+    dependencies=[Depends(require_api_key)],
+    tags=["dataprep"],
+    responses=error_responses(401, 500, 503),
+)
 
 
 async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
@@ -30,13 +44,18 @@ async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
     return IngestFile(name, data)
 
 
-@router.post("/v1/dataprep/ingest", summary="Ingest uploaded files into the knowledge base")
+@router.post(
+    "/v1/dataprep/ingest",
+    summary="Ingest uploaded files into the knowledge base",
+    response_model=IngestReport,
+    responses=error_responses(400, 413, 415, 422, 501, 502, 504),
+)
 async def ingest(
     state: State,
-    files: Annotated[list[UploadFile] | None, File()] = None,
-    link_list: Annotated[str | None, Form()] = None,
-    chunk_size: Annotated[int | None, Form(ge=100, le=20000)] = None,
-    chunk_overlap: Annotated[int | None, Form(ge=0, le=10000)] = None,
+    files: IngestFiles,
+    link_list: LinkList = None,
+    chunk_size: ChunkSize = None,
+    chunk_overlap: ChunkOverlap = None,
 ) -> dict[str, Any]:
     settings = state.settings
     if link_list not in (None, "", "[]"):
@@ -64,7 +83,9 @@ async def ingest(
     }
 
 
-@router.post("/v1/dataprep/get", summary="List the ingested files")
+@router.post(
+    "/v1/dataprep/get", summary="List the ingested files", response_model=list[SourceEntry]
+)
 async def list_files(state: State) -> list[dict[str, Any]]:
     sources = await state.backends.retriever.list_sources()
     return [
@@ -73,7 +94,12 @@ async def list_files(state: State) -> list[dict[str, Any]]:
     ]
 
 
-@router.post("/v1/dataprep/delete", summary="Delete a file's chunks, or all of them")
+@router.post(
+    "/v1/dataprep/delete",
+    summary="Delete a file's chunks, or all of them",
+    response_model=DeleteReport,
+    responses=error_responses(400, 404, 413, 422, 501),
+)
 async def delete_files(body: DataprepDeleteRequest, state: State) -> dict[str, Any]:
     retriever = state.backends.retriever
     if body.file_path == "all":

@@ -3,7 +3,9 @@
 `ChatQnAError` subclasses carry their own status and code. FastAPI's validation errors
 become `invalid_request` (422; malformed JSON is 400 `invalid_json`), routing errors keep
 their status with a `not_found` / `method_not_allowed` code, and anything unexpected is a
-500 `internal_error` whose details stay in the log.
+500 `internal_error` whose details stay in the log. `error_responses` declares those
+statuses in a route's OpenAPI entry, so the published schema names every error a client
+can get.
 """
 
 from __future__ import annotations
@@ -16,17 +18,42 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chatqna.api.schemas import ErrorEnvelope
 from chatqna.errors import ChatQnAError, UpstreamFailure
 
 logger = logging.getLogger(__name__)
 
 _HTTP_CODES = {
+    400: "invalid_request",
     401: "unauthorized",
     404: "not_found",
     405: "method_not_allowed",
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
+
+_DESCRIPTIONS = {
+    400: "Malformed request (`invalid_json`) or a broken rule (`invalid_request`)",
+    401: "Missing or wrong API key (`unauthorized`), when CHATQNA_API_KEY is set",
+    404: "No such resource (`not_found`)",
+    413: "A message, the request or an upload is beyond its limit (`payload_too_large`)",
+    415: "An uploaded file type that cannot be read (`unsupported_file_type`)",
+    422: "The request does not match the schema (`invalid_request`, with `details`)",
+    429: "Every chat slot is taken (`too_many_requests`); retry after `Retry-After`",
+    500: "An unexpected error (`internal_error`)",
+    501: "Not possible in this configuration (`not_supported`)",
+    502: "A backend failed or answered with an unusable body (`upstream_error`, ...)",
+    503: "The index is unavailable, or the follow-up rewrite failed (`condense_failed`)",
+    504: "A backend did not answer in time (`upstream_timeout`)",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries: each status is answered with the error envelope."""
+    return {
+        status: {"model": ErrorEnvelope, "description": _DESCRIPTIONS[status]}
+        for status in statuses
+    }
 
 
 def envelope_response(

@@ -9,16 +9,23 @@ from fastapi.responses import JSONResponse
 
 from chatqna import __version__
 from chatqna.api.deps import State
+from chatqna.api.errors import error_responses
+from chatqna.api.schemas import HealthStatus, Readiness
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], responses=error_responses(500))
 
 
-@router.get("/v1/health_check", summary="Liveness: the process is up")
+@router.get("/v1/health_check", summary="Liveness: the process is up", response_model=HealthStatus)
 async def health_check() -> dict[str, Any]:
     return {"status": "ok", "service": "chatqna", "version": __version__}
 
 
-@router.get("/v1/ready", summary="Readiness: every backend answers")
+@router.get(
+    "/v1/ready",
+    summary="Readiness: every backend answers",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "Some backend is not ready"}},
+)
 async def ready(state: State) -> JSONResponse:
     backends = await state.backends.describe()
     is_ready = all(item.get("ready") for item in backends.values())

@@ -20,11 +20,17 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from chatqna.api.deps import State, require_api_key
+from chatqna.api.errors import error_responses
+from chatqna.api.schemas import RetrievalResponse
 from chatqna.backends.factory import embedding_dimension
 from chatqna.backends.protocols import SearchQuery
 from chatqna.errors import InvalidRequest
 
-router = APIRouter(dependencies=[Depends(require_api_key)], tags=["retrieval"])
+router = APIRouter(
+    dependencies=[Depends(require_api_key)],
+    tags=["retrieval"],
+    responses=error_responses(401, 500),
+)
 
 
 class RetrievalRequest(BaseModel):
@@ -61,7 +67,12 @@ def _document(item: Any) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/retrieval", summary="Retrieve chunks for a text and/or an embedding")
+@router.post(
+    "/v1/retrieval",
+    summary="Retrieve chunks for a text and/or an embedding",
+    response_model=RetrievalResponse,
+    responses=error_responses(400, 413, 422, 502, 503, 504),
+)
 async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:
     backends = state.backends
     if body.embedding is not None:

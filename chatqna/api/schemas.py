@@ -4,13 +4,18 @@
 a string or OpenAI's list of `{"type": "text", "text": ...}` parts. `k` is the retrieval
 depth and `top_n` the number of chunks kept after reranking; `top_k` is LLM sampling.
 Unknown fields are ignored, as OPEA's gateway does, so existing clients keep working.
+
+The response models document the OpenAPI schema (`/openapi.json`), which the test suite
+fuzzes: every response must be one the schema declares. Optional multipart form fields are
+documented without `null`, which a form cannot carry.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from fastapi import File, Form, UploadFile
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from chatqna.backends.protocols import GenerationParams
 from chatqna.multiturn.history import Message
@@ -41,12 +46,20 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
+# Documented as "holds a non-space character"; the validator below enforces it with a
+# clearer message than a regular-expression mismatch.
+QuestionText = Annotated[str, WithJsonSchema({"type": "string", "pattern": r"\S"})]
+
+
 class ChatQnARequest(BaseModel):
     """Body of `POST /v1/chatqna` (OPEA's ChatCompletionRequest, the fields we honour)."""
 
-    model_config = ConfigDict(extra="ignore")
+    # Strict: `"stream": "false"` or `"temperature": true` is an error, not a guess.
+    model_config = ConfigDict(extra="ignore", strict=True)
 
-    messages: str | list[ChatMessage]
+    messages: QuestionText | Annotated[list[ChatMessage], Field(min_length=1)] = Field(
+        description="a question, or the conversation; the last message is the user's"
+    )
     model: str | None = None
     stream: bool = True
     max_tokens: int | None = Field(None, ge=1, le=32768)
@@ -67,8 +80,6 @@ class ChatQnARequest(BaseModel):
             if not value.strip():
                 raise ValueError("messages must not be empty")
             return value
-        if not value:
-            raise ValueError("messages must hold at least one message")
         if value[-1].role != "user":
             raise ValueError("the last message must have role 'user'")
         if not value[-1].text().strip():
@@ -107,10 +118,272 @@ class DataprepDeleteRequest(BaseModel):
     file_path: str = Field(min_length=1)
 
 
+# A form field is either absent or a string: `null` is not something a client can send.
+IngestFiles = Annotated[
+    list[UploadFile], File(min_length=1, description="one or more files to ingest")
+]
+LinkList = Annotated[
+    str | None,
+    Form(description="OPEA's URL list; only an empty list is accepted (upload the files)"),
+    WithJsonSchema({"type": "string", "enum": ["", "[]"]}),
+]
+ChunkSize = Annotated[
+    int | None,
+    Form(ge=100, le=20000),
+    WithJsonSchema({"type": "integer", "minimum": 100, "maximum": 20000}),
+]
+ChunkOverlap = Annotated[
+    int | None,
+    Form(ge=0, le=10000, description="must be smaller than chunk_size"),
+    WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 10000}),
+]
+
+
 class ErrorEnvelope(BaseModel):
-    """The one error body every endpoint returns."""
+    """The one error body every endpoint returns; `backend` names a failing upstream role."""
 
     error: str
     reason: str | None = None
     message: str
     details: Any = None
+    backend: str | None = None
+
+
+class HealthStatus(BaseModel):
+    """Body of `GET /v1/health_check`."""
+
+    status: Literal["ok"]
+    service: str
+    version: str
+
+
+class Readiness(BaseModel):
+    """Body of `GET /v1/ready`: 200 when every backend is ready, else 503."""
+
+    status: Literal["ready", "unready"]
+    backends: dict[str, dict[str, Any]]
+
+
+class ModelCard(BaseModel):
+    """One model in `GET /v1/models`."""
+
+    id: str
+    object: Literal["model"]
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    """Body of `GET /v1/models` (OpenAI's shape)."""
+
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class IngestedFile(BaseModel):
+    """What ingesting one uploaded file did."""
+
+    name: str
+    status: str
+    chunks: int
+
+
+class IngestReport(BaseModel):
+    """Body of `POST /v1/dataprep/ingest`."""
+
+    status: int
+    message: str
+    files: list[IngestedFile]
+
+
+class SourceEntry(BaseModel):
+    """One ingested file in `POST /v1/dataprep/get` (OPEA's file-structure shape)."""
+
+    name: str
+    id: str
+    type: Literal["File"]
+    parent: str
+    chunks: int
+
+
+class DeleteReport(BaseModel):
+    """Body of `POST /v1/dataprep/delete`."""
+
+    status: bool
+    removed_chunks: int
+
+
+class RetrievedMetadata(BaseModel):
+    """Where a retrieved chunk comes from, and its score in each retrieval leg."""
+
+    source: str
+    title: str
+    doc_id: str
+    chunk_index: int
+    scores: dict[str, float]
+
+
+class RetrievedDoc(BaseModel):
+    """One chunk of OPEA's `SearchedDoc.retrieved_docs`."""
+
+    id: str
+    text: str
+    score: float
+    metadata: RetrievedMetadata
+
+
+class RetrievalResponse(BaseModel):
+    """Body of `POST /v1/retrieval` (OPEA's `SearchedDoc`)."""
+
+    id: str
+    retrieved_docs: list[RetrievedDoc]
+    initial_query: str
+    top_n: int
+    embedded_by_service: bool
+
+
+class SourceDocument(BaseModel):
+    """A chunk an answer was grounded on."""
+
+    id: str
+    doc_id: str
+    source: str
+    title: str
+    text: str
+    score: float
+    scores: dict[str, float]
+
+
+class TurnMetadata(BaseModel):
+    """How a turn was answered: its sources, how retrieval ran, stage timings, trace id."""
+
+    source_documents: list[SourceDocument]
+    retrieval: dict[str, Any]
+    timings_ms: dict[str, float]
+    trace_id: str | None
+
+
+class Usage(BaseModel):
+    """Token counts of a non-streamed completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    """The answer of a non-streamed completion."""
+
+    role: Literal["assistant"]
+    content: str
+
+
+class CompletionChoice(BaseModel):
+    """The single choice of a non-streamed completion."""
+
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+
+
+class ChatCompletion(BaseModel):
+    """A non-streamed answer (OpenAI's `chat.completion`, plus `metadata`)."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    metadata: TurnMetadata | None = None
+
+
+class ChunkDelta(BaseModel):
+    """What one stream chunk adds to the answer."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    """The single choice of a stream chunk; `finish_reason` is set on the last one."""
+
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One streamed piece of the answer (OpenAI's `chat.completion.chunk`)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    metadata: TurnMetadata | None = None
+
+
+def _inline(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its `$defs` inlined: it is embedded in an SSE event schema,
+    where a local `#/$defs/...` reference would resolve against the whole OpenAPI document."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    inlined: dict[str, Any] = resolve(schema)
+    return inlined
+
+
+def _json_data(model: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "properties": {
+            "data": {"contentMediaType": "application/json", "contentSchema": _inline(model)}
+        }
+    }
+
+
+def _when_event(name: str, then: dict[str, Any]) -> dict[str, Any]:
+    condition: dict[str, Any] = {"properties": {"event": {"const": name}}}
+    if name != "message":  # an event without a name is a `message`
+        condition["required"] = ["event"]
+    return {"if": condition, "then": then}
+
+
+# One event of a chat stream, as OpenAPI 3.2's `itemSchema` of `text/event-stream`: the
+# `metadata` event, then chunks, then `[DONE]`; an `error` event (the error envelope) ends a
+# stream that failed after it started.
+CHAT_STREAM_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["message", "metadata", "error"]},
+        "data": {"type": "string"},
+    },
+    "allOf": [
+        _when_event("metadata", _json_data(TurnMetadata)),
+        _when_event("error", _json_data(ErrorEnvelope)),
+        _when_event(
+            "message",
+            {
+                "if": {"properties": {"data": {"const": "[DONE]"}}},
+                "else": _json_data(ChatCompletionChunk),
+            },
+        ),
+    ],
+}
+
+# The 200 response of the chat endpoints: a completion, or with `stream: true` an SSE stream.
+CHAT_RESPONSE: dict[str, Any] = {
+    "model": ChatCompletion,
+    "description": "The answer: a `chat.completion`, or with `stream: true` an event stream",
+    "content": {"text/event-stream": {"itemSchema": CHAT_STREAM_EVENT}},
+}

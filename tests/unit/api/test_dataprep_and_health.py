@@ -71,9 +71,14 @@ async def test_unreadable_and_missing_files(client_for: ClientFactory) -> None:
     )
     assert bad.status_code == 422 and bad.json()["error"] == "document_unreadable"
     none = await client.post("/v1/dataprep/ingest", data={"chunk_size": "500"})
-    assert none.status_code == 400 and none.json()["error"] == "invalid_request"
-    links = await client.post("/v1/dataprep/ingest", data={"link_list": '["http://x"]'})
-    assert links.status_code == 400
+    assert none.status_code == 422 and none.json()["error"] == "invalid_request"
+    assert none.json()["details"][0]["field"] == "files"
+    links = await client.post(
+        "/v1/dataprep/ingest",
+        data={"link_list": '["http://x"]'},
+        files=[("files", ("a.md", b"# A\n\ntext", "text/markdown"))],
+    )
+    assert links.status_code == 400 and "link_list" in links.json()["message"]
 
 
 async def test_upload_size_limit(client_for: ClientFactory, settings: Settings) -> None:
