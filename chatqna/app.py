@@ -16,7 +16,7 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
 from chatqna import __version__
-from chatqna.api import chat, dataprep, health, observability, retrieval
+from chatqna.api import chat, dataprep, health, observability, retrieval, ui
 from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
 from chatqna.api.observability import RequestMetricsMiddleware
@@ -87,6 +87,7 @@ def create_app(
     app.include_router(health.router)
     if role == "megaservice":
         app.include_router(chat.router)
+        app.include_router(ui.router)
     else:
         app.include_router(retrieval.router)
     app.include_router(dataprep.router)

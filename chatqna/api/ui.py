@@ -1,0 +1,96 @@
+"""The chat UI: `GET /` serves the page, `GET /ui/<name>` its static files.
+
+The page and its files carry no data, so they load without the API key; a browser then asks
+the user for the key (kept in the tab's session storage) and every API call the page makes
+is guarded as usual. The files are package data read once per process. Their names carry no
+content hash (there is no build step), so responses say `Cache-Control: no-cache` with a
+strong `ETag`: a browser revalidates on each load and gets an empty 304 while nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from chatqna.errors import NotFound
+
+router = APIRouter(tags=["ui"], include_in_schema=False)
+
+PAGE = "index.html"
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+# Everything the page needs comes from this origin; no inline script or style is allowed,
+# so injected markup could not run even if some text slipped past `textContent`.
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+COMMON_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+PAGE_HEADERS = {
+    **COMMON_HEADERS,
+    "Content-Security-Policy": PAGE_POLICY,
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+@dataclass(frozen=True)
+class Asset:
+    """One static file: its bytes, content type and entity tag."""
+
+    body: bytes
+    content_type: str
+    etag: str
+
+
+@cache
+def assets() -> dict[str, Asset]:
+    """Every servable file of `chatqna.ui`, by name (read once; package data is immutable)."""
+    table = {}
+    for entry in resources.files("chatqna.ui").iterdir():
+        suffix = "." + entry.name.rsplit(".", 1)[-1] if "." in entry.name else ""
+        if entry.is_file() and suffix in CONTENT_TYPES:
+            body = entry.read_bytes()
+            etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+            table[entry.name] = Asset(body, CONTENT_TYPES[suffix], etag)
+    return table
+
+
+def _not_modified(request: Request, etag: str) -> bool:
+    header = request.headers.get("if-none-match")
+    if header is None:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    return etag in tags or "*" in tags
+
+
+def _serve(name: str, request: Request, headers: dict[str, str]) -> Response:
+    asset = assets().get(name)
+    if asset is None:
+        raise NotFound(f"no UI file named {name!r}")
+    headers = {**headers, "ETag": asset.etag}
+    if _not_modified(request, asset.etag):
+        return Response(status_code=304, headers=headers)
+    return Response(asset.body, media_type=asset.content_type, headers=headers)
+
+
+# Plain `def` handlers: the first call reads the files, which must not block the event loop.
+@router.api_route("/", methods=["GET", "HEAD"], summary="The chat UI")
+def page(request: Request) -> Response:
+    return _serve(PAGE, request, PAGE_HEADERS)
+
+
+@router.api_route("/ui/{name}", methods=["GET", "HEAD"], summary="A static file of the chat UI")
+def asset(name: str, request: Request) -> Response:
+    if name == PAGE:
+        raise NotFound(f"no UI file named {name!r}")  # the page lives at `/` only
+    return _serve(name, request, COMMON_HEADERS)

@@ -1,0 +1,73 @@
+// Requests to the ChatQnA API, with the optional API key from this tab's session storage.
+// URLs are relative to the page, so the UI also works behind a reverse-proxy path prefix.
+
+const KEY_NAME = "chatqna.apiKey";
+
+/** An HTTP error answered with the service's envelope: `{error, message, [reason]}`. */
+export class ApiError extends Error {
+  constructor(status, envelope) {
+    super(envelope.message || `HTTP ${status}`);
+    this.status = status;
+    this.envelope = envelope;
+  }
+}
+
+export const apiKey = {
+  get() {
+    return sessionStorage.getItem(KEY_NAME) || "";
+  },
+  set(value) {
+    if (value) sessionStorage.setItem(KEY_NAME, value);
+    else sessionStorage.removeItem(KEY_NAME);
+  },
+};
+
+function headers(extra = {}) {
+  const key = apiKey.get();
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+async function failure(response) {
+  let envelope;
+  try {
+    envelope = await response.json();
+  } catch {
+    envelope = null;
+  }
+  if (!envelope || typeof envelope.error !== "string") {
+    envelope = { error: "http_error", message: `The server answered HTTP ${response.status}.` };
+  }
+  return new ApiError(response.status, envelope);
+}
+
+/** Starts a streamed turn; resolves to the open response once the status is known. */
+export async function openChatStream(messages, signal) {
+  const response = await fetch("v1/chatqna", {
+    method: "POST",
+    headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+    body: JSON.stringify({ messages, stream: true }),
+    signal,
+  });
+  if (!response.ok) throw await failure(response);
+  return response;
+}
+
+/** `POST v1/dataprep/ingest` with each file as a multipart field named `files`. */
+export async function ingestFiles(files) {
+  const form = new FormData();
+  for (const file of files) form.append("files", file, file.name);
+  const response = await fetch("v1/dataprep/ingest", {
+    method: "POST",
+    headers: headers(),
+    body: form,
+  });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}
+
+/** `GET v1/models`: the answering model, and a cheap probe of whether the key is needed. */
+export async function fetchModels() {
+  const response = await fetch("v1/models", { headers: headers() });
+  if (!response.ok) throw await failure(response);
+  return response.json();
+}

@@ -1,0 +1,120 @@
+"""The chat UI is served at `/` with its files under `/ui/`, open without the API key."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from fnmatch import fnmatch
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from chatqna.app import create_app
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends
+from tests.unit.conftest import TRACER_PROVIDER
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[3]
+UI_DIR = REPO / "chatqna" / "ui"
+TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+
+
+def referenced_files() -> set[str]:
+    """Every `ui/<name>` the page links and every module the scripts import."""
+    page = (UI_DIR / "index.html").read_text()
+    names = set(re.findall(r'(?:src|href)="ui/([^"]+)"', page))
+    for script in UI_DIR.glob("*.js"):
+        names |= set(re.findall(r'from "\./([^"]+)"', script.read_text()))
+    return names
+
+
+async def test_the_page_is_served_at_the_root(client_for: ClientFactory) -> None:
+    client = await client_for()
+    response = await client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    assert '<script type="module" src="ui/app.js"></script>' in response.text
+    assert response.headers["cache-control"] == "no-cache"
+    assert response.headers["etag"].startswith('"')
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "connect-src 'self'" in policy
+    assert response.headers["x-content-type-options"] == "nosniff"
+    head = await client.head("/")
+    assert head.status_code == 200 and head.content == b""
+
+
+async def test_every_referenced_file_loads_with_its_content_type(
+    client_for: ClientFactory,
+) -> None:
+    client = await client_for()
+    names = referenced_files()
+    assert {"app.js", "api.js", "render.js", "sse.js", "chat.css", "icon.svg"} <= names
+    for name in sorted(names):
+        response = await client.get(f"/ui/{name}")
+        assert response.status_code == 200, name
+        assert response.headers["content-type"] == TYPES[Path(name).suffix], name
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.content == (UI_DIR / name).read_bytes()
+
+
+async def test_an_unchanged_file_revalidates_to_304(client_for: ClientFactory) -> None:
+    client = await client_for()
+    first = await client.get("/ui/app.js")
+    tag = first.headers["etag"]
+    again = await client.get("/ui/app.js", headers={"If-None-Match": f'W/"x", {tag}'})
+    assert again.status_code == 304 and again.content == b""
+    assert again.headers["etag"] == tag
+    other = await client.get("/ui/app.js", headers={"If-None-Match": '"stale"'})
+    assert other.status_code == 200 and other.content == first.content
+
+
+@pytest.mark.parametrize(
+    "path", ["/ui/missing.js", "/ui/index.html", "/ui/__init__.py", "/ui/..%2Fapp.py", "/ui/"]
+)
+async def test_only_the_ui_files_are_served(client_for: ClientFactory, path: str) -> None:
+    client = await client_for()
+    response = await client.get(path)
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+async def test_the_page_loads_without_the_key_while_the_api_stays_guarded(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    locked = settings.model_copy(update={"chatqna_api_key": SecretStr("s3cret")})
+    client = await client_for(await make_backends(locked), locked)
+    assert (await client.get("/")).status_code == 200
+    for name in referenced_files():
+        assert (await client.get(f"/ui/{name}")).status_code == 200, name
+    assert (await client.get("/v1/models")).status_code == 401
+    refused = await client.post("/v1/chatqna", json={"messages": "hi"})
+    assert refused.status_code == 401
+    allowed = await client.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
+    assert allowed.status_code == 200
+
+
+async def test_the_retriever_role_serves_no_ui(settings: Settings) -> None:
+    backends = await make_backends(settings)
+    app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role="retriever")
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://r.test"
+    ) as client:
+        assert (await client.get("/")).status_code == 404
+        assert (await client.get("/ui/app.js")).status_code == 404
+
+
+def test_the_wheel_carries_every_ui_file() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["chatqna"]
+    files = [p for p in UI_DIR.iterdir() if p.is_file() and p.suffix != ".py"]
+    assert files
+    missing = [p.name for p in files if not any(fnmatch(f"ui/{p.name}", g) for g in patterns)]
+    assert missing == []
