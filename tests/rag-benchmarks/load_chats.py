@@ -212,6 +212,7 @@ class ChatResult:
     first_token_ms: float | None = None
     answer: str = ""
     error: str | None = None
+    detail: str = ""
 
 
 def error_kind(exc: Exception) -> str:
@@ -276,6 +277,7 @@ async def stream_chat(client: httpx.AsyncClient, messages: list[dict[str, str]])
                     result.error = "incomplete_stream"
     except Exception as exc:  # every failure is counted by kind, none ends the run
         result.error = error_kind(exc)
+        result.detail = f"{type(exc).__name__}: {exc}"[:200]
     result.latency_ms = (time.perf_counter() - started) * 1000
     result.answer = "".join(reader.pieces)
     return result
@@ -341,10 +343,18 @@ async def virtual_user(
 
 
 def client_for(url: str, concurrency: int, timeout: float) -> httpx.AsyncClient:
+    """A pool with a connection per user. Idle connections expire well before uvicorn's 5 s
+    keep-alive: at an equal expiry a request can be sent on a connection the server is
+    closing at that moment, which fails with no response (a client race, not a server fault).
+    """
     return httpx.AsyncClient(
         base_url=url,
         timeout=httpx.Timeout(timeout, connect=10.0),
-        limits=httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency),
+        limits=httpx.Limits(
+            max_connections=concurrency + 8,
+            max_keepalive_connections=concurrency,
+            keepalive_expiry=2.0,
+        ),
     )
 
 
@@ -396,6 +406,7 @@ def summarise_run(
         "chats_per_s": round(len(ok) / elapsed, 2),
         "errors": sum(errors.values()),
         "errors_by_kind": dict(errors),
+        "error_examples": _examples(record.results),
         "first_event_ms": _rounded(summarise([r.first_event_ms for r in ok if r.first_event_ms])),
         "first_token_ms": _rounded(summarise([r.first_token_ms for r in ok if r.first_token_ms])),
         "latency_ms": _rounded(summarise([r.latency_ms for r in ok])),
@@ -411,6 +422,16 @@ def summarise_run(
         "server_cpu_share": round(server_cpu / elapsed, 2),
         "load_average_before": load_before,
     }
+
+
+def _examples(results: Sequence[ChatResult], per_kind: int = 3) -> dict[str, list[str]]:
+    examples: dict[str, list[str]] = {}
+    for result in results:
+        if result.error is not None and result.detail:
+            kept = examples.setdefault(result.error, [])
+            if len(kept) < per_kind and result.detail not in kept:
+                kept.append(result.detail)
+    return examples
 
 
 def _rounded(values: dict[str, float | None]) -> dict[str, float | None]:
