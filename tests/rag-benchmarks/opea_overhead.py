@@ -1,0 +1,425 @@
+"""What the megaservice costs on top of its upstreams: ChatQnA vs OPEA's orchestrator, one run.
+
+    tests/rag-benchmarks/opea/setup-venv          # once: opea-comps in .cache/opea-venv
+    .venv/bin/python tests/rag-benchmarks/opea_overhead.py [--seconds 10] [--rounds 1]
+
+Starts one stand-in process with all four upstreams (`python -m tests.standins.servers`:
+TEI embeddings and rerank, an OpenAI chat server streaming `--tokens` tokens, an OPEA
+`/v1/retrieval` retriever), then two orchestrators in front of the same stand-ins:
+`chatqna serve` with `RETRIEVER_ENDPOINT` pointing at the stand-in retriever, and OPEA's
+`ServiceOrchestrator` running the EMBEDDING -> RETRIEVER -> RERANK -> LLM graph
+(`opea/megaservice.py`, in its own venv). Both are pinned to `--orchestrator-cpu`
+(taskset), the stand-ins and this load generator to `--client-cpu`; both run with tracing
+and the access log off.
+
+Each point (stream and non-stream, at each `--concurrency`) is a closed loop of the same
+single-turn requests for `--seconds`, after a warm-up, with the two systems alternating
+(A/B, then B/A on the next point). The stand-ins' own latency is the same four calls made
+directly, one request at a time, measured before each mode's points; "added" latency is a
+system's percentile minus that percentile (the median over rounds).
+Prints requests/s and added p50/p99 per system and the ratios ours/OPEA; writes JSON to
+`results/opea-overhead/opea_overhead.json` with the machine's load average, which matters:
+the cores are shared, so figures from a busy machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from load_chats import (  # the sibling script: process control and statistics
+    REPO,
+    Process,
+    clean_env,
+    cpu_seconds,
+    free_port,
+    load_average,
+    load_conversations,
+    percentile,
+    standin_argv,
+    start_process,
+)
+
+OPEA_PYTHON = REPO / ".cache" / "opea-venv" / "bin" / "python"
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUTPUT = HERE / "results" / "opea-overhead" / "opea_overhead.json"
+SYSTEMS = ("chatqna", "opea")
+MODES = ("stream", "non-stream")
+
+
+# --- services ----------------------------------------------------------------------------
+
+
+def orchestrator_env() -> dict[str, str]:
+    """The parent environment without ChatQnA's variables and without proxies."""
+    env = clean_env()
+    for name in list(env):
+        if name.lower().endswith("_proxy"):
+            del env[name]
+    return env
+
+
+@contextmanager
+def services(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Process]]:
+    started: dict[str, Process] = {}
+    try:
+        port = free_port()
+        started["upstreams"] = start_process(
+            "upstreams",
+            standin_argv(port, {"delay": args.delay, "tokens": args.tokens}),
+            orchestrator_env(),
+            port,
+            root,
+            ready_path="/health",
+            cpus=args.client_cpu,
+        )
+        upstream = started["upstreams"].url
+        port = free_port()
+        started["chatqna"] = start_process(
+            "chatqna",
+            [sys.executable, "-m", "chatqna", "serve"],
+            {
+                **orchestrator_env(),
+                "MEGA_SERVICE_PORT": str(port),
+                "CHATQNA_HOST": "127.0.0.1",
+                "CHATQNA_DATA_DIR": str(root / "data"),
+                "CHATQNA_LOG_LEVEL": "WARNING",  # uvicorn's access log is INFO
+                "TEI_EMBEDDING_ENDPOINT": upstream,
+                "TEI_RERANKING_ENDPOINT": upstream,
+                "RETRIEVER_ENDPOINT": upstream,
+                "LLM_ENDPOINT": upstream,
+                "LLM_MODEL_ID": "standin",
+                "OTEL_TRACES_EXPORTER": "none",
+            },
+            port,
+            root,
+            ready_path="/v1/ready",
+            cpus=args.orchestrator_cpu,
+        )
+        port = free_port()
+        started["opea"] = start_process(
+            "opea",
+            [
+                str(OPEA_PYTHON),
+                str(HERE / "opea" / "megaservice.py"),
+                "--port",
+                str(port),
+                "--upstream",
+                upstream,
+                "--retriever",
+                upstream,
+            ],
+            orchestrator_env(),
+            port,
+            root,
+            ready_path="/v1/health_check",
+            cpus=args.orchestrator_cpu,
+        )
+        yield started
+    finally:
+        for process in reversed(started.values()):
+            process.stop()
+
+
+# --- requests ----------------------------------------------------------------------------
+
+
+def request_body(question: str, stream: bool) -> dict[str, Any]:
+    """The same request for both systems: one user turn, OPEA's ChatCompletionRequest."""
+    return {
+        "messages": [{"role": "user", "content": question}],
+        "stream": stream,
+        "max_tokens": 32,
+        "k": 4,
+        "top_n": 3,
+    }
+
+
+def failure(response: httpx.Response, stream: bool) -> str | None:
+    """Why a response is not a complete answer, or None when it is."""
+    if response.status_code != 200:
+        return f"http_{response.status_code}"
+    if stream:
+        text = response.text
+        if "event: error" in text:
+            return "sse_error"
+        return None if text.endswith("data: [DONE]\n\n") else "incomplete_stream"
+    content = response.json()["choices"][0]["message"]["content"]
+    return None if content else "empty_answer"
+
+
+Call = Callable[[httpx.AsyncClient, str], Awaitable[str | None]]
+
+
+def system_call(stream: bool) -> Call:
+    async def call(client: httpx.AsyncClient, question: str) -> str | None:
+        response = await client.post("/v1/chatqna", json=request_body(question, stream))
+        return failure(response, stream)
+
+    return call
+
+
+def direct_call(stream: bool, tokens: int) -> Call:
+    """The stand-ins' own work for one request: the four upstream calls, one after another."""
+
+    async def call(client: httpx.AsyncClient, question: str) -> str | None:
+        embedded = await client.post("/v1/embeddings", json={"input": question})
+        vector = embedded.json()["data"][0]["embedding"]
+        found = await client.post(
+            "/v1/retrieval", json={"text": question, "embedding": vector, "k": 4}
+        )
+        texts = [doc["text"] for doc in found.json()["retrieved_docs"]]
+        await client.post("/rerank", json={"query": question, "texts": texts})
+        answer = await client.post(
+            "/v1/chat/completions",
+            json={"model": "standin", "messages": [{"role": "user", "content": question}]}
+            | {"stream": stream, "max_tokens": tokens},
+        )
+        return None if answer.status_code == 200 else f"http_{answer.status_code}"
+
+    return call
+
+
+async def closed_loop(
+    url: str, call: Call, concurrency: int, seconds: float, questions: Sequence[str]
+) -> dict[str, Any]:
+    """`concurrency` workers calling back to back for `seconds`; latency per request."""
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+
+        async def worker(offset: int) -> None:
+            index = offset
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                try:
+                    error = await call(client, questions[index % len(questions)])
+                except httpx.HTTPError as exc:
+                    error = type(exc).__name__
+                index += 1
+                if error is None:
+                    latencies.append((time.perf_counter() - started) * 1000)
+                else:
+                    errors[error] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {
+        "requests": len(latencies),
+        "errors": dict(errors),
+        "elapsed_s": round(elapsed, 2),
+        "rps": round(len(latencies) / elapsed, 1),
+        "p50_ms": _ms(percentile(latencies, 50)),
+        "p99_ms": _ms(percentile(latencies, 99)),
+    }
+
+
+def uptime() -> str:
+    """`uptime`'s line: the load average says how busy the shared cores were."""
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+def measure_point(
+    process: Process, helpers: Sequence[Process], call: Call, args: argparse.Namespace, c: int
+) -> dict[str, Any]:
+    """One closed-loop point, with the CPU the orchestrator and the client core used."""
+    load_before = load_average()
+    cpu_before = cpu_seconds(process.pid)
+    helper_before = sum(cpu_seconds(h.pid) for h in helpers)
+    client_before = time.process_time()
+    result = asyncio.run(closed_loop(process.url, call, c, args.seconds, args.questions))
+    elapsed = result["elapsed_s"]
+    result["orchestrator_cpu_share"] = round((cpu_seconds(process.pid) - cpu_before) / elapsed, 2)
+    client_cpu = time.process_time() - client_before
+    helper_cpu = sum(cpu_seconds(h.pid) for h in helpers) - helper_before
+    # Stand-ins plus this load generator share one core: near 1.0 means the client side limits.
+    result["client_core_share"] = round((client_cpu + helper_cpu) / elapsed, 2)
+    result["load_average_before"] = load_before
+    return result
+
+
+def stand_in_latency(upstreams: Process, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The four upstream calls made directly, one request at a time, for `--seconds`."""
+    call = direct_call(mode == "stream", args.tokens)
+    return asyncio.run(closed_loop(upstreams.url, call, 1, args.seconds, args.questions))
+
+
+def run_all(procs: dict[str, Process], args: argparse.Namespace) -> dict[str, Any]:
+    helpers = [procs["upstreams"]]
+    for system in SYSTEMS:  # warm-up: imports, connection pools, first-request paths
+        for mode in args.modes:
+            call = system_call(mode == "stream")
+            asyncio.run(closed_loop(procs[system].url, call, 4, args.warmup, args.questions))
+    baseline: dict[str, list[dict[str, Any]]] = {mode: [] for mode in args.modes}
+    points: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for round_number in range(args.rounds):
+        for mode_index, mode in enumerate(args.modes):
+            # Measured next to the points it is subtracted from, so the load matches.
+            baseline[mode].append(stand_in_latency(procs["upstreams"], mode, args))
+            for index, c in enumerate(args.concurrency):
+                # A/B then B/A: neither system always runs on the warmer (or noisier) side.
+                flip = (round_number + mode_index * len(args.concurrency) + index) % 2
+                key = f"{mode} c={c}"
+                point = points.setdefault(key, {system: [] for system in SYSTEMS})
+                for system in SYSTEMS[::-1] if flip else SYSTEMS:
+                    call = system_call(mode == "stream")
+                    measured = measure_point(procs[system], helpers, call, args, c)
+                    point[system].append(measured)
+                    print(f"  {key} {system}: {measured['rps']} req/s", file=sys.stderr)
+    medians = {
+        mode: {stat: statistics.median(r[stat] for r in rounds) for stat in ("p50_ms", "p99_ms")}
+        for mode, rounds in baseline.items()
+    }
+    return {"baseline": medians, "baseline_rounds": baseline, "points": points}
+
+
+def summarise(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per point: the median over rounds per system, added latency, and ours/OPEA ratios."""
+    rows = []
+    for key, by_system in raw["points"].items():
+        mode, c = key.split(" c=")
+        base = raw["baseline"][mode]
+        row: dict[str, Any] = {"mode": mode, "concurrency": int(c)}
+        for system, rounds in by_system.items():
+            rps = statistics.median(r["rps"] for r in rounds)
+            p50 = statistics.median(r["p50_ms"] for r in rounds)
+            p99 = statistics.median(r["p99_ms"] for r in rounds)
+            row[system] = {
+                "rps": round(rps, 1),
+                "p50_ms": round(p50, 1),
+                "p99_ms": round(p99, 1),
+                "added_p50_ms": round(p50 - base["p50_ms"], 1),
+                "added_p99_ms": round(p99 - base["p99_ms"], 1),
+                "errors": sum(sum(r["errors"].values()) for r in rounds),
+                "orchestrator_cpu_share": statistics.median(
+                    r["orchestrator_cpu_share"] for r in rounds
+                ),
+                "client_core_share": statistics.median(r["client_core_share"] for r in rounds),
+            }
+        ours, theirs = row["chatqna"], row["opea"]
+        row["ratio"] = {
+            "rps": round(ours["rps"] / theirs["rps"], 2),
+            "added_p50": _ratio(ours["added_p50_ms"], theirs["added_p50_ms"]),
+            "added_p99": _ratio(ours["added_p99_ms"], theirs["added_p99_ms"]),
+        }
+        rows.append(row)
+    return rows
+
+
+def _ratio(ours: float, theirs: float) -> float | None:
+    return round(ours / theirs, 2) if theirs > 0 else None
+
+
+def print_table(rows: list[dict[str, Any]], raw: dict[str, Any], args: argparse.Namespace) -> None:
+    base = raw["baseline"]
+    print(
+        f"ChatQnA vs OPEA ServiceOrchestrator, same stand-ins (delay {args.delay} s, "
+        f"{args.tokens} tokens), orchestrators on CPU {args.orchestrator_cpu}, client on "
+        f"{args.client_cpu}, {args.seconds:.0f} s per point, {args.rounds} round(s)"
+    )
+    for mode in args.modes:
+        print(
+            f"stand-ins' own latency ({mode}, four calls in a row): "
+            f"p50 {base[mode]['p50_ms']:.1f} ms, p99 {base[mode]['p99_ms']:.1f} ms"
+        )
+    print(
+        "| mode | conc. | req/s ours | req/s OPEA | ratio | added p50 ms ours / OPEA | ratio "
+        "| added p99 ms ours / OPEA | ratio | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        ours, theirs, ratio = row["chatqna"], row["opea"], row["ratio"]
+        print(
+            f"| {row['mode']} | {row['concurrency']} | {ours['rps']:.0f} | {theirs['rps']:.0f} "
+            f"| {ratio['rps']:.2f} | {ours['added_p50_ms']:.1f} / {theirs['added_p50_ms']:.1f} "
+            f"| {_fmt(ratio['added_p50'])} "
+            f"| {ours['added_p99_ms']:.1f} / {theirs['added_p99_ms']:.1f} "
+            f"| {_fmt(ratio['added_p99'])} | {ours['errors']} / {theirs['errors']} |"
+        )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10, help="per point and system")
+    parser.add_argument("--warmup", type=float, default=2, help="seconds per system and mode")
+    parser.add_argument("--rounds", type=int, default=1, help="A/B rounds (order alternates)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--delay", type=float, default=0.0, help="stand-in delay per call (s)")
+    parser.add_argument("--tokens", type=int, default=20, help="tokens per streamed answer")
+    parser.add_argument("--orchestrator-cpu", default="0", help="taskset list for both systems")
+    parser.add_argument("--client-cpu", default="1", help="taskset list for stand-ins + client")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not OPEA_PYTHON.exists():
+        raise SystemExit("no OPEA environment: run tests/rag-benchmarks/opea/setup-venv first")
+    args.questions = [question for question, _ in load_conversations()]
+    os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
+    load_start, uptime_start = load_average(), uptime()
+    with tempfile.TemporaryDirectory() as tmp, services(args, Path(tmp)) as procs:
+        raw = run_all(procs, args)
+    rows = summarise(raw)
+    print_table(rows, raw, args)
+    report = {
+        "benchmark": "opea_overhead",
+        "command": "tests/rag-benchmarks/opea_overhead.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "opea_comps": "1.5",
+        "settings": {
+            "seconds": args.seconds,
+            "warmup_s": args.warmup,
+            "rounds": args.rounds,
+            "stand_in_delay_s": args.delay,
+            "tokens": args.tokens,
+            "orchestrator_cpu": args.orchestrator_cpu,
+            "client_cpu": args.client_cpu,
+            "request": request_body("<question>", True) | {"stream": "true | false"},
+        },
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "uptime": {"start": uptime_start, "end": uptime()},
+        "summary": rows,
+        "stand_in_latency": raw["baseline"],
+        "stand_in_latency_rounds": raw["baseline_rounds"],
+        "points": raw["points"],
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    errors = sum(row[s]["errors"] for row in rows for s in SYSTEMS)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
