@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Literal
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -19,6 +20,7 @@ from chatqna import __version__
 from chatqna.api import chat, dataprep, health, observability, retrieval, ui
 from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
+from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.factory import Backends, build_backends, build_retrieval_backends
 from chatqna.settings import Settings
@@ -26,6 +28,44 @@ from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
 
 logger = logging.getLogger("chatqna")
+
+
+# Header names (regular expressions) whose values never reach a span.
+SECRET_HEADERS = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    ".*api[-_]?key.*",
+    ".*token.*",
+    ".*secret.*",
+]
+
+
+def install_guards(app: FastAPI, settings: Settings) -> None:
+    """Middleware, innermost first: chat concurrency, body size, API key, metrics, CORS.
+
+    Metrics sit outside the guards so refusals are counted; CORS sits outermost so a
+    browser can read a refusal and a preflight needs no key. CORS is off with no origins.
+    """
+    app.add_middleware(
+        ChatConcurrencyLimit,
+        paths=chat.CHAT_PATHS,
+        limit=settings.chatqna_max_concurrent_chats,
+        queue_timeout_seconds=settings.chatqna_queue_timeout_seconds,
+    )
+    app.add_middleware(BodySizeLimit, max_bytes=settings.chatqna_max_request_bytes)
+    app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key)
+    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
+    if settings.chatqna_cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.chatqna_cors_origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["X-Trace-Id", "Retry-After"],
+            max_age=600,
+        )
 
 
 def create_app(
@@ -75,14 +115,17 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = ServiceMetrics()
     install_error_handlers(app)
-    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
+    install_guards(app, settings)
     if tracer_provider is not None:
         # No spans for each ASGI send/receive: a streamed answer would add one per token.
+        # Should an operator capture request headers on spans (OTEL_INSTRUMENTATION_HTTP_
+        # CAPTURE_HEADERS_SERVER_REQUEST), credentials are still recorded as [REDACTED].
         FastAPIInstrumentor.instrument_app(
             app,
             tracer_provider=tracer_provider,
             excluded_urls="metrics,health_check,ready",
             exclude_spans=["receive", "send"],
+            http_capture_headers_sanitize_fields=SECRET_HEADERS,
         )
     app.include_router(health.router)
     if role == "megaservice":

@@ -7,6 +7,7 @@
     |   +-- DocumentLoadError     422 a supported file that yields no usable text
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
+    +-- TooManyRequests           429 every chat slot is taken; retry after `Retry-After`
     +-- UpstreamFailure           5xx a backend (TEI, LLM server, index) failed
     |   +-- UpstreamTimeout       504 it did not answer in time
     |   +-- UpstreamError         502 it answered with an HTTP error or could not be reached
@@ -100,6 +101,17 @@ class Unauthorized(ChatQnAError):
 
     status_code = 401
     code = "unauthorized"
+
+
+class TooManyRequests(ChatQnAError):
+    """Every chat slot (`CHATQNA_MAX_CONCURRENT_CHATS`) stayed taken for the queue timeout.
+
+    Answered with a `Retry-After` header instead of queueing without bound; OpenAI clients
+    retry a 429 on their own.
+    """
+
+    status_code = 429
+    code = "too_many_requests"
 
 
 class UpstreamFailure(ChatQnAError):

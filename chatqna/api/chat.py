@@ -4,6 +4,9 @@ Both run the same pipeline. `/v1/chatqna` streams by default and opens its strea
 `event: metadata` carrying `source_documents`; `/v1/chat/completions` follows OpenAI's
 defaults (not streamed unless asked) and carries the same metadata as an extra `metadata`
 field of the completion (or of the first chunk), which OpenAI clients ignore.
+
+How many chats run at once is bounded by `chatqna.api.guards` (on `CHAT_PATHS`); a client
+that disconnects mid-stream closes the answer's generators, which cancels the upstream call.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from chatqna.api import sse
 from chatqna.api.deps import ServiceState, State, require_api_key
@@ -36,6 +39,7 @@ router = APIRouter(
 CHAT_RESPONSES = {200: CHAT_RESPONSE, **error_responses(400, 413, 422, 429, 502, 503, 504)}
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+CHAT_PATHS = frozenset({"/v1/chatqna", "/v1/chat/completions"})
 
 
 def _check_limits(body: ChatQnARequest, state: ServiceState) -> None:
@@ -99,8 +103,9 @@ async def _event_stream(
     else:
         yield sse.data(writer.chunk({"role": "assistant", "content": ""}, metadata=metadata))
     finish: str | None = None
+    deltas = generate(turn, state.backends)
     try:
-        async for delta in generate(turn, state.backends):
+        async for delta in deltas:
             if delta.text:
                 yield sse.data(writer.chunk({"content": delta.text}))
             if delta.finish_reason:
@@ -116,6 +121,9 @@ async def _event_stream(
         yield sse.event(
             "error", {"error": "internal_error", "message": "An unexpected error occurred."}
         )
+    finally:
+        # Closed here, not by the garbage collector, when the client has gone away.
+        await sse.close_quietly(deltas)
     yield sse.DONE
 
 
@@ -123,10 +131,8 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
     turn = await _prepare(body, state)
     writer = sse.ChunkWriter(state.backends.llm.model)
     if body.stream:
-        return StreamingResponse(
-            _event_stream(turn, state, writer, metadata_event),
-            media_type="text/event-stream",
-            headers=STREAM_HEADERS,
+        return sse.EventStreamResponse(
+            _event_stream(turn, state, writer, metadata_event), headers=STREAM_HEADERS
         )
     try:
         completion = await complete(turn, state.backends)

@@ -1,4 +1,9 @@
-"""Request dependencies: the running service's state, and the optional API key check."""
+"""Request dependencies: the running service's state, and the optional API key check.
+
+The key is enforced for every path by `chatqna.api.guards.ApiKeyGuard`; `require_api_key`
+repeats the check on the routers that serve data, so a path wrongly listed as public still
+refuses them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from pydantic import SecretStr
 
 from chatqna.backends.factory import Backends
 from chatqna.errors import Unauthorized
@@ -28,15 +34,19 @@ def service_state(request: Request) -> ServiceState:
     return state
 
 
+def api_key_matches(header: str | None, key: SecretStr) -> bool:
+    """True for `Authorization: Bearer <key>` (OpenAI's convention), compared in constant time."""
+    scheme, _, token = (header or "").partition(" ")
+    expected = key.get_secret_value().encode()
+    return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), expected)
+
+
 def require_api_key(request: Request) -> None:
-    """With `CHATQNA_API_KEY` set, demand `Authorization: Bearer <key>` (OpenAI's convention)."""
+    """With `CHATQNA_API_KEY` set, demand `Authorization: Bearer <key>`."""
     settings: Settings = request.app.state.settings
     if settings.chatqna_api_key is None:
         return
-    expected = settings.chatqna_api_key.get_secret_value()
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), expected):
+    if not api_key_matches(request.headers.get("authorization"), settings.chatqna_api_key):
         raise Unauthorized("A valid API key is required: send 'Authorization: Bearer <key>'.")
 
 

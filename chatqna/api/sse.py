@@ -2,7 +2,9 @@
 
 The stream is: `event: metadata` (sources and how retrieval ran), one `data: {json}` per
 token in OpenAI's `chat.completion.chunk` shape, then `data: [DONE]`. An error after the
-stream has started is `event: error` with the error envelope, then `data: [DONE]`.
+stream has started is `event: error` with the error envelope, then `data: [DONE]`. A client
+that disconnects ends the stream: its generators are closed, which closes the upstream LLM
+response and so stops generation there.
 """
 
 from __future__ import annotations
@@ -10,9 +12,42 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
 DONE = "data: [DONE]\n\n"
+
+
+async def close_quietly(iterator: AsyncIterator[Any]) -> None:
+    """Close an async generator now (running its `finally` blocks), even mid-cancellation."""
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+class EventStreamResponse(StreamingResponse):
+    """A `text/event-stream` response that closes its generator however the response ends.
+
+    When the client disconnects, Starlette cancels the sending task. If the cancellation
+    lands while the generator waits at a `yield` (a send was in progress), the generator is
+    left suspended until the garbage collector finds it; closing it here instead runs its
+    `finally` blocks at once, and those close the upstream LLM stream.
+    """
+
+    def __init__(self, content: AsyncIterator[str], headers: Mapping[str, str] | None = None):
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self._events = content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await close_quietly(self._events)
 
 
 def event(name: str, data: Any) -> str:

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from chatqna.backends.http import RetryPolicy
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, Retriever
 from chatqna.errors import NotSupported
 from chatqna.multiturn.translate import HistoryTranslator
@@ -65,6 +66,14 @@ class Backends:
         return dict(zip(roles, results, strict=True))
 
 
+def retry_policy(settings: Settings) -> RetryPolicy:
+    """Retries for the idempotent upstream calls (embeddings, rerank, retrieval)."""
+    return RetryPolicy(
+        attempts=settings.upstream_retry_attempts,
+        backoff_seconds=settings.upstream_retry_backoff_seconds,
+    )
+
+
 async def build_embedder(settings: Settings) -> Embedder:
     if settings.tei_embedding_endpoint is not None:
         from chatqna.backends.tei import TEIEmbedder
@@ -74,6 +83,7 @@ async def build_embedder(settings: Settings) -> Embedder:
             max_batch=settings.tei_embedding_max_batch,
             timeout_seconds=settings.embedding_timeout_seconds,
             connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            retry=retry_policy(settings),
         )
     from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 
@@ -97,6 +107,7 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
             timeout_seconds=settings.retriever_timeout_seconds,
             connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
             headers={"Authorization": f"Bearer {key}"} if key else None,
+            retry=retry_policy(settings),
         )
     if settings.redis_url is not None:
         from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
@@ -134,6 +145,7 @@ def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:
             settings.tei_reranking_endpoint,
             timeout_seconds=settings.rerank_timeout_seconds,
             connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            retry=retry_policy(settings),
         )
     from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
 
@@ -151,6 +163,7 @@ async def build_llm(settings: Settings) -> ChatLLM:
             api_key=key,
             timeout_seconds=settings.llm_timeout_seconds,
             connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            generation_timeout_seconds=settings.llm_generation_timeout_seconds,
         )
     from chatqna.backends.local_llm import LlamaCppLLM
 
@@ -160,6 +173,7 @@ async def build_llm(settings: Settings) -> ChatLLM:
         threads=settings.chatqna_llm_threads,
         timeout_seconds=settings.llm_timeout_seconds,
         connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        generation_timeout_seconds=settings.llm_generation_timeout_seconds,
     )
 
 
@@ -175,6 +189,7 @@ def build_condense_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
         api_key=key,
         timeout_seconds=settings.condense_timeout_seconds,
         connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        generation_timeout_seconds=settings.condense_timeout_seconds,
         backend="condense_llm",
     )
 

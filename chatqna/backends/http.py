@@ -1,19 +1,66 @@
-"""Shared HTTP plumbing for remote backends: one client per upstream, one error translation.
+"""Shared HTTP plumbing for remote backends: one client per upstream, bounded calls, retries.
 
-Every remote backend owns one `httpx.AsyncClient` built by `upstream_client`, with explicit
-timeouts; every failure of a call is translated here into the typed errors of
-`chatqna.errors`, so callers never see an httpx exception.
+Every remote backend owns one `httpx.AsyncClient` built by `upstream_client`, whose timeouts
+bound connecting and each read and write. `post_json` also bounds a whole call, so an
+upstream that trickles bytes forever still ends, and retries idempotent calls (embeddings,
+rerank, retrieval) by a `RetryPolicy`. Every failure is translated here into the typed
+errors of `chatqna.errors`, so callers never see an httpx exception.
+
+Retried: connection failures and resets, protocol errors (a body cut short), timeouts, and
+HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong) and a body that is
+not the documented shape (the upstream would answer the same again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 from chatqna.telemetry.tracing import instrument_http_client
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many times an idempotent upstream call is tried, and how long to wait in between.
+
+    `attempts` counts the first try. The wait before retry n (from 1) is drawn uniformly
+    from [c/2, c] with c = min(backoff_seconds * 2**(n-1), max_backoff_seconds): exponential
+    backoff with "equal jitter" (AWS Architecture Blog, "Exponential Backoff And Jitter",
+    2015), so calls that failed together spread out, yet none retries at once. `sleep` and
+    `jitter` are injectable so tests can record the waits instead of taking them.
+    """
+
+    attempts: int = 1
+    backoff_seconds: float = 0.2
+    max_backoff_seconds: float = 5.0
+    sleep: Callable[[float], Awaitable[None]] = field(
+        default=asyncio.sleep, compare=False, repr=False
+    )
+    jitter: Callable[[], float] = field(default=random.random, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        if self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
+            raise ValueError("backoff times cannot be negative")
+
+    def delay(self, retry: int) -> float:
+        """Seconds to wait before retry number `retry` (1 for the second attempt)."""
+        ceiling = min(self.backoff_seconds * 2.0 ** (retry - 1), self.max_backoff_seconds)
+        return ceiling * (0.5 + 0.5 * self.jitter())
+
+
+NO_RETRY = RetryPolicy(attempts=1)
 
 
 def upstream_client(
@@ -36,27 +83,95 @@ def upstream_client(
     return client
 
 
-def translate_http_error(exc: Exception, *, backend: str, what: str) -> UpstreamFailure:
-    """Map an httpx exception raised while calling `what` on `backend` to our error tree."""
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamTimeout(f"{backend}: {what} timed out", backend=backend)
+def is_retryable(exc: BaseException) -> bool:
+    """A failure that another attempt of the same idempotent call may not meet again."""
     if isinstance(exc, httpx.HTTPStatusError):
         status = exc.response.status_code
-        return UpstreamError(f"{backend}: {what} returned HTTP {status}", backend=backend)
+        return status == 429 or status >= 500
+    return isinstance(
+        exc,
+        (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError, TimeoutError),
+    )
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    return type(exc).__name__
+
+
+def translate_http_error(
+    exc: Exception, *, backend: str, what: str, attempts: int = 1
+) -> UpstreamFailure:
+    """Map an httpx exception raised while calling `what` on `backend` to our error tree.
+
+    A `TimeoutError` is a whole-call bound (`asyncio.timeout`) that ran out.
+    """
+    tried = f" (after {attempts} attempts)" if attempts > 1 else ""
+    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+        return UpstreamTimeout(f"{backend}: {what} timed out{tried}", backend=backend)
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        return UpstreamError(f"{backend}: {what} returned HTTP {status}{tried}", backend=backend)
     if isinstance(exc, httpx.HTTPError):
-        return UpstreamError(f"{backend}: {what} failed ({type(exc).__name__})", backend=backend)
+        return UpstreamError(
+            f"{backend}: {what} failed ({type(exc).__name__}){tried}", backend=backend
+        )
     return BadUpstreamResponse(f"{backend}: {what} failed: {exc}", backend=backend)
 
 
+async def with_retries(
+    attempt: Callable[[], Awaitable[httpx.Response]],
+    *,
+    retry: RetryPolicy,
+    backend: str,
+    what: str,
+) -> httpx.Response:
+    """Run `attempt` until it succeeds, fails for good, or `retry.attempts` are spent."""
+    for number in range(1, retry.attempts + 1):
+        try:
+            return await attempt()
+        except (httpx.HTTPError, TimeoutError) as exc:
+            if number == retry.attempts or not is_retryable(exc):
+                raise translate_http_error(
+                    exc, backend=backend, what=what, attempts=number
+                ) from exc
+            wait = retry.delay(number)
+            logger.warning(
+                "%s: %s failed (%s), attempt %d of %d; retrying in %.2fs",
+                backend,
+                what,
+                _failure(exc),
+                number,
+                retry.attempts,
+                wait,
+            )
+            await retry.sleep(wait)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 async def post_json(
-    client: httpx.AsyncClient, path: str, payload: dict[str, Any], *, backend: str
+    client: httpx.AsyncClient,
+    path: str,
+    payload: dict[str, Any],
+    *,
+    backend: str,
+    retry: RetryPolicy = NO_RETRY,
+    timeout_seconds: float | None = None,
 ) -> Any:
-    """POST `payload` and return the decoded JSON body, or raise a typed upstream error."""
-    try:
-        response = await client.post(path, json=payload)
+    """POST `payload` and return the decoded JSON body, or raise a typed upstream error.
+
+    `timeout_seconds` bounds each attempt as a whole (the client's own timeouts bound each
+    read); `retry` says how often a retryable failure is tried again.
+    """
+
+    async def attempt() -> httpx.Response:
+        async with asyncio.timeout(timeout_seconds):
+            response = await client.post(path, json=payload)
         response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise translate_http_error(exc, backend=backend, what=f"POST {path}") from exc
+        return response
+
+    response = await with_retries(attempt, retry=retry, backend=backend, what=f"POST {path}")
     try:
         return response.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

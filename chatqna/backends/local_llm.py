@@ -42,6 +42,7 @@ class LlamaCppLLM:
         threads: int | None = None,
         timeout_seconds: float = 120.0,
         connect_timeout_seconds: float = 5.0,
+        generation_timeout_seconds: float | None = None,
     ) -> LlamaCppLLM:
         """Load the model in a worker thread (about a second) and connect to it."""
         api_key = secrets.token_urlsafe(24)
@@ -54,6 +55,7 @@ class LlamaCppLLM:
             api_key=api_key,
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
+            generation_timeout_seconds=generation_timeout_seconds,
         )
         return cls(client, server, gguf)
 

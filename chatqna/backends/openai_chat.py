@@ -5,19 +5,26 @@ Whole completions are one JSON body; streamed ones are Server-Sent Events of
 timeouts `UpstreamTimeout`, HTTP statuses and connection failures `UpstreamError`, and any
 body that is not the documented shape `BadUpstreamResponse`. Closing the stream early (a
 client that disconnects) closes the upstream response, which cancels generation there.
+
+Two bounds: `timeout_seconds` is the longest wait for the first byte and then for each
+streamed chunk (a stalled stream), and `generation_timeout_seconds` bounds a whole answer,
+so a stream that never ends still does. Generation is never retried: it is not free, and
+once tokens have gone out a second answer cannot be spliced onto the first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import anyio
 import httpx
 
 from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
-from chatqna.errors import BadUpstreamResponse, UpstreamError
+from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 _DONE = Delta(finish_reason="[DONE]")  # sentinel for the `data: [DONE]` line
@@ -53,6 +60,7 @@ class OpenAIChatLLM:
         api_key: str | None = None,
         timeout_seconds: float = 120.0,
         connect_timeout_seconds: float = 5.0,
+        generation_timeout_seconds: float | None = None,
         backend: str = "llm",
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -60,6 +68,7 @@ class OpenAIChatLLM:
         self.model = model
         self.backend = backend
         self.calls = 0
+        self._generation_timeout = generation_timeout_seconds
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = upstream_client(
             self.endpoint,
@@ -88,6 +97,7 @@ class OpenAIChatLLM:
             COMPLETIONS_PATH,
             self._payload(messages, params, False),
             backend=self.backend,
+            timeout_seconds=self._generation_timeout,
         )
         require(isinstance(body, dict), backend=self.backend, what="body is not an object")
         choices = body.get("choices")
@@ -114,28 +124,50 @@ class OpenAIChatLLM:
         self, messages: Sequence[dict[str, str]], params: GenerationParams
     ) -> AsyncIterator[Delta]:
         self.calls += 1
-        payload = self._payload(messages, params, True)
+        request = self._client.build_request(
+            "POST", COMPLETIONS_PATH, json=self._payload(messages, params, True)
+        )
         what = f"POST {COMPLETIONS_PATH} (stream)"
+        deadline = (
+            None
+            if self._generation_timeout is None
+            else asyncio.get_running_loop().time() + self._generation_timeout
+        )
+        response: httpx.Response | None = None
         try:
-            async with self._client.stream("POST", COMPLETIONS_PATH, json=payload) as response:
+            # The deadline wraps each wait on the upstream, never a `yield`: a timeout must
+            # not fire while the consumer holds the generator suspended.
+            async with asyncio.timeout_at(deadline):
+                response = await self._client.send(request, stream=True)
                 if response.status_code >= 400:
                     await response.aread()
                     response.raise_for_status()
-                finished = False
-                async for line in response.aiter_lines():
-                    delta = self._parse_line(line)
-                    if delta is None:
-                        continue
-                    if delta is _DONE:
-                        finished = True
-                        break
-                    yield delta
-                if not finished:
+            lines = response.aiter_lines()
+            while True:
+                async with asyncio.timeout_at(deadline):
+                    line = await anext(lines, None)
+                if line is None:
                     raise UpstreamError(
                         f"{self.backend}: stream ended before [DONE]", backend=self.backend
                     )
+                delta = self._parse_line(line)
+                if delta is _DONE:
+                    break
+                if delta is not None:
+                    yield delta
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"{self.backend}: generation took longer than {self._generation_timeout}s",
+                backend=self.backend,
+            ) from exc
         except httpx.HTTPError as exc:
             raise translate_http_error(exc, backend=self.backend, what=what) from exc
+        finally:
+            # Closing the response is what stops generation upstream when our client
+            # disconnects (this generator is then closed or cancelled mid-stream).
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
 
     def _parse_line(self, line: str) -> Delta | None:
         line = line.strip()

@@ -4,6 +4,8 @@ The megaservice sends the query text and the embedding it already computed (the 
 vector, in blend mode), so the service searches with it instead of embedding again.
 Ingestion goes to the retriever service's own dataprep endpoints; through this client the
 index can be listed and sources deleted, but chunks cannot be written (`NotSupported`).
+Searches and listings are idempotent: each attempt is bounded by `timeout_seconds` as a
+whole and retried by the `RetryPolicy` given; deletions are tried once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from typing import Any
 
 import httpx
 
-from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
+from chatqna.backends.http import (
+    NO_RETRY,
+    RetryPolicy,
+    post_json,
+    require,
+    translate_http_error,
+    upstream_client,
+)
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import NotSupported
@@ -31,10 +40,13 @@ class RemoteRetriever:
         timeout_seconds: float = 30.0,
         connect_timeout_seconds: float = 5.0,
         headers: dict[str, str] | None = None,
+        retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.calls = 0
+        self._timeout = timeout_seconds
+        self._retry = retry if retry is not None else NO_RETRY
         self._client = upstream_client(
             endpoint,
             timeout_seconds=timeout_seconds,
@@ -52,7 +64,14 @@ class RemoteRetriever:
             "search_type": "similarity",
             "fusion_weights": list(query.fusion_weights),
         }
-        body = await post_json(self._client, "/v1/retrieval", payload, backend=BACKEND)
+        body = await post_json(
+            self._client,
+            "/v1/retrieval",
+            payload,
+            backend=BACKEND,
+            retry=self._retry,
+            timeout_seconds=self._timeout,
+        )
         self.calls += 1
         require(
             isinstance(body, dict) and isinstance(body.get("retrieved_docs"), list),
@@ -99,13 +118,24 @@ class RemoteRetriever:
         removed = 0
         for name in ["all"] if sources is None else list(sources):
             body = await post_json(
-                self._client, "/v1/dataprep/delete", {"file_path": name}, backend=BACKEND
+                self._client,
+                "/v1/dataprep/delete",
+                {"file_path": name},
+                backend=BACKEND,
+                timeout_seconds=self._timeout,
             )
             removed += int(body.get("removed_chunks", 0)) if isinstance(body, dict) else 0
         return removed
 
     async def list_sources(self) -> list[SourceInfo]:
-        body = await post_json(self._client, "/v1/dataprep/get", {}, backend=BACKEND)
+        body = await post_json(
+            self._client,
+            "/v1/dataprep/get",
+            {},
+            backend=BACKEND,
+            retry=self._retry,
+            timeout_seconds=self._timeout,
+        )
         require(isinstance(body, list), backend=BACKEND, what="file list is not a list")
         return [SourceInfo(str(item.get("name")), int(item.get("chunks", 0))) for item in body]
 

@@ -5,6 +5,9 @@
   by `{"data": [{"index": i, "embedding": [...]}, ...]}`. A batch of texts is one call, as
   long as it fits `max_batch` (TEI's `--max-client-batch-size`, 32 by default).
 - Reranking: `POST /rerank` with `{"query", "texts"}`, answered by `[{"index", "score"}]`.
+
+Both calls are idempotent: each attempt is bounded by `timeout_seconds` as a whole, and a
+retryable failure is tried again by the `RetryPolicy` given (none by default).
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ from typing import Any
 import httpx
 import numpy as np
 
-from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
+from chatqna.backends.http import (
+    NO_RETRY,
+    RetryPolicy,
+    post_json,
+    require,
+    translate_http_error,
+    upstream_client,
+)
 from chatqna.documents import ScoredChunk
 from chatqna.errors import BadUpstreamResponse
 
@@ -42,11 +52,14 @@ class TEIEmbedder:
         max_batch: int = 32,
         timeout_seconds: float = 30.0,
         connect_timeout_seconds: float = 5.0,
+        retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.endpoint = endpoint
+        self._timeout = timeout_seconds
+        self._retry = retry if retry is not None else NO_RETRY
         self.name = f"tei:{endpoint}"
         self.max_batch = max_batch
         self.dimension: int | None = None
@@ -72,7 +85,14 @@ class TEIEmbedder:
         # A lone text goes as a plain string, the baseline shape of OPEA's embedding call;
         # several go as one batched list.
         payload = {"input": texts[0] if len(texts) == 1 else texts}
-        body = await post_json(self._client, "/v1/embeddings", payload, backend="embedder")
+        body = await post_json(
+            self._client,
+            "/v1/embeddings",
+            payload,
+            backend="embedder",
+            retry=self._retry,
+            timeout_seconds=self._timeout,
+        )
         self.calls += 1
         self.texts_embedded += len(texts)
         require(
@@ -145,11 +165,14 @@ class TEIReranker:
         *,
         timeout_seconds: float = 30.0,
         connect_timeout_seconds: float = 5.0,
+        retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.name = f"tei:{endpoint}"
         self.calls = 0
+        self._timeout = timeout_seconds
+        self._retry = retry if retry is not None else NO_RETRY
         self._client = upstream_client(
             endpoint,
             timeout_seconds=timeout_seconds,
@@ -169,7 +192,14 @@ class TEIReranker:
             "texts": [candidate.chunk.text for candidate in candidates],
             "truncate": True,
         }
-        body = await post_json(self._client, "/rerank", payload, backend="reranker")
+        body = await post_json(
+            self._client,
+            "/rerank",
+            payload,
+            backend="reranker",
+            retry=self._retry,
+            timeout_seconds=self._timeout,
+        )
         self.calls += 1
         require(isinstance(body, list), backend="reranker", what="body is not a list")
         scored: list[ScoredChunk] = []

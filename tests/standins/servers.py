@@ -1,9 +1,31 @@
-"""Stand-in upstream servers speaking TEI's and OpenAI's wire formats, on loopback.
+"""Stand-in upstreams on loopback speaking TEI's, OpenAI's and OPEA's retriever wire formats.
 
-For benchmarks and end-to-end tests that need an upstream whose speed is known: vectors are
-feature-hashed (texts sharing words get similar vectors), and the chat server streams a
-fixed reply `tokens` pieces long after `delay` seconds. They run in a thread of the calling
-process (`serve_in_thread`) or as their own process (`python -m tests.standins.servers`).
+For benchmarks and end-to-end tests that need an upstream whose speed and failures are
+known. One app serves every upstream role:
+
+| route        | path                                              | wire format          |
+|--------------|---------------------------------------------------|----------------------|
+| `embeddings` | `POST /v1/embeddings`                             | TEI (OpenAI-style)   |
+| `rerank`     | `POST /rerank`                                    | TEI                  |
+| `chat`       | `POST /v1/chat/completions`                       | OpenAI, streamed too |
+| `condense`   | `POST /condense/v1/chat/completions`              | OpenAI (a 2nd model) |
+| `retrieval`  | `POST /v1/retrieval`                              | OPEA retriever       |
+
+Vectors are feature-hashed (texts sharing words get similar vectors); the chat model
+streams a fixed reply `tokens` pieces long, `token_interval` seconds apart, after `delay`
+seconds; asked for a `standalone_query` JSON reply (condense), it returns the latest message.
+
+Faults, chosen at run time per route through `POST /_standin/fault` with
+`{"route", "fault", "times"?, "seconds"?, "status"?}` (or `app.state.faults.set(...)`, or
+`--fault route:fault` on the command line): `slow` (stall `seconds` before answering),
+`http_error` (answer `status`, 500 by default), `reset` (reset the TCP connection; streams
+first send two tokens), `truncated` (cut the body short; streams end mid-JSON without
+`[DONE]`), `malformed` (a body or a stream chunk that is not JSON), `wrong_dimension`
+(embeddings half as wide) and `endless` (a body or a stream that never ends). `times`
+limits a fault to that many calls. `DELETE /_standin/fault` clears every fault;
+`GET /_standin/stats` counts calls and streams per route, including streams the client
+closed before their end. They run in a thread of the calling process (`serve_in_thread`)
+or as their own process (`python -m tests.standins.servers`).
 """
 
 from __future__ import annotations
@@ -13,18 +35,34 @@ import asyncio
 import hashlib
 import json
 import socket
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 DIMENSION = 64
+ROUTES = ("embeddings", "rerank", "chat", "condense", "retrieval")
+BODY_FAULTS = ("slow", "http_error", "reset", "truncated", "malformed", "endless")
+FAULTS = (*BODY_FAULTS, "wrong_dimension")
+APPLICABLE = {route: set(BODY_FAULTS) for route in ROUTES} | {"embeddings": set(FAULTS)}
+MALFORMED_BODY = b'{"object": "list", "data": [{"index": 0, oops'
+TRICKLE_SECONDS = 0.1  # an endless body sends a byte this often, well inside read timeouts
+
+DOCUMENTS = [
+    ("export.md", "Export", "Open Settings and choose Export to download your workspace data."),
+    ("retention.md", "Retention", "Data is kept for 30 days after cancellation, then deleted."),
+    ("refunds.md", "Refunds", "Annual plans can be refunded in full within 30 days."),
+    ("sso.md", "Single sign-on", "Single sign-on is part of the Enterprise plan."),
+    ("billing.md", "Billing", "Monthly plans are billed on the first day of each month."),
+]
 
 
 def hashed_vector(text: str, dimension: int = DIMENSION) -> list[float]:
@@ -36,82 +74,419 @@ def hashed_vector(text: str, dimension: int = DIMENSION) -> list[float]:
     return [float(x) for x in row]
 
 
-def create_standin_app(*, delay: float = 0.0, tokens: int = 20) -> FastAPI:
-    """One app serving TEI `/v1/embeddings`, `/rerank` and OpenAI `/v1/chat/completions`."""
+@dataclass(frozen=True)
+class Fault:
+    """How one route misbehaves: `kind` from `FAULTS`, for `times` calls (None: until cleared)."""
+
+    kind: str
+    times: int | None = None
+    seconds: float = 30.0
+    status: int = 500
+
+
+@dataclass
+class RouteStats:
+    """What a route saw: calls, and streams opened, run to their end, or closed early."""
+
+    calls: int = 0
+    faults: int = 0
+    streams_opened: int = 0
+    streams_finished: int = 0
+    streams_closed_early: int = 0
+
+
+@dataclass
+class FaultBook:
+    """The faults in force and the per-route counters; safe to use from any thread."""
+
+    faults: dict[str, Fault] = field(default_factory=dict)
+    stats: dict[str, RouteStats] = field(
+        default_factory=lambda: {route: RouteStats() for route in ROUTES}
+    )
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set(self, route: str, fault: Fault) -> None:
+        if route not in ROUTES:
+            raise ValueError(f"unknown route {route!r}; routes are {ROUTES}")
+        if fault.kind not in APPLICABLE[route]:
+            raise ValueError(f"fault {fault.kind!r} does not apply to route {route!r}")
+        with self.lock:
+            self.faults[route] = fault
+
+    def clear(self) -> None:
+        with self.lock:
+            self.faults.clear()
+
+    def reset_stats(self) -> None:
+        with self.lock:
+            self.stats = {route: RouteStats() for route in ROUTES}
+
+    def take(self, route: str) -> Fault | None:
+        """Count a call on `route` and return the fault it must suffer, if any."""
+        with self.lock:
+            self.stats[route].calls += 1
+            fault = self.faults.get(route)
+            if fault is None:
+                return None
+            self.stats[route].faults += 1
+            if fault.times is not None:
+                if fault.times <= 1:
+                    del self.faults[route]
+                else:
+                    self.faults[route] = replace(fault, times=fault.times - 1)
+            return fault
+
+    def count(self, route: str, what: str) -> None:
+        with self.lock:
+            stats = self.stats[route]
+            setattr(stats, what, getattr(stats, what) + 1)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "faults": {route: asdict(fault) for route, fault in self.faults.items()},
+                "stats": {route: asdict(stats) for route, stats in self.stats.items()},
+            }
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def _transport(request: Request) -> asyncio.Transport:
+    # ASGI hides the socket; the uvicorn server that `serve_in_thread` and `main` record on
+    # the app knows its connections, each with the client address the scope names.
+    server = getattr(request.app.state, "uvicorn_server", None)
+    client = tuple(request.scope.get("client") or ())
+    for protocol in getattr(getattr(server, "server_state", None), "connections", ()):
+        transport = getattr(protocol, "transport", None)
+        if getattr(protocol, "client", None) == client and isinstance(transport, asyncio.Transport):
+            return transport
+    raise RuntimeError("cannot reach the connection: serve the app with serve_in_thread/main")
+
+
+def reset_connection(request: Request) -> None:
+    """Drop the client's TCP connection with a reset (RST), not an orderly close (FIN)."""
+    transport = _transport(request)
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+def close_connection(request: Request) -> None:
+    """Close the connection in order (what was written still arrives), mid-response."""
+    _transport(request).close()
+
+
+async def stall(request: Request, seconds: float) -> None:
+    """Wait `seconds`, or until the client has gone away."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not await request.is_disconnected():
+        await asyncio.sleep(0.05)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes its generator however the response ends, so stream counters settle at once."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+def _tracked(book: FaultBook, route: str, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def stream() -> AsyncIterator[bytes]:
+        book.count(route, "streams_opened")
+        finished = False
+        try:
+            async for piece in body:
+                yield piece
+            finished = True
+        finally:
+            book.count(route, "streams_finished" if finished else "streams_closed_early")
+
+    return stream()
+
+
+# --------------------------------------------------------------------------- faults
+
+
+async def body_fault(
+    fault: Fault, request: Request, book: FaultBook, route: str, good: bytes
+) -> Response | None:
+    """The response a faulty non-streamed route gives instead of `good`, or None for `slow`
+    (after the stall the route answers normally)."""
+    if fault.kind == "slow":
+        await stall(request, fault.seconds)
+        return None
+    if fault.kind == "http_error":
+        error = {"error": {"message": "injected fault", "type": "server_error"}}
+        return JSONResponse(error, status_code=fault.status)
+    if fault.kind == "reset":
+        reset_connection(request)
+        await stall(request, 5.0)
+        return Response(status_code=204)  # never sent: the connection is gone
+    if fault.kind == "malformed":
+        return Response(MALFORMED_BODY, media_type="application/json")
+
+    async def truncated() -> AsyncIterator[bytes]:
+        yield good[: len(good) // 2]
+        await asyncio.sleep(0.05)  # let the half go out before the connection closes
+        close_connection(request)
+        await stall(request, 5.0)
+
+    async def endless() -> AsyncIterator[bytes]:
+        yield good[:1]
+        while True:
+            await asyncio.sleep(TRICKLE_SECONDS)
+            yield b" "
+
+    if fault.kind == "truncated":
+        headers = {"content-length": str(len(good))}
+        body = _tracked(book, route, truncated())
+        return ClosingStreamingResponse(body, media_type="application/json", headers=headers)
+    if fault.kind == "endless":
+        body = _tracked(book, route, endless())
+        return ClosingStreamingResponse(body, media_type="application/json")
+    raise AssertionError(f"unhandled fault {fault.kind!r}")
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+@dataclass(frozen=True)
+class ChatModel:
+    """The stand-in chat model: `tokens` pieces, `token_interval` seconds apart."""
+
+    tokens: int
+    token_interval: float
+
+    def pieces(self) -> list[str]:
+        return [f"word{i} " for i in range(self.tokens)]
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces():
+            yield _chunk({"content": piece})
+            if self.token_interval > 0:
+                await asyncio.sleep(self.token_interval)
+        yield _chunk({}, "stop") + b"data: [DONE]\n\n"
+
+    async def faulty_stream(self, fault: Fault, request: Request) -> AsyncIterator[bytes]:
+        for piece in self.pieces()[:2]:
+            yield _chunk({"content": piece})
+        if fault.kind == "reset":
+            await asyncio.sleep(0.05)  # let the two tokens go out first
+            reset_connection(request)
+            await stall(request, 5.0)
+        elif fault.kind == "truncated":
+            yield b'data: {"object": "chat.completion.chunk", "choi'
+        elif fault.kind == "malformed":
+            yield b"data: this is not json\n\n"
+            yield b"data: [DONE]\n\n"
+        elif fault.kind == "endless":
+            interval = self.token_interval if self.token_interval > 0 else 0.02
+            while True:
+                yield _chunk({"content": "again "})
+                await asyncio.sleep(interval)
+
+    def reply(self, body: dict[str, Any]) -> str:
+        if body.get("response_format"):
+            # The condense rewrite: hand the latest message back as the standalone query.
+            last = str(body["messages"][-1]["content"])
+            latest = last.rsplit("Latest message:", 1)[-1].strip()
+            return json.dumps({"standalone_query": latest})
+        return "".join(self.pieces())
+
+    def completion(self, body: dict[str, Any]) -> bytes:
+        return json.dumps(
+            {
+                "id": "standin",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": self.reply(body)},
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": self.tokens},
+            }
+        ).encode()
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def _retrieved(text: str, k: int) -> dict[str, Any]:
+    words = set(text.lower().split())
+    scored = sorted(
+        (
+            (len(words & set(body.lower().split())) / (1 + len(words)), position)
+            for position, (_, _, body) in enumerate(DOCUMENTS)
+        ),
+        key=lambda item: (-item[0], item[1]),
+    )
+    docs = []
+    for score, position in scored[:k]:
+        source, title, body = DOCUMENTS[position]
+        docs.append(
+            {
+                "id": f"{source}#0",
+                "text": body,
+                "score": score,
+                "metadata": {"source": source, "title": title, "chunk_index": 0},
+            }
+        )
+    return {"retrieved_docs": docs}
+
+
+def _add_control_routes(app: FastAPI, book: FaultBook) -> None:
+    @app.post("/_standin/fault")
+    async def set_fault(request: Request) -> JSONResponse:
+        body = await request.json()
+        try:
+            fault = Fault(
+                kind=str(body["fault"]),
+                times=body.get("times"),
+                seconds=float(body.get("seconds", 30.0)),
+                status=int(body.get("status", 500)),
+            )
+            book.set(str(body["route"]), fault)
+        except (KeyError, ValueError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(book.snapshot())
+
+    @app.delete("/_standin/fault")
+    async def clear_faults() -> dict[str, Any]:
+        book.clear()
+        return book.snapshot()
+
+    @app.get("/_standin/stats")
+    async def stats() -> dict[str, Any]:
+        return book.snapshot()
+
+    @app.delete("/_standin/stats")
+    async def reset_stats() -> dict[str, Any]:
+        book.reset_stats()
+        return book.snapshot()
+
+
+def create_standin_app(
+    *,
+    delay: float = 0.0,
+    tokens: int = 20,
+    token_interval: float = 0.0,
+    dimension: int = DIMENSION,
+) -> FastAPI:
+    """One app serving every upstream role (see the module docstring); faults start off."""
     app = FastAPI()
+    book = FaultBook()
+    app.state.faults = book
+    model = ChatModel(tokens, token_interval)
+    _add_control_routes(app, book)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/v1/ready")
+    async def ready() -> dict[str, str]:
+        return {"status": "ready"}
+
     @app.post("/v1/embeddings")
-    async def embeddings(request: Request) -> dict[str, Any]:
+    async def embeddings(request: Request) -> Response:
         sent = (await request.json())["input"]
         texts = [sent] if isinstance(sent, str) else sent
+        fault = book.take("embeddings")
+        width = max(2, dimension // 2) if fault and fault.kind == "wrong_dimension" else dimension
         await asyncio.sleep(delay)
-        return {
+        good = {
             "object": "list",
             "model": "standin",
             "data": [
-                {"object": "embedding", "index": i, "embedding": hashed_vector(t)}
+                {"object": "embedding", "index": i, "embedding": hashed_vector(t, width)}
                 for i, t in enumerate(texts)
             ],
         }
+        return await _answer(request, book, "embeddings", fault, good)
 
     @app.post("/rerank")
-    async def rerank(request: Request) -> list[dict[str, Any]]:
+    async def rerank(request: Request) -> Response:
         body = await request.json()
+        fault = book.take("rerank")
         query = set(body["query"].lower().split())
         scores = [len(query & set(t.lower().split())) / (1 + len(query)) for t in body["texts"]]
         await asyncio.sleep(delay)
-        return sorted(
+        good = sorted(
             ({"index": i, "score": s} for i, s in enumerate(scores)),
             key=lambda item: -item["score"],
         )
+        return await _answer(request, book, "rerank", fault, good)
 
-    @app.get("/v1/models")
+    @app.post("/v1/retrieval")
+    async def retrieval(request: Request) -> Response:
+        body = await request.json()
+        fault = book.take("retrieval")
+        await asyncio.sleep(delay)
+        good = _retrieved(str(body.get("text", "")), int(body.get("k", 4)))
+        return await _answer(request, book, "retrieval", fault, good)
+
+    @app.post("/v1/dataprep/get")
+    async def sources() -> list[dict[str, Any]]:
+        return [{"name": source, "id": source, "chunks": 1} for source, _, _ in DOCUMENTS]
+
+    for prefix, route in (("", "chat"), ("/condense", "condense")):
+        _add_chat_routes(app, book, model, prefix, route, delay)
+    return app
+
+
+async def _answer(
+    request: Request, book: FaultBook, route: str, fault: Fault | None, good: Any
+) -> Response:
+    body = json.dumps(good).encode()
+    if fault is not None and fault.kind != "wrong_dimension":
+        faulty = await body_fault(fault, request, book, route, body)
+        if faulty is not None:
+            return faulty
+    return Response(body, media_type="application/json")
+
+
+def _add_chat_routes(
+    app: FastAPI, book: FaultBook, model: ChatModel, prefix: str, route: str, delay: float
+) -> None:
+    @app.get(f"{prefix}/v1/models", name=f"{route}_models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": "standin", "object": "model"}]}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Any:
+    @app.post(f"{prefix}/v1/chat/completions", name=f"{route}_completions")
+    async def chat(request: Request) -> Response:
         body = await request.json()
+        fault = book.take(route)
         await asyncio.sleep(delay)
-        pieces = [f"word{i} " for i in range(tokens)]
         if not body.get("stream"):
-            return JSONResponse(
-                {
-                    "id": "standin",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": body.get("model"),
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": "".join(pieces)},
-                        }
-                    ],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": tokens},
-                }
-            )
+            return await _answer(request, book, route, fault, json.loads(model.completion(body)))
+        if fault is not None and fault.kind in ("slow", "http_error"):
+            faulty = await body_fault(fault, request, book, route, b"")
+            if faulty is not None:
+                return faulty
+            fault = None  # slow: stalled, now answers normally
+        stream = model.stream() if fault is None else model.faulty_stream(fault, request)
+        return ClosingStreamingResponse(
+            _tracked(book, route, stream), media_type="text/event-stream"
+        )
 
-        async def stream() -> AsyncIterator[str]:
-            for piece in pieces:
-                chunk = {
-                    "object": "chat.completion.chunk",
-                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
-                }
-                yield f"data: {json.dumps(chunk)}\n\n"
-            final = {
-                "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-            }
-            yield f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n"
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
-
-    return app
+# --------------------------------------------------------------------------- serving
 
 
 def free_port() -> int:
@@ -125,8 +500,16 @@ def serve_in_thread(app: FastAPI) -> Iterator[str]:
     """Run `app` with uvicorn on a free loopback port in a daemon thread; yields its URL."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="error",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
     )
+    app.state.uvicorn_server = server  # how the `reset` fault finds a connection's socket
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -139,19 +522,44 @@ def serve_in_thread(app: FastAPI) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+def _fault_arg(text: str) -> tuple[str, str]:
+    route, _, kind = text.partition(":")
+    if route not in ROUTES or kind not in APPLICABLE.get(route, ()):
+        raise argparse.ArgumentTypeError(f"expected route:fault, got {text!r}")
+    return route, kind
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="TEI + OpenAI stand-in server on loopback")
+    parser = argparse.ArgumentParser(description="TEI + OpenAI + retriever stand-in on loopback")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--delay", type=float, default=0.0)
-    parser.add_argument("--tokens", type=int, default=20)
-    args = parser.parse_args()
-    uvicorn.run(
-        create_standin_app(delay=args.delay, tokens=args.tokens),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--tokens", type=int, default=20, help="pieces in a chat reply")
+    parser.add_argument(
+        "--token-interval", type=float, default=0.0, help="seconds between streamed pieces"
     )
+    parser.add_argument("--dimension", type=int, default=DIMENSION, help="embedding width")
+    parser.add_argument(
+        "--fault",
+        type=_fault_arg,
+        action="append",
+        default=[],
+        metavar="ROUTE:FAULT",
+        help=f"a fault in force from the start; routes {ROUTES}, faults {FAULTS}",
+    )
+    args = parser.parse_args()
+    app = create_standin_app(
+        delay=args.delay,
+        tokens=args.tokens,
+        token_interval=args.token_interval,
+        dimension=args.dimension,
+    )
+    for route, kind in args.fault:
+        app.state.faults.set(route, Fault(kind))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    )
+    app.state.uvicorn_server = server
+    server.run()
 
 
 if __name__ == "__main__":

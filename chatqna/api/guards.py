@@ -1,0 +1,154 @@
+"""Request guards in front of every route: the API key, the body size, and chat concurrency.
+
+They are plain ASGI middleware rather than route dependencies, for three reasons: a route
+added later is guarded without having to remember it (the API key also covers `/docs` and
+`/openapi.json`); a body is refused before anything parses it; and a chat slot is held for
+the whole life of a streamed answer, which outlives the route handler.
+
+`create_app` installs them inside the request-metrics middleware (so refusals are counted)
+and inside CORS (so a browser can read a refusal): API key, then body size, then concurrency.
+Each refusal is the usual error envelope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from pydantic import SecretStr
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from chatqna.api.deps import api_key_matches
+from chatqna.errors import ChatQnAError, PayloadTooLarge, TooManyRequests, Unauthorized
+
+# Open without the key: the health checks (probes carry no credentials), and the chat UI's
+# page and static files, which hold no data (the page asks its user for the key).
+PUBLIC_PATHS = frozenset({"/v1/health_check", "/v1/ready", "/"})
+PUBLIC_PREFIXES = ("/ui/",)
+RETRY_AFTER_SECONDS = 1
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+async def refuse(
+    error: ChatQnAError, scope: Scope, receive: Receive, send: Send, **headers: str
+) -> None:
+    response = JSONResponse(status_code=error.status_code, content=error.envelope())
+    response.headers.update(headers)
+    await response(scope, receive, send)
+
+
+class ApiKeyGuard:
+    """With `CHATQNA_API_KEY` set, every path but the public ones needs `Bearer <key>`."""
+
+    def __init__(self, app: ASGIApp, api_key: SecretStr | None) -> None:
+        self.app = app
+        self.api_key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.api_key is None or is_public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        if api_key_matches(Headers(scope=scope).get("authorization"), self.api_key):
+            await self.app(scope, receive, send)
+            return
+        error = Unauthorized("A valid API key is required: send 'Authorization: Bearer <key>'.")
+        await refuse(error, scope, receive, send, **{"WWW-Authenticate": "Bearer"})
+
+
+class BodySizeLimit:
+    """Refuses a request body beyond `max_bytes` with 413 (multipart uploads excepted).
+
+    Uploads to `/v1/dataprep/ingest` are limited per file by `CHATQNA_MAX_UPLOAD_BYTES`
+    instead. A declared `Content-Length` is refused before the body is read; a chunked body
+    is counted as the route reads it.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _error_text(self) -> str:
+        limit = self.max_bytes
+        return f"The request body is larger than {limit} bytes (CHATQNA_MAX_REQUEST_BYTES)."
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if headers.get("content-type", "").startswith("multipart/"):
+            await self.app(scope, receive, send)
+            return
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await refuse(PayloadTooLarge(self._error_text()), scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # An HTTPException is what FastAPI lets through from reading a body; the
+                    # error handler renders it as the `payload_too_large` envelope.
+                    raise HTTPException(413, detail=self._error_text())
+            return message
+
+        await self.app(scope, counted, send)
+
+
+class ChatConcurrencyLimit:
+    """At most `limit` chats in flight; a chat waits up to `queue_timeout_seconds` for a slot.
+
+    A slot is held until the answer has been sent (or the client has gone), so streamed
+    answers count for their whole length. Without a free slot in time the request gets 429
+    with `Retry-After`, rather than joining an unbounded queue.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, paths: Iterable[str], limit: int, queue_timeout_seconds: float
+    ) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.app = app
+        self.paths = frozenset(paths)
+        self.limit = limit
+        self.queue_timeout_seconds = queue_timeout_seconds
+        self._slots = asyncio.Semaphore(limit)
+
+    async def _acquire(self) -> bool:
+        if self.queue_timeout_seconds == 0:
+            if self._slots.locked():
+                return False
+            await self._slots.acquire()  # a slot is free: this does not wait
+            return True
+        try:
+            async with asyncio.timeout(self.queue_timeout_seconds):
+                await self._slots.acquire()
+        except TimeoutError:
+            return False
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        if not await self._acquire():
+            error = TooManyRequests(
+                f"The service is answering {self.limit} chats already "
+                "(CHATQNA_MAX_CONCURRENT_CHATS); retry shortly."
+            )
+            await refuse(error, scope, receive, send, **{"Retry-After": str(RETRY_AFTER_SECONDS)})
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._slots.release()
