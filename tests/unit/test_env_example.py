@@ -11,10 +11,15 @@ ENV_EXAMPLE = Path(__file__).resolve().parents[2] / ".env.example"
 
 
 def documented() -> dict[str, str]:
-    """Variable -> the comment line just above it."""
+    """Variable -> the comment line just above it, for the service's part of the file.
+
+    The compose-only section at the end is checked by `tests/unit/test_deploy_static.py`.
+    """
     lines = ENV_EXAMPLE.read_text().splitlines()
     found = {}
     for number, line in enumerate(lines):
+        if line.startswith("#") and "docker compose only" in line:
+            break
         match = re.match(r"^([A-Z][A-Z0-9_]*)=", line)
         if match:
             found[match.group(1)] = lines[number - 1] if number else ""
