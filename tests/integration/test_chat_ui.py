@@ -2,9 +2,10 @@
 
 Two servers, each with the sample corpus ingested through the API, answer with a stand-in LLM
 that quotes the top passage (so answers are quick and checkable): one in blend mode, one in
-condense mode with an API key and a rewrite model that fails on demand. Chromium and chromedriver are Debian's
-packages, installed by `scripts/browser`; Selenium drives them by path and downloads nothing.
-With `CHATQNA_UI_SCREENSHOTS=1` the run also writes the documentation's screenshots.
+condense mode with an API key and a rewrite model that fails on demand. Chromium and
+chromedriver are Debian's packages, installed by `scripts/browser`; Selenium drives them by
+path and downloads nothing. With `CHATQNA_UI_SCREENSHOTS=1` the run also writes the
+documentation's screenshots.
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ def browser(chromium: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 # --- page helpers -------------------------------------------------------------------------
 
 
-def wait_for(driver: WebDriver, check: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
+def wait_for(driver: WebDriver, check: Callable[[WebDriver], Any], timeout: float = 30) -> Any:
     return WebDriverWait(driver, timeout, poll_frequency=0.03).until(check)
 
 
@@ -435,3 +436,11 @@ def test_api_key_prompt_and_condense_failure_retry(servers: Servers, browser: We
     assert details["Condense"] == "ok" and details["Standalone query"] == REWRITE
     assert "refunds.md" in sources(answered)
     assert answered.find_elements(By.CSS_SELECTOR, ".problem *") == []
+
+    # Stop ends a streaming answer and hands the composer back.
+    ask(browser, "And for monthly plans?")
+    wait_for(browser, lambda d: len(turns(d)) == 3 and state(turns(d)[-1]) == "streaming")
+    browser.find_element(By.ID, "stop").click()
+    wait_for(browser, lambda d: state(turns(d)[-1]) == "stopped")
+    assert browser.find_element(By.ID, "send").is_displayed()
+    assert not browser.find_element(By.ID, "stop").is_displayed()
