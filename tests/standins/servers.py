@@ -24,8 +24,9 @@ first send two tokens), `truncated` (cut the body short; streams end mid-JSON wi
 (embeddings half as wide) and `endless` (a body or a stream that never ends). `times`
 limits a fault to that many calls. `DELETE /_standin/fault` clears every fault;
 `GET /_standin/stats` counts calls and streams per route, including streams the client
-closed before their end (`tests.standins.faults` holds the fault machinery). They run in a thread of the calling process (`serve_in_thread`)
-or as their own process (`python -m tests.standins.servers`).
+closed before their end (`tests.standins.faults` holds the fault machinery). The
+stand-ins run in a thread of the calling process (`serve_in_thread`) or as their own
+process (`python -m tests.standins.servers`).
 """
 
 from __future__ import annotations
