@@ -129,6 +129,11 @@ class Settings(BaseSettings):
         "retriever_endpoint",
         "otel_exporter_otlp_endpoint",
         "otel_exporter_otlp_traces_endpoint",
+        "chatqna_api_key",
+        "openai_api_key",
+        "chatqna_llm_gguf",
+        "chatqna_llm_threads",
+        "condense_llm_model_id",
         mode="before",
     )
     @classmethod

@@ -57,9 +57,7 @@ SCHEMA_SHA256 = "d549057ebc2925f39f62799eab0db7b9e2c18b35b6c00595199116da3ed10e6
 NOT_PASSED = {
     "CHATQNA_HOST": "the image listens on 0.0.0.0; .env.example's 127.0.0.1 is for a local run",
     "CHATQNA_DATA_DIR": "the image keeps its data in /data, a volume",
-    "CHATQNA_API_KEY": "an empty value would be taken as a key; set it in an override file",
     "CHATQNA_LLM_GGUF": "a path inside the container: mount the file in an override file",
-    "CHATQNA_LLM_THREADS": "an empty value does not parse; unset, llama.cpp uses every core",
 }
 
 INTERPOLATION = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<braced>[^}]*)\}|(?P<named>[A-Za-z_]\w*))")

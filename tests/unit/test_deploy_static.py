@@ -267,7 +267,7 @@ def test_a_setting_missing_from_env_example_or_compose_is_reported(
 def test_an_excluded_setting_that_is_passed_is_reported(
     compose: dict[str, Any], env: checks.EnvExample
 ) -> None:
-    compose["services"]["chatqna-embedded"]["environment"]["CHATQNA_LLM_THREADS"] = None
+    compose["services"]["chatqna-embedded"]["environment"]["CHATQNA_LLM_GGUF"] = None
     problems = planted_variable_problems(compose, env)
     assert kinds(problems) == {"stale_exclusion"}
 

@@ -55,6 +55,22 @@ def test_empty_endpoint_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
+    "name",
+    [
+        "CHATQNA_API_KEY",
+        "OPENAI_API_KEY",
+        "CHATQNA_LLM_GGUF",
+        "CHATQNA_LLM_THREADS",
+        "CONDENSE_LLM_MODEL_ID",
+    ],
+)
+def test_blank_optional_value_means_unset(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    # `.env.example` and compose pass these as empty strings; none may become a value.
+    monkeypatch.setenv(name, "")
+    assert getattr(Settings(), name.lower()) is None
+
+
+@pytest.mark.parametrize(
     ("env", "named"),
     [
         ({"MULTI_TURN_MODE": "rewrite"}, "MULTI_TURN_MODE"),
