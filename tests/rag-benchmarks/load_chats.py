@@ -1,7 +1,7 @@
 """Load benchmark: N concurrent streaming multi-turn chats against a real ChatQnA server process.
 
     .venv/bin/python tests/rag-benchmarks/load_chats.py [--concurrency 200] [--duration 30]
-        [--runs 2] [--delay 0.02] [--tokens 20]
+        [--runs 2] [--delay 0.02] [--tokens 20] [--token-interval 0.02]
 
 Starts the stand-in TEI + OpenAI upstreams (`python -m tests.standins.servers`, their own
 process) and `python -m chatqna serve` on loopback with the embedded index in a temporary
@@ -453,7 +453,8 @@ async def warm_up(url: str, pairs: list[tuple[str, str]], chats: int) -> None:
 def print_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         f"{args.concurrency} concurrent streaming chats (question + follow-up, blend on), "
-        f"{args.duration:.0f} s per run, stand-ins: delay {args.delay} s, {args.tokens} tokens"
+        f"{args.duration:.0f} s per run, stand-ins: delay {args.delay} s, {args.tokens} tokens "
+        f"{args.token_interval} s apart"
     )
     print(
         "| run | chats | chats/s | first event p50/p95/p99 ms | first token p50/p95/p99 ms "
@@ -492,10 +493,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--delay", type=float, default=0.02, help="stand-in delay per call (s)")
     parser.add_argument("--tokens", type=int, default=20, help="tokens per streamed answer")
     parser.add_argument(
-        "--token-interval",
-        type=float,
-        default=None,
-        help="seconds between streamed tokens (needs the stand-in option)",
+        "--token-interval", type=float, default=0.02, help="seconds between streamed tokens"
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     return parser.parse_args(argv)

@@ -16,10 +16,10 @@ Each point (stream and non-stream, at each `--concurrency`) is a closed loop of 
 single-turn requests for `--seconds`, after a warm-up, with the two systems alternating
 (A/B, then B/A on the next point). The stand-ins' own latency is the same four calls made
 directly, one request at a time, measured before each mode's points; "added" latency is a
-system's percentile minus that percentile (the median over rounds).
-Prints requests/s and added p50/p99 per system and the ratios ours/OPEA; writes JSON to
-`results/opea-overhead/opea_overhead.json` with the machine's load average, which matters:
-the cores are shared, so figures from a busy machine are noisy.
+system's percentile minus that percentile (the median over rounds). Prints requests/s,
+added p50/p99 and the orchestrator's CPU time per request for each system, with the ratios
+ours/OPEA; writes JSON to `results/opea-overhead/opea_overhead.json` with the machine's load
+average, which matters: the cores are shared, so figures from a busy machine are noisy.
 """
 
 from __future__ import annotations
@@ -318,12 +318,20 @@ def summarise(raw: dict[str, Any]) -> list[dict[str, Any]]:
                     r["orchestrator_cpu_share"] for r in rounds
                 ),
                 "client_core_share": statistics.median(r["client_core_share"] for r in rounds),
+                # CPU per request is steadier than req/s when other work shares the core.
+                "cpu_ms_per_request": round(
+                    statistics.median(
+                        r["orchestrator_cpu_share"] * 1000 / r["rps"] for r in rounds if r["rps"]
+                    ),
+                    2,
+                ),
             }
         ours, theirs = row["chatqna"], row["opea"]
         row["ratio"] = {
             "rps": round(ours["rps"] / theirs["rps"], 2),
             "added_p50": _ratio(ours["added_p50_ms"], theirs["added_p50_ms"]),
             "added_p99": _ratio(ours["added_p99_ms"], theirs["added_p99_ms"]),
+            "cpu_per_request": _ratio(ours["cpu_ms_per_request"], theirs["cpu_ms_per_request"]),
         }
         rows.append(row)
     return rows
@@ -347,9 +355,9 @@ def print_table(rows: list[dict[str, Any]], raw: dict[str, Any], args: argparse.
         )
     print(
         "| mode | conc. | req/s ours | req/s OPEA | ratio | added p50 ms ours / OPEA | ratio "
-        "| added p99 ms ours / OPEA | ratio | errors |"
+        "| added p99 ms ours / OPEA | ratio | CPU ms/request ours / OPEA | errors |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         ours, theirs, ratio = row["chatqna"], row["opea"], row["ratio"]
         print(
@@ -357,7 +365,9 @@ def print_table(rows: list[dict[str, Any]], raw: dict[str, Any], args: argparse.
             f"| {ratio['rps']:.2f} | {ours['added_p50_ms']:.1f} / {theirs['added_p50_ms']:.1f} "
             f"| {_fmt(ratio['added_p50'])} "
             f"| {ours['added_p99_ms']:.1f} / {theirs['added_p99_ms']:.1f} "
-            f"| {_fmt(ratio['added_p99'])} | {ours['errors']} / {theirs['errors']} |"
+            f"| {_fmt(ratio['added_p99'])} "
+            f"| {ours['cpu_ms_per_request']:.1f} / {theirs['cpu_ms_per_request']:.1f} "
+            f"| {ours['errors']} / {theirs['errors']} |"
         )
 
 
