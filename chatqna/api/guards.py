@@ -21,18 +21,34 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from chatqna.api.deps import api_key_matches
+from chatqna.api.deps import API_KEY_REQUIRED, SAFE_METHODS, request_has_key
 from chatqna.errors import ChatQnAError, PayloadTooLarge, TooManyRequests, Unauthorized
 
-# Open without the key: the health checks (probes carry no credentials), and the chat UI's
-# page and static files, which hold no data (the page asks its user for the key).
-PUBLIC_PATHS = frozenset({"/v1/health_check", "/v1/ready", "/"})
-PUBLIC_PREFIXES = ("/ui/",)
+# Open without the key: only the health checks (probes carry no credentials).
+PUBLIC_PATHS = frozenset({"/v1/health_check", "/v1/ready"})
+# The chat UI's page and files. Refused without the key like the rest, but with a Basic
+# challenge, so the browser asks for the key itself and then resends it on its own with
+# every request to this origin, the page's API calls included.
+UI_PATHS = frozenset({"/"})
+UI_PREFIXES = ("/ui/",)
+BASIC_CHALLENGE = 'Basic realm="ChatQnA", charset="UTF-8"'
+SIGN_IN = "A valid API key is required: sign in with any user name and the key as the password."
 RETRY_AFTER_SECONDS = 1
 
 
 def is_public(path: str) -> bool:
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+    return path in PUBLIC_PATHS
+
+
+def asks_browser(method: str, path: str, headers: Headers) -> bool:
+    """Whether a refusal should make a browser prompt: a read of the UI's paths, or of any
+    page a user opens (a navigation, such as `/docs`). Scripts' API calls never get a Basic
+    challenge, so a program (or the page's own `fetch`) is not interrupted by a dialog, and
+    neither is a write, which Basic may not authorise from another site anyway."""
+    if method.upper() not in SAFE_METHODS:
+        return False
+    navigation = headers.get("sec-fetch-mode", "").lower() == "navigate"
+    return path in UI_PATHS or path.startswith(UI_PREFIXES) or navigation
 
 
 async def refuse(
@@ -44,7 +60,12 @@ async def refuse(
 
 
 class ApiKeyGuard:
-    """With `CHATQNA_API_KEY` set, every path but the public ones needs `Bearer <key>`."""
+    """With `CHATQNA_API_KEY` set, every path but the health checks needs the key.
+
+    It may come as `Authorization: Bearer <key>` or as Basic credentials with the key as the
+    password (see `chatqna.api.deps.request_has_key`). A refusal challenges Basic where a
+    person is looking (see `asks_browser`), and Bearer elsewhere.
+    """
 
     def __init__(self, app: ASGIApp, api_key: SecretStr | None) -> None:
         self.app = app
@@ -54,11 +75,15 @@ class ApiKeyGuard:
         if scope["type"] != "http" or self.api_key is None or is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
-        if api_key_matches(Headers(scope=scope).get("authorization"), self.api_key):
+        headers = Headers(scope=scope)
+        if request_has_key(headers, scope["method"], self.api_key):
             await self.app(scope, receive, send)
             return
-        error = Unauthorized("A valid API key is required: send 'Authorization: Bearer <key>'.")
-        await refuse(error, scope, receive, send, **{"WWW-Authenticate": "Bearer"})
+        if asks_browser(scope["method"], scope["path"], headers):
+            error, challenge = Unauthorized(SIGN_IN), BASIC_CHALLENGE
+        else:
+            error, challenge = Unauthorized(API_KEY_REQUIRED), "Bearer"
+        await refuse(error, scope, receive, send, **{"WWW-Authenticate": challenge})
 
 
 class BodySizeLimit:

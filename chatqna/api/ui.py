@@ -1,10 +1,13 @@
 """The chat UI: `GET /` serves the page, `GET /ui/<name>` its static files.
 
-The page and its files carry no data, so they load without the API key; a browser then asks
-the user for the key (kept in the tab's session storage) and every API call the page makes
-is guarded as usual. The files are package data read once per process. Their names carry no
-content hash (there is no build step), so responses say `Cache-Control: no-cache` with a
-strong `ETag`: a browser revalidates on each load and gets an empty 304 while nothing changed.
+With `CHATQNA_API_KEY` set they need the key like every other path; their refusal challenges
+HTTP Basic (`chatqna.api.guards`), so the browser asks for the key (any user name, the key as
+password) and resends it with the page's own API calls. The page's key panel is a fallback
+for a key that stops working while the page is open.
+
+The files are package data read once per process. Their names carry no content hash (there
+is no build step), so responses say `Cache-Control: no-cache` with a strong `ETag`: a browser
+revalidates on each load and gets an empty 304 while nothing changed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,19 @@
-// Requests to the ChatQnA API, with the optional API key from this tab's session storage.
+// Requests to the ChatQnA API. With an API key set on the server, the browser's own sign-in
+// (HTTP Basic, asked for when the page loads) goes with every request on its own; a key
+// entered in the page's panel, kept in this tab's session storage, is sent as Bearer instead.
 // URLs are relative to the page, so the UI also works behind a reverse-proxy path prefix.
 
 const KEY_NAME = "chatqna.apiKey";
+
+/** The absolute URL of `path` beside the page, without any `user:password@`: opened as
+ * `http://user:key@host/`, the page's base URL keeps them, and `fetch` refuses such URLs.
+ * The browser has cached that sign-in and sends it anyway. */
+function endpoint(path) {
+  const url = new URL(path, document.baseURI);
+  url.username = "";
+  url.password = "";
+  return url.href;
+}
 
 /** An HTTP error answered with the service's envelope: `{error, message, [reason]}`. */
 export class ApiError extends Error {
@@ -42,7 +54,7 @@ async function failure(response) {
 
 /** Starts a streamed turn; resolves to the open response once the status is known. */
 export async function openChatStream(messages, signal) {
-  const response = await fetch("v1/chatqna", {
+  const response = await fetch(endpoint("v1/chatqna"), {
     method: "POST",
     headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
     body: JSON.stringify({ messages, stream: true }),
@@ -56,7 +68,7 @@ export async function openChatStream(messages, signal) {
 export async function ingestFiles(files) {
   const form = new FormData();
   for (const file of files) form.append("files", file, file.name);
-  const response = await fetch("v1/dataprep/ingest", {
+  const response = await fetch(endpoint("v1/dataprep/ingest"), {
     method: "POST",
     headers: headers(),
     body: form,
@@ -67,7 +79,7 @@ export async function ingestFiles(files) {
 
 /** `GET v1/models`: the answering model, and a cheap probe of whether the key is needed. */
 export async function fetchModels() {
-  const response = await fetch("v1/models", { headers: headers() });
+  const response = await fetch(endpoint("v1/models"), { headers: headers() });
   if (!response.ok) throw await failure(response);
   return response.json();
 }

@@ -130,7 +130,7 @@ async function runTurn(question, history, turn) {
     });
     chat.retryable = turn;
     if (hadFocus) retry.focus();
-    if (error instanceof ApiError && error.status === 401) openKeyPanel("This server needs an API key.");
+    if (error instanceof ApiError && error.status === 401) keyRefused();
   } finally {
     if (chat.controller === controller) {
       chat.controller = null;
@@ -175,6 +175,17 @@ function openKeyPanel(reason) {
   ui.keyReason.textContent = reason;
   setPanel(ui.keyToggle, ui.keyPanel, true);
   ui.keyInput.focus();
+}
+
+// The browser signs in before the page loads, so a 401 here means a key saved in this tab
+// is wrong, or the server's key changed since the sign-in.
+function keyRefused() {
+  openKeyPanel(
+    apiKey.get()
+      ? "The key saved in this tab was not accepted."
+      : "The server did not accept this browser's sign-in. " +
+          "Enter the API key, or reload the page to sign in again.",
+  );
 }
 
 function wirePanel(toggle, panel, firstField) {
@@ -250,7 +261,7 @@ async function upload(event) {
   } catch (error) {
     ui.uploadStatus.dataset.state = "failed";
     ui.uploadStatus.textContent = `Upload failed: ${describeError(error).text}`;
-    if (error instanceof ApiError && error.status === 401) openKeyPanel("This server needs an API key.");
+    if (error instanceof ApiError && error.status === 401) keyRefused();
   } finally {
     button.disabled = false;
   }
@@ -296,9 +307,5 @@ ui.keyForget.addEventListener("click", () => {
 
 document.documentElement.dataset.ready = "true";
 probeService().then((outcome) => {
-  if (outcome === "unauthorized") {
-    openKeyPanel(
-      apiKey.get() ? "The key saved in this tab was not accepted." : "This server needs an API key.",
-    );
-  }
+  if (outcome === "unauthorized") keyRefused();
 });

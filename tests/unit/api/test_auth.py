@@ -2,14 +2,17 @@
 
 With `CHATQNA_API_KEY` set, each route the app serves (read from `app.routes`, so a route
 added later is covered without editing this file) refuses a request without the key or
-with a wrong one, and lets it through with the key. Only the health checks and the chat
-UI's page and static files are open.
+with a wrong one, and lets it through with the key, as Bearer or as the password of Basic
+credentials. Only the health checks are open; the chat UI's page and files challenge Basic,
+so a browser asks for the key.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Literal
 
 import httpx
@@ -18,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 from pydantic import SecretStr
 
+from chatqna.api.deps import api_key_matches
 from chatqna.api.guards import is_public
 from chatqna.app import create_app
 from chatqna.settings import Settings
@@ -30,7 +34,18 @@ KEY = "k-7c1e2b9d4f"
 GOOD = {"Authorization": f"Bearer {KEY}"}
 HEALTH = {"/v1/health_check", "/v1/ready"}
 UI = {"/", "/ui/{name}"}
+API_REFUSAL = "A valid API key is required: send 'Authorization: Bearer <key>'."
+UI_REFUSAL = "A valid API key is required: sign in with any user name and the key as the password."
+BASIC_CHALLENGE = 'Basic realm="ChatQnA", charset="UTF-8"'
 Role = Literal["megaservice", "retriever"]
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+SIGNED_IN = basic("anyone", KEY)
 
 
 async def running(
@@ -50,21 +65,20 @@ def operations(app: FastAPI) -> list[tuple[str, str, str]]:
     """(method, concrete path, route template) for every method of every route.
 
     `iter_route_contexts` flattens the routers `include_router` added (FastAPI keeps each
-    as one entry of `app.routes`).
+    as one entry of `app.routes`). A UI file is one that exists, so a keyed request gets it.
     """
     found = []
     for route in iter_route_contexts(app.routes):
         template = str(route.path)
-        path = re.sub(r"\{[^}]+\}", "x", template)
+        path = template.replace("/ui/{name}", "/ui/app.js")
+        path = re.sub(r"\{[^}]+\}", "x", path)
         for method in sorted(getattr(route, "methods", None) or {"GET"}):
             found.append((method, path, template))
     return found
 
 
 @pytest.mark.parametrize("role", ["megaservice", "retriever"])
-async def test_every_route_but_health_and_ui_files_needs_the_key(
-    settings: Settings, role: Role
-) -> None:
+async def test_every_route_but_health_needs_the_key(settings: Settings, role: Role) -> None:
     locked = settings.model_copy(update={"chatqna_api_key": SecretStr(KEY)})
     async for app, client in running(locked, role):
         checked = operations(app)
@@ -73,26 +87,30 @@ async def test_every_route_but_health_and_ui_files_needs_the_key(
         assert {"/openapi.json", "/docs", "/metrics", "/v1/dataprep/ingest"} <= templates
         assert ("/v1/chatqna" in templates) is (role == "megaservice")
         assert ("/v1/retrieval" in templates) is (role == "retriever")
-        public = {template for template in templates if is_public(template)}
-        assert public <= HEALTH | UI
+        assert (templates >= UI) is (role == "megaservice")
+        assert {template for template in templates if is_public(template)} == HEALTH
 
         for method, path, template in checked:
             anonymous = await client.request(method, path)
-            wrong = await client.request(method, path, headers={"Authorization": f"Bearer {KEY}x"})
-            keyed = await client.request(method, path, headers=GOOD)
-            assert keyed.status_code != 401, (method, path)
-            if template in public:
-                assert anonymous.status_code != 401, (method, path)
+            if template in HEALTH:
+                assert anonymous.status_code == 200, (method, path)
                 continue
-            for refused in (anonymous, wrong):
+            wrong = await client.request(method, path, headers={"Authorization": f"Bearer {KEY}x"})
+            wrong_password = await client.request(method, path, headers=basic(KEY, f"{KEY}x"))
+            for refused in (anonymous, wrong, wrong_password):
                 assert refused.status_code == 401, (method, path)
-                assert refused.headers["www-authenticate"] == "Bearer"
+                if template in UI:
+                    challenge, message = BASIC_CHALLENGE, UI_REFUSAL
+                else:
+                    challenge, message = "Bearer", API_REFUSAL
+                assert refused.headers["www-authenticate"] == challenge, (method, path)
                 if method != "HEAD":
-                    assert refused.json() == {
-                        "error": "unauthorized",
-                        "message": "A valid API key is required: "
-                        "send 'Authorization: Bearer <key>'.",
-                    }
+                    assert refused.json() == {"error": "unauthorized", "message": message}
+            for credentials in (GOOD, SIGNED_IN):
+                keyed = await client.request(method, path, headers=credentials)
+                assert keyed.status_code != 401, (method, path, credentials)
+                if template in UI:
+                    assert keyed.status_code == 200, (method, path)
 
 
 async def test_the_key_lets_a_chat_through_and_unknown_paths_reveal_nothing(
@@ -104,12 +122,96 @@ async def test_the_key_lets_a_chat_through_and_unknown_paths_reveal_nothing(
         assert (await client.post("/v1/chatqna", json=ask, headers=GOOD)).status_code == 200
         lower = {"Authorization": f"bearer {KEY}"}
         assert (await client.post("/v1/chatqna", json=ask, headers=lower)).status_code == 200
+        nameless = basic("", KEY)
+        assert (await client.post("/v1/chatqna", json=ask, headers=nameless)).status_code == 200
         # Without the key, a path that does not exist looks like any other guarded path.
         assert (await client.get("/v1/no-such-thing")).status_code == 401
         assert (await client.get("/v1/no-such-thing", headers=GOOD)).status_code == 404
-        for header in (f"Basic {KEY}", KEY, "Bearer", f"Bearer {KEY[:-1]}"):
+        assert (await client.get("/v1/no-such-thing", headers=SIGNED_IN)).status_code == 404
+        key_only = base64.b64encode(KEY.encode()).decode()
+        for header in (
+            f"Basic {KEY}",  # not base64
+            f"Basic {key_only}",  # no user name part
+            basic(KEY, "")["Authorization"],  # the key as the user name
+            f"Digest {key_only}",
+            KEY,
+            "Bearer",
+            f"Bearer {KEY[:-1]}",
+        ):
             response = await client.get("/v1/models", headers={"Authorization": header})
             assert response.status_code == 401, header
+
+
+@pytest.mark.parametrize(
+    ("header", "accepted"),
+    [
+        # Header values reach the app decoded as Latin-1; the key's UTF-8 bytes must match.
+        ("Bearer " + "schlüssel".encode().decode("latin-1"), True),
+        ("Basic " + base64.b64encode("me:schlüssel".encode()).decode(), True),
+        ("Basic " + base64.b64encode(b"me:schluessel").decode(), False),
+        ("Basic " + base64.b64encode("me:schlüssel:".encode()).decode(), False),
+        ("Basic !!", False),
+        ("Bearer schlüssel", False),  # Latin-1 bytes, not the key's UTF-8 ones
+        ("Bearer ключ", False),  # no HTTP header could carry this string
+        (None, False),
+    ],
+)
+def test_the_key_is_compared_as_the_bytes_sent(header: str | None, accepted: bool) -> None:
+    assert api_key_matches(header, SecretStr("schlüssel")) is accepted
+
+
+async def test_basic_credentials_authorise_a_write_only_from_this_origin(
+    settings: Settings,
+) -> None:
+    """A browser sends its cached sign-in with a form another site posts here, so a write
+    with Basic needs the browser to say this origin started it; Bearer is never automatic."""
+    locked = settings.model_copy(update={"chatqna_api_key": SecretStr(KEY)})
+    async for _, client in running(locked, "megaservice"):
+        ask = {"messages": "How do I export my data?", "stream": False}
+        chat = partial(client.post, "/v1/chatqna", json=ask)
+
+        for site in ("cross-site", "same-site"):
+            forged = await chat(headers={**SIGNED_IN, "Sec-Fetch-Site": site})
+            assert forged.status_code == 401, site
+            assert forged.headers["www-authenticate"] == "Bearer"
+            assert (await chat(headers={**GOOD, "Sec-Fetch-Site": site})).status_code == 200, site
+            # Reading stays open to a signed-in browser: it changes nothing, and another
+            # site cannot read the answer without CORS.
+            read = await client.get("/v1/models", headers={**SIGNED_IN, "Sec-Fetch-Site": site})
+            assert read.status_code == 200, site
+        for site in ("same-origin", "none"):
+            assert (await chat(headers={**SIGNED_IN, "Sec-Fetch-Site": site})).status_code == 200, (
+                site
+            )
+        upload = {"files": ("a.md", b"# A\n\nText.", "text/markdown")}
+        forged = await client.post(
+            "/v1/dataprep/ingest",
+            files=upload,
+            headers={**SIGNED_IN, "Sec-Fetch-Site": "cross-site"},
+        )
+        assert forged.status_code == 401
+        own = await client.post(
+            "/v1/dataprep/ingest",
+            files=upload,
+            headers={**SIGNED_IN, "Sec-Fetch-Site": "same-origin"},
+        )
+        assert own.status_code == 200
+
+
+async def test_a_page_a_person_opens_asks_the_browser_for_the_key(settings: Settings) -> None:
+    locked = settings.model_copy(update={"chatqna_api_key": SecretStr(KEY)})
+    async for _, client in running(locked, "megaservice"):
+        navigate = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "none"}
+        for path in ("/", "/docs", "/metrics"):
+            opened = await client.get(path, headers=navigate)
+            assert opened.status_code == 401, path
+            assert opened.headers["www-authenticate"] == BASIC_CHALLENGE, path
+            assert (await client.get(path, headers={**navigate, **SIGNED_IN})).status_code == 200
+        # A script's call, or a write, never makes the browser prompt.
+        fetched = await client.get("/v1/models", headers={"Sec-Fetch-Mode": "cors"})
+        assert fetched.headers["www-authenticate"] == "Bearer"
+        posted = await client.post("/v1/chatqna", json={}, headers=navigate)
+        assert posted.status_code == 401 and posted.headers["www-authenticate"] == "Bearer"
 
 
 async def test_without_a_key_nothing_is_guarded(settings: Settings) -> None:

@@ -1,7 +1,9 @@
-"""The chat UI is served at `/` with its files under `/ui/`, open without the API key."""
+"""The chat UI is served at `/` with its files under `/ui/`; with an API key, the browser asks
+for it."""
 
 from __future__ import annotations
 
+import base64
 import re
 import tomllib
 from fnmatch import fnmatch
@@ -86,19 +88,33 @@ async def test_only_the_ui_files_are_served(client_for: ClientFactory, path: str
     assert response.json()["error"] == "not_found"
 
 
-async def test_the_page_loads_without_the_key_while_the_api_stays_guarded(
+async def test_with_a_key_the_browser_signs_in_for_the_page_and_its_calls(
     client_for: ClientFactory, settings: Settings
 ) -> None:
     locked = settings.model_copy(update={"chatqna_api_key": SecretStr("s3cret")})
     client = await client_for(await make_backends(locked), locked)
-    assert (await client.get("/")).status_code == 200
+    challenge = 'Basic realm="ChatQnA", charset="UTF-8"'
+    for path in ["/", *(f"/ui/{name}" for name in sorted(referenced_files()))]:
+        refused = await client.get(path)
+        assert refused.status_code == 401, path
+        assert refused.headers["www-authenticate"] == challenge, path
+    # What the browser sends once the user has typed the key into its prompt.
+    token = base64.b64encode(b"me:s3cret").decode()
+    signed_in = {"Authorization": f"Basic {token}", "Sec-Fetch-Site": "same-origin"}
+    page = await client.get("/", headers=signed_in)
+    assert page.status_code == 200 and "ui/app.js" in page.text
     for name in referenced_files():
-        assert (await client.get(f"/ui/{name}")).status_code == 200, name
-    assert (await client.get("/v1/models")).status_code == 401
-    refused = await client.post("/v1/chatqna", json={"messages": "hi"})
-    assert refused.status_code == 401
-    allowed = await client.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
-    assert allowed.status_code == 200
+        assert (await client.get(f"/ui/{name}", headers=signed_in)).status_code == 200, name
+    # The page's own calls carry the same sign-in, and a write from the page is accepted.
+    assert (await client.get("/v1/models", headers=signed_in)).status_code == 200
+    ask = {"messages": "hi", "stream": False}
+    assert (await client.post("/v1/chatqna", json=ask, headers=signed_in)).status_code == 200
+    # An API call without it is refused with a Bearer challenge: no dialog for a script.
+    refused = await client.post("/v1/chatqna", json=ask)
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    # The key panel's Bearer header works for the page as for any client.
+    bearer = {"Authorization": "Bearer s3cret"}
+    assert (await client.get("/", headers=bearer)).status_code == 200
 
 
 async def test_the_retriever_role_serves_no_ui(settings: Settings) -> None:
