@@ -2,10 +2,10 @@
 
 Two servers, each with the sample corpus ingested through the API, answer with a stand-in LLM
 that quotes the top passage (so answers are quick and checkable): one in blend mode, one in
-condense mode with an API key and a rewrite model that fails on demand. Chromium and
-chromedriver are Debian's packages, installed by `scripts/browser`; Selenium drives them by
-path and downloads nothing. With `CHATQNA_UI_SCREENSHOTS=1` the run also writes the
-documentation's screenshots.
+condense mode with an API key (which the browser signs in with) and a rewrite model that
+fails on demand. Chromium and chromedriver are Debian's packages, installed by
+`scripts/browser`; Selenium drives them by path and downloads nothing. With
+`CHATQNA_UI_SCREENSHOTS=1` the run also writes the documentation's screenshots.
 """
 
 from __future__ import annotations
@@ -243,6 +243,12 @@ def open_page(driver: WebDriver, url: str) -> None:
     wait_for(driver, lambda d: d.execute_script("return document.documentElement.dataset.ready"))
 
 
+def navigation_status(driver: WebDriver) -> int:
+    """The HTTP status of the page the browser shows."""
+    script = "return performance.getEntriesByType('navigation')[0].responseStatus"
+    return int(driver.execute_script(script))
+
+
 def turns(driver: WebDriver) -> list[WebElement]:
     return driver.find_elements(By.CSS_SELECTOR, "#messages .turn-assistant")
 
@@ -390,20 +396,22 @@ def test_conversation_follow_up_upload_and_new_chat(
     screenshot(browser, "phone")
 
 
-def test_api_key_prompt_and_condense_failure_retry(servers: Servers, browser: WebDriver) -> None:
-    # The page loads without the key; the API answers 401, so the page asks for it.
-    open_page(browser, servers.condense.url)
-    key = wait_for(browser, lambda d: (e := d.find_element(By.ID, "api-key")).is_displayed() and e)
-    assert browser.switch_to.active_element == key
-    key.send_keys("wrong-key", Keys.ENTER)
-    status = browser.find_element(By.ID, "key-status")
-    wait_for(browser, lambda d: status.text == "That key was not accepted.")
-    screenshot(browser, "api-key")
-    key.clear()
-    key.send_keys(API_KEY, Keys.ENTER)
-    wait_for(browser, lambda d: not d.find_element(By.ID, "key-panel").is_displayed())
-    stored = browser.execute_script("return sessionStorage.getItem('chatqna.apiKey')")
-    assert stored == API_KEY
+def test_api_key_sign_in_and_condense_failure_retry(servers: Servers, browser: WebDriver) -> None:
+    # Without the key even the page is refused, with a challenge that makes a browser ask.
+    browser.get(servers.condense.url + "/")
+    assert navigation_status(browser) == 401
+    assert browser.find_elements(By.ID, "question") == []
+    refused = httpx.get(servers.condense.url + "/", timeout=10)
+    assert refused.headers["www-authenticate"] == 'Basic realm="ChatQnA", charset="UTF-8"'
+
+    # Signed in as through the browser's prompt (any user name, the key as the password): the
+    # browser keeps the sign-in and sends it with the page's files and its API calls.
+    signed_in = servers.condense.url.replace("http://", f"http://reader:{API_KEY}@")
+    open_page(browser, signed_in)
+    assert navigation_status(browser) == 200
+    wait_for(browser, lambda d: d.find_element(By.ID, "model").text == f"Answers by {LLM_MODEL}")
+    assert not browser.find_element(By.ID, "key-toggle").is_displayed()
+    assert browser.execute_script("return sessionStorage.getItem('chatqna.apiKey')") is None
 
     ask(browser, FIRST)
     first = wait_settled(browser, 1)
@@ -428,7 +436,6 @@ def test_api_key_prompt_and_condense_failure_retry(servers: Servers, browser: We
     calls = servers.rewrites.calls
     retry.send_keys(Keys.ENTER)
     answered = wait_settled(browser, 2)
-    print("PROBLEM", answered.text)
     assert state(answered) == "done" and servers.rewrites.calls == calls + 1
     assert FIRST in servers.rewrites.transcript  # the retry sent the whole conversation
     assert f"Searched for “{REWRITE}”" in retrieval_summary(answered)
@@ -444,3 +451,23 @@ def test_api_key_prompt_and_condense_failure_retry(servers: Servers, browser: We
     wait_for(browser, lambda d: state(turns(d)[-1]) == "stopped")
     assert browser.find_element(By.ID, "send").is_displayed()
     assert not browser.find_element(By.ID, "stop").is_displayed()
+
+    # The key panel is the fallback when a request is refused after all; here, a wrong key
+    # saved in the tab, which is sent as Bearer in place of the browser's sign-in.
+    browser.execute_script("sessionStorage.setItem('chatqna.apiKey', 'stale-key')")
+    open_page(browser, servers.condense.url)
+    key = wait_for(browser, lambda d: (e := d.find_element(By.ID, "api-key")).is_displayed() and e)
+    assert browser.switch_to.active_element == key
+    reason = browser.find_element(By.ID, "key-reason").text
+    assert reason == "The key saved in this tab was not accepted."
+    key.send_keys("wrong-key", Keys.ENTER)
+    status = browser.find_element(By.ID, "key-status")
+    wait_for(browser, lambda d: status.text == "That key was not accepted.")
+    screenshot(browser, "api-key")
+    key.clear()
+    key.send_keys(API_KEY, Keys.ENTER)
+    wait_for(browser, lambda d: not d.find_element(By.ID, "key-panel").is_displayed())
+    stored = browser.execute_script("return sessionStorage.getItem('chatqna.apiKey')")
+    assert stored == API_KEY
+    ask(browser, FIRST)
+    assert state(wait_settled(browser, 1)) == "done"
