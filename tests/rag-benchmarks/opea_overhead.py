@@ -200,7 +200,12 @@ async def closed_loop(
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency)
+    # Idle connections expire before uvicorn's 5 s keep-alive closes them (no reuse race).
+    limits = httpx.Limits(
+        max_connections=concurrency + 4,
+        max_keepalive_connections=concurrency,
+        keepalive_expiry=2.0,
+    )
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
 
         async def worker(offset: int) -> None:
