@@ -200,6 +200,12 @@ def bench(
     bm25_history_weights: Annotated[
         str, typer.Option(help="Blend: weights of the history-aware BM25 leg (0 = off)")
     ] = "0",
+    history_roles: Annotated[
+        str, typer.Option(help="Blend history roles: user_assistant, user or both")
+    ] = "user_assistant",
+    fusion_candidates: Annotated[
+        str, typer.Option(help="Hybrid: passages per leg fused by RRF (at least the depth)")
+    ] = "50",
     render: Annotated[
         Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
     ] = None,
@@ -241,6 +247,8 @@ def bench(
             else (history_order,),
             bm25_weights=tuple(float(w) for w in bm25_weights.split(",")),
             bm25_history_weights=tuple(float(w) for w in bm25_history_weights.split(",")),
+            roles=("user_assistant", "user") if history_roles == "both" else (history_roles,),
+            candidates=tuple(int(c) for c in fusion_candidates.split(",")),
         )
     )
 

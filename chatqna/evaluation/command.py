@@ -10,10 +10,12 @@ from typing import Any
 
 from chatqna.backends.factory import build_condense_llm, build_embedder, build_llm
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
+from chatqna.evaluation.compare import shipped_references
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.modes import default_strategies
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
+from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 
 DEFAULT_RESULTS = Path("tests/rag-benchmarks/results")
@@ -54,6 +56,8 @@ async def run_bench_command(
     orders: tuple[str, ...] = ("chronological",),
     bm25_weights: tuple[float, ...] = (1.0,),
     bm25_history_weights: tuple[float, ...] = (0.0,),
+    roles: tuple[str, ...] = ("user_assistant",),
+    candidates: tuple[int, ...] = (FUSION_CANDIDATES,),
 ) -> dict[str, Any]:
     dataset = load_dataset(dataset_dir)
     raw = await build_embedder(settings)
@@ -70,6 +74,7 @@ async def run_bench_command(
                 with_llm=with_llm,
                 orders=orders,
                 bm25_history_weights=bm25_history_weights,
+                roles=roles,
             ),
             embedder,
             raw,
@@ -77,6 +82,8 @@ async def run_bench_command(
             samples=samples,
             progress=tqdm_progress(),
             bm25_weights=bm25_weights,
+            candidates=candidates,
+            references=shipped_references(settings, depth=10),
         )
     finally:
         cache.save()

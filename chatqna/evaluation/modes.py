@@ -4,11 +4,14 @@
 |-----------------|-----------------------------------|----------------------------|
 | `stateless`     | the latest message                | the latest message         |
 | `append`        | earlier user questions + latest   | the same appended text     |
-| `blend`         | `blend_query` (a, N) as served    | the latest message         |
+| `blend`         | `blend_query` (a, N) as served    | the latest message (BM25   |
+|                 |                                   | hears earlier questions at |
+|                 |                                   | the history weight)        |
 | `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
-Each strategy runs with hybrid retrieval on and off and with the reranker on and off.
+Each strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
+per-leg depth asked for) and with the reranker on and off.
 `condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
 failed turn (an empty ranking), as it is a 503 in the service.
 """
@@ -23,9 +26,10 @@ import numpy as np
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
-from chatqna.multiturn.blend import blend_query
+from chatqna.multiturn.blend import blend_query, earlier_questions
 from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.history import Conversation
+from chatqna.retrieval.fusion import FUSION_CANDIDATES
 
 STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
 
@@ -58,19 +62,36 @@ class QueryStrategy:
 
 @dataclass(frozen=True)
 class Mode:
-    """A query strategy with the retrieval switches it ran under."""
+    """A query strategy with the retrieval switches it ran under.
+
+    Hybrid search fuses each leg's best `max(depth, candidates)` passages with RRF weights
+    (`dense_weight`, `bm25_weight`), as the service does (`search_fused`).
+    """
 
     query: QueryStrategy
     hybrid: bool
     rerank: bool
     bm25_weight: float = 1.0
+    candidates: int = FUSION_CANDIDATES
+    dense_weight: float = 1.0
+
+    @property
+    def fusion_weights(self) -> tuple[float, float]:
+        return (self.dense_weight, self.bm25_weight)
+
+    @property
+    def retrieval_label(self) -> str:
+        if not self.hybrid:
+            return "dense"
+        weights = "" if self.fusion_weights == (1.0, 1.0) else f" bm25={self.bm25_weight:g}"
+        if self.dense_weight != 1.0:
+            weights = f" dense={self.dense_weight:g}{weights}"
+        return f"hybrid{weights} x{self.candidates}"
 
     @property
     def label(self) -> str:
-        retrieval = "dense"
-        if self.hybrid:
-            retrieval = "hybrid" if self.bm25_weight == 1.0 else f"hybrid bm25={self.bm25_weight:g}"
-        return f"{self.query.label} ({retrieval}, {'rerank' if self.rerank else 'no rerank'})"
+        rerank = "rerank" if self.rerank else "no rerank"
+        return f"{self.query.label} ({self.retrieval_label}, {rerank})"
 
 
 @dataclass(frozen=True)
@@ -127,13 +148,13 @@ async def plan_turn(
             roles=strategy.roles,
         )
         plan = done(turn.query, result.embedding, 2 if result.executed else 1)
-        questions = " ".join(
-            m.content for m in conversation.window(strategy.history_turns) if m.role == "user"
-        )
-        if result.executed and strategy.bm25_history_weight > 0.0 and questions.strip():
+        questions = earlier_questions(conversation)
+        if result.executed and strategy.bm25_history_weight > 0.0 and questions:
             # The service's history-aware BM25 leg (see `plan_retrieval`).
             return replace(
-                plan, bm25_history=questions, bm25_history_weight=strategy.bm25_history_weight
+                plan,
+                bm25_history="\n".join(questions),
+                bm25_history_weight=strategy.bm25_history_weight,
             )
         return plan
     if strategy.strategy == "condense_gold":
@@ -163,11 +184,13 @@ def default_strategies(
     with_llm: bool,
     orders: tuple[str, ...] = ("chronological",),
     bm25_history_weights: tuple[float, ...] = (0.0,),
+    roles: tuple[str, ...] = ("user_assistant",),
 ) -> list[QueryStrategy]:
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
     strategies += [
-        QueryStrategy("blend", a, n, order, bm25_history_weight=w)
+        QueryStrategy("blend", a, n, order, role, w)
         for w in bm25_history_weights
+        for role in roles
         for order in orders
         for n in history_turns
         for a in alphas

@@ -2,8 +2,10 @@
 
 The headline table has, per retrieval setting, stateless, append, the best blend setting
 (by follow-up R@5), condense with the configured LLM and condense with the gold rewrite,
-each with turn-1 and follow-up Recall@5 and nDCG@5 and their 95% intervals. The full table
-lists every mode. The chart shows follow-up R@5 with intervals for the headline modes.
+each with turn-1 and follow-up Recall@5 and nDCG@5 and their 95% intervals. The comparison
+table sets the configured defaults against stateless, the seed's blend and the gold rewrite
+with paired intervals (`chatqna.evaluation.compare`). The full table lists every mode. The
+chart shows follow-up R@5 with intervals for the headline modes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from chatqna.evaluation.compare import comparison_markdown
 
 HEADLINE_STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
 
@@ -35,8 +39,13 @@ def headline(modes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per retrieval setting: one row per strategy; blend is its best grid point
     (`follow_up_rank`)."""
 
-    def switch(mode: dict[str, Any]) -> tuple[bool, float, bool]:
-        return (mode["hybrid"], mode.get("bm25_weight", 1.0), mode["rerank"])
+    def switch(mode: dict[str, Any]) -> tuple[bool, float, int | None, bool]:
+        return (
+            mode["hybrid"],
+            mode.get("bm25_weight", 1.0),
+            mode.get("candidates"),
+            mode["rerank"],
+        )
 
     rows = []
     for setting in dict.fromkeys(switch(m) for m in modes):
@@ -82,6 +91,8 @@ def markdown(results: dict[str, Any]) -> str:
             f"{cost['embedding_inputs_per_follow_up'] - 1:+.2f} | "
             f"{cost['llm_calls_per_turn']:.2f} | {cost['added_ms_vs_stateless']:+.1f} |"
         )
+    if "comparison" in results:
+        lines += ["", *comparison_markdown(results["comparison"])]
     lines += [
         "",
         "## Every mode (follow-up turns)",

@@ -1,9 +1,11 @@
 """Running every mode over a dataset with the product's index, fusion and reranker.
 
 The corpus is indexed once in the embedded hybrid index (each passage one chunk, its id
-the passage id). Query plans are formed once per strategy and reused under the four
-retrieval switches (hybrid on/off x rerank on/off). Each turn's ranking is the top
-`depth` ids after retrieval (and reranking), scored by `chatqna.evaluation.metrics`.
+the passage id). Query plans are formed once per strategy and reused under every retrieval
+switch (hybrid at each fusion weight and per-leg depth, dense only; each with and without
+the reranker). Each turn's ranking is the top `depth` ids after retrieval (and reranking),
+scored by `chatqna.evaluation.metrics`. `chatqna.evaluation.compare` then sets the shipped
+defaults against the references, with paired intervals.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import numpy as np
 from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
 from chatqna.backends.protocols import ChatLLM, Embedder, SearchQuery, SourceBatch
 from chatqna.documents import Chunk
+from chatqna.evaluation.compare import Reference, compare_references
 from chatqna.evaluation.dataset import Dataset, EvalTurn
 from chatqna.evaluation.metrics import summarise, turn_metrics
 from chatqna.evaluation.modes import Mode, QueryPlan, QueryStrategy, plan_turn
+from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -114,17 +118,19 @@ async def rank_mode(
         if plan.failure is not None:
             result.failures[turn.key] = plan.failure
         elif plan.vector is not None:
+            # As the service's `search_fused`: deeper legs, the fused top `depth` kept.
+            legs = max(depth, mode.candidates) if mode.hybrid else depth
             hits = index.search_sync(
                 SearchQuery(
                     plan.text,
                     plan.vector,
-                    depth,
+                    legs,
                     mode.hybrid,
-                    fusion_weights=(1.0, mode.bm25_weight),
+                    fusion_weights=mode.fusion_weights,
                     bm25_history=plan.bm25_history,
                     bm25_history_weight=plan.bm25_history_weight,
                 )
-            )
+            )[:depth]
             if mode.rerank:
                 hits = await reranker.rerank(plan.text, hits, depth)
             ranking = [hit.chunk.id for hit in hits]
@@ -184,38 +190,53 @@ async def run_benchmark(
     samples: int = 1000,
     progress: Progress | None = None,
     bm25_weights: Sequence[float] = (1.0,),
+    candidates: Sequence[int] = (FUSION_CANDIDATES,),
+    references: Sequence[Reference] = (),
 ) -> dict[str, Any]:
     """Every strategy under every retrieval switch; returns the results document.
 
     The switches are hybrid at each BM25 fusion weight of `bm25_weights` (1.0 is plain RRF)
-    and dense only, each with and without the reranker.
+    and each per-leg depth of `candidates`, and dense only, each with and without the
+    reranker. `references` (named modes, see `chatqna.evaluation.compare`) are ranked too
+    and compared with the first of them, the configuration under test.
     """
-    switches = [(True, float(w)) for w in bm25_weights] + [(False, 1.0)]
+    switches = [(True, float(w), int(c)) for w in bm25_weights for c in candidates]
+    switches.append((False, 1.0, FUSION_CANDIDATES))
     turns = dataset.scored_turns
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(dataset, embedder, Path(directory), progress)
         reranker = EmbeddingSimilarityReranker(embedder)
-        plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in strategies}
-        latency = await measure_latency(turns, strategies, raw_embedder, llm, plans)
+        planned = list(dict.fromkeys([*strategies, *(r.mode.query for r in references)]))
+        plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in planned}
+        latency = await measure_latency(turns, planned, raw_embedder, llm, plans)
         modes = []
         for strategy in strategies:
-            for hybrid, weight in switches:
+            for hybrid, weight, legs in switches:
                 for rerank in (True, False):
-                    mode = Mode(strategy, hybrid, rerank, weight)
+                    mode = Mode(strategy, hybrid, rerank, weight, legs)
                     ranked = await rank_mode(
                         mode, turns, plans[strategy.label], index, reranker, depth
                     )
                     modes.append(
                         describe_mode(ranked, turns, plans[strategy.label], latency, samples)
                     )
-    return {
+        ranked_references = [
+            await rank_mode(r.mode, turns, plans[r.mode.query.label], index, reranker, depth)
+            for r in references
+        ]
+    document: dict[str, Any] = {
         "dataset": dataset.summary(),
         "depth": depth,
         "bootstrap_samples": samples,
         "seconds": round(time.perf_counter() - started, 1),
         "modes": modes,
     }
+    if references:
+        document["comparison"] = compare_references(
+            references, ranked_references, turns, samples=samples
+        )
+    return document
 
 
 def describe_mode(
@@ -236,7 +257,12 @@ def describe_mode(
         else None,
         "hybrid": result.mode.hybrid,
         "bm25_weight": result.mode.bm25_weight,
+        "candidates": result.mode.candidates if result.mode.hybrid else None,
         "order": strategy.order if strategy.strategy == "blend" else None,
+        "roles": strategy.roles if strategy.strategy == "blend" else None,
+        "bm25_history_weight": strategy.bm25_history_weight
+        if strategy.strategy == "blend"
+        else None,
         "rerank": result.mode.rerank,
         "splits": result.split(turns, samples),
         "cost": {

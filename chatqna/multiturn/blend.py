@@ -7,10 +7,18 @@
 that is one `POST /v1/embeddings`). `V` drives the dense leg only; BM25 and the reranker
 keep the isolated query text.
 
-History text: the last `MULTI_TURN_HISTORY_TURNS` user/assistant messages before the query,
-normalised to English, oldest first, one message per line. When the blend cannot run (the
-flag is off, there is no history, or the window is 0) the turn takes the baseline path: one
-single-string embedding call, and a log line says why.
+History text: the last `MULTI_TURN_HISTORY_TURNS` messages of the chosen roles before the
+query (`MULTI_TURN_HISTORY_ROLES`: user and assistant, or the user's only), normalised to
+English, one message per line, most recent first or oldest first
+(`MULTI_TURN_HISTORY_ORDER`). When the blend cannot run (the flag is off, there is no
+history, or the window is 0) the turn takes the baseline path: one single-string embedding
+call, and a log line says why.
+
+A blended follow-up's BM25 leg may also hear the conversation: `earlier_questions` gives the
+user's earlier questions (the `BM25_HISTORY_QUESTIONS` most recent ones), whose content words
+the BM25 query adds at `MULTI_TURN_BM25_HISTORY_WEIGHT`. All earlier questions, not only
+the blend's window: the first question usually names the topic (on ClapNQ, more questions
+scored better, up to all of them); the cap bounds the cost of very long chats.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ logger = logging.getLogger(__name__)
 SKIP_DISABLED = "disabled"
 SKIP_NO_HISTORY = "no_history"
 SKIP_WINDOW_ZERO = "history_turns_zero"
+BM25_HISTORY_QUESTIONS = 8
 
 
 def history_window(
@@ -42,6 +51,16 @@ def history_window(
         return ()
     wanted = ("user", "assistant") if roles == "user_assistant" else ("user",)
     return tuple(m for m in conversation.history if m.role in wanted)[-turns:]
+
+
+def earlier_questions(
+    conversation: Conversation, limit: int = BM25_HISTORY_QUESTIONS
+) -> tuple[str, ...]:
+    """The last `limit` user questions before the query, oldest first, blank ones skipped."""
+    if limit <= 0:
+        return ()
+    asked = [m.content.strip() for m in conversation.history if m.role == "user"]
+    return tuple(q for q in asked if q)[-limit:]
 
 
 def history_text(messages: Sequence[Message], order: str = "chronological") -> str:
@@ -119,7 +138,9 @@ async def blend_query(
         else:
             logger.info("blend not run (%s): one single-string embedding call", skip)
         vector = (await embedder.embed([conversation.query]))[0]
-        return BlendResult(vector, vector, False, skip, alpha, history_turns)
+        return BlendResult(
+            vector, vector, False, skip, alpha, history_turns, order=order, roles=roles
+        )
 
     outcome = (
         await translator.normalise(window)
@@ -130,7 +151,9 @@ async def blend_query(
     if not text:
         logger.info("blend not run (%s): the history window holds no text", SKIP_NO_HISTORY)
         vector = (await embedder.embed([conversation.query]))[0]
-        return BlendResult(vector, vector, False, SKIP_NO_HISTORY, alpha, history_turns)
+        return BlendResult(
+            vector, vector, False, SKIP_NO_HISTORY, alpha, history_turns, order=order, roles=roles
+        )
     vectors = await embedder.embed([conversation.query, text])
     return BlendResult(
         embedding=blend_vectors(vectors[0], vectors[1], alpha),

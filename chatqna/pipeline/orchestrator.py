@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,13 +19,21 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
 
 from chatqna.backends.factory import Backends
-from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery, Usage
+from chatqna.backends.protocols import (
+    Completion,
+    Delta,
+    GenerationParams,
+    Retriever,
+    SearchQuery,
+    Usage,
+)
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
-from chatqna.multiturn.blend import blend_query
+from chatqna.multiturn.blend import blend_query, earlier_questions
 from chatqna.multiturn.condense import CondenseOutcome, condense_follow_up
 from chatqna.multiturn.history import Conversation, Message, split_conversation
 from chatqna.pipeline.prompt import build_answer_prompt
+from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from chatqna.telemetry import attributes, names
 from chatqna.telemetry.tracing import tracer
@@ -129,7 +137,8 @@ async def plan_retrieval(
     condense: the standalone query (or, with no history, the raw message) drives the dense
     leg, BM25 and the reranker. blend: the dense leg searches with the blended vector (or the
     query's own vector when the blend does not run); BM25 and the reranker get the isolated
-    query text.
+    query text, and on a blended follow-up BM25 also hears the earlier questions at
+    `MULTI_TURN_BM25_HISTORY_WEIGHT`.
     """
     base = {
         "multi_turn_mode": settings.multi_turn_mode,
@@ -155,15 +164,11 @@ async def plan_retrieval(
         order=settings.multi_turn_history_order,
         roles=settings.multi_turn_history_roles,
     )
-    # The history-aware BM25 leg hears the earlier user questions of the window, at a lower
-    # weight; it runs only when the blend ran, so a first turn keeps the stateless ranking.
+    # The history-aware BM25 leg hears the user's earlier questions at a lower weight; it
+    # runs only when the blend ran, so a first turn keeps exactly the stateless ranking.
     weight = settings.multi_turn_bm25_history_weight
-    questions = " ".join(
-        m.content
-        for m in conversation.window(settings.multi_turn_history_turns)
-        if m.role == "user"
-    )
-    history_leg = blend.executed and weight > 0.0 and bool(questions.strip())
+    questions = earlier_questions(conversation) if blend.executed and weight > 0.0 else ()
+    history_leg = bool(questions)
     report = {
         **base,
         "strategy": "blend" if blend.executed else "stateless",
@@ -171,14 +176,31 @@ async def plan_retrieval(
         "blend": blend.report(),
         "bm25_history": {"ran": history_leg, "weight": weight},
         "fusion_weights": list(settings.fusion_weights),
+        "rrf_k": settings.rrf_k,
+        "rrf_candidates": FUSION_CANDIDATES,
     }
     return RetrievalPlan(
         text=conversation.query,
         embedding=blend.embedding,
         report=report,
-        bm25_history=questions if history_leg else "",
+        bm25_history="\n".join(questions),
         bm25_history_weight=weight if history_leg else 0.0,
     )
+
+
+async def search_fused(
+    retriever: Retriever, query: SearchQuery, candidates: int
+) -> list[ScoredChunk]:
+    """A search whose fusion draws on each leg's best `max(k, candidates)` passages.
+
+    Both legs are asked for the deeper list and the fused ranking is cut back to `k`, which
+    is the fused top `k` of the deeper legs: a passage both legs rank fairly high can then
+    beat one that only a single leg ranks first (`FUSION_CANDIDATES`). Dense-only search
+    needs no depth beyond `k`.
+    """
+    if not query.hybrid or candidates <= query.k:
+        return await retriever.search(query)
+    return (await retriever.search(replace(query, k=candidates)))[: query.k]
 
 
 async def condense_step(
@@ -265,7 +287,8 @@ async def _retrieve_and_rerank(
     )
 
     with tracer().start_as_current_span(names.SPAN_RETRIEVE) as retrieve_span:
-        candidates = await backends.retriever.search(
+        candidates = await search_fused(
+            backends.retriever,
             SearchQuery(
                 text=plan.text,
                 embedding=plan.embedding,
@@ -274,7 +297,8 @@ async def _retrieve_and_rerank(
                 fusion_weights=settings.fusion_weights,
                 bm25_history=plan.bm25_history,
                 bm25_history_weight=plan.bm25_history_weight,
-            )
+            ),
+            FUSION_CANDIDATES,
         )
         retrieve_span.set_attribute(names.RETRIEVAL_CANDIDATES, len(candidates))
     mark = clock.record("retrieve", mark)

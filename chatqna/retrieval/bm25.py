@@ -1,9 +1,25 @@
-"""Okapi BM25 over an in-memory inverted index, and the tokeniser both retrievers share.
+"""BM25 as RediSearch's `BM25STD` scorer computes it, and the tokeniser both retrievers share.
 
-Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond" (2009):
-`idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))` with
-`idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))` (the non-negative variant Lucene uses).
-`k1 = 1.2`, `b = 0.75` are the customary defaults.
+For a term `t` and a passage `d` of `len(d)` tokens, in an index of `N` passages of average
+length `avg_len`, `df` of which hold `t`, `f` times in `d`:
+
+    score(t, d) = idf(t) * f * (k1 + 1) / (f + k1 * (1 - b + b * len(d) / avg_len))
+    idf(t)      = ln(1 + (N - df + 0.5) / (df + 0.5))
+
+with `k1 = 1.2` and `b = 0.5` (Robertson and Zaragoza, "The Probabilistic Relevance Framework:
+BM25 and Beyond", 2009; `b = 0.5` is RediSearch's choice, measured as good as the customary
+0.75 on the ClapNQ benchmark). The embedded index evaluates it the way RediSearch 2.10 does:
+`k1` is a single-precision constant, the ratio inside the idf's logarithm is computed in
+single precision, and the products run left to right. That makes its scores bit-for-bit
+those of a Redis index over the same passages, so both rank alike, ties included (ties go
+to the smaller passage id in both).
+
+A query is a union of terms. A follow-up's query adds the content words of the earlier
+questions as a second, weighted union (`WeightedQuery`). A union's score is the sum of its
+children's scores, in order, times its weight. Unions are kept to `FANOUT` children by
+nesting the overflow as the last child (`query_tree`), because RediSearch adds the children
+of a wider union in an order that depends on its iterator heap; the embedded scorer walks
+the same tree, so the two add in the same order.
 """
 
 from __future__ import annotations
@@ -12,8 +28,18 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 TOKEN_PATTERN = re.compile(r"\w+", re.UNICODE)
+# RediSearch cannot match a term longer than 128 bytes; no word is that long, and dropping
+# such tokens (hashes, base64) from both indexes keeps passage lengths identical.
+MAX_TOKEN_BYTES = 64
+K1 = float(np.float32(1.2))  # RediSearch: `static const float k1 = 1.2`
+K1_PLUS_ONE = float(np.float32(1.2) + np.float32(1.0))
+B = 0.5
+FANOUT = 8
 
 # Function words that carry no topic; dropping them keeps a question like "how long do I
 # have?" from matching every passage on "how" and "do".
@@ -30,75 +56,169 @@ STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens without stop words."""
-    return [t for t in TOKEN_PATTERN.findall(text.lower()) if t not in STOP_WORDS]
+    """Lower-cased word tokens without stop words (and without absurdly long tokens)."""
+    return [
+        t
+        for t in TOKEN_PATTERN.findall(text.lower())
+        if t not in STOP_WORDS and len(t.encode("utf-8")) <= MAX_TOKEN_BYTES
+    ]
+
+
+@dataclass(frozen=True)
+class WeightedQuery:
+    """The BM25 query of a turn: its own terms at weight 1, earlier questions' at a lower one.
+
+    Terms are unique and keep their first-seen order; a history term the query already
+    holds counts once, at weight 1.
+    """
+
+    terms: tuple[str, ...]
+    history_terms: tuple[str, ...] = ()
+    history_weight: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str, history: str = "", history_weight: float = 0.0) -> WeightedQuery:
+        terms = tuple(dict.fromkeys(tokenize(text)))
+        if history_weight <= 0.0:
+            return cls(terms)
+        seen = set(terms)
+        extra = tuple(t for t in dict.fromkeys(tokenize(history)) if t not in seen)
+        return cls(terms, extra, history_weight if extra else 0.0)
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms and not self.history_terms
+
+
+@dataclass(frozen=True)
+class TermUnion:
+    """A node of the query tree: the sum of its children's scores, in order, times `weight`."""
+
+    children: tuple[str | TermUnion, ...]
+    weight: float = 1.0
+
+
+def _chain(terms: Sequence[str], room: int) -> tuple[str | TermUnion, ...]:
+    if len(terms) <= room:
+        return tuple(terms)
+    return (*terms[: room - 1], TermUnion(_chain(terms[room - 1 :], FANOUT)))
+
+
+def query_tree(query: WeightedQuery) -> TermUnion | None:
+    """The union tree both retrievers score; None when the query has no term at all.
+
+    A weighted union needs two children to keep its weight in RediSearch (a one-term group
+    becomes a plain term, weight lost), so a single history term is listed twice at half
+    the weight: `(t + t) * w / 2` is exactly `t * w` in floating point.
+    """
+    if query.empty:
+        return None
+    if not query.history_terms:
+        return TermUnion(_chain(query.terms, FANOUT))
+    if len(query.history_terms) == 1:
+        term = query.history_terms[0]
+        history = TermUnion((term, term), query.history_weight / 2)
+    else:
+        history = TermUnion(_chain(query.history_terms, FANOUT), query.history_weight)
+    if not query.terms:
+        return history
+    return TermUnion((*_chain(query.terms, FANOUT - 1), history))
+
+
+def bm25_idf(total: int, containing: int) -> float:
+    """RediSearch's `CalculateIDF_BM25`: the ratio in single precision, the log in double."""
+    f32 = np.float32
+    ratio = f32(1.0) + (f32(max(total, containing) - containing) + f32(0.5)) / (
+        f32(containing) + f32(0.5)
+    )
+    return math.log(float(ratio))
 
 
 class BM25Index:
-    """An immutable BM25 index over a list of documents, addressed by position."""
+    """An immutable BM25 index over a list of documents, addressed by position.
 
-    def __init__(self, documents: Sequence[str], *, k1: float = 1.2, b: float = 0.75) -> None:
-        self.k1 = k1
-        self.b = b
-        self._postings: dict[str, list[tuple[int, int]]] = {}
-        self._lengths: list[int] = []
+    `keys` (the passage ids) order tied scores; without them, positions do. Per-term
+    scores are computed on first use and cached: the index never changes after it is built.
+    """
+
+    def __init__(self, documents: Sequence[str], keys: Sequence[str] | None = None) -> None:
+        if keys is not None and len(keys) != len(documents):
+            raise ValueError("one key per document is required")
+        postings: dict[str, tuple[list[int], list[int]]] = {}
+        lengths = np.zeros(len(documents), dtype=np.float64)
         for position, text in enumerate(documents):
             counts = Counter(tokenize(text))
-            self._lengths.append(sum(counts.values()))
+            lengths[position] = sum(counts.values())
             for term, tf in counts.items():
-                self._postings.setdefault(term, []).append((position, tf))
+                rows, freqs = postings.setdefault(term, ([], []))
+                rows.append(position)
+                freqs.append(tf)
+        self._postings = {
+            term: (np.asarray(rows, dtype=np.int64), np.asarray(freqs, dtype=np.float64))
+            for term, (rows, freqs) in postings.items()
+        }
+        self._lengths = lengths
         self._count = len(documents)
-        self._avg_length = (sum(self._lengths) / self._count) if self._count else 0.0
+        self._avg_length = float(lengths.sum()) / self._count if self._count else 0.0
+        order = np.arange(self._count) if keys is None else np.argsort(np.asarray(keys))
+        self._tie_rank = np.empty(self._count, dtype=np.int64)
+        self._tie_rank[order] = np.arange(self._count)
+        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def __len__(self) -> int:
         return self._count
 
     def idf(self, term: str) -> float:
-        df = len(self._postings.get(term, ()))
-        return math.log(1.0 + (self._count - df + 0.5) / (df + 0.5))
+        postings = self._postings.get(term)
+        return bm25_idf(self._count, 0 if postings is None else len(postings[0]))
 
-    def scores(self, query_terms: Sequence[str]) -> dict[int, float]:
-        """BM25 score of every document matching at least one query term."""
-        totals: dict[int, float] = {}
-        avg = self._avg_length or 1.0
-        for term in set(query_terms):
-            postings = self._postings.get(term)
-            if not postings:
-                continue
-            idf = self.idf(term)
-            for position, tf in postings:
-                norm = self.k1 * (1.0 - self.b + self.b * self._lengths[position] / avg)
-                gain = idf * tf * (self.k1 + 1) / (tf + norm)
-                totals[position] = totals.get(position, 0.0) + gain
-        return totals
+    def term_scores(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, scores) of the documents holding `term`, positions ascending."""
+        cached = self._cache.get(term)
+        if cached is not None:
+            return cached
+        postings = self._postings.get(term)
+        if postings is None:
+            empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+            return empty
+        rows, tf = postings
+        # Left to right, as RediSearch evaluates `idf * f * (k1 + 1) / (...)`.
+        norm = tf + K1 * ((1.0 - B) + (B * self._lengths[rows]) / self._avg_length)
+        scores = self.idf(term) * tf * K1_PLUS_ONE / norm
+        self._cache[term] = (rows, scores)
+        return rows, scores
 
-    def top(
-        self, query: str, k: int, history: str = "", history_weight: float = 0.0
-    ) -> list[tuple[int, float]]:
-        """The `k` best `(position, score)` pairs for a query text; ties by position.
+    def _node(self, node: TermUnion) -> tuple[np.ndarray, np.ndarray]:
+        parts = [
+            self.term_scores(child) if isinstance(child, str) else self._node(child)
+            for child in node.children
+        ]
+        rows = np.concatenate([p[0] for p in parts])
+        values = np.concatenate([p[1] for p in parts])
+        # bincount adds each document's values in input order: children in order, as
+        # RediSearch sums a union's children.
+        sums = np.bincount(rows, weights=values, minlength=self._count)
+        matched = np.flatnonzero(np.bincount(rows, minlength=self._count))
+        return matched, sums[matched] * node.weight
 
-        With `history` and a positive `history_weight`, the history's terms that the query
-        does not already hold are added at that weight (query terms weigh 1).
-        """
-        weights = query_term_weights(query, history, history_weight)
-        scored = self.weighted_scores(weights)
-        return sorted(scored.items(), key=lambda pair: (-pair[1], pair[0]))[:k]
+    def scores(self, query: WeightedQuery) -> dict[int, float]:
+        """BM25 score of every document matching at least one term of the query."""
+        tree = query_tree(query)
+        if tree is None or not self._count:
+            return {}
+        rows, values = self._node(tree)
+        return dict(zip(rows.tolist(), values.tolist(), strict=True))
 
-    def weighted_scores(self, weights: dict[str, float]) -> dict[int, float]:
-        """Sum over terms of `weight * BM25(term)`, for every document matching a term."""
-        totals: dict[int, float] = {}
-        for term, weight in weights.items():
-            for position, score in self.scores([term]).items():
-                totals[position] = totals.get(position, 0.0) + weight * score
-        return totals
-
-
-def query_term_weights(
-    query: str, history: str = "", history_weight: float = 0.0
-) -> dict[str, float]:
-    """Query terms at weight 1; history terms not in the query at `history_weight`."""
-    weights = dict.fromkeys(tokenize(query), 1.0)
-    if history_weight > 0.0:
-        for term in tokenize(history):
-            weights.setdefault(term, history_weight)
-    return weights
+    def top(self, query: WeightedQuery, k: int) -> list[tuple[int, float]]:
+        """The `k` best `(position, score)` pairs; ties go to the smaller key."""
+        tree = query_tree(query)
+        if tree is None or k <= 0 or not self._count:
+            return []
+        rows, values = self._node(tree)
+        if len(rows) > k:
+            # Only scores at or above the k-th best can make the cut; sort just those.
+            kth = np.partition(values, len(values) - k)[len(values) - k]
+            keep = values >= kth
+            rows, values = rows[keep], values[keep]
+        order = np.lexsort((self._tie_rank[rows], -values))[:k]
+        return [(int(rows[i]), float(values[i])) for i in order]

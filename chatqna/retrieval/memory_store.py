@@ -1,5 +1,9 @@
 """The embedded retriever: exact dense search on numpy + BM25 + RRF, persisted to one file.
 
+A hybrid search fuses the best `k` passages of each leg by weighted reciprocal rank fusion
+and keeps `k`. Its BM25 is RediSearch's `BM25STD`, computed the same way
+(`chatqna.retrieval.bm25`), so a Redis index over the same passages ranks identically.
+
 The whole index (chunk texts and metadata, per-source content hashes, the embedding matrix,
 and the embedder's name) lives in `<data dir>/index/index.npz`. Every change builds a new
 state off the event loop, writes it to a temporary file, fsyncs it and renames it over the
@@ -24,7 +28,7 @@ import numpy as np
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.bm25 import BM25Index
+from chatqna.retrieval.bm25 import BM25Index, WeightedQuery
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 
 INDEX_FILE = "index.npz"
@@ -42,7 +46,8 @@ class _State:
 
     @classmethod
     def build(cls, chunks: Sequence[Chunk], matrix: np.ndarray, hashes: dict[str, str]) -> _State:
-        return cls(tuple(chunks), matrix, dict(hashes), BM25Index([c.text for c in chunks]))
+        bm25 = BM25Index([c.text for c in chunks], keys=[c.id for c in chunks])
+        return cls(tuple(chunks), matrix, dict(hashes), bm25)
 
 
 class InMemoryHybridIndex:
@@ -192,9 +197,8 @@ class InMemoryHybridIndex:
             return [
                 self._scored(state, i, cosine, None, float(cosine[i]), "dense") for i in dense_ids
             ]
-        bm25_hits = dict(
-            state.bm25.top(query.text, query.k, query.bm25_history, query.bm25_history_weight)
-        )
+        lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
+        bm25_hits = dict(state.bm25.top(lexical, query.k))
         fused = reciprocal_rank_fusion(
             [[str(i) for i in dense_ids], [str(i) for i in bm25_hits]],
             k=self.rrf_k,

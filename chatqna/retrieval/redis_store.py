@@ -2,27 +2,41 @@
 
 Layout, for an index name `N` (default `rag-redis`):
 
-    N:chunk:<chunk id>      hash: content, chunk_id, source, title, chunk_index, embedding,
-                            digest (of all the others: an unchanged chunk is not rewritten)
-    N:meta                  hash: the embedder name and dimension the index was built for
+    N:chunk:<chunk id>      hash: content, terms, chunk_id, source, title, chunk_index,
+                            embedding, digest (of all the others: an unchanged chunk is not
+                            rewritten)
+    N:meta                  hash: the embedder name and dimension the index was built for,
+                            and the layout's format version
     N:sources               set of source names
     N:source:<source>       hash: content_hash, chunks
     N:source-chunks:<src>   set of the source's chunk ids (what a replace or delete removes)
 
-The RediSearch index `N` covers the `N:chunk:` keys only. It is created with `STOPWORDS 0`
-and stop words are dropped client-side, because an OR query that starts with two stop words
-crashes RediSearch 2.10 (see shared/notes/redis-stack.md). `content` is not stemmed, like
-the embedded BM25, so both retrievers rank alike (not identically: RediSearch's BM25
-normalises lengths its own way, and counts stop words and the title in them). A hybrid
-search sends the KNN and the BM25 query in one pipelined round trip and fuses the two
-rankings in the client with `reciprocal_rank_fusion`, exactly as `InMemoryHybridIndex`
-does; a Redis 8.4+ server-side fusion (`FT.HYBRID`) can replace `_fuse` later.
+The RediSearch index `N` covers the `N:chunk:` keys only. Its one full-text field, `terms`,
+holds the passage already tokenised by the embedded BM25's tokeniser (lower-cased words,
+stop words dropped), unstemmed, and queries run `VERBATIM` with the `BM25STD` scorer: the
+two indexes then see the same tokens and compute the same BM25 (`chatqna.retrieval.bm25`
+evaluates RediSearch's formula with its precision), so a hybrid search ranks exactly as the
+embedded index does. The index is created with `STOPWORDS 0` (stop words are dropped
+client-side, and an OR query that starts with two stop words crashes RediSearch 2.10; see
+shared/notes/redis-stack.md).
 
-RediSearch keeps an overwritten or deleted passage in its BM25 statistics until its GC
-cleans it (every 30 s once 100 such passages accumulate, by default), so unchanged chunks
-are never rewritten. A restart that replays `FT.CREATE` from the append-only file (no AOF
-rewrite since the index was created) indexes every passage twice, and BM25 scores shift for
-good. After a restart RediSearch may index in the background for a while (`describe()`
+A hybrid search sends the KNN and the BM25 query in one pipelined round trip, each for its
+best `k` passages (ids and scores only), fuses the two rankings in the client with
+`reciprocal_rank_fusion`, exactly as `InMemoryHybridIndex` does, and then reads the `k`
+fused passages in a second round trip; a Redis 8.4+ server-side fusion (`FT.HYBRID`)
+can replace `_fuse` later. BM25 ties are ordered by passage id in both indexes: RediSearch
+orders them by insertion, so the client re-sorts, and when a tie straddles the cut it asks
+`FT.AGGREGATE` for the exact order instead.
+
+RediSearch's BM25 statistics lag behind deletes and overwrites: a replaced or deleted
+passage keeps counting in its document frequencies until the GC cleans it (every 30 s once
+100 such passages accumulate, by default), and in the average passage length for good. So
+unchanged chunks are never rewritten, and rankings equal the embedded index's as long as no
+passage was replaced or deleted; after that, BM25 scores drift slightly until the index is
+rebuilt. A restart that replays `FT.CREATE` from the append-only file (no AOF rewrite since
+the index was created) indexes every passage twice, and BM25 scores shift for good; so does
+writing while `FT.CREATE` still scans the keyspace, which is why `ensure_index` waits for
+that scan. After a restart RediSearch may index in the background for a while (`describe()`
 reports `indexing`). Dense search is unaffected by all of this.
 
 Writes are pipelined, not transactional: a reader may briefly see a source half replaced.
@@ -34,7 +48,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -48,16 +64,18 @@ from redis.exceptions import RedisError, ResponseError
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.bm25 import query_term_weights
+from chatqna.retrieval.bm25 import TermUnion, WeightedQuery, query_tree, tokenize
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_INDEX_NAME = "rag-redis"
-FORMAT_VERSION = "1"
-# RediSearch 2.10 keeps a deleted or overwritten document in its BM25 statistics until its
-# GC runs. `BM25STD` ranks closer to the embedded index on a fresh index, but after a few
-# overwrites its scores drift far off and the GC does not restore them; `BM25` recovers
-# exactly once the GC has run. Measured on the sample corpus, 18 questions, top 5.
-BM25_SCORER = "BM25"
+# Format 2: the pre-tokenised `terms` field is the only full-text field (format 1 indexed
+# `content` and `title`, whose BM25 cannot match the embedded index's).
+FORMAT_VERSION = "2"
+# Textbook BM25 (the classic `BM25` scorer has no per-passage length normalisation and an
+# integer idf); `chatqna.retrieval.bm25` mirrors it.
+BM25_SCORER = "BM25STD"
 _RETURNED = ("chunk_id", "content", "source", "title", "chunk_index", "embedding")
 _QUERY_SPECIAL = re.compile(r"[^0-9A-Za-z\u0080-\U0010ffff]")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -95,23 +113,26 @@ def _escape(token: str) -> str:
     return _QUERY_SPECIAL.sub(lambda m: "\\" + m.group(0), token)
 
 
-def bm25_query(text: str, history: str = "", history_weight: float = 0.0) -> str | None:
-    """`@content:(t1 | t2 ...)` from the text's tokens, escaped; None when none is left.
+def _render(node: str | TermUnion) -> str:
+    if isinstance(node, str):
+        return _escape(node)
+    inner = " | ".join(_render(child) for child in node.children)
+    if node.weight == 1.0:
+        return f"({inner})"
+    # repr() round-trips the float, so RediSearch multiplies by exactly the same weight.
+    return f"({inner}) => {{ $weight: {node.weight!r}; }}"
 
-    Tokens come from the embedded BM25's tokeniser (lower-cased `\\w+`, stop words dropped),
+
+def bm25_query(query: WeightedQuery) -> str | None:
+    """The RediSearch query for a BM25 query tree (`query_tree`); None when it has no term.
+
+    Terms come from the embedded BM25's tokeniser (lower-cased `\\w+`, stop words dropped),
     so no query syntax in user text survives (`@`, `|`, `-`, `%`, parentheses), and every
-    character other than an ASCII letter or digit is escaped all the same.
+    character other than an ASCII letter or digit is escaped all the same. The history's
+    terms form a union with a `$weight` attribute.
     """
-    weights = query_term_weights(text, history, history_weight)
-    if not weights:
-        return None
-    query_terms = [_escape(t) for t, w in weights.items() if w == 1.0]
-    history_terms = [_escape(t) for t, w in weights.items() if w != 1.0]
-    parts = list(query_terms)
-    if history_terms:
-        # RediSearch query attributes: the history's terms count at their weight.
-        parts.append(f"({' | '.join(history_terms)}) => {{ $weight: {history_weight:g}; }}")
-    return "@content:(" + " | ".join(parts) + ")"
+    tree = query_tree(query)
+    return None if tree is None else "@terms:" + _render(tree)
 
 
 def redact_url(url: str) -> str:
@@ -128,7 +149,7 @@ def redact_url(url: str) -> str:
 
 def _chunk_digest(chunk: Chunk, vector: bytes) -> str:
     digest = hashlib.blake2b(digest_size=16)
-    for part in (chunk.text, chunk.source, chunk.title, str(chunk.index)):
+    for part in (FORMAT_VERSION, chunk.text, chunk.source, chunk.title, str(chunk.index)):
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
     digest.update(vector)
@@ -245,12 +266,35 @@ class RedisHybridIndex:
             if info is None:
                 await self._write_meta()
                 await self._create_index()
+                await self._wait_for_initial_scan()
                 info = await self._index_info()
             if info is None:
                 raise IndexUnavailable(f"Redis index {self.index_name!r} was not created")
             self._check_vector_field(info, meta)
             if not meta:  # an index whose creator stopped before writing the meta
                 await self._write_meta()
+
+    async def _wait_for_initial_scan(self, timeout_seconds: float = 60.0) -> None:
+        """Wait while `FT.CREATE` scans the keyspace for existing passages.
+
+        A passage written during that scan is indexed twice (once by the write, once by the
+        scan), which skews BM25's statistics for good; measured with 20,000 unrelated keys
+        in the database.
+        """
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            info = await self._index_info()
+            fields = dict(zip(map(_text, (info or [])[::2]), (info or [])[1::2], strict=False))
+            if _text(fields.get("indexing", 0)) == "0":
+                return
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "Redis index %r still scans existing keys after %.0f s; writing anyway",
+                    self.index_name,
+                    timeout_seconds,
+                )
+                return
+            await asyncio.sleep(0.01)
 
     async def _write_meta(self) -> None:
         await self.client.hset(
@@ -277,10 +321,9 @@ class RedisHybridIndex:
 
     async def _create_index(self) -> None:
         schema: list[str | int] = [
-            "content", "TEXT", "NOSTEM",
+            "terms", "TEXT", "NOSTEM",
             "chunk_id", "TAG",
             "source", "TAG",
-            "title", "TEXT", "NOSTEM",
             "chunk_index", "NUMERIC",
             *self.vector.field_args(self.dimension),
         ]  # fmt: skip
@@ -301,21 +344,36 @@ class RedisHybridIndex:
             "embedder back."
         )
 
+    def _outdated(self, found: str) -> IndexUnavailable:
+        return IndexUnavailable(
+            f"the Redis index {self.index_name!r} has layout format {found}; this version "
+            f"needs format {FORMAT_VERSION} (a pre-tokenised `terms` field for BM25). Use "
+            f"another INDEX_NAME, or drop it with its passages (FT.DROPINDEX "
+            f"{self.index_name} DD) and ingest again."
+        )
+
     def _check_meta(self, meta: dict[bytes, bytes]) -> None:
         embedder = _text(meta.get(b"embedder", b""))
         dimension = _text(meta.get(b"dimension", b""))
         if embedder != self.embedder_name or dimension != str(self.dimension):
             raise self._mismatch(embedder, dimension)
+        found = _text(meta.get(b"format", b"1"))
+        if found != FORMAT_VERSION:
+            raise self._outdated(found)
 
     def _check_vector_field(self, info: list[Any], meta: dict[bytes, bytes]) -> None:
         fields = dict(zip(map(_text, info[::2]), info[1::2], strict=False))
+        attributes = {}
         for attribute in fields.get("attributes", []):
             pairs = dict(zip(map(_text, attribute[::2]), attribute[1::2], strict=False))
-            if _text(pairs.get("identifier", "")) != "embedding":
-                continue
-            dimension = _text(pairs.get("dim", ""))
+            attributes[_text(pairs.get("identifier", ""))] = pairs
+        vector = attributes.get("embedding")
+        if vector is not None:
+            dimension = _text(vector.get("dim", ""))
             if dimension != str(self.dimension):
                 raise self._mismatch(_text(meta.get(b"embedder", b"(unknown)")), dimension)
+            if "terms" not in attributes:
+                raise self._outdated(_text(meta.get(b"format", b"1")))
             return
         raise IndexUnavailable(
             f"the Redis index {self.index_name!r} has no `embedding` vector field: it was "
@@ -367,6 +425,7 @@ class RedisHybridIndex:
                     self._chunk_key(chunk.id),
                     mapping={
                         "content": chunk.text,
+                        "terms": " ".join(tokenize(chunk.text)),
                         "chunk_id": chunk.id,
                         "source": chunk.source,
                         "title": chunk.title,
@@ -424,81 +483,103 @@ class RedisHybridIndex:
         return removed
 
     # --- reads -------------------------------------------------------------------------------
+    def _queue(self, pipe: Any, *args: str | int | bytes) -> None:
+        # Pipeline.execute_command is untyped in redis-py; it queues and returns the pipe.
+        cast(Callable[..., object], pipe.execute_command)(*args)
+
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
         vector = np.asarray(query.embedding, dtype=np.float32).reshape(-1)
         if vector.shape[0] != self.dimension:
             raise IndexUnavailable(
                 f"query vector has {vector.shape[0]} dimensions, the index {self.dimension}"
             )
-        text_query = (
-            bm25_query(query.text, query.bm25_history, query.bm25_history_weight)
-            if query.hybrid
-            else None
-        )
+        if not query.hybrid:
+            return await self._dense_only(vector, query.k)
+        depth = query.k
+        lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
+        text_query = bm25_query(lexical)
         async with self._redis("search"):
             pipe = self.client.pipeline(transaction=False)
-            # Pipeline.execute_command is untyped in redis-py; it queues and returns the pipe.
-            command = cast(Callable[..., object], pipe.execute_command)
-            command(
-                "FT.SEARCH", self.index_name, f"*=>[KNN {query.k} @embedding $vec AS dist]",
-                "PARAMS", 2, "vec", vector.tobytes(), "SORTBY", "dist",
-                "RETURN", len(_RETURNED) + 1, *_RETURNED, "dist",
-                "LIMIT", 0, query.k, "DIALECT", 2,
+            self._queue(
+                pipe, "FT.SEARCH", self.index_name, f"*=>[KNN {depth} @embedding $vec AS dist]",
+                "PARAMS", 2, "vec", vector.tobytes(), "SORTBY", "dist", "RETURN", 1, "dist",
+                "LIMIT", 0, depth, "DIALECT", 2,
             )  # fmt: skip
             if text_query is not None:
-                command(
-                    "FT.SEARCH", self.index_name, text_query, "SCORER", BM25_SCORER, "WITHSCORES",
-                    "RETURN", len(_RETURNED), *_RETURNED, "LIMIT", 0, query.k, "DIALECT", 2,
+                # One more than needed: it tells whether a tie straddles the cut.
+                self._queue(
+                    pipe, "FT.SEARCH", self.index_name, text_query, "VERBATIM",
+                    "SCORER", BM25_SCORER, "WITHSCORES", "NOCONTENT",
+                    "LIMIT", 0, depth + 1, "DIALECT", 2,
                 )  # fmt: skip
             replies = await pipe.execute()
-        dense = self._hits(replies[0], with_scores=False)
-        if not query.hybrid:
-            return [
-                self._scored(fields, {"dense": 1.0 - float(fields["dist"])}, "dense")
-                for fields in dense.values()
-            ]
-        lexical = self._hits(replies[1], with_scores=True) if text_query is not None else {}
-        return self._fuse(dense, lexical, vector, query.k, query.fusion_weights)
-
-    def _fuse(
-        self,
-        dense: dict[str, dict[str, Any]],
-        lexical: dict[str, dict[str, Any]],
-        vector: np.ndarray,
-        k: int,
-        weights: tuple[float, float],
-    ) -> list[ScoredChunk]:
-        """RRF of the KNN and BM25 hits (in rank order), scored like the embedded index."""
-        fused = reciprocal_rank_fusion([list(dense), list(lexical)], k=self.rrf_k, weights=weights)[
-            :k
-        ]
+            dense = {
+                _text(replies[0][at]): 1.0 - float(_text(replies[0][at + 1][1]))
+                for at in range(1, len(replies[0]), 2)
+            }
+            bm25: dict[str, float] = {}
+            if text_query is not None:
+                bm25 = await self._bm25_ranking(replies[1], text_query, depth)
+            fused = reciprocal_rank_fusion(
+                [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
+            )[: query.k]
+            stored = await self._read([key for key, _ in fused])
         results = []
-        for key, score in fused:
-            if key in dense:
-                fields = dense[key]
-                similarity = 1.0 - float(fields["dist"])
-            else:  # only BM25 found it: its cosine, from the vector it came back with
-                fields = lexical[key]
-                similarity = float(self._vector(fields) @ vector)
-            bm25 = float(lexical[key]["score"]) if key in lexical else 0.0
-            scores = {"dense": similarity, "bm25": bm25, "fusion": score}
+        for (key, score), fields in zip(fused, stored, strict=True):
+            if fields is None:  # deleted since the search
+                continue
+            # A passage only BM25 found gets its cosine from its stored vector.
+            similarity = dense[key] if key in dense else float(self._vector(fields) @ vector)
+            scores = {"dense": similarity, "bm25": bm25.get(key, 0.0), "fusion": score}
             results.append(self._scored(fields, scores, "fusion"))
         return results
 
-    @staticmethod
-    def _hits(reply: list[Any], *, with_scores: bool) -> dict[str, dict[str, Any]]:
-        """An FT.SEARCH reply as {key: fields} in rank order; `score` added WITHSCORES."""
-        hits: dict[str, dict[str, Any]] = {}
-        step = 3 if with_scores else 2
-        for at in range(1, len(reply), step):
-            values = reply[at + step - 1]
-            fields: dict[str, Any] = {
-                _text(name): value for name, value in zip(values[::2], values[1::2], strict=True)
-            }
-            if with_scores:
-                fields["score"] = _text(reply[at + 1])
-            hits[_text(reply[at])] = fields
-        return hits
+    async def _bm25_ranking(
+        self, reply: list[Any], text_query: str, depth: int
+    ) -> dict[str, float]:
+        """The best `depth` BM25 hits, ties ordered by key (the embedded index's order).
+
+        RediSearch orders tied scores by insertion, so the client sorts; only when a tie
+        group straddles the cut does it need the exact top from `FT.AGGREGATE`, which sorts
+        by score and key on the server.
+        """
+        hits = [(_text(reply[at]), float(_text(reply[at + 1]))) for at in range(1, len(reply), 2)]
+        if len(hits) > depth and hits[depth][1] == hits[depth - 1][1]:
+            rows = await self._call(
+                "FT.AGGREGATE", self.index_name, text_query, "VERBATIM", "SCORER", BM25_SCORER,
+                "ADDSCORES", "LOAD", 1, "@__key", "SORTBY", 4, "@__score", "DESC",
+                "@__key", "ASC", "LIMIT", 0, depth, "DIALECT", 2,
+            )  # fmt: skip
+            # FT.AGGREGATE prints scores to 12 digits. Every passage it adds beyond those
+            # FT.SEARCH returned ties with the score at the cut, which FT.SEARCH gave exactly.
+            exact, tied = dict(hits), hits[depth][1]
+            keys = [_text(row[row.index(b"__key") + 1]) for row in rows[1:]]
+            hits = [(key, exact.get(key, tied)) for key in keys]
+        return dict(sorted(hits[:depth], key=lambda hit: (-hit[1], hit[0])))
+
+    async def _read(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored fields of each key (None for a key that no longer exists)."""
+        if not keys:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(key, list(_RETURNED))
+        rows = await pipe.execute()
+        return [None if row[0] is None else dict(zip(_RETURNED, row, strict=True)) for row in rows]
+
+    async def _dense_only(self, vector: np.ndarray, k: int) -> list[ScoredChunk]:
+        async with self._redis("search"):
+            reply = await self._call(
+                "FT.SEARCH", self.index_name, f"*=>[KNN {k} @embedding $vec AS dist]",
+                "PARAMS", 2, "vec", vector.tobytes(), "SORTBY", "dist",
+                "RETURN", len(_RETURNED) + 1, *_RETURNED, "dist", "LIMIT", 0, k, "DIALECT", 2,
+            )  # fmt: skip
+        results = []
+        for at in range(1, len(reply), 2):
+            values = reply[at + 1]
+            fields = {_text(n): v for n, v in zip(values[::2], values[1::2], strict=True)}
+            results.append(self._scored(fields, {"dense": 1.0 - float(fields["dist"])}, "dense"))
+        return results
 
     def _vector(self, fields: dict[str, Any]) -> np.ndarray:
         return np.frombuffer(fields["embedding"], dtype=np.float32)

@@ -61,6 +61,14 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     gold = by_label["condense (gold rewrite) (dense, no rerank)"]
     # Hand-written standalone rewrites must beat pronoun-only follow-ups.
     assert follow_up(gold, "R@5") > follow_up(stateless, "R@5")
+    # The configured defaults against stateless, the seed blend and the gold rewrite.
+    assert "## The defaults against the references" in run.stdout
+    comparison = results["comparison"]
+    assert comparison["turn_1_identical"] == {"no rerank": True, "rerank": True}
+    rows = {row["name"]: row for row in comparison["rows"]}
+    assert {"default blend", "stateless", "seed blend", "gold rewrite"} <= set(rows)
+    versus = rows["stateless"]["default_minus_this"]["follow_ups"]["R@5"]
+    assert versus["low"] <= versus["mean"] <= versus["high"]
     # A rerun answers every embedding from the cache.
     bench(*quick, tmp_path=tmp_path)
     rerun = json.loads((out / "results.json").read_text())

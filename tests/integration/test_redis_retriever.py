@@ -26,6 +26,7 @@ from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.bm25 import WeightedQuery
 from chatqna.retrieval.dataprep import collect_files, ingest_files
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams, bm25_query
@@ -248,12 +249,28 @@ async def test_embeddings_must_match_chunks(store: Retriever, embedder: CachingE
     assert "x.md" not in {s.source for s in await store.list_sources()}
 
 
-async def test_both_stores_rank_alike(
+FOLLOW_UPS = [  # (an earlier question, the follow-up): the history-aware BM25 leg
+    ("How do I get a refund for my annual plan?", "How long does that take?"),
+    ("Can I export my workspace data as CSV?", "And after I cancel?"),
+    ("Which integrations are available?", "Do they cost extra?"),
+    ("How do I reset my password?", "What about two-factor sign-in?"),
+]
+
+
+def assert_same_ranking(memory: Sequence[ScoredChunk], remote: Sequence[ScoredChunk]) -> None:
+    """Same passages in the same order, the same BM25 and fusion scores to the last bit."""
+    assert ids(remote) == ids(memory)
+    for mine, theirs in zip(memory, remote, strict=True):
+        assert theirs.scores["bm25"] == mine.scores["bm25"], mine.chunk.id
+        assert theirs.scores["fusion"] == mine.scores["fusion"], mine.chunk.id
+        assert theirs.scores["dense"] == pytest.approx(mine.scores["dense"], abs=1e-5)
+
+
+async def test_both_stores_rank_identically(
     embedder: CachingEmbedder, tmp_path: Path, redis_url: str
 ) -> None:
-    """Dense search is exact in both: same ids, same cosines. Hybrid search shares the fusion
-    but not the BM25 (RediSearch normalises lengths its own way, and counts stop words and
-    the title in them), so it mostly agrees on the best passage and on the top five."""
+    """The contract: both indexes return the same ranking for dense search, for the weighted
+    hybrid at several fusion weights and depths, and for the history-aware BM25 leg."""
     files = collect_files([SAMPLE_CORPUS])
     stores = [
         await open_memory(embedder, tmp_path / "index"),
@@ -261,35 +278,126 @@ async def test_both_stores_rank_alike(
     ]
     for index in stores:
         await ingest_files(files, embedder, index)
-    shared = same_best = 0
+    compared = 0
     for question in QUESTIONS:
-        memory, remote = [await ask(s, embedder, question, k=5, hybrid=False) for s in stores]
+        vector = (await embedder.embed([question]))[0]
+        memory, remote = [await s.search(SearchQuery(question, vector, 5, False)) for s in stores]
         assert ids(remote) == ids(memory), question
         for mine, theirs in zip(memory, remote, strict=True):
             assert theirs.score == pytest.approx(mine.score, abs=1e-5)
-        memory, remote = [await ask(s, embedder, question, k=5) for s in stores]
-        same_best += ids(remote)[0] == ids(memory)[0]
-        shared += len(set(ids(remote)) & set(ids(memory)))
-        dense = {r.chunk.id: r.scores["dense"] for r in memory}
-        for theirs in remote:
-            if theirs.chunk.id in dense:
-                assert theirs.scores["dense"] == pytest.approx(dense[theirs.chunk.id], abs=1e-5)
-    assert same_best >= len(QUESTIONS) - 1  # measured: 7 of 8
-    assert shared >= 0.8 * 5 * len(QUESTIONS)  # measured: 34 of 40
+        for k, weights in [(5, (1.0, 1.0)), (5, (1.0, 0.2)), (50, (1.0, 0.2)), (50, (0.0, 1.0))]:
+            query = SearchQuery(question, vector, k, fusion_weights=weights)
+            memory, remote = [await s.search(query) for s in stores]
+            assert_same_ranking(memory, remote)
+            compared += len(memory)
+    for earlier, follow_up in FOLLOW_UPS:
+        vector = (await embedder.embed([follow_up]))[0]
+        for weight in (0.3, 0.5):
+            # BM25 alone (dense weight 0) shows the leg's own order; then the blend default.
+            for weights in [(0.0, 1.0), (1.0, 0.2)]:
+                query = SearchQuery(
+                    follow_up, vector, 20, fusion_weights=weights,
+                    bm25_history=earlier, bm25_history_weight=weight,
+                )  # fmt: skip
+                memory, remote = [await s.search(query) for s in stores]
+                assert_same_ranking(memory, remote)
+                assert any(r.scores["bm25"] > 0 for r in memory)
+                compared += len(memory)
+    assert compared > 400
+    for index in stores:
+        await index.aclose()
+
+
+async def test_tied_bm25_scores_rank_by_passage_id_in_both_stores(
+    embedder: CachingEmbedder, tmp_path: Path, redis_url: str
+) -> None:
+    """Identical passages tie; RediSearch orders ties by insertion, the embedded index by
+    id. Written in reverse id order, with the tie straddling the cut, both still agree."""
+    text = "Refunds are paid back to the original card within ten days."
+    chunks = [Chunk(f"tie-{i:02d}", text, "ties.md", "Ties", i) for i in range(12)]
+    other = Chunk("other-00", "Refund policy for annual plans.", "other.md", "Other", 0)
+    vectors = await embedder.embed([text] * len(chunks) + [other.text])
+    batches = [
+        SourceBatch("ties.md", chunks[::-1], vectors[: len(chunks)][::-1], "h1"),
+        SourceBatch("other.md", [other], vectors[len(chunks) :], "h2"),
+    ]
+    stores = [
+        await open_memory(embedder, tmp_path / "index"),
+        await open_redis(embedder, redis_url),
+    ]
+    for index in stores:
+        await index.replace_sources(batches)
+    probe = (await embedder.embed(["original card"]))[0]
+    for k in (3, 5, 13):
+        query = SearchQuery("original card", probe, k, fusion_weights=(0.0, 1.0))
+        memory, remote = [await s.search(query) for s in stores]
+        assert_same_ranking(memory, remote)
+        assert ids(memory)[: min(k, 12)] == [f"tie-{i:02d}" for i in range(min(k, 12))]
+    for index in stores:
+        await index.aclose()
+
+
+async def test_bm25_parity_on_random_passages(
+    embedder: CachingEmbedder, tmp_path: Path, redis_url: str
+) -> None:
+    """Many terms, long histories, repeated words, non-ASCII words: the BM25 leg alone
+    (dense weight 0) ranks and scores identically in both stores."""
+    rng = np.random.default_rng(11)
+    words = [f"w{i}" for i in range(60)] + ["café", "naïve", "straße", "σοφία", "x_y"]
+    chunks = []
+    for i in range(150):
+        size = int(rng.integers(1, 60))
+        text = " ".join(rng.choice(words[: int(rng.integers(2, len(words)))], size))
+        chunks.append(Chunk(f"p{i:03d}", text, f"s{i % 7}.md", "", i))
+    vectors = rng.standard_normal((len(chunks), embedder.dimension)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    batches = [
+        SourceBatch(
+            f"s{s}.md",
+            [c for c in chunks if c.source == f"s{s}.md"],
+            vectors[[i for i, c in enumerate(chunks) if c.source == f"s{s}.md"]],
+        )
+        for s in range(7)
+    ]
+    stores = [
+        await open_memory(embedder, tmp_path / "index"),
+        await open_redis(embedder, redis_url),
+    ]
+    for index in stores:
+        await index.replace_sources(batches)
+    for _ in range(40):
+        query_words = rng.choice(words, int(rng.integers(1, 25)))
+        history_words = rng.choice(words, int(rng.integers(0, 40)))
+        query = SearchQuery(
+            " ".join(query_words), vectors[0], int(rng.integers(1, 60)), fusion_weights=(0.0, 1.0),
+            bm25_history=" ".join(history_words), bm25_history_weight=float(rng.uniform(0.05, 1)),
+        )  # fmt: skip
+        memory, remote = [await s.search(query) for s in stores]
+        assert_same_ranking(memory, remote)
     for index in stores:
         await index.aclose()
 
 
 # --- Redis only --------------------------------------------------------------------------------
 def test_bm25_query_escapes_and_drops_stop_words() -> None:
-    assert bm25_query("is it password") == "@content:(password)"
-    assert bm25_query("@foo|bar foo@bar.com") == "@content:(foo | bar | com)"
-    assert (
-        bm25_query("-warranty (unbalanced refund%") == "@content:(warranty | unbalanced | refund)"
+    def query(text: str, history: str = "", weight: float = 0.0) -> str | None:
+        return bm25_query(WeightedQuery.parse(text, history, weight))
+
+    assert query("is it password") == "@terms:(password)"
+    assert query("@foo|bar foo@bar.com") == "@terms:(foo | bar | com)"
+    assert query("-warranty (unbalanced refund%") == "@terms:(warranty | unbalanced | refund)"
+    assert query("snake_case") == "@terms:(snake\\_case)"
+    assert query("is it the") is None
+    assert query("") is None
+    assert query("refund", "annual plan refund", 0.3) == (
+        "@terms:(refund | (annual | plan) => { $weight: 0.3; })"
     )
-    assert bm25_query("snake_case") == "@content:(snake\\_case)"
-    assert bm25_query("is it the") is None
-    assert bm25_query("") is None
+    # One history term is listed twice at half the weight (a one-term group loses its weight).
+    assert (
+        query("refund", "annual", 0.3)
+        == "@terms:(refund | (annual | annual) => { $weight: 0.15; })"
+    )
+    assert query("it", "annual plan", 0.3) == "@terms:(annual | plan) => { $weight: 0.3; }"
 
 
 def test_hostile_query_text_never_breaks_the_server(
@@ -352,7 +460,8 @@ async def test_data_survives_a_restart(
     index was created (as Redis does by itself as the AOF grows). Before that, the restart
     replays `FT.CREATE`, whose post-load scan indexes every replayed passage a second time:
     RediSearch's BM25 statistics then count each passage twice and hybrid ranks shift a
-    little (on these questions the best passage stays first, and about 90% of the top 5 stay).
+    little (on these questions the best passage stays first for 7 of 8, and 95% of the top 5
+    stay).
     """
     probes = [SearchQuery(q, (await embedder.embed([q]))[0], 5) for q in QUESTIONS]
     dense = [SearchQuery(p.text, p.embedding, 5, hybrid=False) for p in probes]
@@ -384,9 +493,10 @@ async def test_data_survives_a_restart(
             assert after == before
         else:
             # How many passages get indexed twice depends on timing: bound the shift loosely.
-            assert [ids(r)[0] for r in after] == [ids(r)[0] for r in before]
+            best = sum(ids(a)[0] == ids(b)[0] for a, b in zip(after, before, strict=True))
+            assert best >= len(QUESTIONS) - 1  # measured: 7 of 8
             kept = sum(len(set(ids(a)) & set(ids(b))) for a, b in zip(after, before, strict=True))
-            assert kept >= 0.75 * 5 * len(QUESTIONS)  # measured: 34 to 37 of 40
+            assert kept >= 0.75 * 5 * len(QUESTIONS)  # measured: 38 of 40
         described = await reopened.describe()
         assert described["chunks"] == sum(s.chunks for s in sources)
         assert described["indexing"] is False
@@ -461,6 +571,49 @@ async def test_open_refuses_another_embedder(embedder: CachingEmbedder, redis_ur
     )
     assert (await reopened.describe())["kind"] == "redis"
     await reopened.aclose()
+
+
+async def test_open_refuses_an_index_of_the_earlier_format(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """Format 1 indexed `content` and `title` as text; its BM25 cannot match the embedded
+    index's, so it is refused with the way out, rather than searched."""
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.execute_command(
+            "FT.CREATE", "rag-redis", "ON", "HASH", "PREFIX", 1, "rag-redis:chunk:",
+            "STOPWORDS", 0, "SCHEMA", "content", "TEXT", "NOSTEM",
+            "embedding", "VECTOR", "FLAT", 6, "TYPE", "FLOAT32", "DIM", 384,
+            "DISTANCE_METRIC", "COSINE",
+        )  # fmt: skip
+        client.hset("rag-redis:meta", mapping={"embedder": embedder.name, "dimension": 384})
+    with pytest.raises(IndexUnavailable, match=r"format 1.*FT\.DROPINDEX rag-redis DD"):
+        await open_redis(embedder, redis_url)
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.delete("rag-redis:meta")
+    with pytest.raises(IndexUnavailable, match="format 1"):
+        await open_redis(embedder, redis_url)
+
+
+async def test_writes_wait_for_the_initial_scan(embedder: CachingEmbedder, redis_url: str) -> None:
+    """`FT.CREATE` scans the existing keys in the background; a passage written meanwhile is
+    indexed twice and skews BM25 for good. Opening waits for the scan to end."""
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        pipe = client.pipeline(transaction=False)
+        for i in range(50_000):
+            pipe.hset(f"unrelated:{i}", "field", "value")
+        pipe.execute()
+    rng = np.random.default_rng(3)
+    chunks = [Chunk(f"c{i:03d}", f"passage {i} about refunds", "a.md", "", i) for i in range(300)]
+    vectors = rng.standard_normal((len(chunks), embedder.dimension)).astype(np.float32)
+    index = await open_redis(embedder, redis_url)
+    await index.replace_sources([SourceBatch("a.md", chunks, vectors, "h")])
+    await asyncio.sleep(0.5)  # time for a scan still running to index them again
+    async with aioredis.Redis.from_url(redis_url, protocol=2, decode_responses=True) as client:
+        info = await client.execute_command("FT.INFO", "rag-redis")
+    fields = dict(zip(info[::2], info[1::2], strict=True))
+    assert int(fields["num_docs"]) == len(chunks)
+    assert int(fields["max_doc_id"]) == len(chunks)  # each passage indexed once
+    await index.aclose()
 
 
 async def test_unreachable_server_is_index_unavailable(embedder: CachingEmbedder) -> None:

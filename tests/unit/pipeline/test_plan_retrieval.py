@@ -1,0 +1,126 @@
+"""What the retriever is asked for: blend plans, the history-aware BM25 leg, fused depth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
+
+import numpy as np
+import pytest
+
+from chatqna.backends.factory import Backends
+from chatqna.backends.fakes import HashingEmbedder, RecordingRetriever
+from chatqna.backends.protocols import SearchQuery
+from chatqna.multiturn.blend import BM25_HISTORY_QUESTIONS, earlier_questions
+from chatqna.multiturn.history import Conversation, Message
+from chatqna.pipeline.orchestrator import plan_retrieval, search_fused
+from chatqna.retrieval.dataprep import IngestFile, ingest_files
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+
+def chat(*questions: str) -> tuple[Message, ...]:
+    """User questions, each answered by the assistant."""
+    history: list[Message] = []
+    for number, question in enumerate(questions, start=1):
+        history += [Message("user", question), Message("assistant", f"answer {number}")]
+    return tuple(history)
+
+
+def backends(embedder: HashingEmbedder) -> Backends:
+    return cast(Backends, SimpleNamespace(embedder=embedder, translator=None))
+
+
+def blend_settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "multi_turn_blend_enabled": True,
+        "multi_turn_bm25_history_weight": 0.3,
+        "multi_turn_history_turns": 4,
+        "multi_turn_history_order": "newest_first",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+async def test_turn_1_is_exactly_the_stateless_plan() -> None:
+    embedder = HashingEmbedder()
+    question = "How long is data kept after cancellation?"
+    first = Conversation(question, ())
+    blended = await plan_retrieval(first, backends(embedder), blend_settings())
+    stateless = await plan_retrieval(
+        first, backends(embedder), Settings(multi_turn_blend_enabled=False)
+    )
+    assert blended.text == stateless.text == question
+    np.testing.assert_array_equal(blended.embedding, stateless.embedding)
+    assert blended.bm25_history == "" and blended.bm25_history_weight == 0.0
+    assert blended.report["strategy"] == "stateless"
+    assert blended.report["bm25_history"] == {"ran": False, "weight": 0.3}
+    # The skipped blend still reports the configured history composition.
+    assert blended.report["blend"]["reason"] == "no_history"
+    assert blended.report["blend"]["history_order"] == "newest_first"
+
+
+async def test_follow_up_bm25_hears_all_earlier_questions_not_only_the_window() -> None:
+    embedder = HashingEmbedder()
+    conversation = Conversation("And for annual plans?", chat("Refund policy?", "How long?"))
+    plan = await plan_retrieval(conversation, backends(embedder), blend_settings())
+    assert plan.report["strategy"] == "blend"
+    # The blend window holds 4 messages; the BM25 leg hears both questions.
+    assert plan.report["blend"]["history_messages"] == 4
+    assert plan.bm25_history == "Refund policy?\nHow long?"
+    assert plan.bm25_history_weight == 0.3
+    assert plan.report["bm25_history"] == {"ran": True, "weight": 0.3}
+    assert plan.report["fusion_weights"] == [1.0, Settings().rrf_bm25_weight]
+    assert embedder.batches[-1] == [
+        "And for annual plans?",
+        "answer 2\nHow long?\nanswer 1\nRefund policy?",
+    ]
+
+
+async def test_history_leg_off_at_weight_zero_and_when_the_blend_is_off() -> None:
+    embedder = HashingEmbedder()
+    conversation = Conversation("And then?", chat("Refund policy?"))
+    off = await plan_retrieval(
+        conversation, backends(embedder), blend_settings(multi_turn_bm25_history_weight=0.0)
+    )
+    assert off.bm25_history == "" and off.report["bm25_history"]["ran"] is False
+    no_blend = await plan_retrieval(
+        conversation, backends(embedder), blend_settings(multi_turn_blend_enabled=False)
+    )
+    assert no_blend.bm25_history == "" and no_blend.bm25_history_weight == 0.0
+
+
+def test_earlier_questions_keep_the_most_recent_and_skip_blank_ones() -> None:
+    questions = [f"question {i}" for i in range(12)]
+    conversation = Conversation("now?", chat(*questions[:5], "   ", *questions[5:]))
+    kept = earlier_questions(conversation)
+    assert len(kept) == BM25_HISTORY_QUESTIONS
+    assert kept == tuple(questions[-BM25_HISTORY_QUESTIONS:])
+    assert earlier_questions(conversation, 2) == ("question 10", "question 11")
+    assert earlier_questions(conversation, 0) == ()
+    assert earlier_questions(Conversation("first", ())) == ()
+
+
+async def test_hybrid_fuses_deeper_legs_and_keeps_k(tmp_path: Path) -> None:
+    embedder = HashingEmbedder()
+    index = await InMemoryHybridIndex.open(tmp_path, embedder_name=embedder.name, dimension=64)
+    files = [
+        IngestFile(f"doc{i}.md", f"# D{i}\n\nrefund topic {i} plans".encode()) for i in range(8)
+    ]
+    await ingest_files(files, embedder, index)
+    retriever = RecordingRetriever(index)
+    vector = (await embedder.embed(["refund plans"]))[0]
+    hybrid = SearchQuery("refund plans", vector, 3)
+    hits = await search_fused(retriever, hybrid, 50)
+    assert len(hits) == 3 and retriever.queries[-1].k == 50
+    deep = await index.search(SearchQuery("refund plans", vector, 50))
+    assert [h.chunk.id for h in hits] == [h.chunk.id for h in deep[:3]]
+    dense = SearchQuery("refund plans", vector, 3, hybrid=False)
+    assert len(await search_fused(retriever, dense, 50)) == 3
+    assert retriever.queries[-1].k == 3
+    # A depth below k changes nothing.
+    await search_fused(retriever, hybrid, 2)
+    assert retriever.queries[-1].k == 3
