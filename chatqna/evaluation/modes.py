@@ -65,7 +65,7 @@ class Mode:
     """A query strategy with the retrieval switches it ran under.
 
     Hybrid search fuses each leg's best `max(depth, candidates)` passages with RRF weights
-    (`dense_weight`, `bm25_weight`), as the service does (`search_fused`).
+    (`dense_weight`, `bm25_weight`), as the indexes do (`rrf_candidates`).
     """
 
     query: QueryStrategy

@@ -5,7 +5,8 @@ The headline table has, per retrieval setting, stateless, append, the best blend
 each with turn-1 and follow-up Recall@5 and nDCG@5 and their 95% intervals. The comparison
 table sets the configured defaults against stateless, the seed's blend and the gold rewrite
 with paired intervals (`chatqna.evaluation.compare`). The full table lists every mode. The
-chart shows follow-up R@5 with intervals for the headline modes.
+chart shows follow-up R@5 with intervals for the comparison rows (or, without them, the
+headline modes).
 """
 
 from __future__ import annotations
@@ -111,20 +112,31 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def chart(results: dict[str, Any], path: Path) -> None:
-    """Follow-up R@5 with 95% intervals for the headline modes."""
+    """Follow-up R@5 with 95% intervals: the comparison rows when the run has them (the
+    defaults against the references), else the headline modes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = headline(results["modes"])
-    labels = [row["label"] for row in rows]
-    values = [metric(row, "follow_ups", "R@5") or {"mean": 0, "low": 0, "high": 0} for row in rows]
+    comparison = results.get("comparison")
+    if comparison:
+        rows = comparison["rows"]
+        labels = [row["name"] for row in rows]
+        values = [row["follow_ups"].get("R@5") or {"mean": 0, "low": 0, "high": 0} for row in rows]
+        highlight = [row["under_test"] for row in rows]
+    else:
+        rows = headline(results["modes"])
+        labels = [row["label"] for row in rows]
+        values = [
+            metric(row, "follow_ups", "R@5") or {"mean": 0, "low": 0, "high": 0} for row in rows
+        ]
+        highlight = [row["strategy"] == "blend" for row in rows]
     means = [v["mean"] for v in values]
     errors = [[v["mean"] - v["low"] for v in values], [v["high"] - v["mean"] for v in values]]
     figure, axes = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
     positions = list(range(len(rows)))[::-1]
-    colours = ["#4c72b0" if row["strategy"] == "blend" else "#999999" for row in rows]
+    colours = ["#4c72b0" if marked else "#999999" for marked in highlight]
     axes.barh(positions, means, xerr=errors, color=colours, capsize=3)
     axes.set_yticks(positions, labels, fontsize=8)
     axes.set_xlabel("follow-up Recall@5 (95% CI)")

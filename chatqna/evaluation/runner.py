@@ -118,19 +118,18 @@ async def rank_mode(
         if plan.failure is not None:
             result.failures[turn.key] = plan.failure
         elif plan.vector is not None:
-            # As the service's `search_fused`: deeper legs, the fused top `depth` kept.
-            legs = max(depth, mode.candidates) if mode.hybrid else depth
             hits = index.search_sync(
                 SearchQuery(
                     plan.text,
                     plan.vector,
-                    legs,
+                    depth,
                     mode.hybrid,
                     fusion_weights=mode.fusion_weights,
                     bm25_history=plan.bm25_history,
                     bm25_history_weight=plan.bm25_history_weight,
-                )
-            )[:depth]
+                ),
+                candidates=mode.candidates,
+            )
             if mode.rerank:
                 hits = await reranker.rerank(plan.text, hits, depth)
             ranking = [hit.chunk.id for hit in hits]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,14 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
 
 from chatqna.backends.factory import Backends
-from chatqna.backends.protocols import (
-    Completion,
-    Delta,
-    GenerationParams,
-    Retriever,
-    SearchQuery,
-    Usage,
-)
+from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery, Usage
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.blend import blend_query, earlier_questions
@@ -188,21 +181,6 @@ async def plan_retrieval(
     )
 
 
-async def search_fused(
-    retriever: Retriever, query: SearchQuery, candidates: int
-) -> list[ScoredChunk]:
-    """A search whose fusion draws on each leg's best `max(k, candidates)` passages.
-
-    Both legs are asked for the deeper list and the fused ranking is cut back to `k`, which
-    is the fused top `k` of the deeper legs: a passage both legs rank fairly high can then
-    beat one that only a single leg ranks first (`FUSION_CANDIDATES`). Dense-only search
-    needs no depth beyond `k`.
-    """
-    if not query.hybrid or candidates <= query.k:
-        return await retriever.search(query)
-    return (await retriever.search(replace(query, k=candidates)))[: query.k]
-
-
 async def condense_step(
     conversation: Conversation, backends: Backends, settings: Settings
 ) -> CondenseOutcome | None:
@@ -287,8 +265,7 @@ async def _retrieve_and_rerank(
     )
 
     with tracer().start_as_current_span(names.SPAN_RETRIEVE) as retrieve_span:
-        candidates = await search_fused(
-            backends.retriever,
+        candidates = await backends.retriever.search(
             SearchQuery(
                 text=plan.text,
                 embedding=plan.embedding,
@@ -297,8 +274,7 @@ async def _retrieve_and_rerank(
                 fusion_weights=settings.fusion_weights,
                 bm25_history=plan.bm25_history,
                 bm25_history_weight=plan.bm25_history_weight,
-            ),
-            FUSION_CANDIDATES,
+            )
         )
         retrieve_span.set_attribute(names.RETRIEVAL_CANDIDATES, len(candidates))
     mark = clock.record("retrieve", mark)

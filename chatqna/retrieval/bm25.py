@@ -24,6 +24,7 @@ the same tree, so the two add in the same order.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -57,11 +58,19 @@ STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
 
 def tokenize(text: str) -> list[str]:
     """Lower-cased word tokens without stop words (and without absurdly long tokens)."""
+    # A character is at most 4 bytes: only longer tokens need measuring.
     return [
         t
         for t in TOKEN_PATTERN.findall(text.lower())
-        if t not in STOP_WORDS and len(t.encode("utf-8")) <= MAX_TOKEN_BYTES
+        if t not in STOP_WORDS
+        and (len(t) <= MAX_TOKEN_BYTES // 4 or len(t.encode("utf-8")) <= MAX_TOKEN_BYTES)
     ]
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_terms(text: str) -> tuple[str, ...]:
+    """The distinct tokens of a query-side text, in first-seen order (cached)."""
+    return tuple(dict.fromkeys(tokenize(text)))
 
 
 @dataclass(frozen=True)
@@ -78,12 +87,15 @@ class WeightedQuery:
 
     @classmethod
     def parse(cls, text: str, history: str = "", history_weight: float = 0.0) -> WeightedQuery:
-        terms = tuple(dict.fromkeys(tokenize(text)))
+        terms = _line_terms(text)
         if history_weight <= 0.0:
             return cls(terms)
         seen = set(terms)
-        extra = tuple(t for t in dict.fromkeys(tokenize(history)) if t not in seen)
-        return cls(terms, extra, history_weight if extra else 0.0)
+        # Line by line (no token spans a line break): the earlier questions of a chat come
+        # back turn after turn, and their tokens are remembered.
+        extra = [t for line in history.split("\n") for t in _line_terms(line) if t not in seen]
+        unique = tuple(dict.fromkeys(extra))
+        return cls(terms, unique, history_weight if unique else 0.0)
 
     @property
     def empty(self) -> bool:
@@ -154,7 +166,7 @@ class BM25Index:
                 rows.append(position)
                 freqs.append(tf)
         self._postings = {
-            term: (np.asarray(rows, dtype=np.int64), np.asarray(freqs, dtype=np.float64))
+            term: (np.asarray(rows, dtype=np.int32), np.asarray(freqs, dtype=np.int32))
             for term, (rows, freqs) in postings.items()
         }
         self._lengths = lengths
@@ -179,27 +191,46 @@ class BM25Index:
             return cached
         postings = self._postings.get(term)
         if postings is None:
-            empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
-            return empty
-        rows, tf = postings
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+        rows, counts = postings
+        tf = counts.astype(np.float64)
         # Left to right, as RediSearch evaluates `idf * f * (k1 + 1) / (...)`.
         norm = tf + K1 * ((1.0 - B) + (B * self._lengths[rows]) / self._avg_length)
         scores = self.idf(term) * tf * K1_PLUS_ONE / norm
         self._cache[term] = (rows, scores)
         return rows, scores
 
+    def _sums(self, node: TermUnion) -> np.ndarray:
+        """Every document's score for a union: its children added in order, then weighted.
+
+        The terms come first (`query_tree` nests only after them): `bincount` adds each
+        document's term scores in input order, starting from 0.0, and nested unions are then
+        added one by one. Adding 0.0 for a child a document lacks is exact, so the result is
+        bit for bit RediSearch's sum over the children the document matched.
+        """
+        terms = [child for child in node.children if isinstance(child, str)]
+        nested = [child for child in node.children if not isinstance(child, str)]
+        if node.children[: len(terms)] != tuple(terms):
+            raise ValueError("a union's terms must precede its nested unions")
+        parts = [self.term_scores(term) for term in terms]
+        rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int32)
+        if len(rows):
+            scores = np.concatenate([part[1] for part in parts])
+            sums = np.bincount(rows, weights=scores, minlength=self._count)
+        else:  # no term of this union occurs anywhere
+            sums = np.zeros(self._count, dtype=np.float64)
+        for child in nested:
+            sums += self._sums(child)
+        if node.weight != 1.0:
+            np.multiply(sums, node.weight, out=sums)
+        return sums
+
     def _node(self, node: TermUnion) -> tuple[np.ndarray, np.ndarray]:
-        parts = [
-            self.term_scores(child) if isinstance(child, str) else self._node(child)
-            for child in node.children
-        ]
-        rows = np.concatenate([p[0] for p in parts])
-        values = np.concatenate([p[1] for p in parts])
-        # bincount adds each document's values in input order: children in order, as
-        # RediSearch sums a union's children.
-        sums = np.bincount(rows, weights=values, minlength=self._count)
-        matched = np.flatnonzero(np.bincount(rows, minlength=self._count))
-        return matched, sums[matched] * node.weight
+        sums = self._sums(node)
+        # Every matching term scores above zero (idf and f are positive), so a document
+        # matches exactly when its sum is not zero.
+        matched = np.flatnonzero(sums)
+        return matched, sums[matched]
 
     def scores(self, query: WeightedQuery) -> dict[int, float]:
         """BM25 score of every document matching at least one term of the query."""

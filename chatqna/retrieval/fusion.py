@@ -6,11 +6,11 @@ item it ranks (rank starting at 1). `k = 60` is the paper's constant; it damps t
 each list so that one leg's first place does not drown agreement between legs. Scores of
 different legs (cosine, BM25) live on different scales, which is why ranks are fused.
 
-The service fuses each leg's best `max(k, FUSION_CANDIDATES)` passages and keeps the fused
+Both indexes fuse each leg's best `max(k, FUSION_CANDIDATES)` passages and keep the fused
 top `k`, not the best `k` of each leg: a passage that both legs rank fairly high then beats
 one that only a single leg ranks first. On the ClapNQ benchmark (BM25 at fusion weight 0.2)
 fusing 50 per leg instead of 10 raised first-turn Recall@5 from 0.67 to 0.70 and
-follow-up Recall@5 with the blend from 0.39 to 0.43; see the Benchmarks docs page.
+follow-up Recall@5 with the default blend from 0.39 to 0.44; see the Benchmarks docs page.
 """
 
 from __future__ import annotations

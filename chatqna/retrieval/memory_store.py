@@ -1,8 +1,9 @@
 """The embedded retriever: exact dense search on numpy + BM25 + RRF, persisted to one file.
 
-A hybrid search fuses the best `k` passages of each leg by weighted reciprocal rank fusion
-and keeps `k`. Its BM25 is RediSearch's `BM25STD`, computed the same way
-(`chatqna.retrieval.bm25`), so a Redis index over the same passages ranks identically.
+A hybrid search fuses the best `max(k, rrf_candidates)` passages of each leg by weighted
+reciprocal rank fusion and keeps the best `k`. Its BM25 is RediSearch's `BM25STD`, computed
+the same way (`chatqna.retrieval.bm25`), so a Redis index over the same passages ranks
+identically.
 
 The whole index (chunk texts and metadata, per-source content hashes, the embedding matrix,
 and the embedder's name) lives in `<data dir>/index/index.npz`. Every change builds a new
@@ -29,7 +30,7 @@ from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.bm25 import BM25Index, WeightedQuery
-from chatqna.retrieval.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
+from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 
 INDEX_FILE = "index.npz"
 FORMAT_VERSION = 1
@@ -54,23 +55,44 @@ class InMemoryHybridIndex:
     """Exact cosine search plus BM25, fused with reciprocal rank fusion; one file on disk."""
 
     def __init__(
-        self, directory: Path, *, embedder_name: str, dimension: int, rrf_k: int = DEFAULT_RRF_K
+        self,
+        directory: Path,
+        *,
+        embedder_name: str,
+        dimension: int,
+        rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
     ) -> None:
+        if rrf_k < 1 or rrf_candidates < 1:
+            raise ValueError("rrf_k and rrf_candidates must be at least 1")
         self.directory = directory
         self.path = directory / INDEX_FILE
         self.embedder_name = embedder_name
         self.dimension = dimension
         self.rrf_k = rrf_k
+        self.rrf_candidates = rrf_candidates
         self.loaded_from_disk = False
         self._state = _State.build([], np.zeros((0, dimension), dtype=np.float32), {})
         self._write_lock = asyncio.Lock()
 
     @classmethod
     async def open(
-        cls, directory: Path, *, embedder_name: str, dimension: int, rrf_k: int = DEFAULT_RRF_K
+        cls,
+        directory: Path,
+        *,
+        embedder_name: str,
+        dimension: int,
+        rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
     ) -> InMemoryHybridIndex:
         """Open the index in `directory`, loading it when a file exists there."""
-        index = cls(directory, embedder_name=embedder_name, dimension=dimension, rrf_k=rrf_k)
+        index = cls(
+            directory,
+            embedder_name=embedder_name,
+            dimension=dimension,
+            rrf_k=rrf_k,
+            rrf_candidates=rrf_candidates,
+        )
         if index.path.exists():
             index._state = await asyncio.to_thread(index._load)
             index.loaded_from_disk = True
@@ -181,7 +203,11 @@ class InMemoryHybridIndex:
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
         return await asyncio.to_thread(self.search_sync, query)
 
-    def search_sync(self, query: SearchQuery) -> list[ScoredChunk]:
+    def search_sync(
+        self, query: SearchQuery, *, candidates: int | None = None
+    ) -> list[ScoredChunk]:
+        """`search` on the calling thread; `candidates` overrides `rrf_candidates` (the
+        benchmark measures other depths with it)."""
         state = self._state
         if not state.chunks:
             return []
@@ -191,14 +217,15 @@ class InMemoryHybridIndex:
                 f"query vector has {vector.shape[0]} dimensions, the index {self.dimension}"
             )
         cosine = state.matrix @ vector
-        dense_order = np.argsort(-cosine, kind="stable")[: query.k]
-        dense_ids = [int(i) for i in dense_order]
         if not query.hybrid:
+            dense_ids = [int(i) for i in np.argsort(-cosine, kind="stable")[: query.k]]
             return [
                 self._scored(state, i, cosine, None, float(cosine[i]), "dense") for i in dense_ids
             ]
+        depth = max(query.k, self.rrf_candidates if candidates is None else candidates)
+        dense_ids = [int(i) for i in np.argsort(-cosine, kind="stable")[:depth]]
         lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
-        bm25_hits = dict(state.bm25.top(lexical, query.k))
+        bm25_hits = dict(state.bm25.top(lexical, depth))
         fused = reciprocal_rank_fusion(
             [[str(i) for i in dense_ids], [str(i) for i in bm25_hits]],
             k=self.rrf_k,

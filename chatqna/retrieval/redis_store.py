@@ -21,9 +21,9 @@ client-side, and an OR query that starts with two stop words crashes RediSearch 
 shared/notes/redis-stack.md).
 
 A hybrid search sends the KNN and the BM25 query in one pipelined round trip, each for its
-best `k` passages (ids and scores only), fuses the two rankings in the client with
-`reciprocal_rank_fusion`, exactly as `InMemoryHybridIndex` does, and then reads the `k`
-fused passages in a second round trip; a Redis 8.4+ server-side fusion (`FT.HYBRID`)
+best `max(k, rrf_candidates)` passages (ids and scores only), fuses the two rankings in the
+client with `reciprocal_rank_fusion`, exactly as `InMemoryHybridIndex` does, and then reads
+the `k` fused passages in a second round trip; a Redis 8.4+ server-side fusion (`FT.HYBRID`)
 can replace `_fuse` later. BM25 ties are ordered by passage id in both indexes: RediSearch
 orders them by insertion, so the client re-sorts, and when a tie straddles the cut it asks
 `FT.AGGREGATE` for the exact order instead.
@@ -65,7 +65,7 @@ from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.bm25 import TermUnion, WeightedQuery, query_tree, tokenize
-from chatqna.retrieval.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
+from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 
 logger = logging.getLogger(__name__)
 
@@ -177,11 +177,12 @@ class RedisHybridIndex:
         index_name: str = DEFAULT_INDEX_NAME,
         vector: VectorIndexParams | None = None,
         rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
         write_batch: int = 500,
         location: str = "",
     ) -> None:
-        if dimension < 1 or write_batch < 1 or rrf_k < 1:
-            raise ValueError("dimension, write_batch and rrf_k must be at least 1")
+        if min(dimension, write_batch, rrf_k, rrf_candidates) < 1:
+            raise ValueError("dimension, write_batch, rrf_k and rrf_candidates must be at least 1")
         if not index_name or any(c.isspace() for c in index_name):
             raise ValueError(f"invalid index name {index_name!r}")
         self.client = client
@@ -190,6 +191,7 @@ class RedisHybridIndex:
         self.index_name = index_name
         self.vector = vector if vector is not None else VectorIndexParams()
         self.rrf_k = rrf_k
+        self.rrf_candidates = rrf_candidates
         self.write_batch = write_batch
         self.location = location
         self._chunk_prefix = f"{index_name}:chunk:"
@@ -207,6 +209,7 @@ class RedisHybridIndex:
         index_name: str = DEFAULT_INDEX_NAME,
         vector: VectorIndexParams | None = None,
         rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
         write_batch: int = 500,
         timeout_seconds: float = 10.0,
     ) -> RedisHybridIndex:
@@ -225,6 +228,7 @@ class RedisHybridIndex:
             index_name=index_name,
             vector=vector,
             rrf_k=rrf_k,
+            rrf_candidates=rrf_candidates,
             write_batch=write_batch,
             location=redact_url(url),
         )
@@ -495,7 +499,7 @@ class RedisHybridIndex:
             )
         if not query.hybrid:
             return await self._dense_only(vector, query.k)
-        depth = query.k
+        depth = max(query.k, self.rrf_candidates)
         lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
         text_query = bm25_query(lexical)
         async with self._redis("search"):

@@ -48,8 +48,10 @@ async def test_uses_the_given_embedding_without_embedding_again(
     assert body["initial_query"] == "Is that possible after I cancel?"
     assert body["embedded_by_service"] is False
     assert len(body["retrieved_docs"]) == 2
+    # The given embedding (not the text) finds the retention passage; fusion may rank the
+    # export passage, which both legs find, above it.
+    assert "retention.md" in {doc["metadata"]["source"] for doc in body["retrieved_docs"]}
     first = body["retrieved_docs"][0]
-    assert first["metadata"]["source"] == "retention.md"
     assert set(first["metadata"]["scores"]) == {"dense", "bm25", "fusion"}
 
 

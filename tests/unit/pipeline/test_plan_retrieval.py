@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from chatqna.backends.factory import Backends
-from chatqna.backends.fakes import HashingEmbedder, RecordingRetriever
+from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.multiturn.blend import BM25_HISTORY_QUESTIONS, earlier_questions
 from chatqna.multiturn.history import Conversation, Message
-from chatqna.pipeline.orchestrator import plan_retrieval, search_fused
+from chatqna.pipeline.orchestrator import plan_retrieval
 from chatqna.retrieval.dataprep import IngestFile, ingest_files
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 from chatqna.settings import Settings
@@ -106,21 +106,25 @@ def test_earlier_questions_keep_the_most_recent_and_skip_blank_ones() -> None:
 
 async def test_hybrid_fuses_deeper_legs_and_keeps_k(tmp_path: Path) -> None:
     embedder = HashingEmbedder()
-    index = await InMemoryHybridIndex.open(tmp_path, embedder_name=embedder.name, dimension=64)
+    index = await InMemoryHybridIndex.open(
+        tmp_path, embedder_name=embedder.name, dimension=64, rrf_candidates=6
+    )
     files = [
-        IngestFile(f"doc{i}.md", f"# D{i}\n\nrefund topic {i} plans".encode()) for i in range(8)
+        IngestFile(f"doc{i}.md", f"# D{i}\n\nrefund topic {i} plans {'refund ' * (i % 3)}".encode())
+        for i in range(8)
     ]
     await ingest_files(files, embedder, index)
-    retriever = RecordingRetriever(index)
     vector = (await embedder.embed(["refund plans"]))[0]
-    hybrid = SearchQuery("refund plans", vector, 3)
-    hits = await search_fused(retriever, hybrid, 50)
-    assert len(hits) == 3 and retriever.queries[-1].k == 50
-    deep = await index.search(SearchQuery("refund plans", vector, 50))
+    hits = await index.search(SearchQuery("refund plans", vector, 3))
+    # The best 3 of the fusion of each leg's best 6, not the fusion of each leg's best 3.
+    deep = await index.search(SearchQuery("refund plans", vector, 6))
     assert [h.chunk.id for h in hits] == [h.chunk.id for h in deep[:3]]
-    dense = SearchQuery("refund plans", vector, 3, hybrid=False)
-    assert len(await search_fused(retriever, dense, 50)) == 3
-    assert retriever.queries[-1].k == 3
-    # A depth below k changes nothing.
-    await search_fused(retriever, hybrid, 2)
-    assert retriever.queries[-1].k == 3
+    shallow = index.search_sync(SearchQuery("refund plans", vector, 3), candidates=3)
+    assert len(hits) == len(shallow) == 3
+    # Dense-only search has no fusion: the top 3 by cosine either way.
+    dense = await index.search(SearchQuery("refund plans", vector, 3, hybrid=False))
+    assert [h.scores["dense"] for h in dense] == sorted(
+        (h.scores["dense"] for h in dense), reverse=True
+    )
+    with pytest.raises(ValueError):
+        InMemoryHybridIndex(tmp_path, embedder_name="x", dimension=4, rrf_candidates=0)

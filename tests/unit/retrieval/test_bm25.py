@@ -237,6 +237,15 @@ def test_history_terms_add_their_scores_times_the_weight() -> None:
     assert index.top(q("how long", "export", 0.0), 3) == index.top(q("how long"), 3)
 
 
+def test_only_history_terms_match() -> None:
+    index = BM25Index(CORPUS)
+    # "zebra" is nowhere; the history words alone rank the passages.
+    scores = index.scores(q("zebra", "export data", 0.5))
+    assert set(scores) == {3, 4}
+    assert scores[4] == 0.5 * index.scores(q("data"))[4]
+    assert index.top(q("zebra", "unknown words", 0.5), 3) == []
+
+
 def test_a_single_history_term_keeps_its_weight() -> None:
     index = BM25Index(CORPUS)
     single = index.scores(q("birds", "export", 0.3))

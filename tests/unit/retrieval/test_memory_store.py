@@ -112,14 +112,21 @@ async def test_k_limits_results(index: InMemoryHybridIndex, k: int, hybrid: bool
 async def test_bm25_only_match_enters_hybrid_but_not_dense(index: InMemoryHybridIndex) -> None:
     # The text mentions "zebra" (only in HARDWARE[1]); the vector points at the refund passage.
     dense = await index.search(query("zebra", k=2, hybrid=False, like=POLICIES[0]))
-    hybrid = await index.search(query("zebra", k=2, hybrid=True, like=POLICIES[0]))
     assert dense[0].chunk.text == POLICIES[0]
     assert HARDWARE[1] not in texts(dense)
+    # Each leg's best 2 fused: zebra only comes from BM25.
+    hybrid = index.search_sync(query("zebra", k=2, hybrid=True, like=POLICIES[0]), candidates=2)
     assert texts(hybrid) == [POLICIES[0], HARDWARE[1]]
     zebra = hybrid[1]
     assert zebra.scores["bm25"] > 0
     assert zebra.score == pytest.approx(1 / 61)
     assert hybrid[0].scores["bm25"] == 0.0
+    # Each leg's best 50 fused (the default): the dense leg ranks zebra too, lower, and the
+    # two legs' agreement puts it first.
+    deep = await index.search(query("zebra", k=2, hybrid=True, like=POLICIES[0]))
+    assert texts(deep)[0] == HARDWARE[1]
+    rank = texts(await index.search(query("zebra", 5, hybrid=False, like=POLICIES[0])))
+    assert deep[0].score == pytest.approx(1 / 61 + 1 / (61 + rank.index(HARDWARE[1])))
 
 
 async def test_reingesting_a_source_replaces_its_chunks(index: InMemoryHybridIndex) -> None:
