@@ -20,6 +20,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
 
 from chatqna.backends.factory import Backends
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery, Usage
+from chatqna.backends.retriever_client import RemoteRetriever
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.blend import blend_query, earlier_questions
@@ -158,9 +159,12 @@ async def plan_retrieval(
         roles=settings.multi_turn_history_roles,
     )
     # The history-aware BM25 leg hears the user's earlier questions at a lower weight; it
-    # runs only when the blend ran, so a first turn keeps exactly the stateless ranking.
+    # runs only when the blend ran, so a first turn keeps exactly the stateless ranking. The
+    # OPEA retriever API has no field for them: behind RETRIEVER_ENDPOINT BM25 stays plain.
     weight = settings.multi_turn_bm25_history_weight
-    questions = earlier_questions(conversation) if blend.executed and weight > 0.0 else ()
+    remote = isinstance(backends.retriever, RemoteRetriever)
+    runs = blend.executed and weight > 0.0 and not remote
+    questions = earlier_questions(conversation) if runs else ()
     history_leg = bool(questions)
     report = {
         **base,

@@ -12,6 +12,7 @@ import pytest
 from chatqna.backends.factory import Backends
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
+from chatqna.backends.retriever_client import RemoteRetriever
 from chatqna.multiturn.blend import BM25_HISTORY_QUESTIONS, earlier_questions
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.orchestrator import plan_retrieval
@@ -30,8 +31,8 @@ def chat(*questions: str) -> tuple[Message, ...]:
     return tuple(history)
 
 
-def backends(embedder: HashingEmbedder) -> Backends:
-    return cast(Backends, SimpleNamespace(embedder=embedder, translator=None))
+def backends(embedder: HashingEmbedder, retriever: object = None) -> Backends:
+    return cast(Backends, SimpleNamespace(embedder=embedder, translator=None, retriever=retriever))
 
 
 def blend_settings(**overrides: object) -> Settings:
@@ -91,6 +92,16 @@ async def test_history_leg_off_at_weight_zero_and_when_the_blend_is_off() -> Non
         conversation, backends(embedder), blend_settings(multi_turn_blend_enabled=False)
     )
     assert no_blend.bm25_history == "" and no_blend.bm25_history_weight == 0.0
+
+
+async def test_no_history_leg_through_the_retriever_service() -> None:
+    # OPEA's /v1/retrieval has no history field: the leg cannot run, and says so.
+    remote = RemoteRetriever("http://127.0.0.1:9")
+    conversation = Conversation("And then?", chat("Refund policy?"))
+    plan = await plan_retrieval(conversation, backends(HashingEmbedder(), remote), blend_settings())
+    await remote.aclose()
+    assert plan.report["strategy"] == "blend"
+    assert plan.bm25_history == "" and plan.report["bm25_history"]["ran"] is False
 
 
 def test_earlier_questions_keep_the_most_recent_and_skip_blank_ones() -> None:
