@@ -33,7 +33,8 @@ class ServiceState:
     metrics: ServiceMetrics
 
 
-def service_state(request: Request) -> ServiceState:
+# Dependencies are `async def` so FastAPI runs them on the loop, not on a worker thread.
+async def service_state(request: Request) -> ServiceState:
     state: ServiceState = request.app.state.service
     return state
 
@@ -87,7 +88,7 @@ def request_has_key(headers: Headers, method: str, key: SecretStr) -> bool:
     return api_key_matches(headers.get("authorization"), key, basic=basic)
 
 
-def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request) -> None:
     """With `CHATQNA_API_KEY` set, demand the key (Bearer, or Basic from this origin)."""
     settings: Settings = request.app.state.settings
     if settings.chatqna_api_key is None:

@@ -77,7 +77,11 @@ def upstream_client(
         timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
         headers=headers,
         transport=transport,
-        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        # Keep every pooled connection alive (fewer reconnects under load), but drop idle ones
+        # before a uvicorn-style upstream's 5 s keep-alive closes them under a request.
+        limits=httpx.Limits(
+            max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0
+        ),
     )
     instrument_http_client(client)
     return client
