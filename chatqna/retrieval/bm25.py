@@ -166,7 +166,7 @@ class BM25Index:
                 rows.append(position)
                 freqs.append(tf)
         self._postings = {
-            term: (np.asarray(rows, dtype=np.int32), np.asarray(freqs, dtype=np.int32))
+            term: (np.asarray(rows, dtype=np.intp), np.asarray(freqs, dtype=np.int32))
             for term, (rows, freqs) in postings.items()
         }
         self._lengths = lengths
@@ -191,7 +191,7 @@ class BM25Index:
             return cached
         postings = self._postings.get(term)
         if postings is None:
-            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
         rows, counts = postings
         tf = counts.astype(np.float64)
         # Left to right, as RediSearch evaluates `idf * f * (k1 + 1) / (...)`.
@@ -213,7 +213,7 @@ class BM25Index:
         if node.children[: len(terms)] != tuple(terms):
             raise ValueError("a union's terms must precede its nested unions")
         parts = [self.term_scores(term) for term in terms]
-        rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int32)
+        rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.intp)
         if len(rows):
             scores = np.concatenate([part[1] for part in parts])
             sums = np.bincount(rows, weights=scores, minlength=self._count)
@@ -229,7 +229,7 @@ class BM25Index:
         sums = self._sums(node)
         # Every matching term scores above zero (idf and f are positive), so a document
         # matches exactly when its sum is not zero.
-        matched = np.flatnonzero(sums)
+        matched = sums.nonzero()[0]  # 1-D: cheaper than np.flatnonzero
         return matched, sums[matched]
 
     def scores(self, query: WeightedQuery) -> dict[int, float]:
