@@ -208,17 +208,27 @@ class BM25Index:
         added one by one. Adding 0.0 for a child a document lacks is exact, so the result is
         bit for bit RediSearch's sum over the children the document matched.
         """
-        terms = [child for child in node.children if isinstance(child, str)]
-        nested = [child for child in node.children if not isinstance(child, str)]
-        if node.children[: len(terms)] != tuple(terms):
-            raise ValueError("a union's terms must precede its nested unions")
-        parts = [self.term_scores(term) for term in terms]
-        rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.intp)
-        if len(rows):
-            scores = np.concatenate([part[1] for part in parts])
-            sums = np.bincount(rows, weights=scores, minlength=self._count)
-        else:  # no term of this union occurs anywhere
+        rows: list[np.ndarray] = []
+        scores: list[np.ndarray] = []
+        nested: list[TermUnion] = []
+        for child in node.children:
+            if isinstance(child, TermUnion):
+                nested.append(child)
+            elif nested:
+                raise ValueError("a union's terms must precede its nested unions")
+            else:
+                term_rows, term_scores = self.term_scores(child)
+                rows.append(term_rows)
+                scores.append(term_scores)
+        if len(rows) == 1:
+            sums = np.bincount(rows[0], weights=scores[0], minlength=self._count)
+        elif rows:
+            every = np.concatenate(rows)
+            sums = np.bincount(every, weights=np.concatenate(scores), minlength=self._count)
+        else:
             sums = np.zeros(self._count, dtype=np.float64)
+        if sums.dtype != np.float64:  # bincount of no rows at all counts in integers
+            sums = sums.astype(np.float64)
         for child in nested:
             sums += self._sums(child)
         if node.weight != 1.0:

@@ -42,6 +42,7 @@ from chatqna.evaluation.cache import EmbeddingCache  # noqa: E402
 from chatqna.evaluation.dataset import Dataset, EvalTurn, load_dataset  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
 from chatqna.multiturn.history import Conversation  # noqa: E402
+from chatqna.retrieval.bm25 import WeightedQuery  # noqa: E402
 from chatqna.retrieval.fusion import FUSION_CANDIDATES  # noqa: E402
 from chatqna.retrieval.memory_store import InMemoryHybridIndex  # noqa: E402
 from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams  # noqa: E402
@@ -130,7 +131,10 @@ async def main() -> None:
     cache = EmbeddingCache(args.cache_dir, EMBEDDER)
     batch = corpus(dataset, cache)
     pairs = queries(dataset.scored_turns, cache)
-    history_terms = [len(set(a.bm25_history.lower().split())) for _, a in pairs]
+    history_terms = [
+        len(WeightedQuery.parse(a.text, a.bm25_history, HISTORY_WEIGHT).history_terms)
+        for _, a in pairs
+    ]
     results: dict[str, Any] = {
         "dataset": dataset.name,
         "passages": len(batch.chunks),
@@ -140,7 +144,7 @@ async def main() -> None:
         "candidates_per_leg": FUSION_CANDIDATES,
         "fusion_weights": list(WEIGHTS),
         "history_weight": HISTORY_WEIGHT,
-        "history_words_median": statistics.median(history_terms),
+        "history_terms_median": statistics.median(history_terms),
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "stores": {},
     }
