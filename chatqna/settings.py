@@ -92,18 +92,18 @@ class Settings(BaseSettings):
     rerank_top_n: int = Field(3, ge=1, le=100)
     rrf_k: int = Field(60, ge=1)
     rrf_dense_weight: float = Field(1.0, ge=0.0)
-    rrf_bm25_weight: float = Field(1.0, ge=0.0)
+    rrf_bm25_weight: float = Field(0.2, ge=0.0)
     chunk_size: int = Field(1200, ge=100)
     chunk_overlap: int = Field(150, ge=0)
 
     # --- multi-turn --------------------------------------------------------------------
     multi_turn_mode: Literal["blend", "condense"] = "blend"
     multi_turn_blend_enabled: bool = False
-    multi_turn_blend_alpha: float = Field(0.7, ge=0.0, le=1.0)
-    multi_turn_history_turns: int = Field(6, ge=0)
-    multi_turn_history_order: Literal["chronological", "newest_first"] = "chronological"
+    multi_turn_blend_alpha: float = Field(0.75, ge=0.0, le=1.0)
+    multi_turn_history_turns: int = Field(4, ge=0)
+    multi_turn_history_order: Literal["chronological", "newest_first"] = "newest_first"
     multi_turn_history_roles: Literal["user_assistant", "user"] = "user_assistant"
-    multi_turn_bm25_history_weight: float = Field(0.0, ge=0.0, le=1.0)
+    multi_turn_bm25_history_weight: float = Field(0.3, ge=0.0, le=1.0)
     multi_turn_translate_history: bool = True
     multi_turn_translation_cache_size: int = Field(1024, ge=1)
     multi_turn_translation_timeout_seconds: float = Field(10.0, gt=0)

@@ -358,7 +358,7 @@ def test_conversation_follow_up_upload_and_new_chat(
     stages = [e.text for e in top.find_elements(By.CSS_SELECTOR, ".score-list dt")]
     assert stages == ["dense", "bm25", "fusion", "rerank"]
     details = retrieval_details(second)
-    assert details["Blend"] == "ran" and details["Alpha (query weight)"] == "0.7"
+    assert details["Blend"] == "ran" and details["Alpha (query weight)"] == "0.75"
     assert details["Messages blended"] == "2" and details["Mode"] == "blend"
     user_turns = browser.find_elements(By.CSS_SELECTOR, "#messages .turn-user")
     browser.execute_script("arguments[0].scrollIntoView()", user_turns[1])

@@ -93,14 +93,14 @@ async def test_blend_executed_spans(
     attributes = orchestrate.attributes or {}
     assert attributes[names.BLEND_EXECUTED] is True
     assert attributes[names.BLEND_REASON] == "executed"
-    assert attributes[names.BLEND_ALPHA] == 0.7
-    assert attributes[names.BLEND_HISTORY_TURNS] == 6
+    assert attributes[names.BLEND_ALPHA] == 0.75
+    assert attributes[names.BLEND_HISTORY_TURNS] == 4
     assert attributes[names.BLEND_HISTORY_MESSAGES] == 2
-    assert attributes[names.HISTORY_ORDER] == "chronological"
-    assert attributes[names.BM25_HISTORY_RAN] is False
+    assert attributes[names.HISTORY_ORDER] == "newest_first"
+    assert attributes[names.BM25_HISTORY_RAN] is True
     assert (attributes[names.FUSION_DENSE_WEIGHT], attributes[names.FUSION_BM25_WEIGHT]) == (
         1.0,
-        1.0,
+        0.2,
     )
     assert names.QUERY_TEXT not in attributes, "content is opt-in"
     # Generation ends with the stream, and orchestrate only after it.
