@@ -6,9 +6,10 @@ shutdown; start-up warnings from the settings are logged once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Literal
 
 from fastapi import FastAPI
@@ -23,6 +24,7 @@ from chatqna.api.errors import install_error_handlers
 from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.factory import Backends, build_backends, build_retrieval_backends
+from chatqna.heap import HeapTrimmer, trim_available
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
@@ -68,6 +70,19 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
         )
 
 
+def start_heap_trimmer(settings: Settings, metrics: ServiceMetrics) -> asyncio.Task[None] | None:
+    """The background task that hands freed heap pages back to the OS (see `chatqna.heap`);
+    none with `CHATQNA_HEAP_TRIM_SECONDS=0` or without glibc's `malloc_trim`."""
+    if settings.chatqna_heap_trim_seconds == 0 or not trim_available():
+        return None
+    trimmer = HeapTrimmer(
+        metrics.activity,
+        settings.chatqna_heap_trim_seconds,
+        on_trim=metrics.record_heap_trim,
+    )
+    return asyncio.create_task(trimmer.run(), name="chatqna-heap-trim")
+
+
 def create_app(
     settings: Settings,
     backends: Backends | None = None,
@@ -98,9 +113,14 @@ def create_app(
         else:
             live = await build_backends(settings)
         app.state.service = ServiceState(settings, live, app.state.metrics)
+        trimmer = start_heap_trimmer(settings, app.state.metrics)
         try:
             yield
         finally:
+            if trimmer is not None:
+                trimmer.cancel()
+                with suppress(asyncio.CancelledError):
+                    await trimmer
             if owned:
                 await live.aclose()
             if owned_provider is not None:

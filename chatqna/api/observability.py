@@ -24,7 +24,8 @@ async def metrics(request: Request) -> Response:
 
 
 class RequestMetricsMiddleware:
-    """Counts requests by route template and status, and adds `X-Trace-Id` when tracing."""
+    """Counts requests by route template and status (and those in flight), and adds
+    `X-Trace-Id` when tracing."""
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
         self.app = app
@@ -46,9 +47,11 @@ class RequestMetricsMiddleware:
                     message = {**message, "headers": headers}
             await send(message)
 
+        self.metrics.activity.started()
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            self.metrics.activity.ended()
             self.metrics.requests.labels(
                 route=_route_of(scope), method=scope["method"], status=str(status["code"])
             ).inc()

@@ -5,7 +5,9 @@ not collide.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from chatqna.heap import RequestActivity
 
 STAGE_BUCKETS = (
     0.001,
@@ -62,6 +64,28 @@ class ServiceMetrics:
             ["backend", "error"],
             registry=self.registry,
         )
+
+        self.activity = RequestActivity()
+        in_flight = Gauge(
+            "chatqna_requests_in_flight",
+            "HTTP requests being answered",
+            registry=self.registry,
+        )
+        in_flight.set_function(lambda: self.activity.in_flight)
+        self.heap_trims = Counter(
+            "chatqna_heap_trims",
+            "Times the heap's free pages were handed back to the OS",
+            registry=self.registry,
+        )
+        self.heap_released_bytes = Counter(
+            "chatqna_heap_released_bytes",
+            "Resident bytes handed back to the OS by heap trims",
+            registry=self.registry,
+        )
+
+    def record_heap_trim(self, released_bytes: int) -> None:
+        self.heap_trims.inc()
+        self.heap_released_bytes.inc(released_bytes)
 
     def record_stages(self, stages: dict[str, float]) -> None:
         for stage, milliseconds in stages.items():

@@ -1,4 +1,5 @@
-"""The load benchmark script, run for seconds so it keeps working: two short runs, JSON out."""
+"""The load benchmark script, run for seconds so it keeps working: a warm-up and two short
+runs, JSON out."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def test_load_benchmark_runs_twice_against_one_server(tmp_path: Path) -> None:
             "0.2",
             "--pause",
             "0.2",
-            "--warmup-chats",
-            "4",
+            "--warmup",
+            "0.5",
             "--output",
             str(output),
         ],
@@ -58,3 +59,9 @@ def test_load_benchmark_runs_twice_against_one_server(tmp_path: Path) -> None:
         rss = measured["server_rss_mib"]
         assert 0 < rss["start"] <= rss["peak"] and rss["end"] <= rss["peak"]
     assert len(report["rss_end_mib_by_run"]) == 2
+    assert report["warmup"]["chats_ok"] > 0
+    settled = report["rss_settled_mib_by_run"]
+    assert len(settled) == 2 and all(mib > 0 for mib in settled)
+    assert report["rss_settled_growth_mib"] == [round(settled[1] - settled[0], 1)]
+    assert "settled RSS growth from run to run (MiB):" in run.stdout
+    assert report["rss_settled_trend_mib_per_run"] is None  # a trend needs three runs

@@ -1,7 +1,8 @@
 """Load benchmark: N concurrent streaming multi-turn chats against a real ChatQnA server process.
 
     .venv/bin/python tests/rag-benchmarks/load_chats.py [--concurrency 200] [--duration 30]
-        [--runs 2] [--delay 0.02] [--tokens 20] [--token-interval 0.02]
+        [--runs 2] [--warmup 10] [--pause 5] [--delay 0.02] [--tokens 20]
+        [--token-interval 0.02] [--heap-trim-seconds N]
 
 Starts the stand-in TEI + OpenAI upstreams (`python -m tests.standins.servers`, their own
 process) and `python -m chatqna serve` on loopback with the embedded index in a temporary
@@ -9,18 +10,24 @@ data dir, blend on, tracing off, access log off (log level WARNING), and ingests
 corpus. Then `--concurrency` virtual users each run conversations from the handbook lab for
 `--duration` seconds: the first question, then its follow-up with the streamed answer as
 history, each a streaming `POST /v1/chatqna`. A user starts no new chat after the deadline;
-chats in flight finish and count. `--runs` runs follow each other against the same server
-process, with the server's RSS sampled from /proc throughout, so growth across runs shows.
+chats in flight finish and count. A warm-up run at full concurrency (`--warmup` seconds,
+reported but not counted) brings the server to its working size; then `--runs` runs follow
+each other against the same server process, `--pause` idle seconds apart, with the server's
+RSS sampled from /proc throughout and once more at the end of each pause ("settled": the
+server is idle and its heap trimmer has run). Growth across runs shows in the settled RSS.
 
 Per run: chats/s, time to the first SSE event (metadata) and to the first token, p50/p95/p99
-of the whole chat, errors by kind, the server's RSS (start, end, peak) and CPU time. Prints a
-table and writes JSON to `results/load/load_chats.json` unless `--output` says otherwise.
+of the whole chat, errors by kind, the server's RSS (start, end, peak, settled) and CPU time.
+Prints a table, the settled RSS growth from run to run and its trend (least-squares MiB per
+run, from three runs), and writes JSON to
+`results/load/load_chats.json` unless `--output` says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -137,7 +144,9 @@ def standin_argv(port: int, options: dict[str, float | int | None]) -> list[str]
     return argv
 
 
-def server_env(standin: str, data_dir: Path, port: int, concurrency: int) -> dict[str, str]:
+def server_env(
+    standin: str, data_dir: Path, port: int, concurrency: int, heap_trim_seconds: float | None
+) -> dict[str, str]:
     """ChatQnA's environment: stand-in upstreams, blend on, tracing and access log off."""
     from chatqna.settings import Settings
 
@@ -153,6 +162,8 @@ def server_env(standin: str, data_dir: Path, port: int, concurrency: int) -> dic
         MULTI_TURN_BLEND_ENABLED="true",
         OTEL_TRACES_EXPORTER="none",
     )
+    if heap_trim_seconds is not None:
+        env["CHATQNA_HEAP_TRIM_SECONDS"] = str(heap_trim_seconds)
     # A limit on chats in flight (answering 429 when saturated) must admit every virtual user.
     for name, info in Settings.model_fields.items():
         if info.annotation in (int, int | None) and any(
@@ -194,6 +205,17 @@ def percentile(values: Sequence[float], p: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def slope(values: Sequence[float]) -> float | None:
+    """Least-squares slope of `values` against their index; None for fewer than three."""
+    if len(values) < 3:
+        return None
+    mean_x = (len(values) - 1) / 2
+    mean_y = sum(values) / len(values)
+    covariance = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(values))
+    variance = sum((x - mean_x) ** 2 for x in range(len(values)))
+    return covariance / variance
 
 
 def summarise(values: Sequence[float]) -> dict[str, float | None]:
@@ -370,7 +392,7 @@ def client_for(url: str, concurrency: int, timeout: float) -> httpx.AsyncClient:
 
 
 async def one_run(
-    url: str, pid: int, pairs: list[tuple[str, str]], args: argparse.Namespace
+    url: str, pid: int, pairs: list[tuple[str, str]], args: argparse.Namespace, duration: float
 ) -> dict[str, Any]:
     record = RunRecord()
     stop = asyncio.Event()
@@ -380,7 +402,7 @@ async def one_run(
     async with client_for(url, args.concurrency, args.timeout) as client:
         started = time.perf_counter()
         sampler = asyncio.create_task(sample_rss(pid, record, started, stop))
-        deadline = started + args.ramp + args.duration
+        deadline = started + args.ramp + duration
         users = [
             virtual_user(
                 client,
@@ -397,7 +419,9 @@ async def one_run(
         stop.set()
         await sampler
     cpu = (cpu_seconds(pid) - cpu_before, time.process_time() - loadgen_before)
-    return summarise_run(record, elapsed, cpu, load_before, args)
+    await asyncio.sleep(args.pause)  # idle: connections expire, the heap trimmer runs
+    settled = rss_kib(pid)
+    return summarise_run(record, elapsed, cpu, load_before, settled)
 
 
 def summarise_run(
@@ -405,7 +429,7 @@ def summarise_run(
     elapsed: float,
     cpu: tuple[float, float],
     load_before: list[float],
-    args: argparse.Namespace,
+    settled_kib: int,
 ) -> dict[str, Any]:
     ok = [r for r in record.results if r.error is None]
     errors = Counter(r.error for r in record.results if r.error is not None)
@@ -427,6 +451,7 @@ def summarise_run(
             "start": round(rss[0] / 1024, 1),
             "end": round(rss[-1] / 1024, 1),
             "peak": round(max(rss) / 1024, 1),
+            "settled": round(settled_kib / 1024, 1),
         },
         "server_rss_samples_mib": [
             [round(t, 2), round(kib / 1024, 1)] for t, kib in record.rss_samples
@@ -453,19 +478,12 @@ def _rounded(values: dict[str, float | None]) -> dict[str, float | None]:
     return {k: None if v is None else round(v, 1) for k, v in values.items()}
 
 
-async def warm_up(url: str, pairs: list[tuple[str, str]], chats: int) -> None:
-    async with client_for(url, 8, 60) as client:
-        for start in range(0, chats, 8):
-            batch = pairs[start % len(pairs) : start % len(pairs) + 8] or pairs[:8]
-            await asyncio.gather(
-                *(stream_chat(client, [{"role": "user", "content": q}]) for q, _ in batch)
-            )
-
-
 # --- report ------------------------------------------------------------------------------
 
 
-def print_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def print_table(
+    warmup: dict[str, Any] | None, runs: list[dict[str, Any]], args: argparse.Namespace
+) -> None:
     print(
         f"{args.concurrency} concurrent streaming chats (question + follow-up, blend on), "
         f"{args.duration:.0f} s per run, stand-ins: delay {args.delay} s, {args.tokens} tokens "
@@ -473,10 +491,12 @@ def print_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
     )
     print(
         "| run | chats | chats/s | first event p50/p95/p99 ms | first token p50/p95/p99 ms "
-        "| latency p50/p95/p99 ms | errors | RSS start/end/peak MiB | server CPU |"
+        "| latency p50/p95/p99 ms | errors | RSS start/end/peak/settled MiB | server CPU |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for number, run in enumerate(runs, start=1):
+    rows = [("warm-up", warmup)] if warmup is not None else []
+    rows += [(str(number), run) for number, run in enumerate(runs, start=1)]
+    for number, run in rows:
         fe, ft, lat, rss = (
             run["first_event_ms"],
             run["first_token_ms"],
@@ -487,7 +507,7 @@ def print_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(
             f"| {number} | {run['chats']} | {run['chats_per_s']:.1f} "
             f"| {_triple(fe)} | {_triple(ft)} | {_triple(lat)} | {errors} "
-            f"| {rss['start']:.0f}/{rss['end']:.0f}/{rss['peak']:.0f} "
+            f"| {rss['start']:.1f}/{rss['end']:.1f}/{rss['peak']:.1f}/{rss['settled']:.1f} "
             f"| {run['server_cpu_share']:.0%} |"
         )
 
@@ -502,13 +522,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=30, help="seconds per run")
     parser.add_argument("--runs", type=int, default=2, help="runs against the same server")
     parser.add_argument("--ramp", type=float, default=2.0, help="seconds to start all users")
-    parser.add_argument("--pause", type=float, default=3.0, help="idle seconds between runs")
-    parser.add_argument("--warmup-chats", type=int, default=32)
+    parser.add_argument(
+        "--pause", type=float, default=5.0, help="idle seconds after each run (then: settled RSS)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=10.0, help="seconds of the uncounted warm-up run (0: none)"
+    )
     parser.add_argument("--timeout", type=float, default=120, help="client timeout per chat")
     parser.add_argument("--delay", type=float, default=0.02, help="stand-in delay per call (s)")
     parser.add_argument("--tokens", type=int, default=20, help="tokens per streamed answer")
     parser.add_argument(
         "--token-interval", type=float, default=0.02, help="seconds between streamed tokens"
+    )
+    parser.add_argument(
+        "--heap-trim-seconds",
+        type=float,
+        default=None,
+        help="the server's CHATQNA_HEAP_TRIM_SECONDS (default: the service's default; 0: off)",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     return parser.parse_args(argv)
@@ -538,7 +568,7 @@ def running_services(args: argparse.Namespace, root: Path) -> Iterator[tuple[Pro
         server = start_process(
             "chatqna",
             [sys.executable, "-m", "chatqna", "serve"],
-            server_env(standin.url, root / "data", port, args.concurrency),
+            server_env(standin.url, root / "data", port, args.concurrency, args.heap_trim_seconds),
             port,
             root,
             ready_path="/v1/ready",
@@ -555,18 +585,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     pairs = load_conversations()
     with tempfile.TemporaryDirectory() as tmp, running_services(args, Path(tmp)) as (_, server):
         upload_corpus(server.url)
-        asyncio.run(warm_up(server.url, pairs, args.warmup_chats))
-        runs = []
-        for number in range(args.runs):
-            if number:
-                time.sleep(args.pause)
-            runs.append(asyncio.run(one_run(server.url, server.pid, pairs, args)))
-        print_table(runs, args)
+        warmup = None
+        if args.warmup > 0:
+            warmup = asyncio.run(one_run(server.url, server.pid, pairs, args, args.warmup))
+        runs = [
+            asyncio.run(one_run(server.url, server.pid, pairs, args, args.duration))
+            for _ in range(args.runs)
+        ]
+        print_table(warmup, runs, args)
         if server.popen.poll() is not None:
             raise SystemExit(f"the server died during the run:\n{server.log_tail()}")
         server_log = server.log_tail(20)
     ends = [run["server_rss_mib"]["end"] for run in runs]
+    settled = [run["server_rss_mib"]["settled"] for run in runs]
+    growth = [round(after - before, 1) for before, after in itertools.pairwise(settled)]
     print(f"server RSS at the end of each run (MiB): {ends}")
+    print(f"server RSS settled after each run (MiB): {settled}")
+    print(f"settled RSS growth from run to run (MiB): {growth}")
+    trend = slope(settled)
+    if trend is not None:
+        print(f"settled RSS trend (MiB per run, least squares): {trend:+.2f}")
     report = {
         "benchmark": "load_chats",
         "command": "tests/rag-benchmarks/load_chats.py "
@@ -579,11 +617,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tokens": args.tokens,
             "token_interval_s": args.token_interval,
         },
-        "server": {"multi_turn_blend_enabled": True, "tracing": "off", "log_level": "WARNING"},
+        "warmup_s": args.warmup,
+        "pause_s": args.pause,
+        "server": {
+            "multi_turn_blend_enabled": True,
+            "tracing": "off",
+            "log_level": "WARNING",
+            "heap_trim_seconds": args.heap_trim_seconds,
+        },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "load_average_after": load_average(),
+        "warmup": warmup,
         "runs": runs,
         "rss_end_mib_by_run": ends,
+        "rss_settled_mib_by_run": settled,
+        "rss_settled_growth_mib": growth,
+        "rss_settled_trend_mib_per_run": None if trend is None else round(trend, 3),
         "server_log_tail": server_log,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

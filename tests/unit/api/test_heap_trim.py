@@ -1,0 +1,50 @@
+"""The app's heap trimmer: after requests it hands freed pages back and counts it in
+`/metrics`; `CHATQNA_HEAP_TRIM_SECONDS=0` turns it off."""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory
+
+pytestmark = pytest.mark.anyio
+
+GLIBC = platform.libc_ver()[0] == "glibc"
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    assert match is not None, f"{name} missing from /metrics"
+    return float(match.group(1))
+
+
+async def trims_after_a_chat(client: httpx.AsyncClient) -> float:
+    response = await client.post("/v1/chatqna", json={"messages": "How do I export?"})
+    assert response.status_code == 200
+    await asyncio.sleep(0.3)  # several trimmer polls with nothing in flight
+    return metric((await client.get("/metrics")).text, "chatqna_heap_trims_total")
+
+
+@pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's")
+async def test_a_finished_request_leads_to_a_trim(
+    client_for: ClientFactory, tmp_path: Path
+) -> None:
+    settings = Settings(chatqna_data_dir=tmp_path / "data", chatqna_heap_trim_seconds=0.05)
+    client = await client_for(settings_=settings)
+    assert await trims_after_a_chat(client) >= 1
+    text = (await client.get("/metrics")).text
+    assert metric(text, "chatqna_heap_released_bytes_total") >= 0
+    assert metric(text, "chatqna_requests_in_flight") == 1.0  # this very request
+
+
+async def test_zero_turns_the_trimmer_off(client_for: ClientFactory, tmp_path: Path) -> None:
+    settings = Settings(chatqna_data_dir=tmp_path / "data", chatqna_heap_trim_seconds=0)
+    client = await client_for(settings_=settings)
+    assert await trims_after_a_chat(client) == 0
