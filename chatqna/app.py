@@ -73,7 +73,10 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
 def start_heap_trimmer(settings: Settings, metrics: ServiceMetrics) -> asyncio.Task[None] | None:
     """The background task that hands freed heap pages back to the OS (see `chatqna.heap`);
     none with `CHATQNA_HEAP_TRIM_SECONDS=0` or without glibc's `malloc_trim`."""
-    if settings.chatqna_heap_trim_seconds == 0 or not trim_available():
+    if settings.chatqna_heap_trim_seconds == 0:
+        return None
+    if not trim_available():
+        logger.info("heap trimming is off: this C library has no malloc_trim")
         return None
     trimmer = HeapTrimmer(
         metrics.activity,

@@ -7,7 +7,10 @@ then creeps up by about a kilobyte per chat, with nothing in it. `malloc_trim(0)
 free pages inside the heap back (Linux `madvise`), which keeps the resident size level.
 
 `HeapTrimmer` does that in the background: once the last request in flight has finished,
-and at most every `CHATQNA_HEAP_TRIM_SECONDS` while requests keep coming. Nothing happens
+and at most every `CHATQNA_HEAP_TRIM_SECONDS` while requests keep coming. When nothing is in
+flight it first runs a full garbage collection, so memory held only by reference cycles
+(exceptions with their tracebacks, finished tasks) is freed before the trim rather than at
+whatever moment the collector's counters next reach its oldest generation. Nothing happens
 without requests, with the setting at 0, or on a C library without `malloc_trim` (musl,
 macOS), where the trimmer reports itself unavailable and does not start.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 import time
@@ -32,17 +36,18 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 @cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    # glibc's soname first: `find_library` may need `ldconfig`, which slim images can lack.
+    for name in ("libc.so.6", ctypes.util.find_library("c")):
+        if name is None:
+            continue
+        try:
+            trim = ctypes.CDLL(name).malloc_trim
+        except (OSError, AttributeError):
+            continue
+        trim.argtypes = [ctypes.c_size_t]
+        trim.restype = ctypes.c_int
+        return trim
+    return None
 
 
 def trim_available() -> bool:
@@ -92,8 +97,8 @@ class RequestActivity:
 
 
 class HeapTrimmer:
-    """Trims the heap when the service falls idle after requests, or every `interval_seconds`
-    under steady load. `run()` loops until cancelled.
+    """Trims the heap when the service falls idle after requests (after a full collection),
+    or every `interval_seconds` under steady load. `run()` loops until cancelled.
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class HeapTrimmer:
         interval_seconds: float,
         *,
         release: Callable[[], int | None] = release_free_heap,
+        collect: Callable[[], object] = gc.collect,
         on_trim: Callable[[int], None] | None = None,
         poll_seconds: float = POLL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
@@ -112,6 +118,7 @@ class HeapTrimmer:
         self.interval_seconds = interval_seconds
         self.poll_seconds = min(poll_seconds, interval_seconds)
         self._release = release
+        self._collect = collect
         self._on_trim = on_trim
         self._clock = clock
         self._finished_at_last_trim = activity.finished
@@ -128,9 +135,12 @@ class HeapTrimmer:
         return self._clock() - self._last_trim >= self.interval_seconds
 
     async def trim(self) -> int | None:
-        """Trim now, in a worker thread; returns what `release_free_heap` returned."""
+        """Trim now, in a worker thread, after a full collection if nothing is in flight;
+        returns what `release_free_heap` returned."""
         self._finished_at_last_trim = self.activity.finished
         self._last_trim = self._clock()
+        if self.activity.in_flight == 0:
+            self._collect()  # on the event loop's thread: the collector stops every thread
         released = await asyncio.to_thread(self._release)
         self.trims += 1
         if released is not None and self._on_trim is not None:

@@ -1,7 +1,7 @@
 """Load benchmark: N concurrent streaming multi-turn chats against a real ChatQnA server process.
 
     .venv/bin/python tests/rag-benchmarks/load_chats.py [--concurrency 200] [--duration 30]
-        [--runs 2] [--warmup 10] [--pause 5] [--delay 0.02] [--tokens 20]
+        [--runs 2] [--warmup 60] [--pause 5] [--delay 0.02] [--tokens 20]
         [--token-interval 0.02] [--heap-trim-seconds N]
 
 Starts the stand-in TEI + OpenAI upstreams (`python -m tests.standins.servers`, their own
@@ -11,7 +11,8 @@ corpus. Then `--concurrency` virtual users each run conversations from the handb
 `--duration` seconds: the first question, then its follow-up with the streamed answer as
 history, each a streaming `POST /v1/chatqna`. A user starts no new chat after the deadline;
 chats in flight finish and count. A warm-up run at full concurrency (`--warmup` seconds,
-reported but not counted) brings the server to its working size; then `--runs` runs follow
+reported but not counted) brings the server to its working size, which it reaches after
+about 5,000 chats at the defaults (see the soak runs in the benchmarks docs); then `--runs` runs follow
 each other against the same server process, `--pause` idle seconds apart, with the server's
 RSS sampled from /proc throughout and once more at the end of each pause ("settled": the
 server is idle and its heap trimmer has run). Growth across runs shows in the settled RSS.
@@ -526,7 +527,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--pause", type=float, default=5.0, help="idle seconds after each run (then: settled RSS)"
     )
     parser.add_argument(
-        "--warmup", type=float, default=10.0, help="seconds of the uncounted warm-up run (0: none)"
+        "--warmup", type=float, default=60.0, help="seconds of the uncounted warm-up run (0: none)"
     )
     parser.add_argument("--timeout", type=float, default=120, help="client timeout per chat")
     parser.add_argument("--delay", type=float, default=0.02, help="stand-in delay per call (s)")

@@ -21,18 +21,30 @@ class FakeClock:
         return self.now
 
 
-def trimmer_for(activity: RequestActivity, clock: FakeClock, **kwargs: object) -> HeapTrimmer:
-    released: list[int] = []
-    trimmer = HeapTrimmer(
+class Recorder:
+    """What a trimmer under test did: bytes reported released, collections run."""
+
+    def __init__(self) -> None:
+        self.released: list[int] = []
+        self.collections = 0
+
+    def collect(self) -> int:
+        self.collections += 1
+        return 0
+
+
+def trimmer_for(
+    activity: RequestActivity, clock: FakeClock, recorder: Recorder | None = None
+) -> HeapTrimmer:
+    recorder = recorder if recorder is not None else Recorder()
+    return HeapTrimmer(
         activity,
         10.0,
         release=lambda: 4096,
-        on_trim=released.append,
+        collect=recorder.collect,
+        on_trim=recorder.released.append,
         clock=clock,
-        **kwargs,  # type: ignore[arg-type]
     )
-    trimmer.released = released  # type: ignore[attr-defined]
-    return trimmer
 
 
 @pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's")
@@ -84,16 +96,34 @@ def test_under_steady_load_due_every_interval() -> None:
 @pytest.mark.anyio
 async def test_trim_resets_the_policy_and_reports_what_it_released() -> None:
     activity = RequestActivity()
-    trimmer = trimmer_for(activity, FakeClock())
+    recorder = Recorder()
+    trimmer = trimmer_for(activity, FakeClock(), recorder)
     activity.started()
     activity.ended()
     assert await trimmer.trim() == 4096
-    assert trimmer.released == [4096]  # type: ignore[attr-defined]
+    assert recorder.released == [4096]
     assert trimmer.trims == 1
     assert not trimmer.due()  # nothing new has finished
     activity.started()
     activity.ended()
     assert trimmer.due()
+
+
+@pytest.mark.anyio
+async def test_a_full_collection_runs_only_when_nothing_is_in_flight() -> None:
+    activity = RequestActivity()
+    recorder = Recorder()
+    clock = FakeClock()
+    trimmer = trimmer_for(activity, clock, recorder)
+    activity.started()
+    activity.started()
+    activity.ended()
+    clock.now += 10
+    await trimmer.trim()  # under load: trim only, no pause for a collection
+    assert (recorder.collections, recorder.released) == (0, [4096])
+    activity.ended()
+    await trimmer.trim()  # idle
+    assert (recorder.collections, recorder.released) == (1, [4096, 4096])
 
 
 @pytest.mark.anyio
