@@ -11,11 +11,12 @@ corpus. Then `--concurrency` virtual users each run conversations from the handb
 `--duration` seconds: the first question, then its follow-up with the streamed answer as
 history, each a streaming `POST /v1/chatqna`. A user starts no new chat after the deadline;
 chats in flight finish and count. A warm-up run at full concurrency (`--warmup` seconds,
-reported but not counted) brings the server to its working size, which it reaches after
-about 5,000 chats at the defaults (see the soak runs in the benchmarks docs); then `--runs` runs follow
-each other against the same server process, `--pause` idle seconds apart, with the server's
-RSS sampled from /proc throughout and once more at the end of each pause ("settled": the
-server is idle and its heap trimmer has run). Growth across runs shows in the settled RSS.
+reported but not counted) brings the server to its working size, which it reaches after a
+few thousand chats at the defaults (see the soak runs in the benchmarks docs). Then `--runs`
+runs follow each other against the same server process, `--pause` idle seconds apart, with
+the server's RSS sampled from /proc throughout and once more at the end of each pause
+("settled": the server is idle and its heap trimmer has run). Growth across runs shows in
+the settled RSS.
 
 Per run: chats/s, time to the first SSE event (metadata) and to the first token, p50/p95/p99
 of the whole chat, errors by kind, the server's RSS (start, end, peak, settled) and CPU time.
