@@ -66,12 +66,12 @@ class ServiceMetrics:
         )
 
         self.activity = RequestActivity()
-        in_flight = Gauge(
+        self.in_flight = Gauge(
             "chatqna_requests_in_flight",
             "HTTP requests being answered",
             registry=self.registry,
         )
-        in_flight.set_function(lambda: self.activity.in_flight)
+        self.in_flight.set_function(lambda: self.activity.in_flight)
         self.heap_trims = Counter(
             "chatqna_heap_trims",
             "Times the heap's free pages were handed back to the OS",

@@ -155,12 +155,19 @@ def _series_names() -> dict[str, set[str]]:
             ("chatqna_condense", metrics.condense),
             ("chatqna_blend", metrics.blend),
             ("chatqna_upstream_errors", metrics.upstream_errors),
+            ("chatqna_requests_in_flight", metrics.in_flight),
+            ("chatqna_heap_trims", metrics.heap_trims),
+            ("chatqna_heap_released_bytes", metrics.heap_released_bytes),
         )
     }
     series: dict[str, set[str]] = {}
     for family in metrics.registry.collect():
         # The family of a Counter is named without `_total`; its samples carry it.
-        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+        suffixes = {
+            "counter": ["_total"],
+            "gauge": [""],
+            "histogram": ["_bucket", "_sum", "_count"],
+        }
         for suffix in suffixes[family.type]:
             extra = {"le"} if suffix == "_bucket" else set()
             series[family.name + suffix] = labels[family.name] | extra
