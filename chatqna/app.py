@@ -24,7 +24,7 @@ from chatqna.api.errors import install_error_handlers
 from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.factory import Backends, build_backends, build_retrieval_backends
-from chatqna.heap import HeapTrimmer, trim_available
+from chatqna.heap import HeapTrimmer, freeze_startup_objects, trim_available
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
@@ -70,20 +70,31 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
         )
 
 
-def start_heap_trimmer(settings: Settings, metrics: ServiceMetrics) -> asyncio.Task[None] | None:
-    """The background task that hands freed heap pages back to the OS (see `chatqna.heap`);
-    none with `CHATQNA_HEAP_TRIM_SECONDS=0` or without glibc's `malloc_trim`."""
-    if settings.chatqna_heap_trim_seconds == 0:
-        return None
-    if not trim_available():
+@asynccontextmanager
+async def heap_housekeeping(
+    settings: Settings, metrics: ServiceMetrics, *, freeze: bool
+) -> AsyncIterator[None]:
+    """While the app runs: the task that hands freed heap pages back to the OS (see
+    `chatqna.heap`; none with `CHATQNA_HEAP_TRIM_SECONDS=0` or without glibc's
+    `malloc_trim`), and with `freeze` the start-up objects moved out of the collector's way.
+    """
+    if freeze:
+        freeze_startup_objects()
+    task = None
+    if settings.chatqna_heap_trim_seconds > 0 and not trim_available():
         logger.info("heap trimming is off: this C library has no malloc_trim")
-        return None
-    trimmer = HeapTrimmer(
-        metrics.activity,
-        settings.chatqna_heap_trim_seconds,
-        on_trim=metrics.record_heap_trim,
-    )
-    return asyncio.create_task(trimmer.run(), name="chatqna-heap-trim")
+    elif settings.chatqna_heap_trim_seconds > 0:
+        trimmer = HeapTrimmer(
+            metrics.activity, settings.chatqna_heap_trim_seconds, on_trim=metrics.record_heap_trim
+        )
+        task = asyncio.create_task(trimmer.run(), name="chatqna-heap-trim")
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
 
 
 def create_app(
@@ -116,14 +127,11 @@ def create_app(
         else:
             live = await build_backends(settings)
         app.state.service = ServiceState(settings, live, app.state.metrics)
-        trimmer = start_heap_trimmer(settings, app.state.metrics)
         try:
-            yield
+            # A served process (backends built here) keeps its start-up state for good.
+            async with heap_housekeeping(settings, app.state.metrics, freeze=owned):
+                yield
         finally:
-            if trimmer is not None:
-                trimmer.cancel()
-                with suppress(asyncio.CancelledError):
-                    await trimmer
             if owned:
                 await live.aclose()
             if owned_provider is not None:

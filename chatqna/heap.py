@@ -81,6 +81,20 @@ def release_free_heap() -> int | None:
     return max(0, before - after)
 
 
+def freeze_startup_objects() -> int:
+    """Collect once, then move every object alive now (modules, the app, the backends and
+    the index) out of the collector's reach for good (`gc.freeze`); returns how many.
+
+    Full collections then walk only what requests created, so the one before an idle trim,
+    and those the collector starts under load, take a few milliseconds instead of tens.
+    Frozen objects are still freed when nothing refers to them; only reference cycles among
+    them are never collected, which start-up state does not form.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 @dataclass
 class RequestActivity:
     """Requests in flight and finished, kept by the request middleware."""

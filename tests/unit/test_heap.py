@@ -8,7 +8,13 @@ import platform
 
 import pytest
 
-from chatqna.heap import HeapTrimmer, RequestActivity, release_free_heap, resident_bytes
+from chatqna.heap import (
+    HeapTrimmer,
+    RequestActivity,
+    freeze_startup_objects,
+    release_free_heap,
+    resident_bytes,
+)
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -163,3 +169,17 @@ def test_a_missing_malloc_trim_reports_none(monkeypatch: pytest.MonkeyPatch) -> 
 def test_interval_must_be_positive() -> None:
     with pytest.raises(ValueError):
         HeapTrimmer(RequestActivity(), 0)
+
+
+def test_freezing_moves_start_up_objects_out_of_the_collectors_reach() -> None:
+    import gc
+
+    start_up = [{"state": [i]} for i in range(1000)]
+    try:
+        frozen = freeze_startup_objects()
+        assert frozen >= len(start_up) and gc.get_freeze_count() == frozen
+        collectable = {id(obj) for obj in gc.get_objects()}
+        assert not any(id(obj) in collectable for obj in start_up)
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
