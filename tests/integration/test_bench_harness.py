@@ -55,7 +55,7 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     assert (out / "follow_up_recall5.png").read_bytes()[:4] == b"\x89PNG"
     assert results["dataset"]["follow_ups"] == 40 and results["dataset"]["turn_1"] == 20
     assert len(results["modes"]) == 4 * 4  # stateless, append, blend, gold x 4 switches
-    assert results["settings"]["multi_turn_blend_alpha"] == 0.75
+    assert results["settings"]["multi_turn_blend_alpha"] == 0.7
     by_label = {m["label"]: m for m in results["modes"]}
     stateless = by_label["stateless (dense, no rerank)"]
     gold = by_label["condense (gold rewrite) (dense, no rerank)"]

@@ -76,11 +76,13 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
         response = await client.post("/v1/chatqna", json={"messages": CHAT})
     assert response.status_code == 200
     assert route.call_count == 1
-    history = history_text([Message("user", FIRST), Message("assistant", ANSWER)], "newest_first")
+    # The defaults blend the user's earlier questions (here the one), not the answers.
+    history = history_text([Message("user", FIRST)], "newest_first")
+    assert history == FIRST
     assert json.loads(route.calls[0].request.content) == {"input": [FOLLOW_UP, history]}
 
     eq, eh = unit(HASHER.vector(FOLLOW_UP)), unit(HASHER.vector(history))
-    expected = unit(0.75 * eq + 0.25 * eh)
+    expected = unit(0.7 * eq + 0.3 * eh)
     (query,) = retriever.queries
     np.testing.assert_allclose(query.embedding, expected, rtol=1e-5, atol=1e-7)
     assert query.text == FOLLOW_UP, "BM25 searches with the isolated query"
@@ -104,11 +106,11 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
         "enabled": True,
         "executed": True,
         "reason": "executed",
-        "alpha": 0.75,
-        "history_turns": 4,
-        "history_messages": 2,
+        "alpha": 0.7,
+        "history_turns": 2,
+        "history_messages": 1,
         "history_order": "newest_first",
-        "history_roles": "user_assistant",
+        "history_roles": "user",
         "translation": {
             "enabled": True,
             "ran": False,

@@ -33,6 +33,7 @@ def blend_settings(**overrides: object) -> Settings:
         "multi_turn_blend_enabled": True,
         "multi_turn_bm25_history_weight": 0.3,
         "multi_turn_history_turns": 4,
+        "multi_turn_history_roles": "user_assistant",
         "multi_turn_history_order": "newest_first",
     }
     values.update(overrides)
