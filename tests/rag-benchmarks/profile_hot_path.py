@@ -1,0 +1,181 @@
+"""Where a request's CPU goes: a py-spy profile of `chatqna serve` behind instant stand-ins.
+
+    .venv/bin/pip install py-spy                 # a profiler, not a service dependency
+    .venv/bin/python tests/rag-benchmarks/profile_hot_path.py [--seconds 8] [--concurrency 1 16]
+
+Starts the stand-in upstreams (`python -m tests.standins.servers`, instant answers, 20
+streamed tokens) and `chatqna serve` with `RETRIEVER_ENDPOINT` at the stand-in retriever
+(the same set-up as `opea_overhead.py`: tracing and access log off). For each mode (stream,
+non-stream) and concurrency it runs the closed loop of `opea_overhead.py` while
+`py-spy record` samples the server, then sorts every sample by the innermost frame's
+package into the groups of `GROUPS`: walking out from the innermost frame, the first frame
+in a listed package decides (so `json` called from the SSE framing counts as JSON, and the
+rest of the standard library and anyio count where their caller is). py-spy records busy samples only. Prints the share of
+busy samples per group, writes JSON to `results/profile_hot_path.json` and the raw
+collapsed stacks next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from load_chats import REPO, free_port, load_average, load_conversations, standin_argv
+from load_chats import start_process as start
+from opea_overhead import closed_loop, orchestrator_env, system_call
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUTPUT = HERE / "results" / "profile_hot_path.json"
+# (group, path fragments); the innermost frame's file decides. Order matters.
+GROUPS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "upstream HTTP client",
+        ("(httpx/", "(httpcore/", "(h11/", "(aiohttp/", "(httpx_aiohttp/", "(yarl/", "(multidict/"),
+    ),
+    ("JSON encoding and decoding", ("(json/", "(orjson")),
+    ("validation (pydantic)", ("(pydantic/", "(pydantic_core/")),
+    ("telemetry (opentelemetry, prometheus_client)", ("(opentelemetry/", "(prometheus_client/")),
+    ("ChatQnA pipeline and API", ("(chatqna/",)),
+    ("numpy", ("(numpy/",)),
+    ("framework (starlette, fastapi)", ("(starlette/", "(fastapi/")),
+    ("server HTTP (uvicorn, httptools)", ("(uvicorn/", "(httptools/")),
+    ("event loop (asyncio, uvloop, sockets)", ("(asyncio/", "(uvloop/", "(selectors", "(socket")),
+]
+IDLE = ("select (selectors", "run_forever (uvloop")
+# Frames that count for their caller: anyio serves both the HTTP client and the framework.
+TRANSPARENT = ("(anyio/",)
+
+
+def classify(stack: str) -> str:
+    frames = stack.split(";")
+    if any(marker in frames[-1] for marker in IDLE):
+        return "idle"
+    for frame in reversed(frames):  # the innermost frame in a known package decides
+        if any(fragment in frame for fragment in TRANSPARENT):
+            continue
+        for group, fragments in GROUPS:
+            if any(fragment in frame for fragment in fragments):
+                return group
+    return "other"
+
+
+def profile_point(
+    server_pid: int, url: str, stream: bool, concurrency: int, seconds: float, out: Path
+) -> dict[str, Any]:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    record = subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(server_pid),
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "200",
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    questions = [question for question, _ in load_conversations()]
+    load = asyncio.run(closed_loop(url, system_call(stream), concurrency, seconds, questions))
+    record.wait(timeout=60)
+    counts: Counter[str] = Counter()
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack:
+            counts[classify(stack)] += int(count)
+    busy = sum(n for group, n in counts.items() if group != "idle")
+    shares = {
+        group: round(n / busy, 3) for group, n in counts.most_common() if group != "idle" and busy
+    }
+    return {"load": load, "samples_busy": busy, "samples_idle": counts["idle"], "shares": shares}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--server-cpu", default=None, help="taskset list for the server")
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        port = free_port()
+        upstreams = start(
+            "upstreams",
+            standin_argv(port, {"tokens": 20}),
+            orchestrator_env(),
+            port,
+            root,
+            ready_path="/health",
+        )
+        port = free_port()
+        server = start(
+            "chatqna",
+            [sys.executable, "-m", "chatqna", "serve"],
+            {
+                **orchestrator_env(),
+                "MEGA_SERVICE_PORT": str(port),
+                "CHATQNA_HOST": "127.0.0.1",
+                "CHATQNA_DATA_DIR": str(root / "data"),
+                "CHATQNA_LOG_LEVEL": "WARNING",
+                "TEI_EMBEDDING_ENDPOINT": upstreams.url,
+                "TEI_RERANKING_ENDPOINT": upstreams.url,
+                "RETRIEVER_ENDPOINT": upstreams.url,
+                "LLM_ENDPOINT": upstreams.url,
+                "LLM_MODEL_ID": "standin",
+                "OTEL_TRACES_EXPORTER": "none",
+            },
+            port,
+            root,
+            ready_path="/v1/ready",
+            cpus=args.server_cpu,
+        )
+        try:
+            questions = [question for question, _ in load_conversations()]
+            for stream in (True, False):  # warm-up
+                asyncio.run(closed_loop(server.url, system_call(stream), 4, 2, questions))
+            for stream in (True, False):
+                for c in args.concurrency:
+                    key = f"{'stream' if stream else 'non-stream'} c={c}"
+                    raw = args.output.with_name(
+                        f"profile_hot_path_{key.replace(' ', '_').replace('=', '')}.txt"
+                    )
+                    results[key] = profile_point(server.pid, server.url, stream, c, args.seconds, raw)
+                    print(f"{key}: {results[key]['load']['rps']} req/s", file=sys.stderr)
+        finally:
+            server.stop()
+            upstreams.stop()
+    for key, point in results.items():
+        print(f"\n{key} ({point['load']['rps']} req/s, {point['samples_busy']} busy samples)")
+        for group, share in point["shares"].items():
+            print(f"  {share * 100:5.1f}%  {group}")
+    report = {
+        "benchmark": "profile_hot_path",
+        "command": "tests/rag-benchmarks/profile_hot_path.py " + " ".join(argv or sys.argv[1:]),
+        "load_average": load_average(),
+        "points": results,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
