@@ -54,13 +54,15 @@ COPY --from=builder /opt/venv /opt/venv
 COPY chatqna/sample_corpus /opt/chatqna/sample_corpus
 
 # CHATQNA_HOST: a container must listen beyond its own loopback. HF_HUB_OFFLINE: no library
-# may reach a model hub; every model the image uses is already installed.
+# may reach a model hub; every model the image uses is already installed. CHATQNA_WORKERS=auto:
+# one server process per core when the index is shared (Redis, a retriever service), else one.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
     CHATQNA_HOST=0.0.0.0 \
-    CHATQNA_DATA_DIR=/data
+    CHATQNA_DATA_DIR=/data \
+    CHATQNA_WORKERS=auto
 
 # Fail the build, not the first request, if an embedded model or the runtime is missing.
 RUN python -c "from chatqna.backends.local_embedder import packaged_model_files; from chatqna.settings import Settings; packaged_model_files(); Settings().embedded_gguf(); import xllamacpp"

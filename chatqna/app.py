@@ -167,3 +167,13 @@ def create_app(
     app.include_router(dataprep.router)
     app.include_router(observability.router)
     return app
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one worker of `chatqna serve --workers N` (settings from the environment)."""
+    settings = Settings.model_validate({})  # from the environment
+    logging.basicConfig(
+        level=settings.chatqna_log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return create_app(settings)

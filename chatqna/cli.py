@@ -7,9 +7,12 @@ matching variable for this run.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,26 +40,70 @@ def configure_logging(settings: Settings) -> None:
     )
 
 
+# Settings that `serve` options override, by environment variable: workers read them there.
+SERVE_OVERRIDES = {
+    "chatqna_host": "CHATQNA_HOST",
+    "mega_service_port": "MEGA_SERVICE_PORT",
+    "chatqna_data_dir": "CHATQNA_DATA_DIR",
+    "chatqna_workers": "CHATQNA_WORKERS",
+}
+
+
+def server_options() -> dict[str, Any]:
+    """uvicorn's compiled event loop and HTTP parser, where installed (they are pinned)."""
+    options: dict[str, Any] = {}
+    if importlib.util.find_spec("uvloop") is not None:
+        options["loop"] = "uvloop"
+    if importlib.util.find_spec("httptools") is not None:
+        options["http"] = "httptools"
+    return options
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (CHATQNA_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="Port (MEGA_SERVICE_PORT)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,
+    workers: Annotated[
+        str | None, typer.Option(help="Server processes on the one port, or auto (CHATQNA_WORKERS)")
+    ] = None,
 ) -> None:
     """Serve the API in the foreground."""
     import uvicorn
 
-    from chatqna.app import create_app
-
-    settings = load_settings(chatqna_host=host, mega_service_port=port, chatqna_data_dir=data_dir)
+    overrides = {
+        "chatqna_host": host,
+        "mega_service_port": port,
+        "chatqna_data_dir": data_dir,
+        "chatqna_workers": workers,
+    }
+    settings = load_settings(**overrides)
     configure_logging(settings)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.chatqna_host,
-        port=settings.mega_service_port,
-        log_level=settings.chatqna_log_level.lower(),
-        timeout_graceful_shutdown=5,
-    )
+    try:
+        count = settings.worker_count(len(os.sched_getaffinity(0)))
+    except ValueError as exc:
+        typer.echo(f"cannot serve: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    common: dict[str, Any] = {
+        "host": settings.chatqna_host,
+        "port": settings.mega_service_port,
+        "log_level": settings.chatqna_log_level.lower(),
+        "timeout_graceful_shutdown": 5,
+        **server_options(),
+    }
+    if count == 1:
+        from chatqna.app import create_app
+
+        uvicorn.run(create_app(settings), **common)
+        return
+    # Each worker builds its own app from the environment: the options given here go there.
+    for name, value in overrides.items():
+        if value is not None:
+            os.environ[SERVE_OVERRIDES[name]] = str(value)
+    with tempfile.TemporaryDirectory(prefix="chatqna-metrics-") as metrics_dir:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # one scrape sums every worker
+        typer.echo(f"serving with {count} worker processes", err=True)
+        uvicorn.run("chatqna.app:app_from_environment", factory=True, workers=count, **common)
 
 
 @app.command()
@@ -80,6 +127,7 @@ def retriever(
         port=settings.retriever_service_port,
         log_level=settings.chatqna_log_level.lower(),
         timeout_graceful_shutdown=5,
+        **server_options(),
     )
 
 

@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     chatqna_queue_timeout_seconds: float = Field(5.0, ge=0)
     chatqna_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     chatqna_heap_trim_seconds: float = Field(10.0, ge=0)
+    chatqna_workers: int | Literal["auto"] = 1
     chatqna_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     # --- embedder ----------------------------------------------------------------------
@@ -195,7 +196,42 @@ class Settings(BaseSettings):
     otel_traces_sampler_arg: float = Field(1.0, ge=0.0, le=1.0)
     chatqna_trace_content: bool = False
 
+    @field_validator("chatqna_workers", mode="before")
+    @classmethod
+    def _blank_is_one_worker(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return 1
+        return value
+
+    @field_validator("chatqna_workers")
+    @classmethod
+    def _at_least_one_worker(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1, or auto")
+        return value
+
     # --- derived -----------------------------------------------------------------------
+    @property
+    def embedded_index(self) -> bool:
+        """True when this process keeps the index itself (no Redis, no remote retriever)."""
+        return self.redis_url is None and self.retriever_endpoint is None
+
+    def worker_count(self, cores: int) -> int:
+        """Server processes to run: `CHATQNA_WORKERS`, with `auto` one per core.
+
+        The embedded index is one process's files and memory, so `auto` runs one worker with
+        it and an explicit count above 1 is an error (raised as `ValueError`).
+        """
+        if self.chatqna_workers == "auto":
+            return 1 if self.embedded_index else max(1, cores)
+        if self.chatqna_workers > 1 and self.embedded_index:
+            raise ValueError(
+                f"CHATQNA_WORKERS={self.chatqna_workers} needs a shared index: the embedded "
+                "index lives in one process, so with it the service runs one worker. Use "
+                "Redis (REDIS_URL) or a retriever service (RETRIEVER_ENDPOINT) for several."
+            )
+        return self.chatqna_workers
+
     @property
     def index_dir(self) -> Path:
         return self.chatqna_data_dir / "index"

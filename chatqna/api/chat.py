@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from chatqna.api import sse
 from chatqna.api.deps import ServiceState, State, require_api_key
@@ -95,7 +95,7 @@ def _count_decisions(state: ServiceState, turn: PreparedTurn) -> None:
 
 async def _event_stream(
     turn: PreparedTurn, state: ServiceState, writer: sse.ChunkWriter, metadata_event: bool
-) -> AsyncIterator[str]:
+) -> AsyncIterator[bytes]:
     metadata = turn.metadata()
     if metadata_event:
         yield sse.event("metadata", metadata)
@@ -141,7 +141,7 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
         raise
     state.metrics.record_stages(turn.clock.stages)
     usage = completion.usage
-    return JSONResponse(
+    encoded = sse.encode(
         writer.completion(
             completion.text,
             completion.finish_reason,
@@ -153,6 +153,7 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
             metadata=turn.metadata(),
         )
     )
+    return Response(encoded, media_type="application/json")
 
 
 @router.post(

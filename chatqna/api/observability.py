@@ -19,7 +19,7 @@ TRACE_HEADER = b"x-trace-id"
 
 @router.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    registry = request.app.state.metrics.registry
+    registry = request.app.state.metrics.scrape_registry()
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -48,10 +48,12 @@ class RequestMetricsMiddleware:
             await send(message)
 
         self.metrics.activity.started()
+        self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
             self.metrics.activity.ended()
+            self.metrics.in_flight.dec()
             self.metrics.requests.labels(
                 route=_route_of(scope), method=scope["method"], status=str(status["code"])
             ).inc()

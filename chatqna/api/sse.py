@@ -9,17 +9,17 @@ response and so stops generation there.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
+import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-DONE = "data: [DONE]\n\n"
+DONE = b"data: [DONE]\n\n"
 
 
 async def close_quietly(iterator: AsyncIterator[Any]) -> None:
@@ -39,7 +39,7 @@ class EventStreamResponse(StreamingResponse):
     `finally` blocks at once, and those close the upstream LLM stream.
     """
 
-    def __init__(self, content: AsyncIterator[str], headers: Mapping[str, str] | None = None):
+    def __init__(self, content: AsyncIterator[bytes], headers: Mapping[str, str] | None = None):
         super().__init__(content, media_type="text/event-stream", headers=headers)
         self._events = content
 
@@ -50,12 +50,17 @@ class EventStreamResponse(StreamingResponse):
             await close_quietly(self._events)
 
 
-def event(name: str, data: Any) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+def encode(payload: Any) -> bytes:
+    """Compact UTF-8 JSON (orjson, compiled): every frame and body the chat path sends."""
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def data(payload: Any) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+def event(name: str, data: Any) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + encode(data) + b"\n\n"
+
+
+def data(payload: Any) -> bytes:
+    return b"data: " + encode(payload) + b"\n\n"
 
 
 class ChunkWriter:

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from chatqna.backends.aiohttp_transport import AiohttpTransport
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 from chatqna.telemetry.tracing import instrument_http_client
 
@@ -63,6 +64,11 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(attempts=1)
 
 
+def default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    """The transport of a client built without one: aiohttp underneath (see its module)."""
+    return AiohttpTransport(limits)
+
+
 def upstream_client(
     base_url: str,
     *,
@@ -71,17 +77,19 @@ def upstream_client(
     headers: dict[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
-    """The one client a remote backend keeps for its whole life."""
+    """The one client a remote backend keeps for its whole life.
+
+    Without a `transport` (tests pass one), `default_transport`: the bytes go over aiohttp.
+    """
+    # Keep every pooled connection alive (fewer reconnects under load), but drop idle ones
+    # before a uvicorn-style upstream's 5 s keep-alive closes them under a request.
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0)
     client = httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
         headers=headers,
-        transport=transport,
-        # Keep every pooled connection alive (fewer reconnects under load), but drop idle ones
-        # before a uvicorn-style upstream's 5 s keep-alive closes them under a request.
-        limits=httpx.Limits(
-            max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0
-        ),
+        transport=transport if transport is not None else default_transport(limits),
+        limits=limits,
     )
     instrument_http_client(client)
     return client

@@ -1,11 +1,16 @@
 """Prometheus metrics at `/metrics`: requests, stage latencies, condense and blend outcomes,
 upstream errors. Each app has its own registry, so several apps in one process (tests) do
 not collide.
+
+Served with several workers (`chatqna serve --workers N`), the command points
+prometheus_client's multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`) at a fresh directory
+before the workers start: each worker writes its values there and a scrape of any worker
+sums them all (`scrape_registry`).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
 
 from chatqna.heap import RequestActivity
 
@@ -26,6 +31,11 @@ STAGE_BUCKETS = (
     30.0,
     60.0,
 )
+
+
+def multiprocess_mode() -> bool:
+    """True when prometheus_client keeps its values in files shared by several workers."""
+    return values.ValueClass is not values.MutexValue
 
 
 class ServiceMetrics:
@@ -70,8 +80,8 @@ class ServiceMetrics:
             "chatqna_requests_in_flight",
             "HTTP requests being answered",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
-        self.in_flight.set_function(lambda: self.activity.in_flight)
         self.heap_trims = Counter(
             "chatqna_heap_trims",
             "Times the heap's free pages were handed back to the OS",
@@ -82,6 +92,14 @@ class ServiceMetrics:
             "Resident bytes handed back to the OS by heap trims",
             registry=self.registry,
         )
+
+    def scrape_registry(self) -> CollectorRegistry:
+        """What `/metrics` reports: this process's registry, or every worker's files."""
+        if not multiprocess_mode():
+            return self.registry
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        return merged
 
     def record_heap_trim(self, released_bytes: int) -> None:
         self.heap_trims.inc()

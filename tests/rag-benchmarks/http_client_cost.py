@@ -110,7 +110,7 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
         name: {"embed": [], "chat": []} for name in clients
     }
     try:
-        for name, (embed, chat) in clients.items():  # warm-up: pools, first-call paths
+        for embed, chat in clients.values():  # warm-up: pools, first-call paths
             await run(embed, 50, args.concurrency)
             await run(chat, 50, args.concurrency)
         for round_number in range(args.rounds):

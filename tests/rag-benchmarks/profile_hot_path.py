@@ -10,9 +10,9 @@ non-stream) and concurrency it runs the closed loop of `opea_overhead.py` while
 `py-spy record` samples the server, then sorts every sample by the innermost frame's
 package into the groups of `GROUPS`: walking out from the innermost frame, the first frame
 in a listed package decides (so `json` called from the SSE framing counts as JSON, and the
-rest of the standard library and anyio count where their caller is). py-spy records busy samples only. Prints the share of
-busy samples per group, writes JSON to `results/profile_hot_path.json` and the raw
-collapsed stacks next to it.
+rest of the standard library and anyio count where their caller is). py-spy records busy
+samples only. Prints the share of busy samples per group, writes JSON to
+`results/profile/profile_hot_path.json` and the raw collapsed stacks next to it.
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from load_chats import REPO, free_port, load_average, load_conversations, standin_argv
+from load_chats import free_port, load_average, load_conversations, standin_argv
 from load_chats import start_process as start
 from opea_overhead import closed_loop, orchestrator_env, system_call
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUTPUT = HERE / "results" / "profile_hot_path.json"
+DEFAULT_OUTPUT = HERE / "results" / "profile" / "profile_hot_path.json"
 # (group, path fragments); the innermost frame's file decides. Order matters.
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
     (
         "upstream HTTP client",
-        ("(httpx/", "(httpcore/", "(h11/", "(aiohttp/", "(httpx_aiohttp/", "(yarl/", "(multidict/"),
+        ("(httpx/", "(httpcore/", "(h11/", "(aiohttp/", "(yarl/", "(multidict/"),
     ),
     ("JSON encoding and decoding", ("(json/", "(orjson")),
     ("validation (pydantic)", ("(pydantic/", "(pydantic_core/")),
@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                     raw = args.output.with_name(
                         f"profile_hot_path_{key.replace(' ', '_').replace('=', '')}.txt"
                     )
-                    results[key] = profile_point(server.pid, server.url, stream, c, args.seconds, raw)
+                    results[key] = profile_point(
+                        server.pid, server.url, stream, c, args.seconds, raw
+                    )
                     print(f"{key}: {results[key]['load']['rps']} req/s", file=sys.stderr)
         finally:
             server.stop()

@@ -10,12 +10,14 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from chatqna.backends import http
 from chatqna.settings import Settings
 
 SPAN_EXPORTER = InMemorySpanExporter()
@@ -33,6 +35,13 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 class NetworkBlocked(RuntimeError):
     """Raised when a unit test tries to open a network connection."""
+
+
+@pytest.fixture(autouse=True)
+def _httpx_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream clients keep httpx's own transport here, where respx mocks them; the
+    service's aiohttp transport has its own tests, and the integration tests run it."""
+    monkeypatch.setattr(http, "default_transport", lambda limits: httpx.AsyncHTTPTransport())
 
 
 @pytest.fixture(autouse=True)
