@@ -84,19 +84,17 @@ def _count_failure(state: ServiceState, exc: ChatQnAError) -> None:
 
 def _count_decisions(state: ServiceState, turn: PreparedTurn) -> None:
     report = turn.plan.report
-    blend, condense = report.get("blend"), report.get("condense")
-    if isinstance(blend, dict):
-        state.metrics.blend.labels(
-            executed=str(blend["executed"]).lower(), reason=str(blend["reason"])
-        ).inc()
-    if isinstance(condense, dict):
-        state.metrics.condense.labels(status=str(condense["status"]), reason="").inc()
+    if report.blend is not None:
+        executed = "true" if report.blend.executed else "false"
+        state.metrics.blend.labels(executed=executed, reason=report.blend.reason).inc()
+    if report.condense is not None:
+        state.metrics.condense.labels(status=report.condense.status, reason="").inc()
 
 
 async def _event_stream(
     turn: PreparedTurn, state: ServiceState, writer: sse.ChunkWriter, metadata_event: bool
 ) -> AsyncIterator[bytes]:
-    metadata = turn.metadata()
+    metadata = turn.record().wire()
     if metadata_event:
         yield sse.event("metadata", metadata)
         yield sse.data(writer.chunk({"role": "assistant", "content": ""}))
@@ -150,7 +148,7 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
                 "completion_tokens": usage.completion_tokens,
                 "total_tokens": usage.total_tokens,
             },
-            metadata=turn.metadata(),
+            metadata=turn.record().wire(),
         )
     )
     return Response(encoded, media_type="application/json")

@@ -160,7 +160,7 @@ async def plan_turn(
         # The service's own planning (`plan_retrieval`): blend, history-aware BM25 leg and
         # the reranker's query, exactly as served under these settings.
         planned = await plan_retrieval(conversation, embedder, planning_settings(strategy))
-        executed = bool(planned.report["blend"]["executed"])
+        executed = planned.report.blend is not None and planned.report.blend.executed
         return replace(
             done(planned.text, planned.embedding, 2 if executed else 1),
             bm25_history=planned.bm25_history,

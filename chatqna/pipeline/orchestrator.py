@@ -4,7 +4,8 @@
 failure there is a clean HTTP error): it splits the conversation, reads `MULTI_TURN_MODE`
 to decide what the retriever searches with, embeds, retrieves (dense + BM25 + RRF, or
 dense only), reranks and builds the answer prompt. It returns a `PreparedTurn`, whose
-`metadata()` is the SSE metadata event and whose answer is streamed by `generate`.
+`record()` (a `chatqna.pipeline.record.TurnRecord`, built once) is what the SSE metadata
+event and the non-streaming body say, and whose answer is streamed by `generate`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
@@ -41,6 +40,7 @@ from chatqna.multiturn.rerank_query import (
 )
 from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.pipeline.prompt import build_answer_prompt
+from chatqna.pipeline.record import Fusion, RerankRecord, RetrievalReport, TurnRecord
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from chatqna.telemetry import attributes, names
@@ -61,12 +61,12 @@ class RetrievalPlan:
     """What the retriever and reranker receive for this turn, and why.
 
     `embedding` drives the dense leg; `text` drives the BM25 leg; `rerank` is what the
-    reranker scores against. `report` is what the metadata event says about how retrieval ran.
+    reranker scores against. `report` is the record of how the query was made.
     """
 
     text: str
     embedding: np.ndarray
-    report: dict[str, Any]
+    report: RetrievalReport
     rerank: RerankQuery
     bm25_history: str = ""
     bm25_history_weight: float = 0.0
@@ -102,46 +102,26 @@ class PreparedTurn:
     reranker: str | None
     span: Span = INVALID_SPAN
 
-    def metadata(self) -> dict[str, Any]:
-        return {
-            "source_documents": [source_document(item) for item in self.sources],
-            "retrieval": {
-                **self.plan.report,
-                "hybrid": self.settings.retriever_hybrid_retrieval_enabled,
-                "reranker": self.reranker,
-                "rerank": rerank_report(self.reranker, self.plan.rerank, self.settings),
-                "k": self.options.k,
-                "top_n": self.options.top_n,
-            },
-            "timings_ms": dict(self.clock.stages),
-            "trace_id": self.trace_id,
-        }
+    def record(self) -> TurnRecord:
+        """The turn's record as of now (the metadata event is sent before generation)."""
+        reranker = self.reranker
+        return TurnRecord(
+            retrieval=self.plan.report,
+            rerank=RerankRecord(
+                reranker, self.settings.rerank_skip_reason or "disabled", self.plan.rerank
+            ),
+            hybrid=self.settings.retriever_hybrid_retrieval_enabled,
+            k=self.options.k,
+            top_n=self.options.top_n,
+            sources=tuple(self.sources),
+            timings_ms=dict(self.clock.stages),
+            trace_id=self.trace_id,
+        )
 
     @property
     def trace_id(self) -> str | None:
         context = self.span.get_span_context()
         return format(context.trace_id, "032x") if context.is_valid else None
-
-
-def rerank_report(reranker: str | None, query: RerankQuery, settings: Settings) -> dict[str, Any]:
-    """Whether a reranker ran and, when it did, which query it scored against."""
-    if reranker is None:
-        reason = settings.rerank_skip_reason or "disabled"
-        return {"ran": False, "reason": reason, "query_kind": None, "query": None}
-    return {"ran": True, "reason": "reranked", "query_kind": query.kind, "query": query.text}
-
-
-def source_document(item: ScoredChunk) -> dict[str, Any]:
-    chunk = item.chunk
-    return {
-        "id": chunk.id,
-        "doc_id": chunk.doc_id,
-        "source": chunk.source,
-        "title": chunk.title,
-        "text": chunk.text,
-        "score": item.score,
-        "scores": dict(item.scores),
-    }
 
 
 async def plan_retrieval(
@@ -163,21 +143,18 @@ async def plan_retrieval(
     scores against the conversation (`MULTI_TURN_RERANK_QUERY`, see
     `chatqna.multiturn.rerank_query`). The benchmark harness plans its turns with this too.
     """
-    base = {
-        "multi_turn_mode": settings.multi_turn_mode,
-        "raw_query": conversation.query,
-        "history_messages": len(conversation.history),
-    }
     if condensed is not None:
         vectors = await embedder.embed([condensed.query])
         kind = KIND_STANDALONE if condensed.rewritten else KIND_MESSAGE
         rerank = RerankQuery(condensed.query, vectors[0], kind)
-        report = {
-            **base,
-            "strategy": "condense" if condensed.rewritten else "stateless",
-            "query": condensed.query,
-            "condense": condensed.report(),
-        }
+        report = RetrievalReport(
+            multi_turn_mode=settings.multi_turn_mode,
+            strategy="condense" if condensed.rewritten else "stateless",
+            raw_query=conversation.query,
+            query=condensed.query,
+            history_messages=len(conversation.history),
+            condense=condensed,
+        )
         return RetrievalPlan(condensed.query, vectors[0], report, rerank)
     blend = await blend_query(
         conversation,
@@ -200,16 +177,22 @@ async def plan_retrieval(
         rerank = RerankQuery(text, blend.embedding, KIND_CONVERSATION)
     else:
         rerank = RerankQuery(conversation.query, blend.query_embedding, KIND_MESSAGE)
-    report = {
-        **base,
-        "strategy": "blend" if blend.executed else "stateless",
-        "query": conversation.query,
-        "blend": blend.report(),
-        "bm25_history": {"ran": history_leg, "weight": weight},
-        "fusion_weights": list(settings.fusion_weights),
-        "rrf_k": settings.rrf_k,
-        "rrf_candidates": FUSION_CANDIDATES,
-    }
+    dense, sparse = settings.fusion_weights
+    report = RetrievalReport(
+        multi_turn_mode=settings.multi_turn_mode,
+        strategy="blend" if blend.executed else "stateless",
+        raw_query=conversation.query,
+        query=conversation.query,
+        history_messages=len(conversation.history),
+        blend=blend,
+        fusion=Fusion(
+            weights=(dense, sparse),
+            rrf_k=settings.rrf_k,
+            candidates=FUSION_CANDIDATES,
+            bm25_history_ran=history_leg,
+            bm25_history_weight=weight,
+        ),
+    )
     return RetrievalPlan(
         text=conversation.query,
         embedding=blend.embedding,

@@ -1,24 +1,27 @@
 """Span attributes built from pipeline values (kept out of the pipeline's own code).
 
 Texts (queries, rewrites) are recorded only with `CHATQNA_TRACE_CONTENT=true`; ids, sizes,
-scores and decisions always are.
+scores and decisions always are. Nothing is built for a span that is not recording (a trace
+the sampler dropped, or tracing off).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
 from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.condense import CondenseOutcome
 from chatqna.multiturn.rerank_query import RerankQuery
+from chatqna.pipeline.record import RetrievalReport
 from chatqna.telemetry import names
 
 
 def condense_ok(span: Span, outcome: CondenseOutcome, record_content: bool) -> None:
+    if not span.is_recording():
+        return
     span.set_attribute(names.CONDENSE_STATUS, outcome.status)
     span.set_attribute(names.CONDENSE_LATENCY_MS, outcome.latency_ms)
     span.set_attribute(names.CONDENSE_HISTORY_SIZE, outcome.history_size)
@@ -41,40 +44,41 @@ def condense_failed(span: Span, failure: CondenseFailed) -> None:
 
 
 def orchestrate(
-    span: Span, report: dict[str, Any], k: int, top_n: int, hybrid: bool, record_content: bool
+    span: Span, report: RetrievalReport, k: int, top_n: int, hybrid: bool, record_content: bool
 ) -> None:
-    span.set_attribute(names.MULTI_TURN_MODE, str(report.get("multi_turn_mode")))
-    span.set_attribute(names.RETRIEVAL_STRATEGY, str(report.get("strategy")))
-    span.set_attribute(names.RETRIEVAL_K, k)
-    span.set_attribute(names.RETRIEVAL_TOP_N, top_n)
-    span.set_attribute(names.RETRIEVAL_HYBRID, hybrid)
-    span.set_attribute(names.HISTORY_MESSAGES, int(report.get("history_messages", 0)))
-    blend = report.get("blend")
-    if isinstance(blend, dict):
-        span.set_attribute(names.BLEND_EXECUTED, bool(blend["executed"]))
-        span.set_attribute(names.BLEND_REASON, str(blend["reason"]))
-        span.set_attribute(names.BLEND_ALPHA, float(blend["alpha"]))
-        span.set_attribute(names.BLEND_HISTORY_TURNS, int(blend["history_turns"]))
-        span.set_attribute(names.BLEND_HISTORY_MESSAGES, int(blend["history_messages"]))
-        translation = blend.get("translation") or {}
-        span.set_attribute(
-            names.BLEND_TRANSLATED,
-            int(translation.get("translated", 0)) + int(translation.get("from_cache", 0)),
+    if not span.is_recording():
+        return
+    values: dict[str, AttributeValue] = {
+        names.MULTI_TURN_MODE: report.multi_turn_mode,
+        names.RETRIEVAL_STRATEGY: report.strategy,
+        names.RETRIEVAL_K: k,
+        names.RETRIEVAL_TOP_N: top_n,
+        names.RETRIEVAL_HYBRID: hybrid,
+        names.HISTORY_MESSAGES: report.history_messages,
+    }
+    blend = report.blend
+    if blend is not None:
+        translation = blend.translation
+        values[names.BLEND_EXECUTED] = blend.executed
+        values[names.BLEND_REASON] = blend.reason
+        values[names.BLEND_ALPHA] = float(blend.alpha)
+        values[names.BLEND_HISTORY_TURNS] = blend.history_turns
+        values[names.BLEND_HISTORY_MESSAGES] = blend.history_messages
+        values[names.BLEND_TRANSLATED] = int(translation.get("translated", 0)) + int(
+            translation.get("from_cache", 0)
         )
-        span.set_attribute(names.BLEND_TRANSLATION_FAILED, int(translation.get("failed", 0)))
-    history_leg = report.get("bm25_history")
-    if isinstance(history_leg, dict):
-        span.set_attribute(names.BM25_HISTORY_RAN, bool(history_leg["ran"]))
-        span.set_attribute(names.BM25_HISTORY_WEIGHT, float(history_leg["weight"]))
-    weights = report.get("fusion_weights")
-    if isinstance(weights, list) and len(weights) == 2:
-        span.set_attribute(names.FUSION_DENSE_WEIGHT, float(weights[0]))
-        span.set_attribute(names.FUSION_BM25_WEIGHT, float(weights[1]))
-    if isinstance(blend, dict) and "history_order" in blend:
-        span.set_attribute(names.HISTORY_ORDER, str(blend["history_order"]))
-        span.set_attribute(names.HISTORY_ROLES, str(blend["history_roles"]))
+        values[names.BLEND_TRANSLATION_FAILED] = int(translation.get("failed", 0))
+        values[names.HISTORY_ORDER] = blend.order
+        values[names.HISTORY_ROLES] = blend.roles
+    fusion = report.fusion
+    if fusion is not None:
+        values[names.BM25_HISTORY_RAN] = fusion.bm25_history_ran
+        values[names.BM25_HISTORY_WEIGHT] = float(fusion.bm25_history_weight)
+        values[names.FUSION_DENSE_WEIGHT] = float(fusion.weights[0])
+        values[names.FUSION_BM25_WEIGHT] = float(fusion.weights[1])
     if record_content:
-        span.set_attribute(names.QUERY_TEXT, str(report.get("query", "")))
+        values[names.QUERY_TEXT] = report.query
+    span.set_attributes(values)
 
 
 def reranker_selection(
@@ -85,6 +89,8 @@ def reranker_selection(
     query: RerankQuery,
     record_content: bool,
 ) -> None:
+    if not span.is_recording():
+        return
     span.set_attribute(names.RERANKER_NAME, reranker or "none")
     span.set_attribute(names.RERANKER_QUERY_KIND, query.kind if reranker else "none")
     if reranker and record_content:

@@ -49,24 +49,24 @@ async def test_turn_1_is_exactly_the_stateless_plan() -> None:
     assert blended.text == stateless.text == question
     np.testing.assert_array_equal(blended.embedding, stateless.embedding)
     assert blended.bm25_history == "" and blended.bm25_history_weight == 0.0
-    assert blended.report["strategy"] == "stateless"
-    assert blended.report["bm25_history"] == {"ran": False, "weight": 0.3}
+    assert blended.report.wire()["strategy"] == "stateless"
+    assert blended.report.wire()["bm25_history"] == {"ran": False, "weight": 0.3}
     # The skipped blend still reports the configured history composition.
-    assert blended.report["blend"]["reason"] == "no_history"
-    assert blended.report["blend"]["history_order"] == "newest_first"
+    assert blended.report.wire()["blend"]["reason"] == "no_history"
+    assert blended.report.wire()["blend"]["history_order"] == "newest_first"
 
 
 async def test_follow_up_bm25_hears_all_earlier_questions_not_only_the_window() -> None:
     embedder = HashingEmbedder()
     conversation = Conversation("And for annual plans?", chat("Refund policy?", "How long?"))
     plan = await plan_retrieval(conversation, embedder, blend_settings())
-    assert plan.report["strategy"] == "blend"
+    assert plan.report.wire()["strategy"] == "blend"
     # The blend window holds 4 messages; the BM25 leg hears both questions.
-    assert plan.report["blend"]["history_messages"] == 4
+    assert plan.report.wire()["blend"]["history_messages"] == 4
     assert plan.bm25_history == "Refund policy?\nHow long?"
     assert plan.bm25_history_weight == 0.3
-    assert plan.report["bm25_history"] == {"ran": True, "weight": 0.3}
-    assert plan.report["fusion_weights"] == [1.0, Settings().rrf_bm25_weight]
+    assert plan.report.wire()["bm25_history"] == {"ran": True, "weight": 0.3}
+    assert plan.report.wire()["fusion_weights"] == [1.0, Settings().rrf_bm25_weight]
     assert embedder.batches[-1] == [
         "And for annual plans?",
         "answer 2\nHow long?\nanswer 1\nRefund policy?",
@@ -79,7 +79,7 @@ async def test_history_leg_off_at_weight_zero_and_when_the_blend_is_off() -> Non
     off = await plan_retrieval(
         conversation, embedder, blend_settings(multi_turn_bm25_history_weight=0.0)
     )
-    assert off.bm25_history == "" and off.report["bm25_history"]["ran"] is False
+    assert off.bm25_history == "" and off.report.wire()["bm25_history"]["ran"] is False
     no_blend = await plan_retrieval(
         conversation, embedder, blend_settings(multi_turn_blend_enabled=False)
     )
@@ -96,8 +96,8 @@ async def test_no_history_leg_through_the_retriever_service() -> None:
     plan = await plan_retrieval(
         conversation, HashingEmbedder(), blend_settings(), bm25_history_supported=supported
     )
-    assert plan.report["strategy"] == "blend"
-    assert plan.bm25_history == "" and plan.report["bm25_history"]["ran"] is False
+    assert plan.report.wire()["strategy"] == "blend"
+    assert plan.bm25_history == "" and plan.report.wire()["bm25_history"]["ran"] is False
 
 
 async def test_blended_follow_up_reranks_against_the_conversation() -> None:
@@ -132,7 +132,7 @@ async def test_first_turns_and_the_message_setting_rerank_against_the_message() 
         assert plan.rerank.vector is not None
         np.testing.assert_allclose(plan.rerank.vector, own, rtol=1e-6)
     # The message setting keeps the blend on the dense leg; only the reranker's query changes.
-    assert message.report["strategy"] == "blend"
+    assert message.report.wire()["strategy"] == "blend"
     assert not np.allclose(message.embedding, own)
 
 
