@@ -8,6 +8,7 @@ the sampler dropped, or tracing off).
 from __future__ import annotations
 
 from collections.abc import Sequence
+
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
