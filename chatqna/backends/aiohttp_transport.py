@@ -31,6 +31,8 @@ def httpx_errors(request: httpx.Request) -> Iterator[None]:
     except aiohttp.ClientConnectorError as exc:
         raise httpx.ConnectError(str(exc), request=request) from exc
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+        if _reset(exc):  # the connection was reset under the body
+            raise httpx.ReadError(str(exc), request=request) from exc
         raise httpx.RemoteProtocolError(str(exc), request=request) from exc
     except aiohttp.ClientResponseError as exc:  # a reply that is not valid HTTP
         raise httpx.RemoteProtocolError(str(exc), request=request) from exc
@@ -38,6 +40,17 @@ def httpx_errors(request: httpx.Request) -> Iterator[None]:
         raise httpx.ReadError(str(exc), request=request) from exc
     except aiohttp.ClientError as exc:
         raise httpx.NetworkError(str(exc), request=request) from exc
+
+
+def _reset(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(5):  # the reset is a cause or context a few links down at most
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionResetError | aiohttp.ClientConnectionResetError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class _Body(httpx.AsyncByteStream):

@@ -205,7 +205,8 @@ def test_condense_fault_fails_closed_in_time(
         ("slow", "upstream_timeout", "timed out", TIMEOUT),
         ("endless", "upstream_timeout", "longer than 2.0s", GENERATION_TIMEOUT),
         ("http_error", "upstream_error", "returned HTTP 500", 0.0),
-        ("reset", "upstream_error", "(ReadError)", 0.0),
+        # aiohttp reports a reset under a chunked body as the body cut short.
+        ("reset", "upstream_error", "(RemoteProtocolError)", 0.0),
         ("truncated", "bad_upstream_response", "not JSON", 0.0),
         ("malformed", "bad_upstream_response", "not JSON", 0.0),
     ],
@@ -255,7 +256,7 @@ def test_client_disconnect_closes_the_upstream_stream(stack: Stack, faults: Faul
     ) as response:
         tokens = 0
         for line in response.iter_lines():
-            tokens += '"content": "again' in line
+            tokens += line.startswith("data: {") and "again" in line
             if tokens == 3:
                 break
     # Leaving the block closed our connection mid-stream.

@@ -107,15 +107,16 @@ class FaultBook:
 # --------------------------------------------------------------------------- connections
 
 
-def _transport(request: Request) -> asyncio.Transport:
+def _transport(request: Request) -> asyncio.BaseTransport:
     # ASGI hides the socket; the uvicorn server that `serve_in_thread` and `main` record on
     # the app knows its connections, each with the client address the scope names.
     server = getattr(request.app.state, "uvicorn_server", None)
     client = tuple(request.scope.get("client") or ())
     for protocol in getattr(getattr(server, "server_state", None), "connections", ()):
         transport = getattr(protocol, "transport", None)
-        if getattr(protocol, "client", None) == client and isinstance(transport, asyncio.Transport):
-            return transport
+        # asyncio's or uvloop's transport (uvicorn picks uvloop when it is installed).
+        if getattr(protocol, "client", None) == client and hasattr(transport, "abort"):
+            return transport  # type: ignore[no-any-return]
     raise RuntimeError("cannot reach the connection: serve the app with serve_in_thread/main")
 
 

@@ -1,0 +1,90 @@
+"""`chatqna serve --workers 2` with remote backends: two processes behind one port, and one
+`/metrics` scrape that counts what both answered."""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import start_server
+from tests.standins.servers import create_standin_app, serve_in_thread
+from tests.unit.api.conftest import parse_sse
+
+pytestmark = pytest.mark.slow
+
+CHATS = 40
+
+
+def workers_of(pid: int) -> list[int]:
+    """uvicorn's worker processes under `pid` (spawned; not multiprocessing's tracker)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                spawned = b"spawn_main" in (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and spawned:
+                found.append(int(entry.name))
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def chat_requests_counted(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    pattern = r'^chatqna_requests_total\{[^}]*route="/v1/chatqna"[^}]*status="200"[^}]*\} (\S+)$'
+    return sum(float(value) for value in re.findall(pattern, text, flags=re.MULTILINE))
+
+
+def ask(url: str) -> list[tuple[str, str]]:
+    # A new connection each time, so the kernel hands chats to either worker.
+    response = httpx.post(
+        f"{url}/v1/chatqna",
+        json={"messages": [{"role": "user", "content": "How do I export my data?"}]},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    return parse_sse(response.text)
+
+
+def test_two_workers_share_the_port_and_one_scrape_counts_both(tmp_path: Path) -> None:
+    with serve_in_thread(create_standin_app()) as standin:
+        server = start_server(
+            tmp_path / "data",
+            tmp_path / "server.log",
+            CHATQNA_WORKERS="2",
+            TEI_EMBEDDING_ENDPOINT=standin,
+            TEI_RERANKING_ENDPOINT=standin,
+            RETRIEVER_ENDPOINT=standin,
+            LLM_ENDPOINT=standin,
+            LLM_MODEL_ID="standin",
+            OTEL_TRACES_EXPORTER="none",
+            CHATQNA_MAX_CONCURRENT_CHATS="4",
+        )
+        try:
+            workers = workers_of(server.process.pid)
+            assert len(workers) == 2, workers
+            before = {pid: cpu_seconds(pid) for pid in workers}
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                answers = list(pool.map(lambda _: ask(server.url), range(CHATS)))
+            assert all(events[-1] == ("message", "[DONE]") for events in answers)
+            assert all(events[0][0] == "metadata" for events in answers)
+            used = {pid: cpu_seconds(pid) - before[pid] for pid in workers}
+            assert all(seconds > 0 for seconds in used.values()), used  # both answered
+            # Any worker's scrape sums every worker's counters.
+            assert chat_requests_counted(server.url) == CHATS
+            assert chat_requests_counted(server.url) == CHATS
+        finally:
+            log = server.stop()
+    assert "serving with 2 worker processes" in log
+    assert "Traceback" not in log
