@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/rag-benchmarks/load_chats.py [--concurrency 200] [--duration 30]
         [--runs 2] [--warmup 60] [--pause 5] [--delay 0.02] [--tokens 20]
-        [--token-interval 0.02] [--heap-trim-seconds N]
+        [--token-interval 0.02] [--heap-trim-seconds N] [--workers N --remote-retriever]
 
 Starts the stand-in TEI + OpenAI upstreams (`python -m tests.standins.servers`, their own
 process) and `python -m chatqna serve` on loopback with the embedded index in a temporary
@@ -17,6 +17,10 @@ runs follow each other against the same server process, `--pause` idle seconds a
 the server's RSS sampled from /proc throughout and once more at the end of each pause
 ("settled": the server is idle and its heap trimmer has run). Growth across runs shows in
 the settled RSS.
+
+With `--remote-retriever` the server searches the stand-in's OPEA retriever instead of the
+embedded index, which `--workers` above 1 needs (RSS and CPU are then the sums over the
+server's processes).
 
 Per run: chats/s, time to the first SSE event (metadata) and to the first token, p50/p95/p99
 of the whole chat, errors by kind, the server's RSS (start, end, peak, settled) and CPU time.
@@ -147,9 +151,16 @@ def standin_argv(port: int, options: dict[str, float | int | None]) -> list[str]
 
 
 def server_env(
-    standin: str, data_dir: Path, port: int, concurrency: int, heap_trim_seconds: float | None
+    standin: str,
+    data_dir: Path,
+    port: int,
+    concurrency: int,
+    heap_trim_seconds: float | None,
+    workers: int = 1,
+    remote_retriever: bool = False,
 ) -> dict[str, str]:
-    """ChatQnA's environment: stand-in upstreams, blend on, tracing and access log off."""
+    """ChatQnA's environment: stand-in upstreams, blend on, tracing and access log off;
+    with `remote_retriever`, the stand-in's OPEA retriever instead of the embedded index."""
     from chatqna.settings import Settings
 
     env = clean_env(
@@ -166,6 +177,9 @@ def server_env(
     )
     if heap_trim_seconds is not None:
         env["CHATQNA_HEAP_TRIM_SECONDS"] = str(heap_trim_seconds)
+    env["CHATQNA_WORKERS"] = str(workers)
+    if remote_retriever:
+        env["RETRIEVER_ENDPOINT"] = standin
     # A limit on chats in flight (answering 429 when saturated) must admit every virtual user.
     for name, info in Settings.model_fields.items():
         if info.annotation in (int, int | None) and any(
@@ -183,18 +197,47 @@ def upload_corpus(url: str) -> None:
     httpx.post(f"{url}/v1/dataprep/ingest", files=files, timeout=120).raise_for_status()
 
 
-def rss_kib(pid: int) -> int:
-    """Resident set size of `pid` in KiB, from /proc/<pid>/status."""
+def child_pids(pid: int) -> list[int]:
+    """The direct children of `pid` (a server's worker processes), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _own_rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time `pid` has used, from /proc/<pid>/stat."""
+def rss_kib(pid: int) -> int:
+    """Resident set size of `pid` and its children (workers) in KiB, from /proc."""
+    total = _own_rss_kib(pid)
+    for child in child_pids(pid):
+        with suppress(OSError, RuntimeError):
+            total += _own_rss_kib(child)
+    return total
+
+
+def _own_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time `pid` and its live children (workers) have used, from /proc."""
+    total = _own_cpu_seconds(pid)
+    for child in child_pids(pid):
+        with suppress(OSError):
+            total += _own_cpu_seconds(child)
+    return total
 
 
 def load_average() -> list[float]:
@@ -542,8 +585,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="the server's CHATQNA_HEAP_TRIM_SECONDS (default: the service's default; 0: off)",
     )
+    parser.add_argument("--workers", type=int, default=1, help="server processes (CHATQNA_WORKERS)")
+    parser.add_argument(
+        "--remote-retriever",
+        action="store_true",
+        help="the stand-in retriever (RETRIEVER_ENDPOINT) instead of the embedded index "
+        "(needed for --workers above 1)",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.workers > 1 and not args.remote_retriever:
+        parser.error(
+            "--workers above 1 needs --remote-retriever (the embedded index is per process)"
+        )
+    return args
 
 
 @contextmanager
@@ -570,7 +625,15 @@ def running_services(args: argparse.Namespace, root: Path) -> Iterator[tuple[Pro
         server = start_process(
             "chatqna",
             [sys.executable, "-m", "chatqna", "serve"],
-            server_env(standin.url, root / "data", port, args.concurrency, args.heap_trim_seconds),
+            server_env(
+                standin.url,
+                root / "data",
+                port,
+                args.concurrency,
+                args.heap_trim_seconds,
+                args.workers,
+                args.remote_retriever,
+            ),
             port,
             root,
             ready_path="/v1/ready",
@@ -586,7 +649,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     pairs = load_conversations()
     with tempfile.TemporaryDirectory() as tmp, running_services(args, Path(tmp)) as (_, server):
-        upload_corpus(server.url)
+        if not args.remote_retriever:
+            upload_corpus(server.url)
         warmup = None
         if args.warmup > 0:
             warmup = asyncio.run(one_run(server.url, server.pid, pairs, args, args.warmup))
@@ -626,6 +690,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tracing": "off",
             "log_level": "WARNING",
             "heap_trim_seconds": args.heap_trim_seconds,
+            "workers": args.workers,
+            "retriever": "stand-in (RETRIEVER_ENDPOINT)" if args.remote_retriever else "embedded",
         },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "load_average_after": load_average(),

@@ -32,6 +32,8 @@ from load_chats import free_port, load_average, load_conversations, standin_argv
 from load_chats import start_process as start
 from opea_overhead import closed_loop, orchestrator_env, system_call
 
+from tests.integration.otlp_receiver import otlp_receiver
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "profile" / "profile_hot_path.json"
 # (group, path fragments); the innermost frame's file decides. Order matters.
@@ -110,11 +112,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--server-cpu", default=None, help="taskset list for the server")
+    parser.add_argument(
+        "--tracing",
+        choices=("off", "on", "sampled"),
+        default="off",
+        help="export every span (on) or 10%% of traces (sampled) to a local OTLP receiver",
+    )
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as (receiver, _):
         root = Path(tmp)
+        tracing = {"OTEL_TRACES_EXPORTER": "none"}
+        if args.tracing != "off":
+            tracing = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver}
+        if args.tracing == "sampled":
+            tracing["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+            tracing["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
         port = free_port()
         upstreams = start(
             "upstreams",
@@ -139,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 "RETRIEVER_ENDPOINT": upstreams.url,
                 "LLM_ENDPOINT": upstreams.url,
                 "LLM_MODEL_ID": "standin",
-                "OTEL_TRACES_EXPORTER": "none",
+                **tracing,
             },
             port,
             root,
@@ -171,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "profile_hot_path",
         "command": "tests/rag-benchmarks/profile_hot_path.py " + " ".join(argv or sys.argv[1:]),
         "load_average": load_average(),
+        "tracing": args.tracing,
         "points": results,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
