@@ -25,7 +25,7 @@ import httpx
 
 from chatqna.backends.aiohttp_transport import AiohttpTransport
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
-from chatqna.telemetry.tracing import instrument_http_client
+from chatqna.telemetry.tracing import traced
 
 logger = logging.getLogger(__name__)
 
@@ -84,15 +84,13 @@ def upstream_client(
     # Keep every pooled connection alive (fewer reconnects under load), but drop idle ones
     # before a uvicorn-style upstream's 5 s keep-alive closes them under a request.
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0)
-    client = httpx.AsyncClient(
+    return httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
         headers=headers,
-        transport=transport if transport is not None else default_transport(limits),
+        transport=traced(transport if transport is not None else default_transport(limits)),
         limits=limits,
     )
-    instrument_http_client(client)
-    return client
 
 
 def is_retryable(exc: BaseException) -> bool:

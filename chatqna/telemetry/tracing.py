@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import httpx
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -105,13 +106,14 @@ def tracing_installed() -> bool:
     return isinstance(trace.get_tracer_provider(), TracerProvider)
 
 
-def instrument_http_client(client: Any) -> None:
-    """Give an upstream httpx client spans and trace-context headers, when tracing is on.
+def traced(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+    """An upstream client's transport, with client spans and trace-context headers when
+    tracing is on (`chatqna.telemetry.client_spans`); unchanged when it is off.
 
     Per client, not by patching httpx globally: only our upstream clients are traced.
     """
     if not tracing_installed():
-        return
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+        return transport
+    from chatqna.telemetry.client_spans import TracedTransport
 
-    HTTPXClientInstrumentor.instrument_client(client)
+    return TracedTransport(transport)
