@@ -6,11 +6,12 @@ Starts the stand-in upstreams (`python -m tests.standins.servers`, their own pro
 in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON body in, a
 64-float vector out, as the service makes them) and as many streamed chat calls (20 SSE
 chunks read line by line) with each client, at `--concurrency` calls in flight, over a
-keep-alive pool. The clients alternate within each round. What is measured is this
-process's CPU time per call (`time.process_time`), which the stand-ins' own work does not
-touch, and calls per second. Needs `aiohttp` and `httpx-aiohttp` (`pip install` them; they
-are not service dependencies unless the service uses them). Writes
-`results/http_client_cost.json`.
+keep-alive pool. The clients: httpx with its own transport, httpx over the service's
+aiohttp transport (`chatqna.backends.aiohttp_transport`), httpx over the `httpx-aiohttp`
+package's transport when it is installed (it is not a dependency), and aiohttp directly.
+They alternate within each round. What is measured is this process's CPU time per call
+(`time.process_time`), which the stand-ins' own work does not touch, and calls per second.
+Writes `results/http_client_cost.json`.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from typing import Any
 
 import aiohttp
 import httpx
-from httpx_aiohttp import AiohttpTransport
 from load_chats import free_port, load_average, standin_argv, start_process
 from opea_overhead import orchestrator_env
+
+from chatqna.backends.aiohttp_transport import AiohttpTransport
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "http_client_cost.json"
@@ -94,18 +96,27 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3)
     timeout = httpx.Timeout(30, connect=5)
     plain = httpx.AsyncClient(base_url=base, limits=limits, timeout=timeout)
-    over = httpx.AsyncClient(
-        base_url=base, timeout=timeout, transport=AiohttpTransport(limits=limits)
-    )
+    over = httpx.AsyncClient(base_url=base, timeout=timeout, transport=AiohttpTransport(limits))
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=3),
         timeout=aiohttp.ClientTimeout(total=30, connect=5),
     )
     clients = {
         "httpx (default transport)": httpx_calls(plain),
-        "httpx over aiohttp (httpx-aiohttp)": httpx_calls(over),
-        "aiohttp directly": aiohttp_calls(session, base),
+        "httpx over aiohttp (the service's transport)": httpx_calls(over),
     }
+    others = [plain, over]
+    try:
+        from httpx_aiohttp import AiohttpTransport as PackagedTransport
+
+        packaged = httpx.AsyncClient(
+            base_url=base, timeout=timeout, transport=PackagedTransport(limits=limits)
+        )
+        clients["httpx over aiohttp (httpx-aiohttp package)"] = httpx_calls(packaged)
+        others.append(packaged)
+    except ImportError:
+        pass
+    clients["aiohttp directly"] = aiohttp_calls(session, base)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"embed": [], "chat": []} for name in clients
     }
@@ -121,8 +132,8 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
                 results[name]["embed"].append(await run(embed, args.calls, args.concurrency))
                 results[name]["chat"].append(await run(chat, args.calls // 4, args.concurrency))
     finally:
-        await plain.aclose()
-        await over.aclose()
+        for client in others:
+            await client.aclose()
         await session.close()
     return {
         name: {
