@@ -11,8 +11,9 @@ non-stream) and concurrency it runs the closed loop of `opea_overhead.py` while
 package into the groups of `GROUPS`: walking out from the innermost frame, the first frame
 in a listed package decides (so `json` called from the SSE framing counts as JSON, and the
 rest of the standard library and anyio count where their caller is). py-spy records busy
-samples only. Prints the share of busy samples per group, writes JSON to
-`results/profile/profile_hot_path.json` and the raw collapsed stacks next to it.
+samples only. Prints the share of busy samples per group and writes them, with the
+hottest innermost frames, to `results/profile/profile_hot_path.json`; the raw collapsed
+stacks (large) are kept only with `--raw-dir`.
 """
 
 from __future__ import annotations
@@ -95,15 +96,24 @@ def profile_point(
     load = asyncio.run(closed_loop(url, system_call(stream), concurrency, seconds, questions))
     record.wait(timeout=60)
     counts: Counter[str] = Counter()
+    frames: Counter[str] = Counter()
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if stack:
             counts[classify(stack)] += int(count)
+            frames[stack.rsplit(";", 1)[-1]] += int(count)
     busy = sum(n for group, n in counts.items() if group != "idle")
     shares = {
         group: round(n / busy, 3) for group, n in counts.most_common() if group != "idle" and busy
     }
-    return {"load": load, "samples_busy": busy, "samples_idle": counts["idle"], "shares": shares}
+    hottest = {frame: round(n / busy, 3) for frame, n in frames.most_common(15) if busy}
+    return {
+        "load": load,
+        "samples_busy": busy,
+        "samples_idle": counts["idle"],
+        "shares": shares,
+        "hottest_innermost_frames": hottest,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--server-cpu", default=None, help="taskset list for the server")
+    parser.add_argument("--raw-dir", type=Path, default=None, help="keep py-spy's raw stacks")
     parser.add_argument(
         "--tracing",
         choices=("off", "on", "sampled"),
@@ -121,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    if args.raw_dir is not None:
+        args.raw_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as (receiver, _):
         root = Path(tmp)
         tracing = {"OTEL_TRACES_EXPORTER": "none"}
@@ -167,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             for stream in (True, False):
                 for c in args.concurrency:
                     key = f"{'stream' if stream else 'non-stream'} c={c}"
-                    raw = args.output.with_name(
+                    raw = (args.raw_dir or root) / (
                         f"profile_hot_path_{key.replace(' ', '_').replace('=', '')}.txt"
                     )
                     results[key] = profile_point(
