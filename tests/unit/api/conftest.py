@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from chatqna.app import create_app
-from chatqna.backends.factory import Backends, build_translator
+from chatqna.backends.bundle import Backends
+from chatqna.backends.factory import build_translator
 from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
 from chatqna.retrieval.dataprep import IngestFile, ingest_files

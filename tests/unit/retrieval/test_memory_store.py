@@ -12,7 +12,7 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery, SourceBatch
-from chatqna.backends.tei import l2_normalise
+from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import Chunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval import memory_store
