@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from chatqna.heap import RequestActivity
+from chatqna.activity import RequestActivity
 
 STAGE_BUCKETS = (
     0.001,
