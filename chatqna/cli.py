@@ -1,4 +1,7 @@
-"""The `chatqna` command: `serve`, `ingest`, `ask`.
+"""The `chatqna` command: `serve`, `retriever`, `ingest`, `ask`, `bench`.
+
+`serve` runs the chat service, `retriever` the retriever service, `ingest` indexes files,
+`ask` streams an answer from a running service, and `bench` scores retrieval on a dataset.
 
 Settings come from the environment (see `.env.example`); options given here override the
 matching variable for this run.
