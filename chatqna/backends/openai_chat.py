@@ -24,10 +24,10 @@ import httpx
 
 from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
+from chatqna.backends.sse_client import SSEDecoder
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 
 COMPLETIONS_PATH = "/v1/chat/completions"
-_DONE = Delta(finish_reason="[DONE]")  # sentinel for the `data: [DONE]` line
 
 
 def base_url_of(endpoint: str) -> str:
@@ -142,19 +142,21 @@ class OpenAIChatLLM:
                 if response.status_code >= 400:
                     await response.aread()
                     response.raise_for_status()
-            lines = response.aiter_lines()
+            decoder = SSEDecoder()
+            reads = response.aiter_bytes()
             while True:
                 async with asyncio.timeout_at(deadline):
-                    line = await anext(lines, None)
-                if line is None:
+                    read = await anext(reads, None)
+                if read is None:
                     raise UpstreamError(
                         f"{self.backend}: stream ended before [DONE]", backend=self.backend
                     )
-                delta = self._parse_line(line)
-                if delta is _DONE:
-                    break
-                if delta is not None:
-                    yield delta
+                for event in decoder.feed(read):
+                    if event.is_done:
+                        return
+                    delta = self._parse_chunk(event.data)
+                    if delta is not None:
+                        yield delta
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{self.backend}: generation took longer than {self._generation_timeout}s",
@@ -169,13 +171,8 @@ class OpenAIChatLLM:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
 
-    def _parse_line(self, line: str) -> Delta | None:
-        line = line.strip()
-        if not line.startswith("data:"):
-            return None  # blank separators, comments and `event:` lines
-        data = line[len("data:") :].strip()
-        if data == "[DONE]":
-            return _DONE
+    def _parse_chunk(self, data: str) -> Delta | None:
+        """One event's data: a `chat.completion.chunk` (or an error object)."""
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError as exc:
