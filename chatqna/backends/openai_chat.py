@@ -148,6 +148,11 @@ class OpenAIChatLLM:
                 async with asyncio.timeout_at(deadline):
                     read = await anext(reads, None)
                 if read is None:
+                    if decoder.pending:
+                        raise BadUpstreamResponse(
+                            f"{self.backend}: stream cut off inside an event",
+                            backend=self.backend,
+                        )
                     raise UpstreamError(
                         f"{self.backend}: stream ended before [DONE]", backend=self.backend
                     )

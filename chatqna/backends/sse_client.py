@@ -55,6 +55,12 @@ class SSEDecoder:
         self._last_id = ""
         self._retry: int | None = None
 
+    @property
+    def pending(self) -> bool:
+        """True while a line or an event has begun but not ended (a stream cut off now
+        would lose it)."""
+        return bool(self._buffer or self._data or self._event)
+
     def feed(self, chunk: bytes | str) -> list[ServerSentEvent]:
         text = self._utf8.decode(chunk) if isinstance(chunk, bytes) else chunk
         if not self._started and text:

@@ -114,3 +114,14 @@ async def test_aiter_events_reads_an_async_byte_stream() -> None:
 
     events = [event async for event in aiter_events(reads())]
     assert events == parse_events(CHAT_STREAM)
+
+
+def test_pending_says_whether_a_stream_stopped_inside_an_event() -> None:
+    decoder = SSEDecoder()
+    assert not decoder.pending
+    decoder.feed("data: {")
+    assert decoder.pending  # half a line
+    decoder.feed("}\n")
+    assert decoder.pending  # a whole line, but no blank line yet
+    assert pairs(decoder.feed("\n")) == [("message", "{}")]
+    assert not decoder.pending
