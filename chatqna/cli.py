@@ -209,6 +209,16 @@ def bench(
     render: Annotated[
         Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
     ] = None,
+    reranker_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Rerank with this TEI-compatible /rerank server (TEI_RERANKING_ENDPOINT)"
+        ),
+    ] = None,
+    embedded_reranker: Annotated[
+        str | None,
+        typer.Option(help="Without an endpoint: none or similarity (CHATQNA_EMBEDDED_RERANKER)"),
+    ] = None,
 ) -> None:
     """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups)."""
     from chatqna.evaluation.command import run_bench_command, run_service_command
@@ -225,7 +235,9 @@ def bench(
         )
         raise typer.Exit(2)
 
-    settings = load_settings()
+    settings = load_settings(
+        tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
+    )
     configure_logging(settings)
     command = "chatqna bench " + " ".join(sys.argv[2:])
     if service is not None:

@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     tei_reranking_endpoint: str | None = None
     rerank_enabled: bool = True
     rerank_timeout_seconds: float = Field(30.0, gt=0)
+    chatqna_embedded_reranker: Literal["none", "similarity"] = "none"
 
     # --- chat LLM ----------------------------------------------------------------------
     llm_endpoint: str | None = None
@@ -100,11 +101,12 @@ class Settings(BaseSettings):
     # --- multi-turn --------------------------------------------------------------------
     multi_turn_mode: Literal["blend", "condense"] = "blend"
     multi_turn_blend_enabled: bool = False
-    multi_turn_blend_alpha: float = Field(0.75, ge=0.0, le=1.0)
-    multi_turn_history_turns: int = Field(4, ge=0)
+    multi_turn_blend_alpha: float = Field(0.7, ge=0.0, le=1.0)
+    multi_turn_history_turns: int = Field(2, ge=0)
     multi_turn_history_order: Literal["chronological", "newest_first"] = "newest_first"
-    multi_turn_history_roles: Literal["user_assistant", "user"] = "user_assistant"
+    multi_turn_history_roles: Literal["user_assistant", "user"] = "user"
     multi_turn_bm25_history_weight: float = Field(0.3, ge=0.0, le=1.0)
+    multi_turn_rerank_query: Literal["conversation", "message"] = "conversation"
     multi_turn_translate_history: bool = True
     multi_turn_translation_cache_size: int = Field(1024, ge=1)
     multi_turn_translation_timeout_seconds: float = Field(10.0, gt=0)
@@ -214,6 +216,15 @@ class Settings(BaseSettings):
     @property
     def fusion_weights(self) -> tuple[float, float]:
         return (self.rrf_dense_weight, self.rrf_bm25_weight)
+
+    @property
+    def rerank_skip_reason(self) -> str | None:
+        """Why no reranker runs (`disabled`, `embedded_default`), or None when one does."""
+        if not self.rerank_enabled:
+            return "disabled"
+        if self.tei_reranking_endpoint is None and self.chatqna_embedded_reranker == "none":
+            return "embedded_default"
+        return None
 
     @property
     def blend_active(self) -> bool:

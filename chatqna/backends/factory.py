@@ -1,8 +1,9 @@
 """`build_backends(settings)`: the one place that picks an implementation per role.
 
 Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
-`TEI_RERANKING_ENDPOINT` (or `RERANK_ENABLED=false` for no reranker), `LLM_ENDPOINT`, and
-for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL` (Redis Stack).
+`TEI_RERANKING_ENDPOINT` (without it the fused order is kept, see `build_reranker`),
+`LLM_ENDPOINT`, and for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL`
+(Redis Stack).
 The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
 """
 
@@ -136,7 +137,10 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
 
 
 def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:
-    if not settings.rerank_enabled:
+    """TEI's cross-encoder when configured; without one, the embedded default keeps the
+    fused order (None) unless `CHATQNA_EMBEDDED_RERANKER=similarity` asks for the
+    embedding-similarity rescoring, which measured below the fused order."""
+    if settings.rerank_skip_reason is not None:
         return None
     if settings.tei_reranking_endpoint is not None:
         from chatqna.backends.tei import TEIReranker

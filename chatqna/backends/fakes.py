@@ -62,11 +62,17 @@ class RecordingReranker:
 
     def __init__(self) -> None:
         self.queries: list[str] = []
+        self.vectors: list[np.ndarray | None] = []
 
     async def rerank(
-        self, query: str, candidates: Sequence[ScoredChunk], top_n: int
+        self,
+        query: str,
+        candidates: Sequence[ScoredChunk],
+        top_n: int,
+        vector: np.ndarray | None = None,
     ) -> list[ScoredChunk]:
         self.queries.append(query)
+        self.vectors.append(vector)
         return [c.with_score("rerank", 1.0 / (i + 1)) for i, c in enumerate(candidates)][:top_n]
 
     async def describe(self) -> dict[str, Any]:
@@ -137,6 +143,7 @@ class RecordingRetriever:
     def __init__(self, inner: Retriever) -> None:
         self.inner = inner
         self.queries: list[SearchQuery] = []
+        self.supports_bm25_history = inner.supports_bm25_history
 
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
         self.queries.append(query)

@@ -64,7 +64,14 @@ class SourceInfo:
 
 @runtime_checkable
 class Retriever(Protocol):
-    """A searchable store of chunks: dense + BM25 legs fused by RRF, or dense only."""
+    """A searchable store of chunks: dense + BM25 legs fused by RRF, or dense only.
+
+    `supports_bm25_history` says whether `search` honours `SearchQuery.bm25_history` (the
+    history-aware BM25 leg); a retriever behind an API without that field says False, and
+    the pipeline then reports the leg as not run.
+    """
+
+    supports_bm25_history: bool
 
     async def search(self, query: SearchQuery) -> list[ScoredChunk]: ...
 
@@ -95,12 +102,21 @@ class SourceBatch:
 
 @runtime_checkable
 class Reranker(Protocol):
-    """Re-scores retrieved candidates against a query text and keeps the best `top_n`."""
+    """Re-scores retrieved candidates against a query and keeps the best `top_n`.
+
+    `query` is the text a cross-encoder reads; `vector`, when given, is the embedding an
+    embedding-similarity reranker scores with instead of embedding `query` itself (on a
+    blended follow-up, the blended vector). Rerankers that read text ignore `vector`.
+    """
 
     name: str
 
     async def rerank(
-        self, query: str, candidates: Sequence[ScoredChunk], top_n: int
+        self,
+        query: str,
+        candidates: Sequence[ScoredChunk],
+        top_n: int,
+        vector: np.ndarray | None = None,
     ) -> list[ScoredChunk]: ...
 
     async def describe(self) -> dict[str, Any]: ...

@@ -31,7 +31,13 @@ BACKEND = "retriever"
 
 
 class RemoteRetriever:
-    """A `Retriever` backed by `POST /v1/retrieval` on another service."""
+    """A `Retriever` backed by `POST /v1/retrieval` on another service.
+
+    OPEA's retrieval API has no field for earlier questions, so the history-aware BM25 leg
+    cannot run behind it.
+    """
+
+    supports_bm25_history = False
 
     def __init__(
         self,

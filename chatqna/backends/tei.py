@@ -181,8 +181,13 @@ class TEIReranker:
         )
 
     async def rerank(
-        self, query: str, candidates: Sequence[ScoredChunk], top_n: int
+        self,
+        query: str,
+        candidates: Sequence[ScoredChunk],
+        top_n: int,
+        vector: np.ndarray | None = None,
     ) -> list[ScoredChunk]:
+        """Score `(query, passage)` pairs with the cross-encoder; `vector` is not used."""
         if top_n < 1:
             raise ValueError("top_n must be at least 1")
         if not candidates:

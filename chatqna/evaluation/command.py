@@ -8,7 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chatqna.backends.factory import build_condense_llm, build_embedder, build_llm
+from chatqna.backends.factory import (
+    build_condense_llm,
+    build_embedder,
+    build_llm,
+    build_reranker,
+)
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.compare import shipped_references
 from chatqna.evaluation.dataset import load_dataset
@@ -64,6 +69,9 @@ async def run_bench_command(
     cache = EmbeddingCache(cache_dir or settings.chatqna_data_dir / "bench-cache", raw.name)
     embedder = CachingEmbedder(raw, cache)
     llm = build_condense_llm(settings, await build_llm(settings)) if with_llm else None
+    # The reranker the service would run with these settings (TEI_RERANKING_ENDPOINT,
+    # CHATQNA_EMBEDDED_RERANKER); the embedded default has none and keeps the fused order.
+    reranker = build_reranker(settings, embedder)
     started = time.perf_counter()
     try:
         results = await run_benchmark(
@@ -84,9 +92,12 @@ async def run_bench_command(
             bm25_weights=bm25_weights,
             candidates=candidates,
             references=shipped_references(settings, depth=10),
+            reranker=reranker,
         )
     finally:
         cache.save()
+        if reranker is not None:
+            await reranker.aclose()
         if llm is not None:
             await llm.aclose()
         await raw.aclose()

@@ -6,11 +6,13 @@
 | `append`        | earlier user questions + latest   | the same appended text     |
 | `blend`         | `blend_query` (a, N) as served    | the latest message (BM25   |
 |                 |                                   | hears earlier questions at |
-|                 |                                   | the history weight)        |
+|                 |                                   | the history weight; the    |
+|                 |                                   | reranker the conversation) |
 | `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
-Each strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
+`stateless` and `blend` are planned by the orchestrator's own `plan_retrieval`. Each
+strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
 per-leg depth asked for) and with the reranker on and off.
 `condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
 failed turn (an empty ranking), as it is a 503 in the service.
@@ -26,10 +28,11 @@ import numpy as np
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
-from chatqna.multiturn.blend import blend_query, earlier_questions
 from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.history import Conversation
+from chatqna.pipeline.orchestrator import plan_retrieval
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
+from chatqna.settings import Settings
 
 STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
 
@@ -44,6 +47,7 @@ class QueryStrategy:
     order: str = "chronological"
     roles: str = "user_assistant"
     bm25_history_weight: float = 0.0
+    rerank_query: str = "conversation"
 
     @property
     def label(self) -> str:
@@ -52,6 +56,8 @@ class QueryStrategy:
             extra += " user-only" if self.roles == "user" else ""
             if self.bm25_history_weight:
                 extra += f" bm25-history={self.bm25_history_weight:g}"
+            if self.rerank_query != "conversation":
+                extra += f" rerank-query={self.rerank_query}"
             return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
         if self.strategy == "condense_llm":
             return f"condense (LLM, n={self.history_turns})"
@@ -106,6 +112,26 @@ class QueryPlan:
     failure: str | None = None
     bm25_history: str = ""
     bm25_history_weight: float = 0.0
+    rerank_text: str | None = None
+    rerank_vector: np.ndarray | None = None
+
+    @property
+    def rerank_query(self) -> str:
+        return self.text if self.rerank_text is None else self.rerank_text
+
+
+def planning_settings(strategy: QueryStrategy) -> Settings:
+    """The multi-turn settings under which the service plans a turn as `strategy` does."""
+    return Settings.model_construct(
+        multi_turn_mode="blend",
+        multi_turn_blend_enabled=strategy.strategy == "blend",
+        multi_turn_blend_alpha=strategy.alpha,
+        multi_turn_history_turns=strategy.history_turns,
+        multi_turn_history_order=strategy.order,
+        multi_turn_history_roles=strategy.roles,
+        multi_turn_bm25_history_weight=strategy.bm25_history_weight,
+        multi_turn_rerank_query=strategy.rerank_query,
+    )
 
 
 async def plan_turn(
@@ -130,33 +156,22 @@ async def plan_turn(
         elapsed = (time.perf_counter() - started) * 1000
         return QueryPlan(text, vector, inputs, calls, elapsed, failure)
 
-    if strategy.strategy == "stateless":
-        return done(turn.query, (await embedder.embed([turn.query]))[0], 1)
+    if strategy.strategy in ("stateless", "blend"):
+        # The service's own planning (`plan_retrieval`): blend, history-aware BM25 leg and
+        # the reranker's query, exactly as served under these settings.
+        planned = await plan_retrieval(conversation, embedder, planning_settings(strategy))
+        executed = bool(planned.report["blend"]["executed"])
+        return replace(
+            done(planned.text, planned.embedding, 2 if executed else 1),
+            bm25_history=planned.bm25_history,
+            bm25_history_weight=planned.bm25_history_weight,
+            rerank_text=planned.rerank.text,
+            rerank_vector=planned.rerank.vector,
+        )
     if strategy.strategy == "append":
         earlier = [m.content for m in turn.history if m.role == "user"]
         text = " ".join([*earlier, turn.query])
         return done(text, (await embedder.embed([text]))[0], 1)
-    if strategy.strategy == "blend":
-        result = await blend_query(
-            conversation,
-            embedder,
-            enabled=True,
-            alpha=strategy.alpha,
-            history_turns=strategy.history_turns,
-            translator=None,
-            order=strategy.order,
-            roles=strategy.roles,
-        )
-        plan = done(turn.query, result.embedding, 2 if result.executed else 1)
-        questions = earlier_questions(conversation)
-        if result.executed and strategy.bm25_history_weight > 0.0 and questions:
-            # The service's history-aware BM25 leg (see `plan_retrieval`).
-            return replace(
-                plan,
-                bm25_history="\n".join(questions),
-                bm25_history_weight=strategy.bm25_history_weight,
-            )
-        return plan
     if strategy.strategy == "condense_gold":
         text = turn.gold_rewrite or turn.query
         return done(text, (await embedder.embed([text]))[0], 1)

@@ -12,6 +12,7 @@ headline modes).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -151,20 +152,41 @@ def render_from(results_json: Path) -> dict[str, Path]:
     """Redraw `results.md` and the chart next to an existing `results.json`."""
     results = json.loads(results_json.read_text())
     directory = results_json.parent
-    paths = {"markdown": directory / "results.md", "chart": directory / "follow_up_recall5.png"}
+    paths = {"markdown": directory / "results.md"}
     paths["markdown"].write_text(markdown(results))
-    chart(results, paths["chart"])
+    if chart_available():
+        paths["chart"] = directory / "follow_up_recall5.png"
+        chart(results, paths["chart"])
+    else:
+        print(CHART_MISSING.format(json=results_json), file=sys.stderr)
     return paths
 
 
+CHART_MISSING = (
+    "chart not drawn: matplotlib is not installed (pip install 'chatqna[bench]', or "
+    "scripts/setup-venv test); redraw it later with `chatqna bench --render {json}`"
+)
+
+
+def chart_available() -> bool:
+    """Whether the chart library (the `bench` extra) can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def write_outputs(results: dict[str, Any], directory: Path) -> dict[str, Path]:
+    """Write the JSON and the Markdown, and the chart when matplotlib is installed (a
+    missing chart library is reported on stderr, never an error: the figures are written)."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "json": directory / "results.json",
-        "markdown": directory / "results.md",
-        "chart": directory / "follow_up_recall5.png",
-    }
+    paths = {"json": directory / "results.json", "markdown": directory / "results.md"}
     paths["json"].write_text(json.dumps(results, indent=1) + "\n")
     paths["markdown"].write_text(markdown(results))
-    chart(results, paths["chart"])
+    if chart_available():
+        paths["chart"] = directory / "follow_up_recall5.png"
+        chart(results, paths["chart"])
+    else:
+        print(CHART_MISSING.format(json=paths["json"]), file=sys.stderr)
     return paths

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
-from chatqna.backends.protocols import ChatLLM, Embedder, SearchQuery, SourceBatch
+from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, SearchQuery, SourceBatch
 from chatqna.documents import Chunk
 from chatqna.evaluation.compare import Reference, compare_references
 from chatqna.evaluation.dataset import Dataset, EvalTurn
@@ -108,9 +107,12 @@ async def rank_mode(
     turns: Sequence[EvalTurn],
     plans: dict[str, QueryPlan],
     index: InMemoryHybridIndex,
-    reranker: EmbeddingSimilarityReranker,
+    reranker: Reranker | None,
     depth: int,
 ) -> ModeResult:
+    """Rank every turn under `mode`; with `mode.rerank` the service's reranker reorders the
+    candidates against the plan's rerank query (without a reranker, the fused order stays,
+    as it does in the service)."""
     result = ModeResult(mode)
     for turn in turns:
         plan = plans[turn.key]
@@ -130,8 +132,10 @@ async def rank_mode(
                 ),
                 candidates=mode.candidates,
             )
-            if mode.rerank:
-                hits = await reranker.rerank(plan.text, hits, depth)
+            if mode.rerank and reranker is not None:
+                hits = await reranker.rerank(
+                    plan.rerank_query, hits, depth, vector=plan.rerank_vector
+                )
             ranking = [hit.chunk.id for hit in hits]
         result.rankings[turn.key] = ranking
         result.per_turn[turn.key] = turn_metrics(ranking, turn.relevant_ids)
@@ -191,13 +195,15 @@ async def run_benchmark(
     bm25_weights: Sequence[float] = (1.0,),
     candidates: Sequence[int] = (FUSION_CANDIDATES,),
     references: Sequence[Reference] = (),
+    reranker: Reranker | None = None,
 ) -> dict[str, Any]:
     """Every strategy under every retrieval switch; returns the results document.
 
     The switches are hybrid at each BM25 fusion weight of `bm25_weights` (1.0 is plain RRF)
-    and each per-leg depth of `candidates`, and dense only, each with and without the
-    reranker. `references` (named modes, see `chatqna.evaluation.compare`) are ranked too
-    and compared with the first of them, the configuration under test.
+    and each per-leg depth of `candidates`, and dense only, each with and without
+    `reranker` (the service's, from `build_reranker`; None keeps the fused order, as the
+    embedded default does). `references` (named modes, see `chatqna.evaluation.compare`) are
+    ranked too and compared with the first of them, the configuration under test.
     """
     switches = [(True, float(w), int(c)) for w in bm25_weights for c in candidates]
     switches.append((False, 1.0, FUSION_CANDIDATES))
@@ -205,7 +211,6 @@ async def run_benchmark(
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(dataset, embedder, Path(directory), progress)
-        reranker = EmbeddingSimilarityReranker(embedder)
         planned = list(dict.fromkeys([*strategies, *(r.mode.query for r in references)]))
         plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in planned}
         latency = await measure_latency(turns, planned, raw_embedder, llm, plans)
@@ -228,6 +233,7 @@ async def run_benchmark(
         "dataset": dataset.summary(),
         "depth": depth,
         "bootstrap_samples": samples,
+        "reranker": reranker.name if reranker is not None else None,
         "seconds": round(time.perf_counter() - started, 1),
         "modes": modes,
     }

@@ -4,8 +4,9 @@
 
 `EQ` embeds the latest user message, `EH` the history text, `a` is
 `MULTI_TURN_BLEND_ALPHA`. Both are embedded in ONE batched call (`[query, history]`; on TEI
-that is one `POST /v1/embeddings`). `V` drives the dense leg only; BM25 and the reranker
-keep the isolated query text.
+that is one `POST /v1/embeddings`). `V` drives the dense leg; BM25 keeps the isolated query
+text (plus the earlier questions, below), and the reranker's query is built from the
+conversation (`chatqna.multiturn.rerank_query`).
 
 History text: the last `MULTI_TURN_HISTORY_TURNS` messages of the chosen roles before the
 query (`MULTI_TURN_HISTORY_ROLES`: user and assistant, or the user's only), normalised to

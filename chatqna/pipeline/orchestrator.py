@@ -19,13 +19,27 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
 
 from chatqna.backends.factory import Backends
-from chatqna.backends.protocols import Completion, Delta, GenerationParams, SearchQuery, Usage
-from chatqna.backends.retriever_client import RemoteRetriever
+from chatqna.backends.protocols import (
+    Completion,
+    Delta,
+    Embedder,
+    GenerationParams,
+    SearchQuery,
+    Usage,
+)
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.blend import blend_query, earlier_questions
 from chatqna.multiturn.condense import CondenseOutcome, condense_follow_up
 from chatqna.multiturn.history import Conversation, Message, split_conversation
+from chatqna.multiturn.rerank_query import (
+    KIND_CONVERSATION,
+    KIND_MESSAGE,
+    KIND_STANDALONE,
+    RerankQuery,
+    conversation_text,
+)
+from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.pipeline.prompt import build_answer_prompt
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
@@ -46,13 +60,14 @@ class TurnOptions:
 class RetrievalPlan:
     """What the retriever and reranker receive for this turn, and why.
 
-    `embedding` drives the dense leg; `text` drives the BM25 leg and is the reranker's query.
-    `report` is what the metadata event says about how retrieval ran.
+    `embedding` drives the dense leg; `text` drives the BM25 leg; `rerank` is what the
+    reranker scores against. `report` is what the metadata event says about how retrieval ran.
     """
 
     text: str
     embedding: np.ndarray
     report: dict[str, Any]
+    rerank: RerankQuery
     bm25_history: str = ""
     bm25_history_weight: float = 0.0
 
@@ -94,6 +109,7 @@ class PreparedTurn:
                 **self.plan.report,
                 "hybrid": self.settings.retriever_hybrid_retrieval_enabled,
                 "reranker": self.reranker,
+                "rerank": rerank_report(self.reranker, self.plan.rerank, self.settings),
                 "k": self.options.k,
                 "top_n": self.options.top_n,
             },
@@ -105,6 +121,14 @@ class PreparedTurn:
     def trace_id(self) -> str | None:
         context = self.span.get_span_context()
         return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def rerank_report(reranker: str | None, query: RerankQuery, settings: Settings) -> dict[str, Any]:
+    """Whether a reranker ran and, when it did, which query it scored against."""
+    if reranker is None:
+        reason = settings.rerank_skip_reason or "disabled"
+        return {"ran": False, "reason": reason, "query_kind": None, "query": None}
+    return {"ran": True, "reason": "reranked", "query_kind": query.kind, "query": query.text}
 
 
 def source_document(item: ScoredChunk) -> dict[str, Any]:
@@ -122,17 +146,22 @@ def source_document(item: ScoredChunk) -> dict[str, Any]:
 
 async def plan_retrieval(
     conversation: Conversation,
-    backends: Backends,
+    embedder: Embedder,
     settings: Settings,
+    *,
+    translator: HistoryTranslator | None = None,
+    bm25_history_supported: bool = True,
     condensed: CondenseOutcome | None = None,
 ) -> RetrievalPlan:
-    """Decide what the retriever searches with, by `MULTI_TURN_MODE`.
+    """Decide what the retriever and the reranker search with, by `MULTI_TURN_MODE`.
 
     condense: the standalone query (or, with no history, the raw message) drives the dense
     leg, BM25 and the reranker. blend: the dense leg searches with the blended vector (or the
-    query's own vector when the blend does not run); BM25 and the reranker get the isolated
-    query text, and on a blended follow-up BM25 also hears the earlier questions at
-    `MULTI_TURN_BM25_HISTORY_WEIGHT`.
+    query's own vector when the blend does not run); BM25 gets the isolated query text, and
+    on a blended follow-up BM25 also hears the earlier questions at
+    `MULTI_TURN_BM25_HISTORY_WEIGHT` (where the retriever supports it) and the reranker
+    scores against the conversation (`MULTI_TURN_RERANK_QUERY`, see
+    `chatqna.multiturn.rerank_query`). The benchmark harness plans its turns with this too.
     """
     base = {
         "multi_turn_mode": settings.multi_turn_mode,
@@ -140,32 +169,37 @@ async def plan_retrieval(
         "history_messages": len(conversation.history),
     }
     if condensed is not None:
-        vectors = await backends.embedder.embed([condensed.query])
+        vectors = await embedder.embed([condensed.query])
+        kind = KIND_STANDALONE if condensed.rewritten else KIND_MESSAGE
+        rerank = RerankQuery(condensed.query, vectors[0], kind)
         report = {
             **base,
             "strategy": "condense" if condensed.rewritten else "stateless",
             "query": condensed.query,
             "condense": condensed.report(),
         }
-        return RetrievalPlan(text=condensed.query, embedding=vectors[0], report=report)
+        return RetrievalPlan(condensed.query, vectors[0], report, rerank)
     blend = await blend_query(
         conversation,
-        backends.embedder,
+        embedder,
         enabled=settings.blend_active,
         alpha=settings.multi_turn_blend_alpha,
         history_turns=settings.multi_turn_history_turns,
-        translator=backends.translator,
+        translator=translator,
         order=settings.multi_turn_history_order,
         roles=settings.multi_turn_history_roles,
     )
-    # The history-aware BM25 leg hears the user's earlier questions at a lower weight; it
-    # runs only when the blend ran, so a first turn keeps exactly the stateless ranking. The
-    # OPEA retriever API has no field for them: behind RETRIEVER_ENDPOINT BM25 stays plain.
+    # The history-aware BM25 leg and the conversation's rerank query run only when the
+    # blend ran, so a first turn keeps exactly the stateless ranking. The OPEA retriever API
+    # has no field for earlier questions: such a retriever keeps BM25 plain.
     weight = settings.multi_turn_bm25_history_weight
-    remote = isinstance(backends.retriever, RemoteRetriever)
-    runs = blend.executed and weight > 0.0 and not remote
-    questions = earlier_questions(conversation) if runs else ()
-    history_leg = bool(questions)
+    asked = earlier_questions(conversation) if blend.executed else ()
+    history_leg = bool(asked) and weight > 0.0 and bm25_history_supported
+    if blend.executed and settings.multi_turn_rerank_query == KIND_CONVERSATION:
+        text = conversation_text(conversation.query, asked)
+        rerank = RerankQuery(text, blend.embedding, KIND_CONVERSATION)
+    else:
+        rerank = RerankQuery(conversation.query, blend.query_embedding, KIND_MESSAGE)
     report = {
         **base,
         "strategy": "blend" if blend.executed else "stateless",
@@ -180,7 +214,8 @@ async def plan_retrieval(
         text=conversation.query,
         embedding=blend.embedding,
         report=report,
-        bm25_history="\n".join(questions),
+        rerank=rerank,
+        bm25_history="\n".join(asked) if history_leg else "",
         bm25_history_weight=weight if history_leg else 0.0,
     )
 
@@ -257,7 +292,14 @@ async def _retrieve_and_rerank(
 ) -> PreparedTurn:
     mark = time.perf_counter()
     with tracer().start_as_current_span(names.SPAN_EMBED):
-        plan = await plan_retrieval(conversation, backends, settings, condensed)
+        plan = await plan_retrieval(
+            conversation,
+            backends.embedder,
+            settings,
+            translator=backends.translator,
+            bm25_history_supported=backends.retriever.supports_bm25_history,
+            condensed=condensed,
+        )
     mark = clock.record("embed", mark)
     attributes.orchestrate(
         trace.get_current_span(),
@@ -286,13 +328,20 @@ async def _retrieve_and_rerank(
     reranker = backends.reranker
     if reranker is not None:
         with tracer().start_as_current_span(names.SPAN_RERANK):
-            sources = await reranker.rerank(plan.text, candidates, options.top_n)
+            sources = await reranker.rerank(
+                plan.rerank.text, candidates, options.top_n, vector=plan.rerank.vector
+            )
         clock.record("rerank", mark)
     else:
         sources = candidates[: options.top_n]
     with tracer().start_as_current_span(names.SPAN_RERANKER_SELECTION) as selection:
         attributes.reranker_selection(
-            selection, reranker.name if reranker else None, len(candidates), sources
+            selection,
+            reranker.name if reranker else None,
+            len(candidates),
+            sources,
+            plan.rerank,
+            settings.chatqna_trace_content,
         )
 
     return PreparedTurn(

@@ -54,6 +54,8 @@ class _State:
 class InMemoryHybridIndex:
     """Exact cosine search plus BM25, fused with reciprocal rank fusion; one file on disk."""
 
+    supports_bm25_history = True
+
     def __init__(
         self,
         directory: Path,

@@ -168,6 +168,8 @@ class RedisHybridIndex:
     vectors come back as raw float32 bytes, and are handed to the reranker with each hit.
     """
 
+    supports_bm25_history = True
+
     def __init__(
         self,
         client: aioredis.Redis,

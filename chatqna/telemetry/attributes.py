@@ -14,6 +14,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.condense import CondenseOutcome
+from chatqna.multiturn.rerank_query import RerankQuery
 from chatqna.telemetry import names
 
 
@@ -77,9 +78,17 @@ def orchestrate(
 
 
 def reranker_selection(
-    span: Span, reranker: str | None, candidates: int, kept: Sequence[ScoredChunk]
+    span: Span,
+    reranker: str | None,
+    candidates: int,
+    kept: Sequence[ScoredChunk],
+    query: RerankQuery,
+    record_content: bool,
 ) -> None:
     span.set_attribute(names.RERANKER_NAME, reranker or "none")
+    span.set_attribute(names.RERANKER_QUERY_KIND, query.kind if reranker else "none")
+    if reranker and record_content:
+        span.set_attribute(names.RERANKER_QUERY, query.text)
     span.set_attribute(names.RERANKER_CANDIDATES, candidates)
     span.set_attribute(names.RERANKER_KEPT_IDS, [item.chunk.id for item in kept])
     span.set_attribute(names.RERANKER_KEPT_SOURCES, [item.chunk.source for item in kept])

@@ -53,6 +53,8 @@ RERANKER_KEPT_IDS = "chatqna.reranker.kept_ids"
 RERANKER_KEPT_SOURCES = "chatqna.reranker.kept_sources"
 RERANKER_KEPT_SCORES = "chatqna.reranker.kept_scores"
 RERANKER_CANDIDATES = "chatqna.reranker.candidates"
+RERANKER_QUERY_KIND = "chatqna.reranker.query_kind"
+RERANKER_QUERY = "chatqna.reranker.query"
 
 # generation (OpenTelemetry GenAI semantic conventions)
 GEN_AI_OPERATION = "gen_ai.operation.name"

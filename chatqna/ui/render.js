@@ -79,9 +79,18 @@ export function describeRetrieval(retrieval) {
     badge = "As asked";
     summary = `Searched for ${quote(retrieval.query)}`;
   }
-  rows.push(["BM25 and rerank query", retrieval.query]);
+  rows.push(["BM25 query", retrieval.query]);
   rows.push(["Search", retrieval.hybrid ? "dense + BM25, fused (RRF)" : "dense only"]);
-  rows.push(["Reranker", retrieval.reranker || "off"]);
+  const rerank = retrieval.rerank;
+  if (rerank && rerank.ran) {
+    rows.push(["Reranker", `${retrieval.reranker} (${rerank.query_kind} query)`]);
+    rows.push(["Rerank query", rerank.query]);
+  } else if (rerank) {
+    const why = rerank.reason === "embedded_default" ? "fused order kept" : "off";
+    rows.push(["Reranker", `none (${why})`]);
+  } else {
+    rows.push(["Reranker", retrieval.reranker || "off"]);
+  }
   rows.push(["Depth", `${retrieval.k} retrieved, ${retrieval.top_n} kept`]);
   return { badge, ran, summary, rows };
 }

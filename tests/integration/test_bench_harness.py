@@ -55,7 +55,7 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     assert (out / "follow_up_recall5.png").read_bytes()[:4] == b"\x89PNG"
     assert results["dataset"]["follow_ups"] == 40 and results["dataset"]["turn_1"] == 20
     assert len(results["modes"]) == 4 * 4  # stateless, append, blend, gold x 4 switches
-    assert results["settings"]["multi_turn_blend_alpha"] == 0.75
+    assert results["settings"]["multi_turn_blend_alpha"] == 0.7
     by_label = {m["label"]: m for m in results["modes"]}
     stateless = by_label["stateless (dense, no rerank)"]
     gold = by_label["condense (gold rewrite) (dense, no rerank)"]
@@ -69,10 +69,31 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     assert {"default blend", "stateless", "seed blend", "gold rewrite"} <= set(rows)
     versus = rows["stateless"]["default_minus_this"]["follow_ups"]["R@5"]
     assert versus["low"] <= versus["mean"] <= versus["high"]
-    # A rerun answers every embedding from the cache.
-    bench(*quick, tmp_path=tmp_path)
+    # The embedded default keeps the fused order: its "rerank" rows are the retrieval's.
+    assert results["reranker"] is None
+    for name in ("default blend", "stateless"):
+        assert rows[f"{name}, rerank"]["follow_ups"] == rows[name]["follow_ups"]
+    # A rerun answers every embedding from the cache, with the similarity reranker too
+    # (stored passage vectors, and the plan's vector as its query).
+    bench(*quick, "--embedded-reranker", "similarity", tmp_path=tmp_path)
     rerun = json.loads((out / "results.json").read_text())
     assert rerun["embedder"]["inputs_computed"] == 0
+    assert rerun["reranker"] == "embedding-similarity"
+
+
+def test_harness_reranks_with_a_tei_compatible_server(tmp_path: Path) -> None:
+    out = tmp_path / "tei"
+    app = create_standin_app()
+    with serve_in_thread(app) as standin:
+        quick = ("--no-llm", "--alphas", "0.75", "--history-turns", "4", "--output", str(out))
+        bench(*quick, "--reranker-endpoint", standin, tmp_path=tmp_path)
+    results = json.loads((out / "results.json").read_text())
+    assert results["reranker"] == f"tei:{standin}"
+    # Follow-ups of the blend reach the cross-encoder with the newest earlier question.
+    lab = [json.loads(line) for line in (LAB / "conversations.jsonl").read_text().splitlines()]
+    user = [t["text"] for t in lab[0]["turns"] if t["role"] == "user"]
+    assert f"{user[1]}\n{user[0]}" in app.state.rerank_queries
+    assert user[1] in app.state.rerank_queries, "stateless turns keep the message"
 
 
 def test_harness_scores_a_running_service(tmp_path: Path) -> None:

@@ -55,12 +55,15 @@ def test_spans_arrive_over_otlp_with_the_service_name(tmp_path: Path) -> None:
         "chatqna.orchestrate",
         "chatqna.embed",
         "chatqna.retrieve",
-        "chatqna.rerank",
         "chatqna.reranker_selection",
         "chatqna.generate",
     ):
         assert name in by_name, name
     assert "chatqna.query_condense" not in by_name
+    assert "chatqna.rerank" not in by_name, "the embedded default keeps the fused order"
+    selection = by_name["chatqna.reranker_selection"]["attributes"]
+    assert selection["chatqna.reranker.name"].string_value == "none"
+    assert selection["chatqna.reranker.query_kind"].string_value == "none"
     orchestrate = by_name["chatqna.orchestrate"]
     assert orchestrate["attributes"]["chatqna.blend.executed"].bool_value is True
     server_spans = [s for s in spans if s["span_id"] == orchestrate["parent_span_id"]]

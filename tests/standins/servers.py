@@ -221,6 +221,7 @@ def create_standin_app(
     app = FastAPI()
     book = FaultBook()
     app.state.faults = book
+    app.state.rerank_queries = []  # every /rerank query text, in arrival order
     model = ChatModel(tokens, token_interval)
     _add_control_routes(app, book)
 
@@ -252,6 +253,7 @@ def create_standin_app(
     @app.post("/rerank")
     async def rerank(request: Request) -> Response:
         body = await request.json()
+        app.state.rerank_queries.append(body["query"])
         fault = book.take("rerank")
         query = set(body["query"].lower().split())
         scores = [len(query & set(t.lower().split())) / (1 + len(query)) for t in body["texts"]]

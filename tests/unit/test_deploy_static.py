@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,10 @@ def test_settings_in_env_reach_every_chatqna_container(compose: dict[str, Any]) 
         assert settings.rerank_top_n == 5, service
 
 
+# What the quick start, .env.example and compose change from the service's own defaults.
+QUICK_START: dict[str, Any] = {"multi_turn_blend_enabled": True}
+
+
 def test_embedded_profile_runs_on_the_documented_defaults(
     compose: dict[str, Any], env: checks.EnvExample
 ) -> None:
@@ -157,9 +162,20 @@ def test_embedded_profile_runs_on_the_documented_defaults(
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
         return None if text == "" else value
 
+    # ...but for the quick start's one change: multi-turn blending on.
     documented = {k: unset_if_blank(v) for k, v in dict(embedded).items()}
-    assert documented == dict(Settings())
-    assert container_settings(compose, "chatqna-embedded", {}) == Settings()
+    assert documented == dict(Settings(**QUICK_START))
+    assert container_settings(compose, "chatqna-embedded", {}) == Settings(**QUICK_START)
+    assert Settings().multi_turn_blend_enabled is False, "the service's own default stays off"
+
+
+def test_the_quick_start_script_runs_the_same_settings() -> None:
+    exported = dict(
+        re.findall(r'^export ([A-Z_]+)="\$\{\1:-([^}]*)\}"$', read("scripts/serve"), re.M)
+    )
+    assert {k.lower(): v for k, v in exported.items()} == {
+        k: str(v).lower() for k, v in QUICK_START.items()
+    }
 
 
 def test_the_gpu_override_reserves_gpus_for_the_model_servers(

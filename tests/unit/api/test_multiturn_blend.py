@@ -76,28 +76,41 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
         response = await client.post("/v1/chatqna", json={"messages": CHAT})
     assert response.status_code == 200
     assert route.call_count == 1
-    history = history_text([Message("user", FIRST), Message("assistant", ANSWER)], "newest_first")
+    # The defaults blend the user's earlier questions (here the one), not the answers.
+    history = history_text([Message("user", FIRST)], "newest_first")
+    assert history == FIRST
     assert json.loads(route.calls[0].request.content) == {"input": [FOLLOW_UP, history]}
 
     eq, eh = unit(HASHER.vector(FOLLOW_UP)), unit(HASHER.vector(history))
-    expected = unit(0.75 * eq + 0.25 * eh)
+    expected = unit(0.7 * eq + 0.3 * eh)
     (query,) = retriever.queries
     np.testing.assert_allclose(query.embedding, expected, rtol=1e-5, atol=1e-7)
     assert query.text == FOLLOW_UP, "BM25 searches with the isolated query"
-    assert reranker.queries == [FOLLOW_UP], "the reranker scores the isolated query"
+    # The reranker hears the conversation: the follow-up then the newest earlier question,
+    # and the blended vector (what an embedding-similarity reranker scores with).
+    assert reranker.queries == [f"{FOLLOW_UP}\n{FIRST}"]
+    (rerank_vector,) = reranker.vectors
+    assert rerank_vector is not None
+    np.testing.assert_allclose(rerank_vector, expected, rtol=1e-5, atol=1e-7)
 
     metadata = json.loads(parse_sse(response.text)[0][1])
     report = metadata["retrieval"]
     assert report["strategy"] == "blend" and report["query"] == FOLLOW_UP
+    assert report["rerank"] == {
+        "ran": True,
+        "reason": "reranked",
+        "query_kind": "conversation",
+        "query": f"{FOLLOW_UP}\n{FIRST}",
+    }
     assert report["blend"] == {
         "enabled": True,
         "executed": True,
         "reason": "executed",
-        "alpha": 0.75,
-        "history_turns": 4,
-        "history_messages": 2,
+        "alpha": 0.7,
+        "history_turns": 2,
+        "history_messages": 1,
         "history_order": "newest_first",
-        "history_roles": "user_assistant",
+        "history_roles": "user",
         "translation": {
             "enabled": True,
             "ran": False,
@@ -132,13 +145,23 @@ async def test_no_op_paths_make_the_baseline_call(
     configured = settings.model_copy(update=update)
     with respx.mock() as router:
         route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
-        client, retriever, _ = await _app(client_for, configured)
+        client, retriever, reranker = await _app(client_for, configured)
         response = await client.post("/v1/chatqna", json={"messages": messages, "stream": False})
     assert response.status_code == 200
     assert [json.loads(c.request.content) for c in route.calls] == [{"input": FOLLOW_UP}]
     np.testing.assert_allclose(
         retriever.queries[0].embedding, unit(HASHER.vector(FOLLOW_UP)), rtol=1e-5
     )
+    # No blend, no conversation for the reranker: the message and its own vector.
+    assert reranker.queries == [FOLLOW_UP]
+    np.testing.assert_allclose(reranker.vectors[0], unit(HASHER.vector(FOLLOW_UP)), rtol=1e-5)
+    rerank = response.json()["metadata"]["retrieval"]["rerank"]
+    assert rerank == {
+        "ran": True,
+        "reason": "reranked",
+        "query_kind": "message",
+        "query": FOLLOW_UP,
+    }
     blend = response.json()["metadata"]["retrieval"]["blend"]
     assert blend["executed"] is False and blend["reason"] == reason
     assert any(r.name == "chatqna.multiturn.blend" for r in caplog.records)
@@ -220,3 +243,27 @@ async def test_upstream_calls_carry_the_turns_trace_context(
     traceparent = route.calls[0].request.headers["traceparent"]
     # W3C trace context: version-traceid-spanid-flags; the trace is the turn's.
     assert traceparent.split("-")[1] == response.headers["x-trace-id"]
+
+
+async def test_without_a_reranker_the_fused_order_is_kept_and_the_metadata_says_why(
+    client_for: ClientFactory, blend_settings: Settings
+) -> None:
+    with respx.mock() as router:
+        router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        backends = await make_backends(blend_settings, embedder=TEIEmbedder(TEI))
+        retriever = RecordingRetriever(backends.retriever)
+        backends.retriever, backends.reranker = retriever, None
+        client = await client_for(backends, blend_settings)
+        response = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
+        fused = await retriever.inner.search(retriever.queries[0])
+    assert response.status_code == 200
+    metadata = response.json()["metadata"]
+    assert metadata["retrieval"]["reranker"] is None
+    assert metadata["retrieval"]["rerank"] == {
+        "ran": False,
+        "reason": "embedded_default",
+        "query_kind": None,
+        "query": None,
+    }
+    top_n = metadata["retrieval"]["top_n"]
+    assert [d["id"] for d in metadata["source_documents"]] == [h.chunk.id for h in fused][:top_n]

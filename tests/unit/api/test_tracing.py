@@ -93,9 +93,9 @@ async def test_blend_executed_spans(
     attributes = orchestrate.attributes or {}
     assert attributes[names.BLEND_EXECUTED] is True
     assert attributes[names.BLEND_REASON] == "executed"
-    assert attributes[names.BLEND_ALPHA] == 0.75
-    assert attributes[names.BLEND_HISTORY_TURNS] == 4
-    assert attributes[names.BLEND_HISTORY_MESSAGES] == 2
+    assert attributes[names.BLEND_ALPHA] == 0.7
+    assert attributes[names.BLEND_HISTORY_TURNS] == 2
+    assert attributes[names.BLEND_HISTORY_MESSAGES] == 1
     assert attributes[names.HISTORY_ORDER] == "newest_first"
     assert attributes[names.BM25_HISTORY_RAN] is True
     assert (attributes[names.FUSION_DENSE_WEIGHT], attributes[names.FUSION_BM25_WEIGHT]) == (
@@ -114,6 +114,8 @@ async def test_blend_executed_spans(
     kept = json.loads(parse_sse(response.text)[0][1])["source_documents"]
     assert list(selection[names.RERANKER_KEPT_IDS]) == [doc["id"] for doc in kept]
     assert len(selection[names.RERANKER_KEPT_SCORES]) == len(kept)
+    assert selection[names.RERANKER_QUERY_KIND] == "conversation"
+    assert names.RERANKER_QUERY not in selection, "the rerank query text is content: opt-in"
     # The trace id comes back in a header and in the metadata.
     metadata = json.loads(parse_sse(response.text)[0][1])
     assert response.headers["x-trace-id"] == metadata["trace_id"]
@@ -169,6 +171,10 @@ async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
     assert attributes[names.GEN_AI_REQUEST_MODEL] == "rewriter"
     assert attributes[names.CONDENSE_STANDALONE_QUERY] == "Can I export after I cancel?"
     assert rewrite.status.status_code != StatusCode.ERROR
+    # The standalone rewrite is the reranker's query; with content tracing on, its text too.
+    selection = found[names.SPAN_RERANKER_SELECTION].attributes or {}
+    assert selection[names.RERANKER_QUERY_KIND] == "standalone"
+    assert selection[names.RERANKER_QUERY] == "Can I export after I cancel?"
     # The rewrite's HTTP client span sits under the condense span.
     client_spans = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CLIENT]
     assert any(parent_id(s) == span_id(rewrite) for s in client_spans)
@@ -185,6 +191,8 @@ async def test_condense_skipped_without_history(
     assert attributes[names.CONDENSE_STATUS] == "skipped_no_history"
     assert attributes[names.CONDENSE_HISTORY_SIZE] == 0
     assert names.SPAN_ORCHESTRATE in found
+    selection = found[names.SPAN_RERANKER_SELECTION].attributes or {}
+    assert selection[names.RERANKER_QUERY_KIND] == "message"
 
 
 def _timeout(request: httpx.Request) -> httpx.Response:

@@ -21,6 +21,7 @@ SETTINGS = Settings(
     multi_turn_blend_alpha=0.75,
     multi_turn_history_turns=4,
     multi_turn_history_order="newest_first",
+    multi_turn_history_roles="user_assistant",
     multi_turn_bm25_history_weight=0.3,
     rrf_bm25_weight=0.2,
 )

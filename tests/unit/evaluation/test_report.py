@@ -1,0 +1,43 @@
+"""Benchmark outputs: JSON and Markdown always, the chart only where matplotlib is."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatqna.evaluation.report import render_from, write_outputs
+
+# A real results document: the committed handbook-lab run.
+RESULTS: dict[str, Any] = json.loads(
+    (
+        Path(__file__).resolve().parents[2]
+        / "rag-benchmarks"
+        / "results"
+        / "handbook-lab"
+        / "results.json"
+    ).read_text()
+)
+
+
+def test_without_matplotlib_the_figures_are_written_and_the_chart_explained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+    paths = write_outputs(RESULTS, tmp_path)
+    assert set(paths) == {"json", "markdown"}
+    assert json.loads(paths["json"].read_text())["command"] == RESULTS["command"]
+    assert paths["markdown"].read_text().startswith("# ")
+    assert not (tmp_path / "follow_up_recall5.png").exists()
+    message = capsys.readouterr().err
+    assert "matplotlib is not installed" in message and "chatqna[bench]" in message
+    assert "--render" in message
+    assert set(render_from(paths["json"])) == {"markdown"}
+
+
+def test_with_matplotlib_the_chart_is_drawn(tmp_path: Path) -> None:
+    paths = write_outputs(RESULTS, tmp_path)
+    assert paths["chart"].read_bytes().startswith(b"\x89PNG")
