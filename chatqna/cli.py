@@ -1,4 +1,7 @@
-"""The `chatqna` command: `serve`, `ingest`, `ask`.
+"""The `chatqna` command: `serve`, `retriever`, `ingest`, `ask`, `bench`.
+
+`serve` runs the chat service, `retriever` the retriever service, `ingest` indexes files,
+`ask` streams an answer from a running service, and `bench` scores retrieval on a dataset.
 
 Settings come from the environment (see `.env.example`); options given here override the
 matching variable for this run.
@@ -16,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from chatqna.backends.sse_client import ServerSentEvent, iter_events
 from chatqna.settings import Settings, describe_validation_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -156,24 +160,20 @@ def ask(
             response.read()
             typer.echo(response.text, err=True)
             raise typer.Exit(1)
-        event = "message"
-        for line in response.iter_lines():
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                _print_sse(event, line[5:].strip())
-                event = "message"
+        for event in iter_events(response.iter_bytes()):
+            print_event(event)
     typer.echo()
 
 
-def _print_sse(event: str, data: str) -> None:
-    if data == "[DONE]":
+def print_event(event: ServerSentEvent) -> None:
+    """Answer text to stdout; sources and errors to stderr."""
+    if event.is_done:
         return
-    body = json.loads(data)
-    if event == "metadata":
+    body = json.loads(event.data)
+    if event.event == "metadata":
         for doc in body.get("source_documents", []):
             typer.echo(f"[source] {doc['source']} - {doc['title']} ({doc['score']:.3f})", err=True)
-    elif event == "error":
+    elif event.event == "error":
         typer.echo(f"error: {body}", err=True)
     else:
         for choice in body.get("choices", []):

@@ -174,6 +174,8 @@ async def build_backends(settings: Settings) -> Backends:
         retriever = await build_retriever(settings, embedder)
         built.append(retriever)
         reranker = build_reranker(settings, embedder)
+        if reranker is not None:
+            built.append(reranker)
         llm = await build_llm(settings)
         built.append(llm)
         condense_llm = build_condense_llm(settings, llm)

@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from chatqna.backends.sse_client import ServerSentEvent, SSEDecoder  # noqa: E402
 from tests.integration.conftest import SAMPLE_CORPUS, clean_env  # noqa: E402
 from tests.standins.servers import free_port  # noqa: E402
 
@@ -252,8 +253,9 @@ def error_kind(exc: Exception) -> str:
 class SSEReader:
     """Reads ChatQnA's SSE events: times the first event and first token, keeps the answer.
 
-    It works on raw bytes, splitting events at blank lines, because the load generator shares
-    the machine with the server: httpx's line iterator costs more CPU than the parsing here.
+    It feeds raw network reads to the shared `SSEDecoder`: the load generator shares the
+    machine with the server, and the decoder costs a microsecond or two per event, no more
+    than httpx's line iterator (see `sse_parsing.py` beside this file).
     """
 
     def __init__(self, result: ChatResult, started: float) -> None:
@@ -261,32 +263,22 @@ class SSEReader:
         self.started = started
         self.pieces: list[str] = []
         self.done = False
-        self.buffer = b""
+        self.decoder = SSEDecoder()
 
     def feed_bytes(self, chunk: bytes) -> None:
-        self.buffer += chunk
-        while (end := self.buffer.find(b"\n\n")) >= 0:
-            block, self.buffer = self.buffer[:end], self.buffer[end + 2 :]
-            self.feed_event(block.decode())
+        for event in self.decoder.feed(chunk):
+            self.feed_event(event)
 
-    def feed_event(self, block: str) -> None:
-        event, data = "message", ""
-        for line in block.split("\n"):
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                data = line[5:].strip()
-        if not data:
-            return
+    def feed_event(self, event: ServerSentEvent) -> None:
         now_ms = (time.perf_counter() - self.started) * 1000
         if self.result.first_event_ms is None:
             self.result.first_event_ms = now_ms
-        if data == "[DONE]":
+        if event.is_done:
             self.done = True
-        elif event == "error":
-            self.result.error = "sse_error:" + str(json.loads(data).get("error"))
-        elif event == "message":
-            delta = json.loads(data)["choices"][0]["delta"].get("content")
+        elif event.event == "error":
+            self.result.error = "sse_error:" + str(json.loads(event.data).get("error"))
+        elif event.event == "message":
+            delta = json.loads(event.data)["choices"][0]["delta"].get("content")
             if delta:
                 if self.result.first_token_ms is None:
                     self.result.first_token_ms = now_ms

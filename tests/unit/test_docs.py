@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from chatqna.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,6 +20,7 @@ def test_configuration_reference_lists_every_setting() -> None:
     assert missing == []
 
 
+@pytest.mark.slow  # runs mkdocs in a process of its own
 def test_mkdocs_builds_strictly(tmp_path: Path) -> None:
     result = subprocess.run(
         [

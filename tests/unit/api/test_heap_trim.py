@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import platform
 import re
 from pathlib import Path
@@ -11,12 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chatqna import heap
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory
 
 pytestmark = pytest.mark.anyio
 
 GLIBC = platform.libc_ver()[0] == "glibc"
+PAGE = 4096
 
 
 def metric(text: str, name: str) -> float:
@@ -39,14 +42,18 @@ async def trims_after_a_chat(client: httpx.AsyncClient, wait_seconds: float) -> 
 
 @pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's")
 async def test_a_finished_request_leads_to_a_trim(
-    client_for: ClientFactory, tmp_path: Path
+    client_for: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Each trim reads the resident size before and after: make every trim free two pages.
+    sizes = itertools.cycle([10 * PAGE, 8 * PAGE])
+    monkeypatch.setattr(heap, "resident_bytes", lambda: next(sizes))
     settings = Settings(chatqna_data_dir=tmp_path / "data", chatqna_heap_trim_seconds=0.05)
     client = await client_for(settings_=settings)
     # The trimmer polls every 0.05 s; a collection and trim of a big test process take a while.
     assert await trims_after_a_chat(client, wait_seconds=30) >= 1
     text = (await client.get("/metrics")).text
-    assert metric(text, "chatqna_heap_released_bytes_total") >= 0
+    trims = metric(text, "chatqna_heap_trims_total")
+    assert metric(text, "chatqna_heap_released_bytes_total") == trims * 2 * PAGE
     assert metric(text, "chatqna_requests_in_flight") == 1.0  # this very request
 
 

@@ -53,6 +53,7 @@ async def test_blend_uses_the_configured_assembly() -> None:
     assert embedder.batches == [["and then?", "q2 export\nq1 refunds"]]
 
 
+@pytest.mark.slow  # loads the packaged ONNX model
 def test_newest_first_keeps_the_recent_subject_when_the_embedder_truncates() -> None:
     from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 
