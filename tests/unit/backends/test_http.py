@@ -1,4 +1,5 @@
-"""Retries and whole-call bounds of the remote clients, over `httpx.MockTransport`.
+"""Shared HTTP plumbing (`backends/http.py`): retries and whole-call bounds of the remote clients,
+over `httpx.MockTransport`.
 
 Waits are recorded through the policy's injected `sleep`, never taken.
 """
