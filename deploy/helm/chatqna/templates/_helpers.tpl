@@ -106,12 +106,12 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- $ := index . 0 -}}
 {{- $name := include "chatqna.secretName" $ -}}
 {{- if $name }}
-- name: {{ index . 1 }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ $name }}
-      key: {{ index . 1 }}
-      optional: true
+  - name: {{ index . 1 }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ $name }}
+        key: {{ index . 1 }}
+        optional: true
 {{- end -}}
 {{- end -}}
 
