@@ -17,7 +17,8 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   secrets (the API key, upstream tokens) come from a Secret, never a literal or a ConfigMap;
   every in-cluster URL they are given names a rendered Service and one of its ports.
 - Every container has probes, CPU and memory requests, a memory limit, and cannot escalate
-  privileges; every pod runs as non-root. Services select pods of the release, and
+  privileges; every pod runs as non-root without a Kubernetes API token. Services and
+  disruption budgets select pods of the release, and
   ConfigMaps and Secrets referenced by pods are rendered (or named as external).
 - Grafana's dashboards are deploy/grafana's, byte for byte, and its datasources are
   deploy/grafana's except for the URLs.
@@ -321,6 +322,10 @@ def security_problems(docs: list[Manifest]) -> list[Problem]:
     for workload in workloads(docs):
         spec = pod_spec(workload)
         pod = spec.get("securityContext") or {}
+        if spec.get("automountServiceAccountToken") is not False:
+            problems.append(
+                Problem("service_account_token", name_of(workload), "API token mounted")
+            )
         for container in containers(workload):
             where = f"{name_of(workload)}/{container['name']}"
             own = container.get("securityContext") or {}
@@ -397,6 +402,12 @@ def reference_problems(docs: list[Manifest], external: Iterable[str] = ()) -> li
                 problems.append(
                     Problem("target_port", f"Service/{name}", f"no selected pod has {target}")
                 )
+    for name, budget in by_kind(docs, "PodDisruptionBudget").items():
+        selector = budget["spec"]["selector"].get("matchLabels") or {}
+        if not any(_matches(selector, labels) for _, labels in pods):
+            problems.append(
+                Problem("selects_nothing", f"PodDisruptionBudget/{name}", str(selector))
+            )
     rendered = {("ConfigMap", n) for n in by_kind(docs, "ConfigMap")}
     rendered |= {("Secret", n) for n in by_kind(docs, "Secret")}
     rendered |= {("Secret", n) for n in external}

@@ -77,9 +77,7 @@ def ft_info_sizes(info: list[Any]) -> dict[str, float]:
     return found
 
 
-async def measure(
-    corpus: Any, vector: VectorIndexParams, root: Path, batch: int
-) -> dict[str, Any]:
+async def measure(corpus: Any, vector: VectorIndexParams, root: Path, batch: int) -> dict[str, Any]:
     size = len(corpus.chunks)
     label = f"{vector.algorithm} {size}"
     directory = root / f"redis-{vector.algorithm}-{size}"
@@ -136,10 +134,16 @@ def per_million(rows: list[dict[str, Any]]) -> dict[str, Any]:
     small, large = ordered[0], ordered[-1]
     found: dict[str, Any] = {
         "at_largest_gib": round(large["bytes_per_chunk"] * 1e6 / 1024**3, 2),
-        "rss_at_largest_gib": round(large["used_memory_rss_bytes"] / large["chunks"] * 1e6 / 1024**3, 2),
+        "rss_at_largest_gib": round(
+            large["used_memory_rss_bytes"] / large["chunks"] * 1e6 / 1024**3, 2
+        ),
         "rdb_at_largest_gib": round(large["rdb_bytes_per_chunk"] * 1e6 / 1024**3, 2),
         "vector_index_at_largest_gib": round(
-            large["ft_info_mb"].get("vector_index_sz_mb", 0) * MIB / large["chunks"] * 1e6 / 1024**3,
+            large["ft_info_mb"].get("vector_index_sz_mb", 0)
+            * MIB
+            / large["chunks"]
+            * 1e6
+            / 1024**3,
             2,
         ),
     }

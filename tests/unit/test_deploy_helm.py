@@ -316,8 +316,20 @@ def test_external_model_servers_replace_the_charts_own(helm: Path) -> None:
     assert f"StatefulSet/{PREFIX}-tei-embedding" not in names
 
 
+def test_backend_replicas_are_drained_one_at_a_time(
+    default_docs: list[Manifest], embedded_docs: list[Manifest]
+) -> None:
+    budget = find(default_docs, "PodDisruptionBudget", "backend")
+    assert budget["spec"]["maxUnavailable"] == 1
+    selector = find(default_docs, "Deployment", "backend")["spec"]["selector"]["matchLabels"]
+    assert budget["spec"]["selector"]["matchLabels"] == selector
+    # One replica: a budget of one unavailable pod would not protect anything.
+    assert checks.by_kind(embedded_docs, "PodDisruptionBudget") == {}
+
+
 def test_pods_run_as_non_root(default_docs: list[Manifest]) -> None:
     for workload in checks.workloads(default_docs):
+        assert checks.pod_spec(workload)["automountServiceAccountToken"] is False
         pod = checks.pod_spec(workload)["securityContext"]
         assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0, checks.name_of(workload)
         assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -512,6 +524,12 @@ def test_a_secret_outside_a_secret_is_reported(default_docs: list[Manifest]) -> 
             "root",
         ),
         (
+            lambda d: checks.pod_spec(find(d, "Deployment", "backend")).pop(
+                "automountServiceAccountToken"
+            ),
+            "service_account_token",
+        ),
+        (
             lambda d: pick(d, "StatefulSet", "vllm")["securityContext"].pop(
                 "allowPrivilegeEscalation"
             ),
@@ -552,6 +570,10 @@ def test_services_and_references_that_miss_are_reported(default_docs: list[Manif
         labels = find(docs, "Service", "redis")["spec"]["selector"]
         labels["app.kubernetes.io/component"] = "rediss"
 
+    def budget(docs: list[Manifest]) -> None:
+        labels = find(docs, "PodDisruptionBudget", "backend")["spec"]["selector"]["matchLabels"]
+        labels["app.kubernetes.io/instance"] = "other"
+
     def target(docs: list[Manifest]) -> None:
         find(docs, "Service", "grafana")["spec"]["ports"][0]["targetPort"] = "web"
 
@@ -560,6 +582,7 @@ def test_services_and_references_that_miss_are_reported(default_docs: list[Manif
         source["configMapRef"]["name"] = f"{PREFIX}-setings"
 
     assert kinds(planted(default_docs, selector)) == {"selects_nothing"}
+    assert kinds(planted(default_docs, budget)) == {"selects_nothing"}
     assert kinds(planted(default_docs, target)) == {"target_port"}
     assert "dangling_reference" in kinds(planted(default_docs, dangling))
 
