@@ -77,6 +77,20 @@ def ft_info_sizes(info: list[Any]) -> dict[str, float]:
     return found
 
 
+async def snapshot(client: Any, rdb: Path) -> int:
+    """Size of an RDB snapshot of the database: BGSAVE, then wait for it (a large HNSW
+    index takes longer to serialise than the client's read timeout)."""
+    await client.execute_command("BGSAVE")  # type: ignore[no-untyped-call]
+    while True:
+        await asyncio.sleep(0.5)
+        persistence = await client.info("persistence")
+        if not int(persistence["rdb_bgsave_in_progress"]):
+            break
+    if persistence["rdb_last_bgsave_status"] != "ok":
+        raise RuntimeError(f"BGSAVE failed: {persistence}")
+    return rdb.stat().st_size
+
+
 async def measure(corpus: Any, vector: VectorIndexParams, root: Path, batch: int) -> dict[str, Any]:
     size = len(corpus.chunks)
     label = f"{vector.algorithm} {size}"
@@ -103,10 +117,8 @@ async def measure(corpus: Any, vector: VectorIndexParams, root: Path, batch: int
             full = await client.info("memory")
             info = await client.execute_command("FT.INFO", index.index_name)  # type: ignore[no-untyped-call]
             keys = await client.dbsize()
-            progress(f"{label}: {seconds:.1f} s; SAVE")
-            await client.execute_command("SAVE")  # type: ignore[no-untyped-call]
-            rdb = directory / "dump.rdb"
-            rdb_bytes = rdb.stat().st_size
+            progress(f"{label}: {seconds:.1f} s; BGSAVE")
+            rdb_bytes = await snapshot(client, directory / "dump.rdb")
         finally:
             await index.aclose()
     used = int(full["used_memory"]) - int(empty["used_memory"])
@@ -191,6 +203,7 @@ async def main() -> None:
             corpus = index_scale.build_corpus(size, words, args.seed)
             for algorithm in args.algorithms.split(","):
                 rows.append(await measure(corpus, vectors[algorithm], Path(tmp), args.batch))
+                progress(f"  {json.dumps(rows[-1])}")
             del corpus
     extrapolated = {
         algorithm: per_million([r for r in rows if r["algorithm"] == algorithm])
