@@ -10,7 +10,8 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
 
 - `helm lint --strict` passes and every rendered manifest validates, with unknown fields
   rejected, against the Kubernetes OpenAPI schemas of `KUBERNETES_VERSION`
-  (kubernetes-validate, a pinned test dependency that carries them).
+  (kubernetes-validate, a pinned test dependency that carries them), and against those of
+  the oldest version the chart admits (`kubeVersion` in Chart.yaml).
 - ChatQnA containers (the chatqna image): liveness on /v1/health_check and readiness on
   /v1/ready, on a port the container declares and the role's port setting says; every
   environment variable and settings ConfigMap key is a setting of chatqna/settings.py;
@@ -47,6 +48,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "chatqna"
 TOOLS = REPO / "scripts" / "k8s-tools"
 KUBERNETES_VERSION = "1.37.0"
+# The oldest version Chart.yaml's kubeVersion admits: the manifests must validate there too.
+OLDEST_KUBERNETES_VERSION = "1.29.0"
 RELEASE = "rel"
 NAMESPACE = "chatqna"
 # The values files shipped beside values.yaml; each must render and validate.
@@ -555,9 +558,8 @@ def chart_problems(helm: Path, chart: Path = CHART) -> list[Problem]:
         except RenderError as error:
             problems.append(Problem("render", label, str(error)))
             continue
-        problems += [
-            Problem(p.kind, f"{label}:{p.where}", p.detail) for p in manifest_problems(docs)
-        ]
+        found = manifest_problems(docs) + schema_problems(docs, OLDEST_KUBERNETES_VERSION)
+        problems += [Problem(p.kind, f"{label}:{p.where}", p.detail) for p in found]
     return problems
 
 

@@ -8,7 +8,7 @@ binaries of `scripts/redis-stack`), creates the service's index with `RedisHybri
 reads `INFO memory` once the index exists and is empty, ingests the synthetic corpus of
 `index_scale.py` (chunks of 45-75 words, 60 on average, random unit 384-d float32 vectors,
 sources of 100 chunks) through `replace_sources` as dataprep does, and reads `INFO memory`,
-`FT.INFO` and the size of an RDB snapshot (`SAVE`) afterwards.
+`FT.INFO` and the size of an RDB snapshot (`BGSAVE`) afterwards.
 
 Per million chunks is extrapolated two ways: the bytes per chunk at the largest size, and
 the slope between the two sizes (what one more chunk costs, whatever the fixed part). Both

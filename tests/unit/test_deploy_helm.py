@@ -98,6 +98,20 @@ def test_every_values_file_renders_manifests_that_validate_strictly(
     assert checks.manifest_problems(docs) == []
 
 
+def test_the_manifests_validate_on_the_oldest_kubernetes_the_chart_admits(
+    default_docs: list[Manifest],
+) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={checks.OLDEST_KUBERNETES_VERSION}-0"
+    assert checks.schema_problems(default_docs, checks.OLDEST_KUBERNETES_VERSION) == []
+    # A field newer than that version (Service trafficDistribution, 1.30) is reported there.
+    planted = copy.deepcopy(default_docs)
+    find(planted, "Service", "redis")["spec"]["trafficDistribution"] = "PreferClose"
+    assert checks.schema_problems(planted) == []
+    old = checks.schema_problems(planted, checks.OLDEST_KUBERNETES_VERSION)
+    assert [(p.kind, p.where) for p in old] == [("schema", f"Service/{PREFIX}-redis:spec")]
+
+
 def test_the_default_render_holds_the_compose_stack(default_docs: list[Manifest]) -> None:
     workloads = {checks.name_of(w) for w in checks.workloads(default_docs)}
     assert workloads == {
