@@ -142,6 +142,16 @@ def test_settings_in_env_reach_every_chatqna_container(compose: dict[str, Any]) 
         assert settings.rerank_top_n == 5, service
 
 
+def test_redis_url_points_the_stack_at_an_external_cluster(compose: dict[str, Any]) -> None:
+    # Any node of a Redis Cluster, as site/docs/deployment.md describes; credentials included.
+    node = "redis://default:pw@redis-node-2.internal:7001"
+    for service in ("chatqna-xeon-backend-server", "retriever"):
+        assert container_settings(compose, service, {"REDIS_URL": node}).redis_url == node
+    # The stack's own Redis is only a dependency, which `up --no-deps` leaves out.
+    backend = compose["services"]["chatqna-xeon-backend-server"]
+    assert "redis-vector-db" in backend["depends_on"]
+
+
 # What the quick start, .env.example and compose change from the service's own defaults.
 QUICK_START: dict[str, Any] = {"multi_turn_blend_enabled": True}
 
