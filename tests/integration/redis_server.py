@@ -16,9 +16,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,6 +81,7 @@ class RedisStackProcess:
     appendonly: bool = False
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    extra_args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -107,6 +109,7 @@ class RedisStackProcess:
             "--appendonly", "yes" if self.appendonly else "no",
             "--loadmodule", str(paths.module_dir / "rejson.so"),
             "--loadmodule", str(paths.module_dir / "redisearch.so"),
+            *self.extra_args,
         ]  # fmt: skip
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -143,6 +146,13 @@ class RedisStackProcess:
         except OSError:
             return False
 
+    def kill(self) -> None:
+        """SIGKILL: the node vanishes mid-traffic, as a crashed machine does."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (redis flushes the AOF and exits), SIGKILL if it does not."""
         process, self.process = self.process, None
@@ -168,3 +178,144 @@ def redis_stack_server(tmp_dir: Path, *, appendonly: bool = False) -> Iterator[R
         yield server
     finally:
         server.stop()
+
+
+# --- a Redis Cluster: 3 primaries, 3 replicas ----------------------------------------------
+CLUSTER_NODE_TIMEOUT_MS = 1000  # failure detection; the failover window is about 2-3x this
+CLUSTER_SLOTS = 16384
+
+
+def free_cluster_port() -> int:
+    """A free port below 55535 whose cluster bus port (port + 10000) is free too."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port >= 55535:
+            port = 20000 + port % 25000
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as check:
+                    check.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def _command(port: int, *args: str) -> Any:
+    import redis
+
+    with redis.Redis(port=port, protocol=2, decode_responses=True) as client:
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+@dataclass
+class RedisClusterProcesses:
+    """A Redis Cluster of `primaries` primaries with `replicas` replicas each, on loopback.
+
+    Formed with CLUSTER ADDSLOTSRANGE, MEET and REPLICATE (what `redis-cli --cluster create`
+    does, without its one-second sleeps); `scripts/redis-stack cluster start` forms the same
+    cluster for development and benchmarks.
+    """
+
+    directory: Path
+    primaries: int = 3
+    replicas: int = 1
+    nodes: list[RedisStackProcess] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 60.0) -> None:
+        count = self.primaries * (1 + self.replicas)
+        args = (
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS),
+        )  # fmt: skip
+        for number in range(count):
+            node = RedisStackProcess(
+                self.directory / f"node-{number}", port=free_cluster_port(), extra_args=args
+            )
+            self.nodes.append(node)
+            node.start()
+        first = self.nodes[0].port
+        share = CLUSTER_SLOTS // self.primaries
+        for number, node in enumerate(self.nodes[: self.primaries]):
+            end = CLUSTER_SLOTS - 1 if number == self.primaries - 1 else (number + 1) * share - 1
+            _command(node.port, "CLUSTER", "ADDSLOTSRANGE", str(number * share), str(end))
+        for node in self.nodes[1:]:
+            _command(node.port, "CLUSTER", "MEET", "127.0.0.1", str(first))
+        self._wait(lambda: all(self._known(n.port) == count for n in self.nodes), timeout)
+        for number, node in enumerate(self.nodes[self.primaries :]):
+            primary = self.nodes[number % self.primaries]
+            primary_id = _command(primary.port, "CLUSTER", "MYID")
+            _command(node.port, "CLUSTER", "REPLICATE", primary_id)
+        self.wait_healthy(timeout)
+
+    def _known(self, port: int) -> int:
+        return len(str(_command(port, "CLUSTER", "NODES")).strip().splitlines())
+
+    def _wait(self, ready: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"the cluster did not get ready in {timeout}s")
+
+    def healthy(self) -> bool:
+        """Every live node says cluster_state:ok and sees every primary with a replica."""
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            if "cluster_state:ok" not in str(_command(node.port, "CLUSTER", "INFO")):
+                return False
+        return True
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        def replicated() -> bool:
+            lines = str(_command(self.nodes[0].port, "CLUSTER", "NODES")).splitlines()
+            linked = [line for line in lines if " slave " in line or ",slave " in line]
+            synced = all(
+                "master_link_status:up" in str(_command(n.port, "INFO", "replication"))
+                for n in self.live()
+                if "role:slave" in str(_command(n.port, "INFO", "replication"))
+            )
+            return self.healthy() and len(linked) >= self.primaries * self.replicas and synced
+
+        self._wait(replicated, timeout)
+
+    def live(self) -> list[RedisStackProcess]:
+        return [node for node in self.nodes if node.alive()]
+
+    def role(self, node: RedisStackProcess) -> str:
+        return "primary" if "role:master" in str(_command(node.port, "INFO", "replication")) else (
+            "replica"
+        )
+
+    def primary_nodes(self) -> list[RedisStackProcess]:
+        return [node for node in self.live() if self.role(node) == "primary"]
+
+    def flushall(self) -> None:
+        """Drop every key and index on every primary (replicas follow)."""
+        for node in self.primary_nodes():
+            _command(node.port, "FLUSHALL")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@contextlib.contextmanager
+def redis_cluster(tmp_dir: Path, *, primaries: int = 3) -> Iterator[RedisClusterProcesses]:
+    """A started 3-primary, 3-replica cluster in `tmp_dir`; stopped on exit."""
+    cluster = RedisClusterProcesses(tmp_dir, primaries=primaries)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
