@@ -82,10 +82,12 @@ def bm25_search(index: str, text_query: str, depth: int) -> Args:
 
 def bm25_aggregate(index: str, text_query: str, depth: int, tie_field: str) -> Args:
     """`FT.AGGREGATE` for the best `depth` BM25 hits with ties ordered by `tie_field`
-    (`__key` or `chunk_id`), sorted on the server: asked only when a tie straddles the cut,
-    as FT.SEARCH orders ties by insertion. Scores come back printed to 12 digits."""
+    (`__key` or `chunk_id`), sorted on the server, each row with its `__key`: asked only
+    when a tie straddles the cut, as FT.SEARCH orders ties by insertion. Scores come back
+    printed to 12 digits."""
+    loaded = ["@__key"] if tie_field == "__key" else ["@__key", f"@{tie_field}"]
     return [
         "FT.AGGREGATE", index, text_query, "VERBATIM", "SCORER", BM25_SCORER, "ADDSCORES",
-        "LOAD", 1, f"@{tie_field}", "SORTBY", 4, "@__score", "DESC", f"@{tie_field}", "ASC",
+        "LOAD", len(loaded), *loaded, "SORTBY", 4, "@__score", "DESC", f"@{tie_field}", "ASC",
         "LIMIT", 0, depth, "DIALECT", DIALECT,
     ]  # fmt: skip

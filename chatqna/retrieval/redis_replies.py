@@ -57,7 +57,7 @@ def top_bm25(
     if exact_order is not None and straddles(hits, depth):
         exact, tied = dict(hits), hits[depth][1]
         chosen = [(key, exact.get(key, tied)) for key in exact_order]
-    ranked = sorted(chosen[:depth], key=lambda hit: (-hit[1], order_key(hit[0])))
+    ranked = sorted(chosen, key=lambda hit: (-hit[1], order_key(hit[0])))[:depth]
     return dict(ranked)
 
 

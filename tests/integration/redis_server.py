@@ -281,9 +281,9 @@ class RedisClusterProcesses:
             lines = str(_command(self.nodes[0].port, "CLUSTER", "NODES")).splitlines()
             linked = [line for line in lines if " slave " in line or ",slave " in line]
             synced = all(
-                "master_link_status:up" in str(_command(n.port, "INFO", "replication"))
+                _command(n.port, "INFO", "replication").get("master_link_status") == "up"
                 for n in self.live()
-                if "role:slave" in str(_command(n.port, "INFO", "replication"))
+                if self.role(n) == "replica"
             )
             return self.healthy() and len(linked) >= self.primaries * self.replicas and synced
 
@@ -293,9 +293,8 @@ class RedisClusterProcesses:
         return [node for node in self.nodes if node.alive()]
 
     def role(self, node: RedisStackProcess) -> str:
-        return "primary" if "role:master" in str(_command(node.port, "INFO", "replication")) else (
-            "replica"
-        )
+        role = _command(node.port, "INFO", "replication")["role"]
+        return "primary" if role == "master" else "replica"
 
     def primary_nodes(self) -> list[RedisStackProcess]:
         return [node for node in self.live() if self.role(node) == "primary"]
