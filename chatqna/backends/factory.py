@@ -2,7 +2,8 @@
 
 Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
 `TEI_RERANKING_ENDPOINT` (or `RERANK_ENABLED=false` for no reranker), `LLM_ENDPOINT`, and
-for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL` (Redis Stack).
+for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL` (Redis Stack: one
+node, or any node of a Redis Cluster).
 The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
 """
 
@@ -110,21 +111,7 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
             retry=retry_policy(settings),
         )
     if settings.redis_url is not None:
-        from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
-
-        return await RedisHybridIndex.open(
-            settings.redis_url,
-            embedder_name=embedder.name,
-            dimension=await embedding_dimension(embedder),
-            index_name=settings.index_name,
-            vector=VectorIndexParams(
-                algorithm=settings.redis_vector_algorithm,
-                m=settings.redis_hnsw_m,
-                ef_construction=settings.redis_hnsw_ef_construction,
-                ef_runtime=settings.redis_hnsw_ef_runtime,
-            ),
-            rrf_k=settings.rrf_k,
-        )
+        return await build_redis_retriever(settings, settings.redis_url, embedder)
     from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
     return await InMemoryHybridIndex.open(
@@ -133,6 +120,29 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
         dimension=await embedding_dimension(embedder),
         rrf_k=settings.rrf_k,
     )
+
+
+async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder) -> Retriever:
+    """Redis Stack at `url`: one node, or any node of a Redis Cluster (`INFO cluster` says
+    which), served by the cluster store with an index on every primary."""
+    from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex, cluster_enabled
+    from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
+
+    store = RedisClusterHybridIndex if await cluster_enabled(url) else RedisHybridIndex
+    opened: Retriever = await store.open(
+        url,
+        embedder_name=embedder.name,
+        dimension=await embedding_dimension(embedder),
+        index_name=settings.index_name,
+        vector=VectorIndexParams(
+            algorithm=settings.redis_vector_algorithm,
+            m=settings.redis_hnsw_m,
+            ef_construction=settings.redis_hnsw_ef_construction,
+            ef_runtime=settings.redis_hnsw_ef_runtime,
+        ),
+        rrf_k=settings.rrf_k,
+    )
+    return opened
 
 
 def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:

@@ -203,6 +203,23 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
+def free_cluster_ports(count: int) -> int:
+    """The first of `count` consecutive free cluster ports (see `free_cluster_port`)."""
+    for _ in range(200):
+        base = free_cluster_port()
+        if base + count > 55535:
+            continue
+        try:
+            for port in range(base, base + count):
+                for candidate in (port, port + 10000):
+                    with socket.socket() as check:
+                        check.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {count} consecutive free cluster ports")
+
+
 def _command(port: int, *args: str) -> Any:
     import redis
 
