@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "redis-stack"
