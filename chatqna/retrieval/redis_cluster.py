@@ -210,9 +210,11 @@ class RedisClusterHybridIndex:
 
     # --- connections and topology ------------------------------------------------------------
     def _client(self, address: str) -> aioredis.Redis:
+        """The search connection pool of one node: one immediate retry (a pooled connection
+        the node closed), no backoff, so a primary that is gone fails the search at once."""
         client = self._clients.get(address)
         if client is None:
-            client = self._connect(address)
+            client = self._connect(address, retry=Retry(NoBackoff(), 1))
             self._clients[address] = client
         return client
 

@@ -224,7 +224,7 @@ def _command(port: int, *args: str) -> Any:
     import redis
 
     with redis.Redis(port=port, protocol=2, decode_responses=True) as client:
-        return client.execute_command(*args)  # type: ignore[no-untyped-call]
+        return client.execute_command(*args)
 
 
 @dataclass
@@ -335,3 +335,33 @@ def redis_cluster(tmp_dir: Path, *, primaries: int = 3) -> Iterator[RedisCluster
         yield cluster
     finally:
         cluster.stop()
+
+
+def node_id(port: int) -> str:
+    return str(_command(port, "CLUSTER", "MYID"))
+
+
+def migrate_slots(source: int, destination: int, slots: list[int], batch: int = 10) -> int:
+    """Move `slots` from the primary on port `source` to the one on `destination` the way
+    `redis-cli --cluster reshard` does (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches of
+    `batch` keys, SETSLOT NODE on both); returns how many keys moved."""
+    import redis
+
+    source_id, destination_id = node_id(source), node_id(destination)
+    moved = 0
+    with (
+        redis.Redis(port=source, protocol=2) as src,
+        redis.Redis(port=destination, protocol=2) as dst,
+    ):
+        for slot in slots:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", destination_id)
+            while True:
+                keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+                if not keys:
+                    break
+                src.execute_command("MIGRATE", "127.0.0.1", destination, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "NODE", destination_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "NODE", destination_id)
+    return moved

@@ -104,7 +104,7 @@ async def test_factory_detects_the_cluster_and_indexes_every_primary(
         assert described["kind"] == "redis-cluster" and set(described["primaries"]) == primaries
         for node in cluster.primary_nodes():
             with redis.Redis(port=node.port) as client:
-                names = client.execute_command("FT._LIST")  # type: ignore[no-untyped-call]
+                names = client.execute_command("FT._LIST")
             assert len(names) == 1 and names[0].startswith(b"rag-redis-shard-{")
     finally:
         await retriever.aclose()
@@ -250,7 +250,7 @@ async def test_replace_and_delete_are_atomic_per_source(
 
         async with aioredis.Redis(host=owner.host, port=owner.port, protocol=2) as raw:
             while flipping:
-                reply = await raw.execute_command(  # type: ignore[no-untyped-call]
+                reply = await raw.execute_command(
                     "FT.SEARCH", owner.index, "@terms:zanzibar", "NOCONTENT", "LIMIT", 0, 100
                 )
                 found = set(reply[1:])
@@ -295,7 +295,7 @@ async def test_a_primary_that_lost_its_index_gets_it_back(
     total = (await many.describe())["chunks"]
     shard = many._shards[0]
     with redis.Redis(host=shard.host, port=shard.port) as client:
-        client.execute_command("FT.DROPINDEX", shard.index)  # type: ignore[no-untyped-call]
+        client.execute_command("FT.DROPINDEX", shard.index)
     probe = (await embedder.embed(["refund"]))[0]
     results = await many.search(SearchQuery("refund", probe, total, False))
     assert len(results) == len({r.chunk.id for r in results}) == total
