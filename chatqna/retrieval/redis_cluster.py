@@ -36,14 +36,11 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 import numpy as np
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TryAgainError
+from redis.exceptions import ConnectionError, MovedError, ResponseError
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
@@ -52,18 +49,11 @@ from chatqna.retrieval.bm25 import WeightedQuery
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 from chatqna.retrieval.redis_cluster_topology import (
     ClusterNode,
+    ClusterTopology,
     Shard,
     own_view,
-    parse_cluster_nodes,
-    shards_of,
 )
-from chatqna.retrieval.redis_cluster_writes import (
-    DELETE_SCRIPT,
-    REDIRECT_ATTEMPTS,
-    REPLACE_SCRIPT,
-    ClusterLayout,
-    replace_call,
-)
+from chatqna.retrieval.redis_cluster_writes import ClusterLayout, ClusterWriter
 from chatqna.retrieval.redis_query import (
     RETURNED,
     bm25_query,
@@ -84,18 +74,15 @@ from chatqna.retrieval.redis_replies import (
 from chatqna.retrieval.redis_schema import (
     DEFAULT_INDEX_NAME,
     FORMAT_VERSION,
-    IndexInfo,
     IndexSchema,
     VectorIndexParams,
     index_info,
     text,
 )
 from chatqna.retrieval.redis_store import query_vector
-from chatqna.retrieval.redis_writes import check_batches, glob_prefix
+from chatqna.retrieval.redis_writes import check_batches
 
 logger = logging.getLogger(__name__)
-
-REPLICA_WAIT_MS = 2000  # how long a write waits for its replica's acknowledgement
 
 
 async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
@@ -156,13 +143,8 @@ class RedisClusterHybridIndex:
         self.schema = IndexSchema(
             index_name, self.layout.chunk_prefix, embedder_name, dimension, self.vector
         )
-        self._nodes: list[ClusterNode] = []
-        self._shards: list[Shard] = []
-        self._ready: set[tuple[str, str]] = set()  # (address, index) with the index built
-        self._clients: dict[str, aioredis.Redis] = {}
-        self._writers: dict[str, aioredis.Redis] = {}
-        self._stale = True
-        self._topology_lock = asyncio.Lock()
+        self.topology = ClusterTopology(url, self.schema, timeout_seconds)
+        self.writer = ClusterWriter(cluster, self.topology, self.layout)
         self._write_lock = asyncio.Lock()
 
     @classmethod
@@ -208,40 +190,6 @@ class RedisClusterHybridIndex:
     def _redis(self, action: str) -> Any:
         return unavailable_on_error(self.index_name, self.location, action)
 
-    # --- connections and topology ------------------------------------------------------------
-    def _client(self, address: str) -> aioredis.Redis:
-        """The search connection pool of one node: one immediate retry (a pooled connection
-        the node closed), no backoff, so a primary that is gone fails the search at once."""
-        client = self._clients.get(address)
-        if client is None:
-            client = self._connect(address, retry=Retry(NoBackoff(), 1))
-            self._clients[address] = client
-        return client
-
-    def _connect(self, address: str, **extra: Any) -> aioredis.Redis:
-        host, _, port = address.rpartition(":")
-        parts = urlsplit(self.url)
-        return aioredis.Redis(
-            host=host,
-            port=int(port),
-            username=parts.username,
-            password=parts.password,
-            protocol=2,
-            decode_responses=False,
-            socket_timeout=self.timeout_seconds,
-            socket_connect_timeout=self.timeout_seconds,
-            **extra,
-        )
-
-    def _writer(self, address: str) -> aioredis.Redis:
-        """A connection of its own per primary: `WAIT` counts that connection's writes."""
-        writer = self._writers.get(address)
-        if writer is None:
-            no_retry = Retry(NoBackoff(), 0)
-            writer = self._connect(address, single_connection_client=True, retry=no_retry)
-            self._writers[address] = writer
-        return writer
-
     async def ensure_index(self) -> None:
         """Check or write the meta, then build the index on every primary."""
         async with self._redis("opening the index"):
@@ -250,51 +198,11 @@ class RedisClusterHybridIndex:
                 self.schema.check_meta(meta, FORMAT_VERSION)
             else:
                 await self.cluster.hset(self.layout.meta_key, mapping=self.schema.meta())
-            await self._refresh()
-            for shard in self._shards:
-                info = await index_info(self._client(shard.address), shard.index)
+            await self.topology.refresh()
+            for shard in self.topology.primaries:
+                info = await index_info(self.topology.client(shard.address), shard.index)
                 if info is not None:
                     self.schema.check_info(info, meta)
-
-    async def _nodes_reply(self) -> bytes:
-        """`CLUSTER NODES` from the first node that answers: known nodes, then the URL's."""
-        parts = urlsplit(self.url)
-        addresses = [node.address for node in self._nodes if not node.failed]
-        addresses += [node.address for node in self._nodes if node.failed]
-        addresses.append(f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}")
-        error: Exception | None = None
-        for address in dict.fromkeys(addresses):
-            try:
-                reply = await self._client(address).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
-                return cast(bytes, reply)
-            except (ConnectionError, OSError) as exc:
-                error = exc
-        raise ConnectionError(f"no cluster node answers CLUSTER NODES: {error}")
-
-    async def _refresh(self, reply: bytes | None = None, views: Sequence[Any] = ()) -> None:
-        """Reread the topology (from `reply` and each primary's own `views` when given) and
-        build the index on every primary that lacks it, before searching it."""
-        async with self._topology_lock:
-            nodes = parse_cluster_nodes(reply if reply is not None else await self._nodes_reply())
-            own = {view.node_id: view for view in views if view is not None}
-            nodes = [own.get(node.node_id, node) for node in nodes]
-            shards = shards_of(nodes, self.index_name)
-            for shard in shards:
-                if (shard.address, shard.index) not in self._ready:
-                    await self._build(shard)
-            self._nodes, self._shards, self._stale = nodes, shards, False
-
-    async def _build(self, shard: Shard) -> IndexInfo:
-        client = self._client(shard.address)
-        info = await dataclasses.replace(self.schema, name=shard.index).ensure(client)
-        self._ready.add((shard.address, shard.index))
-        logger.info("Redis index %r ready on primary %s", shard.index, shard.address)
-        return info
-
-    async def _current_shards(self) -> list[Shard]:
-        if self._stale:
-            await self._refresh()
-        return self._shards
 
     # --- reads ---------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
@@ -325,20 +233,20 @@ class RedisClusterHybridIndex:
     async def _search_rounds(
         self, vector: np.ndarray, depth: int, text_query: str | None
     ) -> _Round:
-        shards = await self._current_shards()
+        shards = await self.topology.shards()
         try:
             found = await self._round(shards, vector, depth, text_query)
         except MovedError:  # an index name whose slot moved: reread, search again
-            await self._refresh()
-            return await self._round(self._shards, vector, depth, text_query)
+            await self.topology.refresh()
+            return await self._round(self.topology.primaries, vector, depth, text_query)
         except ResponseError as exc:
             if "no such index" not in str(exc).lower() and "unknown index" not in str(exc).lower():
                 raise
-            self._ready.clear()  # flushed behind our back: build again
-            await self._refresh()
-            return await self._round(self._shards, vector, depth, text_query)
+            self.topology.forget_indexes()  # flushed behind our back: build again
+            await self.topology.refresh()
+            return await self._round(self.topology.primaries, vector, depth, text_query)
         except (ConnectionError, OSError):
-            self._stale = True  # a primary is gone: the next search rereads the topology
+            self.topology.stale = True  # a primary is gone: the next search rereads the topology
             raise
         moved = any(
             view is None or view.migrating or view.slots != shard.slots
@@ -346,8 +254,8 @@ class RedisClusterHybridIndex:
         )
         if not moved:
             return found
-        await self._refresh(found.nodes_reply, found.views)
-        again = await self._round(self._shards, vector, depth, text_query)
+        await self.topology.refresh(found.nodes_reply, found.views)
+        again = await self._round(self.topology.primaries, vector, depth, text_query)
         for chunk_id, similarity in again.dense.items():
             found.dense[chunk_id] = max(similarity, found.dense.get(chunk_id, similarity))
         for chunk_id, score in again.bm25.items():
@@ -388,7 +296,7 @@ class RedisClusterHybridIndex:
         document's fields (they come back empty, from FT.AGGREGATE's LOAD too), so passages
         are read with HMGET, and a BM25 tie that straddles the cut is resolved by asking
         that primary for more hits until the tie ends, then sorting by chunk id."""
-        client = self._client(shard.address)
+        client = self.topology.client(shard.address)
         pipe = client.pipeline(transaction=False)
         pipe.execute_command(*knn_search(shard.index, vector, depth, fields=False))
         if text_query is not None:
@@ -433,8 +341,8 @@ class RedisClusterHybridIndex:
 
     async def describe(self) -> dict[str, Any]:
         async with self._redis("describe"):
-            shards = await self._current_shards()
-            infos = [await index_info(self._client(s.address), s.index) for s in shards]
+            shards = await self.topology.shards()
+            infos = [await index_info(self.topology.client(s.address), s.index) for s in shards]
             sources = int(await self.cluster.scard(self.layout.sources_key))
         if any(info is None for info in infos):
             raise IndexUnavailable(f"the Redis index {self.index_name!r} is missing on a primary")
@@ -456,119 +364,12 @@ class RedisClusterHybridIndex:
     async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
         check_batches(batches, self.dimension)
         async with self._write_lock, self._redis("replacing sources"):
-            for batch in batches:
-                await self._replace_one(batch)
-                await self.cluster.sadd(self.layout.sources_key, batch.source)
-
-    async def _replace_one(self, batch: SourceBatch) -> None:
-        pipe = self.cluster.pipeline(transaction=False)
-        pipe.smembers(self.layout.source_chunks_key(batch.source))
-        for chunk in batch.chunks:
-            pipe.hget(self.layout.chunk_key(batch.source, chunk.id), "digest")
-        old, *digests = await pipe.execute()
-        keys, argv = replace_call(self.layout, batch, digests, {text(m) for m in old})
-        await self._script(REPLACE_SCRIPT, keys, argv)
+            await self.writer.replace_sources(batches)
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         async with self._write_lock, self._redis("deleting sources"):
-            if sources is None:
-                return await self._delete_everything()
-            removed = 0
-            for source in dict.fromkeys(sources):
-                members = await self.cluster.smembers(self.layout.source_chunks_key(source))
-                keys = [
-                    self.layout.source_key(source),
-                    self.layout.source_chunks_key(source),
-                    *(self.layout.chunk_key(source, text(m)) for m in sorted(members)),
-                ]
-                removed += int(await self._script(DELETE_SCRIPT, keys, []))
-                await self.cluster.srem(self.layout.sources_key, source)
-            return removed
-
-    async def _delete_everything(self) -> int:
-        """Every source, then any key of this index left on a primary (SCAN), but the meta."""
-        names = [text(s) for s in await self.cluster.smembers(self.layout.sources_key)]
-        removed = 0
-        for source in names:
-            members = await self.cluster.smembers(self.layout.source_chunks_key(source))
-            keys = [
-                self.layout.source_key(source),
-                self.layout.source_chunks_key(source),
-                *(self.layout.chunk_key(source, text(m)) for m in sorted(members)),
-            ]
-            removed += int(await self._script(DELETE_SCRIPT, keys, []))
-        for shard in await self._current_shards():
-            client = self._client(shard.address)
-            for prefix in (
-                self.layout.chunk_prefix,
-                f"{self.index_name}:source:",
-                f"{self.index_name}:source-chunks:",
-            ):
-                async for key in client.scan_iter(match=glob_prefix(prefix), count=1000):
-                    deleted = int(await self.cluster.delete(key))
-                    removed += deleted if prefix == self.layout.chunk_prefix else 0
-        await self.cluster.delete(self.layout.sources_key)
-        return removed
-
-    async def _script(self, script: str, keys: list[str], argv: list[Any]) -> Any:
-        """Run a write script on the primary that owns `keys[0]`'s slot, then wait for a
-        replica; `MOVED` rereads the topology, `ASK` and `TRYAGAIN` retry."""
-        slot = self.cluster.keyslot(keys[0])
-        asking: str | None = None
-        for attempt in range(REDIRECT_ATTEMPTS):
-            shards = await self._current_shards()
-            owner = next((s for s in shards if slot in s.slots), None)
-            if owner is None:
-                await self._refresh()
-                continue
-            address = asking or owner.address
-            writer = self._writer(address)
-            try:
-                if asking is not None:
-                    await writer.execute_command("ASKING")  # type: ignore[no-untyped-call]
-                result = await writer.eval(script, len(keys), *keys, *argv)
-            except MovedError:
-                await self._refresh()
-                asking = None
-                continue
-            except AskError as exc:
-                asking = f"{exc.host}:{exc.port}"
-                continue
-            except TryAgainError:
-                await asyncio.sleep(0.05 * (attempt + 1))
-                asking = None
-                continue
-            except (ConnectionError, OSError):
-                self._stale = True
-                await self._drop_writer(address)
-                raise
-            target = next((s for s in shards if s.address == address), None)
-            await self._wait_for_replica(writer, target)
-            return result
-        raise IndexUnavailable(
-            f"Redis index {self.index_name!r}: slot {slot} kept moving; the write was not done"
-        )
-
-    async def _wait_for_replica(self, writer: aioredis.Redis, owner: Shard | None) -> None:
-        """`WAIT` for one replica of `owner` (none to wait for: no live replica known)."""
-        replicas = 0 if owner is None else min(owner.replicas, 1)
-        if replicas == 0:
-            return
-        acked = int(await writer.execute_command("WAIT", replicas, REPLICA_WAIT_MS))  # type: ignore[no-untyped-call]
-        if acked < replicas:
-            raise IndexUnavailable(
-                f"Redis index {self.index_name!r}: a write was not confirmed by a replica "
-                f"within {REPLICA_WAIT_MS} ms and could be lost in a failover; retry it"
-            )
-
-    async def _drop_writer(self, address: str) -> None:
-        writer = self._writers.pop(address, None)
-        if writer is not None:
-            await writer.aclose()
+            return await self.writer.delete_sources(sources)
 
     async def aclose(self) -> None:
-        for client in [*self._clients.values(), *self._writers.values()]:
-            await client.aclose()
-        self._clients.clear()
-        self._writers.clear()
+        await self.topology.aclose()
         await self.cluster.aclose()

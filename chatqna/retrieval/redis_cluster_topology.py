@@ -16,10 +16,24 @@ same pipeline: a slot map that changed or a slot being migrated is seen in-band.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any, cast
+from urllib.parse import urlsplit
 
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import ConnectionError
+
+from chatqna.retrieval.redis_schema import IndexSchema
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -144,3 +158,113 @@ def shards_of(nodes: list[ClusterNode], base: str) -> list[Shard]:
 def own_view(reply: bytes | str) -> ClusterNode | None:
     """The `myself` line of one node's `CLUSTER NODES`."""
     return next((node for node in parse_cluster_nodes(reply) if node.myself), None)
+
+
+class ClusterTopology:
+    """The nodes, the primaries with their index, and one connection pool per node.
+
+    `refresh()` rereads `CLUSTER NODES` (from a reply at hand, or from the first node that
+    answers) and builds the index on every primary that lacks it, waiting for its initial
+    scan, before that primary is searched. `stale` makes the next `shards()` reread.
+    """
+
+    def __init__(self, url: str, schema: IndexSchema, timeout_seconds: float) -> None:
+        self.url = url
+        self.schema = schema
+        self.timeout_seconds = timeout_seconds
+        self.nodes: list[ClusterNode] = []
+        self.primaries: list[Shard] = []
+        self.stale = True
+        self._ready: set[tuple[str, str]] = set()  # (address, index) with the index built
+        self._clients: dict[str, aioredis.Redis] = {}
+        self._writers: dict[str, aioredis.Redis] = {}
+        self._lock = asyncio.Lock()
+
+    def connect(self, address: str, **extra: Any) -> aioredis.Redis:
+        host, _, port = address.rpartition(":")
+        parts = urlsplit(self.url)
+        return aioredis.Redis(
+            host=host,
+            port=int(port),
+            username=parts.username,
+            password=parts.password,
+            protocol=2,
+            decode_responses=False,
+            socket_timeout=self.timeout_seconds,
+            socket_connect_timeout=self.timeout_seconds,
+            **extra,
+        )
+
+    def client(self, address: str) -> aioredis.Redis:
+        """The search connection pool of one node: one immediate retry (a pooled connection
+        the node closed), no backoff, so a primary that is gone fails the search at once."""
+        client = self._clients.get(address)
+        if client is None:
+            client = self.connect(address, retry=Retry(NoBackoff(), 1))
+            self._clients[address] = client
+        return client
+
+    def writer(self, address: str) -> aioredis.Redis:
+        """A connection of its own per primary: `WAIT` counts that connection's writes."""
+        writer = self._writers.get(address)
+        if writer is None:
+            no_retry = Retry(NoBackoff(), 0)
+            writer = self.connect(address, single_connection_client=True, retry=no_retry)
+            self._writers[address] = writer
+        return writer
+
+    async def drop_writer(self, address: str) -> None:
+        writer = self._writers.pop(address, None)
+        if writer is not None:
+            await writer.aclose()
+
+    async def shards(self) -> list[Shard]:
+        if self.stale:
+            await self.refresh()
+        return self.primaries
+
+    async def _nodes_reply(self) -> bytes:
+        """`CLUSTER NODES` from the first node that answers: known nodes, then the URL's."""
+        parts = urlsplit(self.url)
+        addresses = [node.address for node in self.nodes if not node.failed]
+        addresses += [node.address for node in self.nodes if node.failed]
+        addresses.append(f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}")
+        error: Exception | None = None
+        for address in dict.fromkeys(addresses):
+            try:
+                reply = await self.client(address).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+                return cast(bytes, reply)
+            except (ConnectionError, OSError) as exc:
+                error = exc
+        raise ConnectionError(f"no cluster node answers CLUSTER NODES: {error}")
+
+    async def refresh(
+        self, reply: bytes | None = None, views: Sequence[ClusterNode | None] = ()
+    ) -> None:
+        """Reread the topology (from `reply`, with each primary's own line in `views`
+        preferred) and build the index on every primary that lacks it."""
+        async with self._lock:
+            nodes = parse_cluster_nodes(reply if reply is not None else await self._nodes_reply())
+            own = {view.node_id: view for view in views if view is not None}
+            nodes = [own.get(node.node_id, node) for node in nodes]
+            shards = shards_of(nodes, self.schema.name)
+            for shard in shards:
+                if (shard.address, shard.index) not in self._ready:
+                    await self._build(shard)
+            self.nodes, self.primaries, self.stale = nodes, shards, False
+
+    def forget_indexes(self) -> None:
+        """Every index is checked (and built) again at the next refresh."""
+        self._ready.clear()
+
+    async def _build(self, shard: Shard) -> None:
+        client = self.client(shard.address)
+        await dataclasses.replace(self.schema, name=shard.index).ensure(client)
+        self._ready.add((shard.address, shard.index))
+        logger.info("Redis index %r ready on primary %s", shard.index, shard.address)
+
+    async def aclose(self) -> None:
+        for client in [*self._clients.values(), *self._writers.values()]:
+            await client.aclose()
+        self._clients.clear()
+        self._writers.clear()

@@ -20,13 +20,23 @@ replica holds it and a failover cannot lose it. `MOVED` refreshes the slot map a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
+
 from chatqna.backends.protocols import SourceBatch
-from chatqna.retrieval.redis_writes import chunk_digest, chunk_hash, vector_rows
+from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis_cluster_topology import ClusterTopology, Shard
+from chatqna.retrieval.redis_schema import text
+from chatqna.retrieval.redis_writes import chunk_digest, chunk_hash, glob_prefix, vector_rows
 
 REDIRECT_ATTEMPTS = 20
+REPLICA_WAIT_MS = 2000  # how long a write waits for its replica's acknowledgement
 FIELDS = ("content", "terms", "chunk_id", "source", "title", "chunk_index", "embedding", "digest")
 
 # KEYS: source hash, source chunk set, the changed chunks' keys, the stale chunks' keys.
@@ -135,3 +145,112 @@ def replace_call(
         *fields,
     ]
     return keys, argv
+
+
+class ClusterWriter:
+    """Replaces and deletes sources, each atomically on the primary that owns its slot."""
+
+    def __init__(
+        self, cluster: RedisCluster, topology: ClusterTopology, layout: ClusterLayout
+    ) -> None:
+        self.cluster = cluster
+        self.topology = topology
+        self.layout = layout
+
+    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
+        for batch in batches:
+            pipe = self.cluster.pipeline(transaction=False)
+            pipe.smembers(self.layout.source_chunks_key(batch.source))
+            for chunk in batch.chunks:
+                pipe.hget(self.layout.chunk_key(batch.source, chunk.id), "digest")
+            old, *digests = await pipe.execute()
+            keys, argv = replace_call(self.layout, batch, digests, {text(m) for m in old})
+            await self._script(REPLACE_SCRIPT, keys, argv)
+            await self.cluster.sadd(self.layout.sources_key, batch.source)
+
+    async def delete_sources(self, sources: Sequence[str] | None) -> int:
+        if sources is None:
+            return await self._delete_everything()
+        removed = 0
+        for source in dict.fromkeys(sources):
+            removed += await self._delete_source(source)
+        return removed
+
+    async def _delete_source(self, source: str) -> int:
+        members = await self.cluster.smembers(self.layout.source_chunks_key(source))
+        keys = [
+            self.layout.source_key(source),
+            self.layout.source_chunks_key(source),
+            *(self.layout.chunk_key(source, text(m)) for m in sorted(members)),
+        ]
+        removed = int(await self._script(DELETE_SCRIPT, keys, []))
+        await self.cluster.srem(self.layout.sources_key, source)
+        return removed
+
+    async def _delete_everything(self) -> int:
+        """Every source, then any key of this index left on a primary (SCAN), but the meta."""
+        names = [text(s) for s in await self.cluster.smembers(self.layout.sources_key)]
+        removed = 0
+        for source in names:
+            removed += await self._delete_source(source)
+        name = self.layout.index_name
+        for shard in await self.topology.shards():
+            client = self.topology.client(shard.address)
+            for prefix in (self.layout.chunk_prefix, f"{name}:source:", f"{name}:source-chunks:"):
+                async for key in client.scan_iter(match=glob_prefix(prefix), count=1000):
+                    deleted = int(await self.cluster.delete(key))
+                    removed += deleted if prefix == self.layout.chunk_prefix else 0
+        await self.cluster.delete(self.layout.sources_key)
+        return removed
+
+    async def _script(self, script: str, keys: list[str], argv: list[Any]) -> Any:
+        """Run a write script on the primary that owns `keys[0]`'s slot, then wait for a
+        replica; `MOVED` rereads the topology, `ASK` and `TRYAGAIN` retry."""
+        slot = self.cluster.keyslot(keys[0])
+        asking: str | None = None
+        for attempt in range(REDIRECT_ATTEMPTS):
+            shards = await self.topology.shards()
+            owner = next((s for s in shards if slot in s.slots), None)
+            if owner is None:
+                await self.topology.refresh()
+                continue
+            address = asking or owner.address
+            writer = self.topology.writer(address)
+            try:
+                if asking is not None:
+                    await writer.execute_command("ASKING")  # type: ignore[no-untyped-call]
+                result = await writer.eval(script, len(keys), *keys, *argv)
+            except MovedError:
+                await self.topology.refresh()
+                asking = None
+                continue
+            except AskError as exc:
+                asking = f"{exc.host}:{exc.port}"
+                continue
+            except TryAgainError:
+                await asyncio.sleep(0.05 * (attempt + 1))
+                asking = None
+                continue
+            except (ConnectionError, OSError):
+                self.topology.stale = True
+                await self.topology.drop_writer(address)
+                raise
+            target = next((s for s in shards if s.address == address), None)
+            await self._wait_for_replica(writer, target)
+            return result
+        raise IndexUnavailable(
+            f"Redis index {self.layout.index_name!r}: slot {slot} kept moving; "
+            "the write was not done"
+        )
+
+    async def _wait_for_replica(self, writer: aioredis.Redis, owner: Shard | None) -> None:
+        """`WAIT` for one replica of `owner` (none to wait for: no live replica known)."""
+        replicas = 0 if owner is None else min(owner.replicas, 1)
+        if replicas == 0:
+            return
+        acked = int(await writer.execute_command("WAIT", replicas, REPLICA_WAIT_MS))  # type: ignore[no-untyped-call]
+        if acked < replicas:
+            raise IndexUnavailable(
+                f"Redis index {self.layout.index_name!r}: a write was not confirmed by a "
+                f"replica within {REPLICA_WAIT_MS} ms and could be lost in a failover; retry it"
+            )

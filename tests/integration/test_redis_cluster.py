@@ -132,7 +132,7 @@ async def test_ingest_lists_and_counts_every_source(
 
 
 def cluster_primaries(index: RedisClusterHybridIndex) -> list[tuple[str, int]]:
-    return [(shard.host, shard.port) for shard in index._shards]
+    return [(shard.host, shard.port) for shard in index.topology.primaries]
 
 
 async def test_dense_search_is_identical_to_one_node(
@@ -240,7 +240,7 @@ async def test_replace_and_delete_are_atomic_per_source(
         keys[name] = {many.layout.chunk_key("vouchers.md", c.id).encode() for c in chunks}
     await many.replace_sources([versions["old"]])
     slot = many.cluster.keyslot(many.layout.source_key("vouchers.md"))
-    owner = next(shard for shard in many._shards if slot in shard.slots)
+    owner = next(shard for shard in many.topology.primaries if slot in shard.slots)
     probe = (await embedder.embed(["zanzibar voucher rule"]))[0]
     seen: set[str] = set()
     flipping = True
@@ -293,7 +293,7 @@ async def test_a_primary_that_lost_its_index_gets_it_back(
     _, many = stores
     await ingest_files(collect_files([SAMPLE_CORPUS]), embedder, many)
     total = (await many.describe())["chunks"]
-    shard = many._shards[0]
+    shard = many.topology.primaries[0]
     with redis.Redis(host=shard.host, port=shard.port) as client:
         client.execute_command("FT.DROPINDEX", shard.index)
     probe = (await embedder.embed(["refund"]))[0]

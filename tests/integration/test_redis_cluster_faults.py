@@ -110,7 +110,9 @@ async def test_a_primary_killed_during_searches_fails_over(
 
         tasks = [asyncio.create_task(search_loop()), asyncio.create_task(write_loop())]
         await asyncio.sleep(0.5)
-        victim = next(n for n in cluster.primary_nodes() if n.port == store._shards[0].port)
+        victim = next(
+            n for n in cluster.primary_nodes() if n.port == store.topology.primaries[0].port
+        )
         killed_at = time.monotonic()
         victim.kill()
         deadline = killed_at + FAILOVER_BOUND_SECONDS + 10
@@ -153,7 +155,7 @@ async def test_slot_migration_during_searches_never_duplicates_or_drops(
         await store.replace_sources(batches)
         total = sum(len(b.chunks) for b in batches)
         every_id = {c.id for b in batches for c in b.chunks}
-        source, destination = store._shards[0], store._shards[1]
+        source, destination = store.topology.primaries[0], store.topology.primaries[1]
         # The slots of the source primary's passages, its index name's slot, and 300 more.
         tagged = {store.cluster.keyslot(store.layout.source_key(b.source)) for b in batches}
         index_slot = store.cluster.keyslot(source.index)
@@ -185,7 +187,10 @@ async def test_slot_migration_during_searches_never_duplicates_or_drops(
         assert described["chunks"] == total
         assert source.address in described["primaries"]
         # The source primary's index moved to a new name in a slot it still owns.
-        assert store._shards[0].index != source.index or store._shards[0].port != source.port
+        assert (
+            store.topology.primaries[0].index != source.index
+            or store.topology.primaries[0].port != source.port
+        )
         print(f"{searches} searches during a {len(slots)}-slot move of {outcome['keys']} keys")
     finally:
         await store.aclose()
