@@ -40,7 +40,9 @@ from typing import Any, cast
 import numpy as np
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError, MovedError, ResponseError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TryAgainError
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
@@ -83,6 +85,8 @@ from chatqna.retrieval.redis_store import query_vector
 from chatqna.retrieval.redis_writes import check_batches
 
 logger = logging.getLogger(__name__)
+
+ROUND_ATTEMPTS = 4  # tries of one search round while an index name's slot moves
 
 
 async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
@@ -162,12 +166,15 @@ class RedisClusterHybridIndex:
     ) -> RedisClusterHybridIndex:
         """Connect to the cluster `url` names a node of, and build the index on every
         primary (checking an existing one fits)."""
+        # Keyed reads and writes (MOVED, ASK and TRYAGAIN handled inside); one retry without
+        # backoff, so a primary that is gone fails the request instead of stalling it.
         cluster = RedisCluster.from_url(
             url,
             protocol=2,
             decode_responses=False,
             socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds,
+            retry=Retry(NoBackoff(), 1),
         )
         index = cls(
             cluster,
@@ -233,21 +240,7 @@ class RedisClusterHybridIndex:
     async def _search_rounds(
         self, vector: np.ndarray, depth: int, text_query: str | None
     ) -> _Round:
-        shards = await self.topology.shards()
-        try:
-            found = await self._round(shards, vector, depth, text_query)
-        except MovedError:  # an index name whose slot moved: reread, search again
-            await self.topology.refresh()
-            return await self._round(self.topology.primaries, vector, depth, text_query)
-        except ResponseError as exc:
-            if "no such index" not in str(exc).lower() and "unknown index" not in str(exc).lower():
-                raise
-            self.topology.forget_indexes()  # flushed behind our back: build again
-            await self.topology.refresh()
-            return await self._round(self.topology.primaries, vector, depth, text_query)
-        except (ConnectionError, OSError):
-            self.topology.stale = True  # a primary is gone: the next search rereads the topology
-            raise
+        shards, found = await self._retried_round(vector, depth, text_query)
         moved = any(
             view is None or view.migrating or view.slots != shard.slots
             for view, shard in zip(found.views, shards, strict=True)
@@ -255,13 +248,39 @@ class RedisClusterHybridIndex:
         if not moved:
             return found
         await self.topology.refresh(found.nodes_reply, found.views)
-        again = await self._round(self.topology.primaries, vector, depth, text_query)
+        _, again = await self._retried_round(vector, depth, text_query)
         for chunk_id, similarity in again.dense.items():
             found.dense[chunk_id] = max(similarity, found.dense.get(chunk_id, similarity))
         for chunk_id, score in again.bm25.items():
             found.bm25[chunk_id] = max(score, found.bm25.get(chunk_id, score))
         found.keys.update(again.keys)
         return found
+
+    async def _retried_round(
+        self, vector: np.ndarray, depth: int, text_query: str | None
+    ) -> tuple[list[Shard], _Round]:
+        """One round on the current primaries. An index name whose slot moved or is moving
+        (`MOVED`, `ASK`, `TRYAGAIN`) or an index gone missing rereads the topology (and
+        builds what is missing) and tries again; a primary that is gone fails at once."""
+        for attempt in range(ROUND_ATTEMPTS):
+            shards = await self.topology.shards()
+            last = attempt == ROUND_ATTEMPTS - 1
+            try:
+                return shards, await self._round(shards, vector, depth, text_query)
+            except (MovedError, AskError, TryAgainError):
+                if last:
+                    raise
+                await asyncio.sleep(0.02 * (attempt + 1))
+            except ResponseError as exc:
+                missing = "no such index" in str(exc).lower() or "unknown index" in str(exc).lower()
+                if not missing or last:
+                    raise
+                self.topology.forget_indexes()  # flushed or dropped: build it again
+            except (ConnectionError, OSError):
+                self.topology.stale = True  # the next search rereads the topology
+                raise
+            self.topology.stale = True
+        raise AssertionError("unreachable")
 
     async def _round(
         self,
