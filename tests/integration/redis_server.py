@@ -272,6 +272,21 @@ class RedisClusterProcesses:
             _command(node.port, "CLUSTER", "REPLICATE", primary_id)
         self.wait_healthy(timeout)
 
+    def add_primary(self, timeout: float = 60.0) -> RedisStackProcess:
+        """Start one more node and join it to the cluster as a primary without slots."""
+        node = RedisStackProcess(
+            self.directory / f"node-{len(self.nodes)}",
+            port=free_cluster_port(),
+            extra_args=self.nodes[0].extra_args,
+        )
+        node.start()
+        self.nodes.append(node)
+        _command(node.port, "CLUSTER", "MEET", "127.0.0.1", str(self.nodes[0].port))
+        count = len(self.live())
+        self._wait(lambda: all(self._known(n.port) == count for n in self.live()), timeout)
+        self._wait(self.healthy, timeout)  # it has learnt every slot's owner
+        return node
+
     def _known(self, port: int) -> int:
         return len(str(_command(port, "CLUSTER", "NODES")).strip().splitlines())
 
