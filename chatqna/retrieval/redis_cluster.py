@@ -109,6 +109,7 @@ class _Round:
     dense: dict[str, float]  # id: cosine similarity
     bm25: dict[str, float]
     keys: dict[str, str]  # id: key
+    where: dict[str, str]  # id: the address of the primary that returned it
     views: list[ClusterNode | None]
     nodes_reply: bytes
 
@@ -148,7 +149,7 @@ class RedisClusterHybridIndex:
             index_name, self.layout.chunk_prefix, embedder_name, dimension, self.vector
         )
         self.topology = ClusterTopology(url, self.schema, timeout_seconds)
-        self.writer = ClusterWriter(cluster, self.topology, self.layout)
+        self.writer = ClusterWriter(self.topology, self.layout)
         self._write_lock = asyncio.Lock()
 
     @classmethod
@@ -224,7 +225,7 @@ class RedisClusterHybridIndex:
             found = await self._search_rounds(vector, depth, text_query)
             dense = dict(sorted(found.dense.items(), key=lambda hit: (-hit[1], hit[0]))[:depth])
             if not hybrid:
-                rows = await self._read([found.keys[i] for i in dense])
+                rows = await self._read(found, list(dense))
                 return [
                     scored_chunk(fields, {"dense": similarity}, "dense")
                     for similarity, fields in zip(dense.values(), rows, strict=True)
@@ -234,7 +235,7 @@ class RedisClusterHybridIndex:
             fused = reciprocal_rank_fusion(
                 [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
             )[: query.k]
-            stored = await self._read([found.keys[i] for i, _ in fused])
+            stored = await self._read(found, [i for i, _ in fused])
         return hybrid_results(fused, dense, bm25, stored, vector)
 
     async def _search_rounds(
@@ -254,6 +255,7 @@ class RedisClusterHybridIndex:
         for chunk_id, score in again.bm25.items():
             found.bm25[chunk_id] = max(score, found.bm25.get(chunk_id, score))
         found.keys.update(again.keys)
+        found.where.update(again.where)
         return found
 
     async def _retried_round(
@@ -292,8 +294,10 @@ class RedisClusterHybridIndex:
         replies = await asyncio.gather(
             *(self._search_shard(s, vector, depth, text_query) for s in shards)
         )
-        found = _Round({}, {}, {}, [], b"")
-        for dense, bm25, nodes_reply in replies:
+        found = _Round({}, {}, {}, {}, [], b"")
+        for shard, (dense, bm25, nodes_reply) in zip(shards, replies, strict=True):
+            for key in [key for key, _ in dense] + list(bm25):
+                found.where[self.layout.chunk_id_of(key)] = shard.address
             for key, similarity in dense:
                 chunk_id = self.layout.chunk_id_of(key)
                 found.keys[chunk_id] = key
@@ -317,41 +321,55 @@ class RedisClusterHybridIndex:
         that primary for more hits until the tie ends, then sorting by chunk id."""
         client = self.topology.client(shard.address)
         pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*knn_search(shard.index, vector, depth, fields=False))
+        commands = [knn_search(shard.index, vector, depth, fields=False)]
         if text_query is not None:
-            pipe.execute_command(*bm25_search(shard.index, text_query, depth))
+            commands.append(bm25_search(shard.index, text_query, depth))
+        for command in commands:
+            if shard.asking:  # its first slot is still being imported
+                pipe.execute_command("ASKING")
+            pipe.execute_command(*command)
         pipe.execute_command("CLUSTER", "NODES")
         replies = await pipe.execute()
+        if shard.asking:
+            replies = [*replies[1:-1:2], replies[-1]]
         bm25: dict[str, float] = {}
         if text_query is not None:
             hits = scored_hits(replies[1])
             wanted = depth
             while straddles(hits, depth) and len(hits) > wanted:
                 wanted *= 2  # the tie goes on past the cut: ask for more of it
-                args = bm25_search(shard.index, text_query, wanted)
-                hits = scored_hits(await client.execute_command(*args))  # type: ignore[no-untyped-call]
+                more = client.pipeline(transaction=False)
+                if shard.asking:
+                    more.execute_command("ASKING")
+                more.execute_command(*bm25_search(shard.index, text_query, wanted))
+                hits = scored_hits((await more.execute())[-1])
                 if hits[-1][1] != hits[depth][1]:
                     break
             bm25 = top_bm25(hits, depth, None, order_key=self.layout.chunk_id_of)
         dense = [(key, similarity) for key, similarity, _ in knn_hits(replies[0])]
         return dense, bm25, cast(bytes, replies[-1])
 
-    async def _read(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
-        if not keys:
-            return []
-        pipe = self.cluster.pipeline(transaction=False)
-        for key in keys:
-            pipe.hmget(key, list(RETURNED))
-        return stored_fields(await pipe.execute())
+    async def _read(self, found: _Round, ids: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored fields of each passage, read from the primary that returned it (a
+        passage moved since follows its `ASK` or `MOVED`)."""
+        by_node: dict[str, list[int]] = {}
+        for position, chunk_id in enumerate(ids):
+            by_node.setdefault(found.where[chunk_id], []).append(position)
+        rows: list[Any] = [None] * len(ids)
+        for address, positions in by_node.items():
+            commands = [("HMGET", found.keys[ids[p]], *RETURNED) for p in positions]
+            replies = await self.topology.keyed(address, commands)
+            for position, row in zip(positions, replies, strict=True):
+                rows[position] = row
+        return stored_fields(rows)
 
     async def list_sources(self) -> list[SourceInfo]:
         async with self._redis("listing sources"):
-            members = await self.cluster.smembers(self.layout.sources_key)
+            (members,) = await self.topology.run([("SMEMBERS", self.layout.sources_key)])
             names = sorted(text(s) for s in members)
-            pipe = self.cluster.pipeline(transaction=False)
-            for source in names:
-                pipe.hmget(self.layout.source_key(source), ["content_hash", "chunks"])
-            rows = await pipe.execute() if names else []
+            rows = await self.topology.run(
+                [("HMGET", self.layout.source_key(n), "content_hash", "chunks") for n in names]
+            )
         return [
             SourceInfo(source=s, chunks=int(text(n or b"0")), content_hash=text(h or b""))
             for s, (h, n) in zip(names, rows, strict=True)
@@ -360,9 +378,19 @@ class RedisClusterHybridIndex:
 
     async def describe(self) -> dict[str, Any]:
         async with self._redis("describe"):
-            shards = await self.topology.shards()
-            infos = [await index_info(self.topology.client(s.address), s.index) for s in shards]
-            sources = int(await self.cluster.scard(self.layout.sources_key))
+            for attempt in range(ROUND_ATTEMPTS):
+                shards = await self.topology.shards()
+                try:
+                    infos = [
+                        await index_info(self.topology.client(s.address), s.index) for s in shards
+                    ]
+                    break
+                except (MovedError, AskError, TryAgainError):  # an index name's slot moved
+                    if attempt == ROUND_ATTEMPTS - 1:
+                        raise
+                    self.topology.stale = True
+                    await asyncio.sleep(0.02 * (attempt + 1))
+            (sources,) = await self.topology.run([("SCARD", self.layout.sources_key)])
         if any(info is None for info in infos):
             raise IndexUnavailable(f"the Redis index {self.index_name!r} is missing on a primary")
         present = [info for info in infos if info is not None]
@@ -372,7 +400,7 @@ class RedisClusterHybridIndex:
             "index": self.index_name,
             "primaries": [s.address for s in shards],
             "chunks": sum(info.documents for info in present),
-            "sources": sources,
+            "sources": int(sources),
             "dimension": self.dimension,
             "algorithm": self.vector.algorithm,
             "indexing": any(info.indexing for info in present),

@@ -29,11 +29,14 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import ConnectionError
+from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
 
 from chatqna.retrieval.redis_schema import IndexSchema
 
 logger = logging.getLogger(__name__)
+
+REDIRECTS = 5  # how many ASK, MOVED or TRYAGAIN a keyed read follows
+_REDIRECTS = (AskError, MovedError, TryAgainError)
 
 
 @dataclass(frozen=True)
@@ -49,22 +52,27 @@ class ClusterNode:
     slots: frozenset[int]
     migrating: bool  # this node imports or migrates a slot right now
     myself: bool
+    moving_to: tuple[tuple[int, str], ...] = ()  # (slot, destination id) it migrates
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
 
-def _slots(fields: list[str]) -> tuple[frozenset[int], bool]:
+def _slots(fields: list[str]) -> tuple[frozenset[int], bool, tuple[tuple[int, str], ...]]:
     owned: set[int] = set()
     migrating = False
+    moving: list[tuple[int, str]] = []
     for field in fields:
         if field.startswith("["):  # [slot->-id] migrating, [slot-<-id] importing
             migrating = True
+            slot, arrow, target = field.strip("[]").partition("->-")
+            if arrow:
+                moving.append((int(slot), target))
             continue
         first, _, last = field.partition("-")
         owned.update(range(int(first), int(last or first) + 1))
-    return frozenset(owned), migrating
+    return frozenset(owned), migrating, tuple(moving)
 
 
 def parse_cluster_nodes(reply: bytes | str) -> list[ClusterNode]:
@@ -81,7 +89,7 @@ def parse_cluster_nodes(reply: bytes | str) -> list[ClusterNode]:
             continue
         address = fields[1].split("@", 1)[0].split(",", 1)[0]
         host, _, port = address.rpartition(":")
-        slots, migrating = _slots(fields[8:])
+        slots, migrating, moving = _slots(fields[8:])
         nodes.append(
             ClusterNode(
                 node_id=fields[0],
@@ -93,6 +101,7 @@ def parse_cluster_nodes(reply: bytes | str) -> list[ClusterNode]:
                 slots=slots,
                 migrating=migrating,
                 myself="myself" in flags,
+                moving_to=moving,
             )
         )
     return nodes
@@ -125,6 +134,8 @@ class Shard:
     index: str
     slots: frozenset[int]
     replicas: int  # live replicas: how many a write waits for (at most one)
+    # A primary that owns no slot yet and imports its first: its commands need ASKING.
+    asking: bool = False
 
     @property
     def address(self) -> str:
@@ -133,26 +144,32 @@ class Shard:
 
 def shards_of(nodes: list[ClusterNode], base: str) -> list[Shard]:
     """Every primary that owns slots (a failed one included: its slots have no other
-    owner until its replica takes over, so searching without it would drop passages)."""
+    owner until its replica takes over, so searching without it would drop passages), and
+    every primary that owns none but imports one (its index named after what it imports)."""
     replicas: dict[str, int] = {}
+    importing: dict[str, set[int]] = {}
     for node in nodes:
         if not node.primary and not node.failed and node.primary_id is not None:
             replicas[node.primary_id] = replicas.get(node.primary_id, 0) + 1
-    return sorted(
-        (
+        for slot, target in node.moving_to:
+            importing.setdefault(target, set()).add(slot)
+    shards = []
+    for node in nodes:
+        named_by = node.slots or frozenset(importing.get(node.node_id, ()))
+        if not node.primary or not named_by:
+            continue
+        shards.append(
             Shard(
                 node.node_id,
                 node.host,
                 node.port,
-                shard_index_name(base, node.slots),
+                shard_index_name(base, named_by),
                 node.slots,
                 replicas.get(node.node_id, 0),
+                asking=not node.slots,
             )
-            for node in nodes
-            if node.primary and node.slots
-        ),
-        key=lambda shard: shard.address,
-    )
+        )
+    return sorted(shards, key=lambda shard: shard.address)
 
 
 def own_view(reply: bytes | str) -> ClusterNode | None:
@@ -180,10 +197,12 @@ class ClusterTopology:
         self._writers: dict[str, aioredis.Redis] = {}
         self._lock = asyncio.Lock()
 
-    def connect(self, address: str, **extra: Any) -> aioredis.Redis:
+    def connect(
+        self, address: str, kind: type[aioredis.Redis] = aioredis.Redis, **extra: Any
+    ) -> aioredis.Redis:
         host, _, port = address.rpartition(":")
         parts = urlsplit(self.url)
-        return aioredis.Redis(
+        return kind(
             host=host,
             port=int(port),
             username=parts.username,
@@ -217,6 +236,71 @@ class ClusterTopology:
         writer = self._writers.pop(address, None)
         if writer is not None:
             await writer.aclose()
+
+    async def keyed(self, address: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Keyed commands on the node at `address`, one pipeline; a key whose slot moved
+        follows its `MOVED` or `ASK` (with `ASKING`) to the node named, `TRYAGAIN` retries.
+        redis-py's cluster client cannot follow an `ASK` to a primary that owns no slot
+        yet (it does not know the node), which a slot's first import into one gives."""
+        replies = await self._pipeline(address, commands, asking=False)
+        for attempt in range(REDIRECTS):
+            redirected = [i for i, r in enumerate(replies) if isinstance(r, _REDIRECTS)]
+            if not redirected:
+                break
+            for i in redirected:
+                error = replies[i]
+                if isinstance(error, TryAgainError):
+                    await asyncio.sleep(0.02 * (attempt + 1))
+                    retry = await self._pipeline(address, [commands[i]], asking=False)
+                else:
+                    target = f"{error.host}:{error.port}"
+                    asking = isinstance(error, AskError)
+                    retry = await self._pipeline(target, [commands[i]], asking=asking)
+                replies[i] = retry[0]
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def owner(self, key: str) -> str:
+        """The address of the primary that owns `key`'s slot (a redirect corrects it)."""
+        slot = key_slot(key.encode())
+        for attempt in range(2):
+            shards = await self.shards()
+            found = next((s.address for s in shards if slot in s.slots), None)
+            if found is not None:
+                return found
+            if attempt == 0:
+                await self.refresh()
+        return self.primaries[0].address if self.primaries else self._nodes_fallback()
+
+    def _nodes_fallback(self) -> str:
+        parts = urlsplit(self.url)
+        return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+
+    async def run(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Keyed commands (the key second), each on its key's primary, one pipeline per
+        primary; in order."""
+        by_node: dict[str, list[int]] = {}
+        for position, command in enumerate(commands):
+            by_node.setdefault(await self.owner(str(command[1])), []).append(position)
+        replies: list[Any] = [None] * len(commands)
+        for address, positions in by_node.items():
+            done = await self.keyed(address, [commands[p] for p in positions])
+            for position, reply in zip(positions, done, strict=True):
+                replies[position] = reply
+        return replies
+
+    async def _pipeline(
+        self, address: str, commands: Sequence[Sequence[Any]], *, asking: bool
+    ) -> list[Any]:
+        pipe = self.client(address).pipeline(transaction=False)
+        for command in commands:
+            if asking:
+                pipe.execute_command("ASKING")
+            pipe.execute_command(*command)
+        replies = await pipe.execute(raise_on_error=False)
+        return list(replies[1::2] if asking else replies)
 
     async def shards(self) -> list[Shard]:
         if self.stale:
@@ -258,8 +342,15 @@ class ClusterTopology:
         self._ready.clear()
 
     async def _build(self, shard: Shard) -> None:
-        client = self.client(shard.address)
-        await dataclasses.replace(self.schema, name=shard.index).ensure(client)
+        schema = dataclasses.replace(self.schema, name=shard.index)
+        if shard.asking:  # the index name's slot is being imported: ASKING before each
+            asking = self.connect(shard.address, _AskingRedis, single_connection_client=True)
+            try:
+                await schema.ensure(asking)
+            finally:
+                await asking.aclose()
+        else:
+            await schema.ensure(self.client(shard.address))
         self._ready.add((shard.address, shard.index))
         logger.info("Redis index %r ready on primary %s", shard.index, shard.address)
 
@@ -268,3 +359,11 @@ class ClusterTopology:
             await client.aclose()
         self._clients.clear()
         self._writers.clear()
+
+
+class _AskingRedis(aioredis.Redis):
+    """A client (single connection) that sends `ASKING` before every command."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        await super().execute_command("ASKING")  # type: ignore[no-untyped-call]
+        return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
 
 from chatqna.backends.protocols import SourceBatch
@@ -150,23 +150,21 @@ def replace_call(
 class ClusterWriter:
     """Replaces and deletes sources, each atomically on the primary that owns its slot."""
 
-    def __init__(
-        self, cluster: RedisCluster, topology: ClusterTopology, layout: ClusterLayout
-    ) -> None:
-        self.cluster = cluster
+    def __init__(self, topology: ClusterTopology, layout: ClusterLayout) -> None:
         self.topology = topology
         self.layout = layout
 
     async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
         for batch in batches:
-            pipe = self.cluster.pipeline(transaction=False)
-            pipe.smembers(self.layout.source_chunks_key(batch.source))
+            reads: list[tuple[Any, ...]] = [
+                ("SMEMBERS", self.layout.source_chunks_key(batch.source))
+            ]
             for chunk in batch.chunks:
-                pipe.hget(self.layout.chunk_key(batch.source, chunk.id), "digest")
-            old, *digests = await pipe.execute()
+                reads.append(("HGET", self.layout.chunk_key(batch.source, chunk.id), "digest"))
+            old, *digests = await self.topology.run(reads)
             keys, argv = replace_call(self.layout, batch, digests, {text(m) for m in old})
             await self._script(REPLACE_SCRIPT, keys, argv)
-            await self.cluster.sadd(self.layout.sources_key, batch.source)
+            await self.topology.run([("SADD", self.layout.sources_key, batch.source)])
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         if sources is None:
@@ -177,19 +175,20 @@ class ClusterWriter:
         return removed
 
     async def _delete_source(self, source: str) -> int:
-        members = await self.cluster.smembers(self.layout.source_chunks_key(source))
+        (members,) = await self.topology.run([("SMEMBERS", self.layout.source_chunks_key(source))])
         keys = [
             self.layout.source_key(source),
             self.layout.source_chunks_key(source),
             *(self.layout.chunk_key(source, text(m)) for m in sorted(members)),
         ]
         removed = int(await self._script(DELETE_SCRIPT, keys, []))
-        await self.cluster.srem(self.layout.sources_key, source)
+        await self.topology.run([("SREM", self.layout.sources_key, source)])
         return removed
 
     async def _delete_everything(self) -> int:
         """Every source, then any key of this index left on a primary (SCAN), but the meta."""
-        names = [text(s) for s in await self.cluster.smembers(self.layout.sources_key)]
+        (members,) = await self.topology.run([("SMEMBERS", self.layout.sources_key)])
+        names = [text(s) for s in members]
         removed = 0
         for source in names:
             removed += await self._delete_source(source)
@@ -198,15 +197,15 @@ class ClusterWriter:
             client = self.topology.client(shard.address)
             for prefix in (self.layout.chunk_prefix, f"{name}:source:", f"{name}:source-chunks:"):
                 async for key in client.scan_iter(match=glob_prefix(prefix), count=1000):
-                    deleted = int(await self.cluster.delete(key))
-                    removed += deleted if prefix == self.layout.chunk_prefix else 0
-        await self.cluster.delete(self.layout.sources_key)
+                    (deleted,) = await self.topology.run([("DEL", text(key))])
+                    removed += int(deleted) if prefix == self.layout.chunk_prefix else 0
+        await self.topology.run([("DEL", self.layout.sources_key)])
         return removed
 
     async def _script(self, script: str, keys: list[str], argv: list[Any]) -> Any:
         """Run a write script on the primary that owns `keys[0]`'s slot, then wait for a
         replica; `MOVED` rereads the topology, `ASK` and `TRYAGAIN` retry."""
-        slot = self.cluster.keyslot(keys[0])
+        slot = key_slot(keys[0].encode())
         asking: str | None = None
         for attempt in range(REDIRECT_ATTEMPTS):
             shards = await self.topology.shards()

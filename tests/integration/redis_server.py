@@ -356,10 +356,13 @@ def node_id(port: int) -> str:
     return str(_command(port, "CLUSTER", "MYID"))
 
 
-def migrate_slots(source: int, destination: int, slots: list[int], batch: int = 10) -> int:
+def migrate_slots(
+    source: int, destination: int, slots: list[int], batch: int = 10, pause: float = 0.0
+) -> int:
     """Move `slots` from the primary on port `source` to the one on `destination` the way
     `redis-cli --cluster reshard` does (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches of
-    `batch` keys, SETSLOT NODE on both); returns how many keys moved."""
+    `batch` keys, `pause` seconds apart, SETSLOT NODE on both); returns how many keys
+    moved."""
     import redis
 
     source_id, destination_id = node_id(source), node_id(destination)
@@ -377,6 +380,7 @@ def migrate_slots(source: int, destination: int, slots: list[int], batch: int = 
                     break
                 src.execute_command("MIGRATE", "127.0.0.1", destination, "", 0, 5000, "KEYS", *keys)
                 moved += len(keys)
+                time.sleep(pause)
             dst.execute_command("CLUSTER", "SETSLOT", slot, "NODE", destination_id)
             src.execute_command("CLUSTER", "SETSLOT", slot, "NODE", destination_id)
     return moved

@@ -192,17 +192,28 @@ async def test_slot_migration_during_searches_never_duplicates_or_drops(
             or store.topology.primaries[0].port != source.port
         )
         print(f"{searches} searches during a {len(slots)}-slot move of {outcome['keys']} keys")
-        # A primary that joins later: it gets the index (and its scan of the keys moved in
-        # is awaited) before a search reads it; no search misses a passage meanwhile.
+        # A primary that joins empty, while its first slot is imported key by key: it gets
+        # the index (built with ASKING) before a search reads it, and no search misses a
+        # passage meanwhile.
         newcomer = cluster.add_primary()
         donor = next(s for s in store.topology.primaries if s.slots & tagged)
         slot = min(donor.slots & tagged)
-        dense = await store.search(SearchQuery("", unit(rng), total, False))
-        assert {r.chunk.id for r in dense} == every_id
-        assert migrate_slots(donor.port, newcomer.port, [slot]) >= 10
-        for _ in range(3):
+        first: dict[str, int] = {}
+
+        def import_first() -> None:
+            first["keys"] = migrate_slots(donor.port, newcomer.port, [slot], batch=1, pause=0.05)
+
+        mover = threading.Thread(target=import_first)
+        mover.start()
+        during = 0
+        while mover.is_alive() or during < 3:
             dense = await store.search(SearchQuery("", unit(rng), total, False))
-            assert len(dense) == len({r.chunk.id for r in dense}) == total
+            found = [r.chunk.id for r in dense]
+            assert len(found) == len(set(found)) and set(found) == every_id
+            during += 1
+        mover.join()
+        assert first["keys"] >= 10
         assert f"127.0.0.1:{newcomer.port}" in (await store.describe())["primaries"]
+        print(f"{during} searches while the first slot ({first['keys']} keys) moved in")
     finally:
         await store.aclose()

@@ -14,7 +14,7 @@ from chatqna.retrieval.redis_cluster_topology import (
 
 NODES = """\
 a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [5461->-b2]
-b2 127.0.0.1:7001@17001 master - 0 1 2 connected 5461-10922 [5461-<-a1]
+b2 127.0.0.1:7001@17001 master - 0 1 2 connected 5461-10922 [5461-<-a1] [6000->-g7]
 c3 127.0.0.1:7002@17002,host-c master,fail - 0 1 3 connected 10923-16383
 d4 127.0.0.1:7003@17003 slave a1 0 1 1 connected
 e5 127.0.0.1:7004@17004 slave b2 0 1 2 connected
@@ -38,12 +38,17 @@ def test_parse_reads_roles_slots_and_migrations() -> None:
 
 
 def test_shards_are_primaries_with_slots_and_count_live_replicas() -> None:
-    shards = shards_of(parse_cluster_nodes(NODES), "rag")
-    assert [s.node_id for s in shards] == ["a1", "b2", "c3"]  # g7 owns nothing
-    assert [s.replicas for s in shards] == [1, 1, 0]  # c3's replica failed too
-    for shard in shards:
+    nodes = parse_cluster_nodes(NODES)
+    assert dict(next(n for n in nodes if n.node_id == "b2").moving_to) == {6000: "g7"}
+    shards = shards_of(nodes, "rag")
+    # g7 owns nothing yet but imports slot 6000: searched with ASKING, named after it.
+    assert [s.node_id for s in shards] == ["a1", "b2", "c3", "g7"]
+    assert [s.replicas for s in shards] == [1, 1, 0, 0]  # c3's replica failed too
+    assert [s.asking for s in shards] == [False, False, False, True]
+    for shard in shards[:3]:
         assert key_slot(shard.index.encode()) in shard.slots
         assert shard.index.startswith("rag-shard-{")
+    assert key_slot(shards[3].index.encode()) == 6000 and not shards[3].slots
 
 
 def test_index_names_are_the_smallest_tag_in_an_owned_slot() -> None:
