@@ -7,8 +7,10 @@ search sends the KNN and the BM25 query to every primary concurrently, one pipel
 trip each, for each leg's best `max(k, rrf_candidates)` passages. The client merges each
 leg (by similarity, and by BM25 score with ties ordered by chunk id, as one node orders
 them), fuses the two with `reciprocal_rank_fusion` exactly as `RedisHybridIndex` does, and
-reads the `k` fused passages through the cluster client. A passage found twice (a slot in
-migration) counts once.
+reads the `k` fused passages from the primaries that returned them (`ClusterTopology.keyed`
+follows a passage that moved since). A passage found twice (a slot in migration) counts
+once. redis-py's cluster client only opens the cluster and reads the meta: it cannot follow
+an `ASK` to a primary that owns no slot yet.
 
 Dense rankings equal one node's holding the same passages (with exact FLAT search). BM25
 scores do not quite: each primary computes IDF and the average passage length from its own
@@ -22,11 +24,12 @@ view and searches every primary again, and merges both rounds: a passage moved b
 primaries' searches is found by the second round (it had to be on the source when the first
 round read it, or on the destination when the second did). A primary that appears (or a new
 index name after resharding) gets its index, and its initial scan is awaited, before any
-search reads it. A primary that cannot be reached fails the search with `IndexUnavailable`
-(503) and the next search rereads the topology from any node: while its replica is being
-promoted (about `cluster-node-timeout` plus a second of election), searches fail, then they
-succeed again. Writes go to the primary that owns the source's slot
-(`redis_cluster_writes`), atomically, and are acknowledged once a replica has them.
+search reads it; one that owns no slot yet but imports one is searched with `ASKING`. A
+primary that cannot be reached fails the search with `IndexUnavailable` (503) and the next
+search rereads the topology from any node: while its replica is being promoted (about
+`cluster-node-timeout` plus a second of election), searches fail, then they succeed again.
+Writes go to the primary that owns the source's slot (`redis_cluster_writes`), atomically,
+and are acknowledged once a replica has them.
 """
 
 from __future__ import annotations

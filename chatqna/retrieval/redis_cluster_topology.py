@@ -299,7 +299,11 @@ class ClusterTopology:
             if asking:
                 pipe.execute_command("ASKING")
             pipe.execute_command(*command)
-        replies = await pipe.execute(raise_on_error=False)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except (ConnectionError, OSError):
+            self.stale = True  # the node is gone: reread the topology before the next call
+            raise
         return list(replies[1::2] if asking else replies)
 
     async def shards(self) -> list[Shard]:
