@@ -328,6 +328,17 @@ class RedisClusterProcesses:
         role = _command(node.port, "INFO", "replication")["role"]
         return "primary" if role == "master" else "replica"
 
+    def own_slots(self, node: RedisStackProcess) -> set[int]:
+        """The slots `node` says it owns (its own line of CLUSTER NODES, not gossip)."""
+        slots: set[int] = set()
+        for line in str(_command(node.port, "CLUSTER", "NODES")).splitlines():
+            if "myself" in line.split()[2]:
+                for field in line.split()[8:]:
+                    if not field.startswith("["):
+                        first, _, last = field.partition("-")
+                        slots.update(range(int(first), int(last or first) + 1))
+        return slots
+
     def primary_nodes(self) -> list[RedisStackProcess]:
         return [node for node in self.live() if self.role(node) == "primary"]
 

@@ -196,12 +196,13 @@ async def test_slot_migration_during_searches_never_duplicates_or_drops(
         # the index (built with ASKING) before a search reads it, and no search misses a
         # passage meanwhile.
         newcomer = cluster.add_primary()
-        donor = next(s for s in store.topology.primaries if s.slots & tagged)
-        slot = min(donor.slots & tagged)
+        owned = {node.port: cluster.own_slots(node) for node in cluster.primary_nodes()}
+        donor_port = next(port for port, slots in owned.items() if slots & tagged)
+        slot = min(owned[donor_port] & tagged)
         first: dict[str, int] = {}
 
         def import_first() -> None:
-            first["keys"] = migrate_slots(donor.port, newcomer.port, [slot], batch=1, pause=0.05)
+            first["keys"] = migrate_slots(donor_port, newcomer.port, [slot], batch=1, pause=0.05)
 
         mover = threading.Thread(target=import_first)
         mover.start()
