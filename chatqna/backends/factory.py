@@ -125,7 +125,8 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
 async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder) -> Retriever:
     """Redis Stack at `url`: one node, or any node of a Redis Cluster (`INFO cluster` says
     which), served by the cluster store with an index on every primary."""
-    from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex, cluster_enabled
+    from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex
+    from chatqna.retrieval.redis_cluster_topology import cluster_enabled
     from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
 
     store = RedisClusterHybridIndex if await cluster_enabled(url) else RedisHybridIndex

@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
-import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -90,19 +89,6 @@ from chatqna.retrieval.redis_writes import check_batches
 logger = logging.getLogger(__name__)
 
 ROUND_ATTEMPTS = 4  # tries of one search round while an index name's slot moves
-
-
-async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
-    """Whether the server at `url` is a node of a Redis Cluster (`INFO cluster`)."""
-    client = aioredis.Redis.from_url(
-        url, protocol=2, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds
-    )
-    try:
-        async with unavailable_on_error("(probe)", redact_url(url), "INFO cluster"):
-            info = await client.info("cluster")
-    finally:
-        await client.aclose()
-    return str(info.get("cluster_enabled", 0)) == "1"
 
 
 @dataclasses.dataclass

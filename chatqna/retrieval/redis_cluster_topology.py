@@ -31,12 +31,26 @@ from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
 
+from chatqna.retrieval.redis_replies import redact_url, unavailable_on_error
 from chatqna.retrieval.redis_schema import IndexSchema
 
 logger = logging.getLogger(__name__)
 
 REDIRECTS = 5  # how many ASK, MOVED or TRYAGAIN a keyed read follows
 _REDIRECTS = (AskError, MovedError, TryAgainError)
+
+
+async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
+    """Whether the server at `url` is a node of a Redis Cluster (`INFO cluster`)."""
+    client = aioredis.Redis.from_url(
+        url, protocol=2, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds
+    )
+    try:
+        async with unavailable_on_error("(probe)", redact_url(url), "INFO cluster"):
+            info = await client.info("cluster")
+    finally:
+        await client.aclose()
+    return str(info.get("cluster_enabled", 0)) == "1"
 
 
 @dataclass(frozen=True)
