@@ -3,7 +3,7 @@
 Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
 `TEI_RERANKING_ENDPOINT` (without it the fused order is kept, see `build_reranker`),
 `LLM_ENDPOINT`, and for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL`
-(Redis Stack).
+(Redis Stack: one node, or any node of a Redis Cluster).
 The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
 """
 
@@ -68,21 +68,7 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
             retry=retry_policy(settings),
         )
     if settings.redis_url is not None:
-        from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
-
-        return await RedisHybridIndex.open(
-            settings.redis_url,
-            embedder_name=embedder.name,
-            dimension=await embedding_dimension(embedder),
-            index_name=settings.index_name,
-            vector=VectorIndexParams(
-                algorithm=settings.redis_vector_algorithm,
-                m=settings.redis_hnsw_m,
-                ef_construction=settings.redis_hnsw_ef_construction,
-                ef_runtime=settings.redis_hnsw_ef_runtime,
-            ),
-            rrf_k=settings.rrf_k,
-        )
+        return await build_redis_retriever(settings, settings.redis_url, embedder)
     from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
     return await InMemoryHybridIndex.open(
@@ -91,6 +77,30 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
         dimension=await embedding_dimension(embedder),
         rrf_k=settings.rrf_k,
     )
+
+
+async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder) -> Retriever:
+    """Redis Stack at `url`: one node, or any node of a Redis Cluster (`INFO cluster` says
+    which), served by the cluster store with an index on every primary."""
+    from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex
+    from chatqna.retrieval.redis_cluster_topology import cluster_enabled
+    from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
+
+    store = RedisClusterHybridIndex if await cluster_enabled(url) else RedisHybridIndex
+    opened: Retriever = await store.open(
+        url,
+        embedder_name=embedder.name,
+        dimension=await embedding_dimension(embedder),
+        index_name=settings.index_name,
+        vector=VectorIndexParams(
+            algorithm=settings.redis_vector_algorithm,
+            m=settings.redis_hnsw_m,
+            ef_construction=settings.redis_hnsw_ef_construction,
+            ef_runtime=settings.redis_hnsw_ef_runtime,
+        ),
+        rrf_k=settings.rrf_k,
+    )
+    return opened
 
 
 def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:

@@ -10,6 +10,15 @@ service's default `REDIS_HNSW_*` settings) and with a FLAT one. Then it times `-
 searches (k=10) per index, hybrid (KNN + BM25 + RRF) and dense only, and prints ingest
 seconds, chunks/s and latency percentiles side by side. Writes `results/index_scale.json`.
 
+At `--cluster-min` chunks and above (100k) the same corpus also goes into a Redis Cluster
+of 3 primaries and 3 replicas on loopback (`RedisClusterHybridIndex`), beside the single
+node, in the same run: each primary indexes a third, each replica its primary's third too,
+and every search goes to the three primaries concurrently and is merged in the client.
+`--indexes redis,cluster --sizes 100000 --output results/index_scale_cluster.json` runs
+just the Redis rows. On a machine with fewer cores than processes (six servers and the
+client on 2 cores here) the primaries' work cannot run in parallel, so these rows show
+what the fan-out costs, not what sharding gains on machines of their own.
+
 The corpus: chunks of 45-75 words (60 on average) drawn from a fixed vocabulary of 4,000
 pseudo-words with a Zipf (s=1) distribution, so BM25 postings have a natural-language shape
 (a few terms in almost every chunk, a long tail of rare ones), grouped into sources of 100
@@ -58,9 +67,10 @@ from chatqna.backends.protocols import SearchQuery, SourceBatch  # noqa: E402
 from chatqna.documents import Chunk, chunk_id_for  # noqa: E402
 from chatqna.retrieval.bm25 import STOP_WORDS  # noqa: E402
 from chatqna.retrieval.memory_store import InMemoryHybridIndex  # noqa: E402
+from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex  # noqa: E402
 from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
-from tests.integration.redis_server import redis_stack_server  # noqa: E402
+from tests.integration.redis_server import redis_cluster, redis_stack_server  # noqa: E402
 
 DIMENSION = 384
 VOCABULARY_SIZE = 4000
@@ -325,6 +335,58 @@ async def run_redis(
     )
 
 
+async def run_redis_cluster(
+    corpus: Corpus,
+    workload: Workload,
+    args: argparse.Namespace,
+    root: Path,
+    vector: VectorIndexParams,
+) -> dict[str, Any]:
+    """The same as `run_redis` on a Redis Cluster of 3 primaries and 3 replicas on this
+    machine: every primary indexes its third of the corpus, every replica indexes its
+    primary's too, and all seven processes (six servers and this client) share its cores."""
+    size = len(corpus.chunks)
+    label = f"redis cluster {vector.algorithm}"
+    with redis_cluster(root / f"cluster-{vector.algorithm}-{size}") as cluster:
+        index = await RedisClusterHybridIndex.open(
+            cluster.url, embedder_name=EMBEDDER_NAME, dimension=DIMENSION, vector=vector
+        )
+        try:
+            calls = corpus.batches(args.batch)
+            progress(f"{label}, {size} chunks: ingest in {len(calls)} calls")
+            seconds = await ingest(index, calls, label)
+            description = await index.describe()
+            while description["indexing"]:
+                await asyncio.sleep(0.1)
+                description = await index.describe()
+            if description["chunks"] != size:
+                raise RuntimeError(f"{label}: {description['chunks']} chunks indexed of {size}")
+            memory = 0
+            for shard in index.topology.primaries:
+                info = await index.topology.client(shard.address).info("memory")
+                memory += int(info["used_memory"])
+            per_primary = {s.address: 0 for s in index.topology.primaries}
+            for shard in index.topology.primaries:
+                client = index.topology.client(shard.address)
+                per_primary[shard.address] = int(await client.dbsize())
+            progress(f"{label}, {size} chunks: {seconds:.1f} s; {args.queries} queries x 2")
+            searches = await workload.measure(index, args.k)
+        finally:
+            await index.aclose()
+    return row(
+        label,
+        size,
+        seconds,
+        len(calls),
+        redis_used_memory_bytes=memory,
+        primaries=3,
+        replicas=3,
+        keys_per_primary=sorted(per_primary.values()),
+        vector_params=vars(vector),
+        **searches,
+    )
+
+
 async def redis_versions(index: RedisHybridIndex) -> dict[str, str]:
     server = await index.client.info("server")
     modules = await index.client.execute_command("MODULE", "LIST")  # type: ignore[no-untyped-call]
@@ -349,9 +411,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             exact = exact_top_k(corpus, measured, args.k)
             workload = Workload(measured, warm, exact)
             root = Path(tmp) / str(size)
-            rows += await run_embedded(corpus, workload, args, root)
+            if "embedded" in args.indexes:
+                rows += await run_embedded(corpus, workload, args, root)
             for vector in (hnsw_defaults(), VectorIndexParams(algorithm="FLAT")):
-                rows.append(await run_redis(corpus, workload, args, root, vector, versions))
+                if "redis" in args.indexes:
+                    rows.append(await run_redis(corpus, workload, args, root, vector, versions))
+                if "cluster" in args.indexes and size >= args.cluster_min:
+                    rows.append(await run_redis_cluster(corpus, workload, args, root, vector))
             del corpus
     return {"rows": rows, "versions": versions, "vocabulary_sample": list(words[:10])}
 
@@ -364,12 +430,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="chunks per replace_sources")
     parser.add_argument("--embedded-batched-max", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=20240)
+    parser.add_argument(
+        "--indexes", default="embedded,redis,cluster", help="which of embedded,redis,cluster"
+    )
+    parser.add_argument(
+        "--cluster-min", type=int, default=100000, help="smallest size the cluster runs at"
+    )
     parser.add_argument("--tmp-dir", type=Path, help="where the indexes go (default: $TMPDIR)")
     parser.add_argument(
         "--output", type=Path, default=Path(__file__).parent / "results" / "index_scale.json"
     )
     args = parser.parse_args()
     args.sizes = [int(size) for size in args.sizes.split(",")]
+    args.indexes = set(args.indexes.split(","))
     load_before = os.getloadavg()
     result = asyncio.run(run(args))
     elapsed = time.perf_counter() - STARTED
@@ -420,6 +493,7 @@ def main() -> None:
                 "k": args.k,
                 "chunks_per_call": args.batch,
                 "embedded_batched_max": args.embedded_batched_max,
+                "indexes": sorted(args.indexes),
                 "seed": args.seed,
                 "corpus": {
                     "vocabulary": VOCABULARY_SIZE,
