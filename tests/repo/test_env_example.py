@@ -13,7 +13,7 @@ ENV_EXAMPLE = Path(__file__).resolve().parents[2] / ".env.example"
 def documented() -> dict[str, str]:
     """Variable -> the comment line just above it, for the service's part of the file.
 
-    The compose-only section at the end is checked by `tests/unit/test_deploy_static.py`.
+    The compose-only section at the end is checked by `tests/repo/test_deploy_static.py`.
     """
     lines = ENV_EXAMPLE.read_text().splitlines()
     found = {}
