@@ -13,9 +13,9 @@ import pytest
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.errors import DocumentLoadError, UnsupportedFileType
+from chatqna.retrieval.chunk_store import STORE_FILE
 from chatqna.retrieval.dataprep import IngestFile, IngestResult, collect_files, ingest_files
 from chatqna.retrieval.dataprep import content_hash as file_hash
-from chatqna.retrieval.chunk_store import STORE_FILE
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 pytestmark = pytest.mark.anyio

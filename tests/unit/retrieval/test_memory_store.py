@@ -309,7 +309,7 @@ async def test_lexical_failure_after_the_commit_is_repaired(
     results = await reopened.search(query("zebras refunds", k=10))
     assert "Zebras get refunds now." in texts(results)
     assert not set(POLICIES) & set(texts(results))
-    top = [r for r in results if r.chunk.text == "Zebras get refunds now."][0]
+    top = next(r for r in results if r.chunk.text == "Zebras get refunds now.")
     assert top.scores["bm25"] > 0  # found by the rebuilt BM25 index
     assert reopened.lexical.count() == 3
 
