@@ -42,7 +42,7 @@ from chatqna.retrieval.chunk_store import FORMAT_VERSION, STORE_FILE, ChunkStore
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 from chatqna.retrieval.legacy_index import LEGACY_FILE, MIGRATED_SUFFIX, read_legacy
 from chatqna.retrieval.lexical import LexicalIndex
-from chatqna.retrieval.vectors import VectorSet
+from chatqna.retrieval.vectors import VectorSet, single_threaded_blas
 
 LOCK_FILE = "writer.lock"
 WRITER_WAIT_S = 120.0  # how long a write waits for another process's write to finish
@@ -97,6 +97,7 @@ class InMemoryHybridIndex:
             rrf_k=rrf_k,
             rrf_candidates=rrf_candidates,
         )
+        single_threaded_blas()
         await asyncio.to_thread(index._open)
         return index
 

@@ -7,18 +7,29 @@ shared buffer (doubling when full), past the end any existing set reads, so addi
 costs their own size; removed rows are masked, and the buffer is compacted once a quarter
 of it is dead.
 
-Exact search is a matrix-vector product and a partial sort: about 1 ms per 10,000 rows of
-384 dimensions on one core, so up to a few hundred thousand chunks it is both exact and
-within the latency goal (see the Retrieval docs for the measured limit).
+Exact search is a matrix-vector product and a partial sort, memory-bound: about 1 ms per
+10,000 rows of 384 dimensions on one core of an idle machine (see the Retrieval docs for the
+measured limit). BLAS runs it on one thread (`single_threaded_blas`): a second thread buys
+little on a memory-bound product, and on a busy machine waiting for it to be scheduled
+costs a whole time slice (measured at 2,000 rows on 2 busy cores: p95 36 ms with two
+threads, 0.15 ms with one).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 COMPACT_DEAD_FRACTION = 0.25
+
+
+@functools.cache
+def single_threaded_blas() -> None:
+    """Limit the process's BLAS to one thread (once; searches run on many threads)."""
+    ThreadpoolController().limit(limits=1, user_api="blas")
 
 
 @dataclass(frozen=True)
