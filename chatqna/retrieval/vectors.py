@@ -3,9 +3,9 @@
 The matrix mirrors the vectors of the store of record (`chatqna.retrieval.chunk_store`),
 one row per live chunk, ordered by row id. A `VectorSet` is immutable: searches read one
 without locks while a refresh builds the next one. Appends go to spare capacity of the
-shared buffer (doubling when full), past the end any existing set reads, so adding rows
-costs their own size; removed rows are masked, and the buffer is compacted once a quarter
-of it is dead.
+shared buffer (growing by half when full, with a quarter spare after a first load), past
+the end any existing set reads, so adding rows costs their own size; removed rows are
+masked, and the buffer is compacted once a quarter of it is dead.
 
 Exact search is a matrix-vector product and a partial sort, memory-bound: about 1 ms per
 10,000 rows of 384 dimensions on one core of an idle machine (see the Retrieval docs for the
@@ -80,7 +80,8 @@ class VectorSet:
         buffer, size, rows = self.buffer, self.size, self.rows
         if len(added):
             if size + len(added) > len(buffer):
-                capacity = max(2 * len(buffer), size + len(added), 1024)
+                # Room for a quarter more: the next requests append without copying.
+                capacity = max(len(buffer) * 3 // 2, (size + len(added)) * 5 // 4, 1024)
                 grown = np.empty((capacity, buffer.shape[1]), dtype=np.float32)
                 grown[:size] = buffer[:size]
                 buffer = grown
