@@ -79,6 +79,8 @@ class ChunkStore:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; atomic
             connection.execute("PRAGMA busy_timeout=60000")
+            # After a large write, give the WAL file's space back once it is checkpointed.
+            connection.execute("PRAGMA journal_size_limit=67108864")
             self._local.connection = connection
             with self._opened_lock:
                 self._opened.append(connection)
