@@ -1,13 +1,20 @@
-"""The tantivy BM25 leg: incremental writes, deletes by source, boosted history terms."""
+"""The tantivy BM25 leg: incremental writes, deletes by source, boosted history terms, and
+the same tokens as the query tokeniser."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from chatqna.retrieval.bm25 import WeightedQuery
-from chatqna.retrieval.lexical import LexicalIndex
+from chatqna.retrieval.bm25 import STOP_WORDS, WeightedQuery, tokenize
+from chatqna.retrieval.lexical import LexicalIndex, analyzer, words
+
+ANALYZER_INSTANCE = analyzer()
+# Letters, marks, digits, punctuation, spaces, and whole stop words and long words.
+ALPHABET = [*"aZé_ 9.,-'\tİıßΣσςǅﬃ\u0301\u0307日本", *sorted(STOP_WORDS)[:20], "x" * 70, "é" * 33]
 
 
 @pytest.fixture
@@ -62,3 +69,9 @@ def test_rebuild_replaces_everything(lexical: LexicalIndex) -> None:
         [10, 11],
         [11, 10],
     )
+
+
+@given(st.lists(st.sampled_from(ALPHABET), max_size=60).map("".join))
+@example("How do I get a REFUND? naïve café straße σοφία x_y İstanbul " + "z" * 70 + " ǅ ﬃ")
+def test_indexed_tokens_are_the_query_tokenisers(text: str) -> None:
+    assert list(ANALYZER_INSTANCE.analyze(words(text))) == tokenize(text)
