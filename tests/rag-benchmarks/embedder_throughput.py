@@ -9,7 +9,9 @@ The chunks are the ClapNQ passages joined and cut at word boundaries into pieces
 tokens, so most run at full width. Every variant embeds the same chunks in batches of 32
 (dataprep's `TEI_EMBEDDING_MAX_BATCH` default). The variants run round-robin, `--rounds`
 times, so a load change on this shared machine hits all of them alike; the best round of
-each is reported, with the median beside. Writes `results/embedder_throughput.json`.
+each is reported, with the median beside (every other round runs the variants in reverse
+order, so a load change within a round does not favour the last ones). Writes
+`results/embedder_throughput.json`.
 
 Variants:
 - `service`: `OnnxMiniLMEmbedder.embed_sync` as ingestion calls it (length-sorted groups);
@@ -150,7 +152,9 @@ def main() -> None:
     reference = runs["plain ort"](texts[:BATCH])
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for round_number in range(args.rounds):
-        for name, embed in runs.items():
+        # Odd rounds run the variants in reverse: a load change within a round evens out.
+        order = list(runs.items())
+        for name, embed in order if round_number % 2 == 0 else order[::-1]:
             started = time.perf_counter()
             vectors = embed(texts)
             rates[name].append(len(texts) / (time.perf_counter() - started))
