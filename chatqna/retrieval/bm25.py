@@ -12,9 +12,8 @@ BM25 and Beyond", 2009; `b = 0.5` is RediSearch's choice, measured as good as th
 is a single-precision constant, the ratio inside the idf's logarithm is computed in single
 precision, and the products run left to right, so its scores are bit-for-bit those of a
 Redis index over the same passages (ties go to the smaller passage id). It is the reference
-model the Redis tests check the server against, and what the blend grid benchmark ranks
-with; the embedded index scores with tantivy instead (`chatqna.retrieval.lexical`). The
-tokeniser below is shared by all of them.
+model the Redis tests check the server against; the embedded index scores with tantivy
+instead (`chatqna.retrieval.lexical`). The tokeniser below is shared by all of them.
 
 A query is a union of terms. A follow-up's query adds the content words of the earlier
 questions as a second, weighted union (`WeightedQuery`). A union's score is the sum of its
