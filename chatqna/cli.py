@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -92,10 +93,20 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest")],
     data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,
     force: Annotated[bool, typer.Option(help="Re-embed files even if unchanged")] = False,
+    rebuild: Annotated[
+        bool,
+        typer.Option(help="Delete the embedded index first and build it anew from these paths"),
+    ] = False,
 ) -> None:
     """Ingest txt, md, html and pdf files into the index, with a progress bar."""
     settings = load_settings(chatqna_data_dir=data_dir)
     configure_logging(settings)
+    if rebuild:
+        from chatqna.backends.factory import discard_embedded_index
+
+        if discard_embedded_index(settings) is None:
+            typer.echo("--rebuild applies to the embedded index only", err=True)
+            raise typer.Exit(2)
     try:
         asyncio.run(_ingest(settings, paths, force))
     except Exception as exc:  # report, do not dump a traceback on a user
@@ -113,6 +124,7 @@ async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
     embedder = await build_embedder(settings)
     retriever = await build_retriever(settings, embedder)
     bar = tqdm(total=0, unit="chunk", desc="embedding", file=sys.stderr, disable=None)
+    started = time.perf_counter()
 
     def on_plan(total: int) -> None:
         bar.reset(total=total)
@@ -133,8 +145,11 @@ async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
         await retriever.aclose()
         await embedder.aclose()
     ingested = [r for r in results if r.status == "ingested"]
+    chunks = sum(r.chunks for r in ingested)
+    seconds = time.perf_counter() - started
     typer.echo(
-        f"{len(ingested)} file(s) ingested ({sum(r.chunks for r in ingested)} chunks), "
+        f"{len(ingested)} file(s) ingested ({chunks} chunks in {seconds:.1f} s, "
+        f"{chunks / max(seconds, 1e-9):.1f} chunks/s), "
         f"{len(results) - len(ingested)} unchanged; index in {settings.index_dir}"
     )
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+from pathlib import Path
 from typing import Any
 
 from chatqna.backends.bundle import Backends
@@ -53,6 +55,17 @@ async def embedding_dimension(embedder: Embedder) -> int:
     if isinstance(dimension, int):
         return dimension
     return int((await embedder.embed(["dimension probe"])).shape[1])
+
+
+def discard_embedded_index(settings: Settings) -> Path | None:
+    """Delete the embedded index directory (for `chatqna ingest --rebuild`); return it, or
+    None when the configured retriever is not the embedded one (nothing is deleted)."""
+    if settings.retriever_endpoint is not None or settings.redis_url is not None:
+        return None
+    directory = settings.index_dir
+    if directory.exists():
+        shutil.rmtree(directory)
+    return directory
 
 
 async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:

@@ -15,10 +15,11 @@ import pytest
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.errors import DocumentLoadError, UnsupportedFileType
+from chatqna.retrieval.chunk_store import STORE_FILE
 from chatqna.retrieval.dataprep import IngestFile, IngestResult, collect_files, ingest_files
 from chatqna.retrieval.dataprep import content_hash as file_hash
 from chatqna.retrieval.loaders import LoadedDocument
-from chatqna.retrieval.memory_store import INDEX_FILE, InMemoryHybridIndex
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 pytestmark = pytest.mark.anyio
 
@@ -246,7 +247,7 @@ async def test_progress_and_batching(store: InMemoryHybridIndex, max_batch: int)
     assert all(0 < len(b) <= max_batch for b in embedder.batches)
     assert len(embedder.batches) == math.ceil(total / max_batch)
     assert (await store.describe())["chunks"] == total
-    assert store.path.name == INDEX_FILE and store.path.exists()
+    assert store.path.name == STORE_FILE and store.path.exists()
 
 
 async def test_loading_and_chunking_run_off_the_event_loop(
