@@ -11,7 +11,7 @@ One cluster serves the whole module; each test flushes it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,7 @@ import redis
 
 from chatqna.backends.factory import build_retriever
 from chatqna.backends.protocols import SearchQuery, SourceBatch
-from chatqna.documents import Chunk, chunk_id_for
+from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.retrieval.dataprep import collect_files, ingest_files
 from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex
 from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
@@ -36,11 +36,20 @@ from tests.integration.test_redis_retriever import (
     FOLLOW_UPS,
     QUESTIONS,
     CachingEmbedder,
-    assert_same_ranking,
     ids,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+
+def assert_same_ranking(one: Sequence[ScoredChunk], many: Sequence[ScoredChunk]) -> None:
+    """Same passages in the same order, the same BM25 and fusion scores to the last bit."""
+    assert ids(many) == ids(one)
+    for mine, theirs in zip(one, many, strict=True):
+        assert theirs.scores["bm25"] == mine.scores["bm25"], mine.chunk.id
+        assert theirs.scores["fusion"] == mine.scores["fusion"], mine.chunk.id
+        assert theirs.scores["dense"] == pytest.approx(mine.scores["dense"], abs=1e-5)
+
 
 EXACT = VectorIndexParams(algorithm="FLAT")
 # Hybrid (dense 1.0, BM25 0.2: the service's blend) top 5 across primaries vs one node, on
