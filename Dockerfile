@@ -55,7 +55,7 @@ COPY chatqna/sample_corpus /opt/chatqna/sample_corpus
 
 # CHATQNA_HOST: a container must listen beyond its own loopback. HF_HUB_OFFLINE: no library
 # may reach a model hub; every model the image uses is already installed. CHATQNA_WORKERS=auto:
-# one server process per core when the index is shared (Redis, a retriever service), else one.
+# one server process per core, sharing the index (Redis, a retriever service, or the data dir).
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -23,7 +23,8 @@ from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
 from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit
 from chatqna.api.observability import RequestMetricsMiddleware
-from chatqna.backends.factory import Backends, build_backends, build_retrieval_backends
+from chatqna.backends.bundle import Backends
+from chatqna.backends.factory import build_backends, build_retrieval_backends
 from chatqna.heap import HeapTrimmer, freeze_startup_objects, trim_available
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics

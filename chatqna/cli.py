@@ -1,4 +1,7 @@
-"""The `chatqna` command: `serve`, `ingest`, `ask`.
+"""The `chatqna` command: `serve`, `retriever`, `ingest`, `ask`, `bench`.
+
+`serve` runs the chat service, `retriever` the retriever service, `ingest` indexes files,
+`ask` streams an answer from a running service, and `bench` scores retrieval on a dataset.
 
 Settings come from the environment (see `.env.example`); options given here override the
 matching variable for this run.
@@ -13,12 +16,14 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
+from chatqna.backends.sse_client import ServerSentEvent, iter_events
 from chatqna.settings import Settings, describe_validation_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -79,11 +84,7 @@ def serve(
     }
     settings = load_settings(**overrides)
     configure_logging(settings)
-    try:
-        count = settings.worker_count(len(os.sched_getaffinity(0)))
-    except ValueError as exc:
-        typer.echo(f"cannot serve: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    count = settings.worker_count(len(os.sched_getaffinity(0)))
     common: dict[str, Any] = {
         "host": settings.chatqna_host,
         "port": settings.mega_service_port,
@@ -136,10 +137,20 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest")],
     data_dir: Annotated[Path | None, typer.Option(help="Index location (CHATQNA_DATA_DIR)")] = None,
     force: Annotated[bool, typer.Option(help="Re-embed files even if unchanged")] = False,
+    rebuild: Annotated[
+        bool,
+        typer.Option(help="Delete the embedded index first and build it anew from these paths"),
+    ] = False,
 ) -> None:
     """Ingest txt, md, html and pdf files into the index, with a progress bar."""
     settings = load_settings(chatqna_data_dir=data_dir)
     configure_logging(settings)
+    if rebuild:
+        from chatqna.backends.factory import discard_embedded_index
+
+        if discard_embedded_index(settings) is None:
+            typer.echo("--rebuild applies to the embedded index only", err=True)
+            raise typer.Exit(2)
     try:
         asyncio.run(_ingest(settings, paths, force))
     except Exception as exc:  # report, do not dump a traceback on a user
@@ -157,6 +168,7 @@ async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
     embedder = await build_embedder(settings)
     retriever = await build_retriever(settings, embedder)
     bar = tqdm(total=0, unit="chunk", desc="embedding", file=sys.stderr, disable=None)
+    started = time.perf_counter()
 
     def on_plan(total: int) -> None:
         bar.reset(total=total)
@@ -177,8 +189,11 @@ async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
         await retriever.aclose()
         await embedder.aclose()
     ingested = [r for r in results if r.status == "ingested"]
+    chunks = sum(r.chunks for r in ingested)
+    seconds = time.perf_counter() - started
     typer.echo(
-        f"{len(ingested)} file(s) ingested ({sum(r.chunks for r in ingested)} chunks), "
+        f"{len(ingested)} file(s) ingested ({chunks} chunks in {seconds:.1f} s, "
+        f"{chunks / max(seconds, 1e-9):.1f} chunks/s), "
         f"{len(results) - len(ingested)} unchanged; index in {settings.index_dir}"
     )
 
@@ -204,24 +219,20 @@ def ask(
             response.read()
             typer.echo(response.text, err=True)
             raise typer.Exit(1)
-        event = "message"
-        for line in response.iter_lines():
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                _print_sse(event, line[5:].strip())
-                event = "message"
+        for event in iter_events(response.iter_bytes()):
+            print_event(event)
     typer.echo()
 
 
-def _print_sse(event: str, data: str) -> None:
-    if data == "[DONE]":
+def print_event(event: ServerSentEvent) -> None:
+    """Answer text to stdout; sources and errors to stderr."""
+    if event.is_done:
         return
-    body = json.loads(data)
-    if event == "metadata":
+    body = json.loads(event.data)
+    if event.event == "metadata":
         for doc in body.get("source_documents", []):
             typer.echo(f"[source] {doc['source']} - {doc['title']} ({doc['score']:.3f})", err=True)
-    elif event == "error":
+    elif event.event == "error":
         typer.echo(f"error: {body}", err=True)
     else:
         for choice in body.get("choices", []):

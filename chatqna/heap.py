@@ -25,8 +25,9 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
+
+from chatqna.activity import RequestActivity
 
 logger = logging.getLogger("chatqna.heap")
 
@@ -93,21 +94,6 @@ def freeze_startup_objects() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
-
-
-@dataclass
-class RequestActivity:
-    """Requests in flight and finished, kept by the request middleware."""
-
-    in_flight: int = 0
-    finished: int = 0
-
-    def started(self) -> None:
-        self.in_flight += 1
-
-    def ended(self) -> None:
-        self.in_flight -= 1
-        self.finished += 1
 
 
 class HeapTrimmer:

@@ -211,25 +211,15 @@ class Settings(BaseSettings):
         return value
 
     # --- derived -----------------------------------------------------------------------
-    @property
-    def embedded_index(self) -> bool:
-        """True when this process keeps the index itself (no Redis, no remote retriever)."""
-        return self.redis_url is None and self.retriever_endpoint is None
-
     def worker_count(self, cores: int) -> int:
         """Server processes to run: `CHATQNA_WORKERS`, with `auto` one per core.
 
-        The embedded index is one process's files and memory, so `auto` runs one worker with
-        it and an explicit count above 1 is an error (raised as `ValueError`).
+        Every retriever can be shared: Redis and the retriever service by design, the
+        embedded index through its data directory (one writer at a time, readers catch up on
+        their next search). Each worker loads its own embedded models.
         """
         if self.chatqna_workers == "auto":
-            return 1 if self.embedded_index else max(1, cores)
-        if self.chatqna_workers > 1 and self.embedded_index:
-            raise ValueError(
-                f"CHATQNA_WORKERS={self.chatqna_workers} needs a shared index: the embedded "
-                "index lives in one process, so with it the service runs one worker. Use "
-                "Redis (REDIS_URL) or a retriever service (RETRIEVER_ENDPOINT) for several."
-            )
+            return max(1, cores)
         return self.chatqna_workers
 
     @property

@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from pydantic import SecretStr
 from starlette.datastructures import Headers
 
-from chatqna.backends.factory import Backends
+from chatqna.backends.bundle import Backends
 from chatqna.errors import Unauthorized
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics

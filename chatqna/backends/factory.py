@@ -3,7 +3,7 @@
 Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
 `TEI_RERANKING_ENDPOINT` (without it the fused order is kept, see `build_reranker`),
 `LLM_ENDPOINT`, and for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL`
-(Redis Stack).
+(Redis Stack: one node, or any node of a Redis Cluster).
 The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
 """
 
@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+import shutil
+from pathlib import Path
 from typing import Any
 
+from chatqna.backends.bundle import Backends
 from chatqna.backends.http import RetryPolicy
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, Retriever
 from chatqna.errors import NotSupported
@@ -22,49 +24,6 @@ from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Backends:
-    """The live backends of one running service; closed together at shutdown."""
-
-    embedder: Embedder
-    retriever: Retriever
-    reranker: Reranker | None
-    llm: ChatLLM
-    condense_llm: ChatLLM
-    translator: HistoryTranslator | None = None
-
-    async def aclose(self) -> None:
-        seen: set[int] = set()
-        for backend in (self.condense_llm, self.llm, self.reranker, self.retriever, self.embedder):
-            if backend is None or id(backend) in seen:
-                continue
-            seen.add(id(backend))
-            with contextlib.suppress(Exception):
-                await backend.aclose()
-
-    async def describe(self) -> dict[str, Any]:
-        """Each backend's readiness: its details, or the error that makes it unready."""
-        roles: dict[str, Any] = {
-            "embedder": self.embedder,
-            "retriever": self.retriever,
-            "reranker": self.reranker,
-            "llm": self.llm,
-        }
-        if self.condense_llm is not self.llm:
-            roles["condense_llm"] = self.condense_llm
-
-        async def one(backend: Any) -> dict[str, Any]:
-            if backend is None:
-                return {"ready": True, "kind": "disabled"}
-            try:
-                return {"ready": True, **await backend.describe()}
-            except Exception as exc:  # readiness reports the failure instead of raising it
-                return {"ready": False, "error": str(exc) or type(exc).__name__}
-
-        results = await asyncio.gather(*(one(b) for b in roles.values()))
-        return dict(zip(roles, results, strict=True))
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
@@ -98,6 +57,17 @@ async def embedding_dimension(embedder: Embedder) -> int:
     return int((await embedder.embed(["dimension probe"])).shape[1])
 
 
+def discard_embedded_index(settings: Settings) -> Path | None:
+    """Delete the embedded index directory (for `chatqna ingest --rebuild`); return it, or
+    None when the configured retriever is not the embedded one (nothing is deleted)."""
+    if settings.retriever_endpoint is not None or settings.redis_url is not None:
+        return None
+    directory = settings.index_dir
+    if directory.exists():
+        shutil.rmtree(directory)
+    return directory
+
+
 async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
     if settings.retriever_endpoint is not None:
         from chatqna.backends.retriever_client import RemoteRetriever
@@ -111,21 +81,7 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
             retry=retry_policy(settings),
         )
     if settings.redis_url is not None:
-        from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
-
-        return await RedisHybridIndex.open(
-            settings.redis_url,
-            embedder_name=embedder.name,
-            dimension=await embedding_dimension(embedder),
-            index_name=settings.index_name,
-            vector=VectorIndexParams(
-                algorithm=settings.redis_vector_algorithm,
-                m=settings.redis_hnsw_m,
-                ef_construction=settings.redis_hnsw_ef_construction,
-                ef_runtime=settings.redis_hnsw_ef_runtime,
-            ),
-            rrf_k=settings.rrf_k,
-        )
+        return await build_redis_retriever(settings, settings.redis_url, embedder)
     from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
     return await InMemoryHybridIndex.open(
@@ -134,6 +90,30 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
         dimension=await embedding_dimension(embedder),
         rrf_k=settings.rrf_k,
     )
+
+
+async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder) -> Retriever:
+    """Redis Stack at `url`: one node, or any node of a Redis Cluster (`INFO cluster` says
+    which), served by the cluster store with an index on every primary."""
+    from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex
+    from chatqna.retrieval.redis_cluster_topology import cluster_enabled
+    from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
+
+    store = RedisClusterHybridIndex if await cluster_enabled(url) else RedisHybridIndex
+    opened: Retriever = await store.open(
+        url,
+        embedder_name=embedder.name,
+        dimension=await embedding_dimension(embedder),
+        index_name=settings.index_name,
+        vector=VectorIndexParams(
+            algorithm=settings.redis_vector_algorithm,
+            m=settings.redis_hnsw_m,
+            ef_construction=settings.redis_hnsw_ef_construction,
+            ef_runtime=settings.redis_hnsw_ef_runtime,
+        ),
+        rrf_k=settings.rrf_k,
+    )
+    return opened
 
 
 def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:
@@ -217,6 +197,8 @@ async def build_backends(settings: Settings) -> Backends:
         retriever = await build_retriever(settings, embedder)
         built.append(retriever)
         reranker = build_reranker(settings, embedder)
+        if reranker is not None:
+            built.append(reranker)
         llm = await build_llm(settings)
         built.append(llm)
         condense_llm = build_condense_llm(settings, llm)

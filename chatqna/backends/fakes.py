@@ -23,7 +23,7 @@ from chatqna.backends.protocols import (
     SourceInfo,
     Usage,
 )
-from chatqna.backends.tei import l2_normalise
+from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import ScoredChunk
 from chatqna.retrieval.bm25 import tokenize
 

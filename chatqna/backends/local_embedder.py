@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from chatqna.backends.tei import l2_normalise
+from chatqna.backends.vectors import l2_normalise
 
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
 MAX_TOKENS = 256

@@ -79,9 +79,10 @@ class LlamaCppLLM:
 
     async def aclose(self) -> None:
         await self._client.aclose()
-        server, self._server = self._server, None
-        # Tearing down llama.cpp joins its threads; do it off the event loop.
-        await asyncio.to_thread(_drop, server)
+        # Tearing down llama.cpp joins its threads; do it off the event loop. The worker
+        # drops the last reference, so no local here may hold the server.
+        holder, self._server = [self._server], None
+        await asyncio.to_thread(_drop, holder)
 
 
 def _start_server(gguf: Path, context: int, threads: int | None, api_key: str) -> Any:
@@ -103,5 +104,6 @@ def _start_server(gguf: Path, context: int, threads: int | None, api_key: str) -
     return xllamacpp.Server(params)
 
 
-def _drop(server: Any) -> None:
-    del server
+def _drop(holder: list[Any]) -> None:
+    """Release the only reference to the server, running its destructor in this thread."""
+    holder.clear()

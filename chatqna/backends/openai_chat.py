@@ -1,7 +1,8 @@
 """Chat LLM client for OpenAI-compatible servers (vLLM, TGI, llama.cpp): `/v1/chat/completions`.
 
 Whole completions are one JSON body; streamed ones are Server-Sent Events of
-`chat.completion.chunk` objects ending with `data: [DONE]`. Failures become typed errors:
+`chat.completion.chunk` objects ending with `data: [DONE]`, read with the shared
+`sse_client.SSEDecoder`. Failures become typed errors:
 timeouts `UpstreamTimeout`, HTTP statuses and connection failures `UpstreamError`, and any
 body that is not the documented shape `BadUpstreamResponse`. Closing the stream early (a
 client that disconnects) closes the upstream response, which cancels generation there.
@@ -24,10 +25,10 @@ import httpx
 
 from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
+from chatqna.backends.sse_client import SSEDecoder
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 
 COMPLETIONS_PATH = "/v1/chat/completions"
-_DONE = Delta(finish_reason="[DONE]")  # sentinel for the `data: [DONE]` line
 
 
 def base_url_of(endpoint: str) -> str:
@@ -142,19 +143,26 @@ class OpenAIChatLLM:
                 if response.status_code >= 400:
                     await response.aread()
                     response.raise_for_status()
-            lines = response.aiter_lines()
+            decoder = SSEDecoder()
+            reads = response.aiter_bytes()
             while True:
                 async with asyncio.timeout_at(deadline):
-                    line = await anext(lines, None)
-                if line is None:
+                    read = await anext(reads, None)
+                if read is None:
+                    if decoder.pending:
+                        raise BadUpstreamResponse(
+                            f"{self.backend}: stream cut off inside an event",
+                            backend=self.backend,
+                        )
                     raise UpstreamError(
                         f"{self.backend}: stream ended before [DONE]", backend=self.backend
                     )
-                delta = self._parse_line(line)
-                if delta is _DONE:
-                    break
-                if delta is not None:
-                    yield delta
+                for event in decoder.feed(read):
+                    if event.is_done:
+                        return
+                    delta = self._parse_chunk(event.data)
+                    if delta is not None:
+                        yield delta
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{self.backend}: generation took longer than {self._generation_timeout}s",
@@ -169,13 +177,8 @@ class OpenAIChatLLM:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
 
-    def _parse_line(self, line: str) -> Delta | None:
-        line = line.strip()
-        if not line.startswith("data:"):
-            return None  # blank separators, comments and `event:` lines
-        data = line[len("data:") :].strip()
-        if data == "[DONE]":
-            return _DONE
+    def _parse_chunk(self, data: str) -> Delta | None:
+        """One event's data: a `chat.completion.chunk` (or an error object)."""
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError as exc:

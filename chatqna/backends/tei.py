@@ -26,20 +26,13 @@ from chatqna.backends.http import (
     translate_http_error,
     upstream_client,
 )
+from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import ScoredChunk
 from chatqna.errors import BadUpstreamResponse
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def l2_normalise(matrix: np.ndarray) -> np.ndarray:
-    """Scale each row to unit length (zero rows stay zero)."""
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    norms[norms == 0.0] = 1.0
-    normalised: np.ndarray = (matrix / norms).astype(np.float32, copy=False)
-    return normalised
 
 
 class TEIEmbedder:

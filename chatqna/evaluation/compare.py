@@ -24,16 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.metrics import paired_bootstrap, summarise
-from chatqna.evaluation.modes import Mode, QueryStrategy
+from chatqna.evaluation.modes import Mode, ModeResult, QueryStrategy, turn_groups
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
-
-if TYPE_CHECKING:
-    from chatqna.evaluation.runner import ModeResult
 
 SEED_BLEND = QueryStrategy("blend", 0.7, 6, "chronological", "user_assistant", 0.0)
 STATELESS = QueryStrategy("stateless")
@@ -81,13 +78,6 @@ def shipped_references(settings: Settings, depth: int) -> list[Reference]:
     return references
 
 
-def _split(turns: Sequence[EvalTurn]) -> dict[str, list[EvalTurn]]:
-    return {
-        "follow_ups": [t for t in turns if t.is_follow_up],
-        "turn_1": [t for t in turns if t.turn == 1],
-    }
-
-
 def compare_references(
     references: Sequence[Reference],
     results: Sequence[ModeResult],
@@ -100,7 +90,7 @@ def compare_references(
     by_rerank = {
         r.mode.rerank: res for r, res in zip(references, results, strict=True) if r.under_test
     }
-    splits = _split(turns)
+    splits = turn_groups(turns)
     rows = []
     for reference, result in zip(references, results, strict=True):
         row: dict[str, Any] = {

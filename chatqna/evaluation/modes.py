@@ -21,13 +21,16 @@ failed turn (an empty ranking), as it is a 503 in the service.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
+from chatqna.evaluation.metrics import summarise
 from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.history import Conversation
 from chatqna.pipeline.orchestrator import plan_retrieval
@@ -190,6 +193,43 @@ async def plan_turn(
         calls = 1 if outcome.rewritten else 0
         return done(outcome.query, (await embedder.embed([outcome.query]))[0], 1, calls)
     raise ValueError(f"unknown strategy {strategy.strategy!r}")
+
+
+def turn_groups(turns: Sequence[EvalTurn], *, per_turn: bool = False) -> dict[str, list[EvalTurn]]:
+    """Scored turns by group: `turn_1`, `follow_ups`, and with `per_turn` each `turn_N`."""
+    groups: dict[str, list[EvalTurn]] = {
+        "turn_1": [t for t in turns if t.turn == 1],
+        "follow_ups": [t for t in turns if t.is_follow_up],
+    }
+    if per_turn:
+        for number in sorted({t.turn for t in turns if t.is_follow_up}):
+            groups[f"turn_{number}"] = [t for t in turns if t.turn == number]
+    return groups
+
+
+@dataclass
+class ModeResult:
+    """Per-turn rankings and metrics of one mode, with its summaries and costs."""
+
+    mode: Mode
+    rankings: dict[str, list[str]] = field(default_factory=dict)
+    per_turn: dict[str, dict[str, float]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def split(self, turns: Sequence[EvalTurn], samples: int) -> dict[str, Any]:
+        groups = turn_groups(turns, per_turn=True)
+        return {
+            name: {
+                "turns": len(members),
+                "metrics": summarise(
+                    [self.per_turn[t.key] for t in members],
+                    [t.conversation_id for t in members],
+                    samples=samples,
+                ),
+            }
+            for name, members in groups.items()
+            if members
+        }
 
 
 def default_strategies(

@@ -14,7 +14,6 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,42 +23,12 @@ from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, SearchQuery,
 from chatqna.documents import Chunk
 from chatqna.evaluation.compare import Reference, compare_references
 from chatqna.evaluation.dataset import Dataset, EvalTurn
-from chatqna.evaluation.metrics import summarise, turn_metrics
-from chatqna.evaluation.modes import Mode, QueryPlan, QueryStrategy, plan_turn
+from chatqna.evaluation.metrics import turn_metrics
+from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy, plan_turn
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 Progress = Callable[[str, int], Callable[[int], None]]
-
-
-@dataclass
-class ModeResult:
-    """Per-turn rankings and metrics of one mode, with its summaries and costs."""
-
-    mode: Mode
-    rankings: dict[str, list[str]] = field(default_factory=dict)
-    per_turn: dict[str, dict[str, float]] = field(default_factory=dict)
-    failures: dict[str, str] = field(default_factory=dict)
-
-    def split(self, turns: Sequence[EvalTurn], samples: int) -> dict[str, Any]:
-        groups: dict[str, list[EvalTurn]] = {
-            "turn_1": [t for t in turns if t.turn == 1],
-            "follow_ups": [t for t in turns if t.is_follow_up],
-        }
-        for number in sorted({t.turn for t in turns if t.is_follow_up}):
-            groups[f"turn_{number}"] = [t for t in turns if t.turn == number]
-        return {
-            name: {
-                "turns": len(members),
-                "metrics": summarise(
-                    [self.per_turn[t.key] for t in members],
-                    [t.conversation_id for t in members],
-                    samples=samples,
-                ),
-            }
-            for name, members in groups.items()
-            if members
-        }
 
 
 async def build_index(

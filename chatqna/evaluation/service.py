@@ -16,8 +16,8 @@ import httpx
 
 from chatqna.evaluation.dataset import Dataset
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import Mode, QueryPlan, QueryStrategy
-from chatqna.evaluation.runner import ModeResult, describe_mode
+from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy
+from chatqna.evaluation.runner import describe_mode
 
 SUFFIX = ".txt"
 

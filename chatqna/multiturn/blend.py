@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from chatqna.backends.protocols import Embedder
-from chatqna.backends.tei import l2_normalise
+from chatqna.backends.vectors import l2_normalise
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.multiturn.translate import HistoryTranslator, TranslationOutcome
 

@@ -18,7 +18,7 @@ import numpy as np
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
 
-from chatqna.backends.factory import Backends
+from chatqna.backends.bundle import Backends
 from chatqna.backends.protocols import (
     Completion,
     Delta,

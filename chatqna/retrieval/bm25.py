@@ -8,18 +8,19 @@ length `avg_len`, `df` of which hold `t`, `f` times in `d`:
 
 with `k1 = 1.2` and `b = 0.5` (Robertson and Zaragoza, "The Probabilistic Relevance Framework:
 BM25 and Beyond", 2009; `b = 0.5` is RediSearch's choice, measured as good as the customary
-0.75 on the ClapNQ benchmark). The embedded index evaluates it the way RediSearch 2.10 does:
-`k1` is a single-precision constant, the ratio inside the idf's logarithm is computed in
-single precision, and the products run left to right. That makes its scores bit-for-bit
-those of a Redis index over the same passages, so both rank alike, ties included (ties go
-to the smaller passage id in both).
+0.75 on the ClapNQ benchmark). `BM25Index` evaluates it the way RediSearch 2.10 does: `k1`
+is a single-precision constant, the ratio inside the idf's logarithm is computed in single
+precision, and the products run left to right, so its scores are bit-for-bit those of a
+Redis index over the same passages (ties go to the smaller passage id). It is the reference
+model the Redis tests check the server against; the embedded index scores with tantivy
+instead (`chatqna.retrieval.lexical`). The tokeniser below is shared by all of them.
 
 A query is a union of terms. A follow-up's query adds the content words of the earlier
 questions as a second, weighted union (`WeightedQuery`). A union's score is the sum of its
 children's scores, in order, times its weight. Unions are kept to `FANOUT` children by
 nesting the overflow as the last child (`query_tree`), because RediSearch adds the children
-of a wider union in an order that depends on its iterator heap; the embedded scorer walks
-the same tree, so the two add in the same order.
+of a wider union in an order that depends on its iterator heap; `BM25Index` walks the same
+tree, so the two add in the same order.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ start does not embed the corpus again.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,30 @@ def collect_files(paths: Sequence[Path]) -> list[IngestFile]:
     return files
 
 
+Pending = list[tuple[IngestFile, str, list[Chunk]]]
+
+
+def _load_and_chunk(
+    files: Sequence[IngestFile],
+    known: dict[str, str],
+    chunk_size: int,
+    chunk_overlap: int,
+    force: bool,
+) -> tuple[Pending, dict[str, IngestResult]]:
+    """The files to embed (with their hash and chunks), and the unchanged ones' results."""
+    pending: Pending = []
+    results: dict[str, IngestResult] = {}
+    for item in files:
+        digest = content_hash(item.data, chunk_size, chunk_overlap)
+        if not force and known.get(item.source) == digest:
+            results[item.source] = IngestResult(item.source, "unchanged", 0)
+            continue
+        document = load_document(item.source, item.data)
+        chunks = chunk_document(document, max_chars=chunk_size, overlap_chars=chunk_overlap)
+        pending.append((item, digest, chunks))
+    return pending, results
+
+
 async def ingest_files(
     files: Sequence[IngestFile],
     embedder: Embedder,
@@ -92,16 +117,11 @@ async def ingest_files(
                 + ", ".join(SUPPORTED_SUFFIXES)
             )
     known = {info.source: info.content_hash for info in await retriever.list_sources()}
-    pending: list[tuple[IngestFile, str, list[Chunk]]] = []
-    results: dict[str, IngestResult] = {}
-    for item in files:
-        digest = content_hash(item.data, chunk_size, chunk_overlap)
-        if not force and known.get(item.source) == digest:
-            results[item.source] = IngestResult(item.source, "unchanged", 0)
-            continue
-        document = load_document(item.source, item.data)
-        chunks = chunk_document(document, max_chars=chunk_size, overlap_chars=chunk_overlap)
-        pending.append((item, digest, chunks))
+    # Hashing, parsing (a PDF can take seconds) and chunking are CPU-bound: a worker thread
+    # does them, so other requests keep being served meanwhile.
+    pending, results = await asyncio.to_thread(
+        _load_and_chunk, files, known, chunk_size, chunk_overlap, force
+    )
 
     total = sum(len(chunks) for _, _, chunks in pending)
     if on_plan is not None:

@@ -1,58 +1,57 @@
-"""The embedded retriever: exact dense search on numpy + BM25 + RRF, persisted to one file.
+"""The embedded retriever: SQLite store of record, tantivy BM25, exact numpy dense search.
 
-A hybrid search fuses the best `max(k, rrf_candidates)` passages of each leg by weighted
-reciprocal rank fusion and keeps the best `k`. Its BM25 is RediSearch's `BM25STD`, computed
-the same way (`chatqna.retrieval.bm25`), so a Redis index over the same passages ranks
-identically.
+Files in the index directory (`<CHATQNA_DATA_DIR>/index/`):
 
-The whole index (chunk texts and metadata, per-source content hashes, the embedding matrix,
-and the embedder's name) lives in `<data dir>/index/index.npz`. Every change builds a new
-state off the event loop, writes it to a temporary file, fsyncs it and renames it over the
-old one, and only then swaps it in memory: a crash or a failed write leaves the previous
-index intact, and a restart reopens it without embedding anything again.
+- `chunks.sqlite3` (+ `-wal`, `-shm`): chunks, their vectors and the sources' content hashes,
+  the store of record (`chatqna.retrieval.chunk_store`); one transaction per write request.
+- `lexical/`: the tantivy index of the BM25 leg (`chatqna.retrieval.lexical`), derived from
+  the store and rebuilt from it whenever it is found behind (after a crash mid-write).
+- `writer.lock`: the lock a writing process holds (any process may write, one at a time).
+
+The vectors are also held in memory (`chatqna.retrieval.vectors`), exact search. A hybrid
+search fuses the best `max(k, rrf_candidates)` passages of each leg by weighted reciprocal
+rank fusion and keeps the best `k`.
+
+Several processes may open one directory. Each search first reads the store's generation
+counter (one indexed SQLite read); when another process has committed since, it loads just
+the rows added and removed and reopens the lexical index's last commit. A write is thus
+visible to every process's next search once the writing request has returned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
+import fcntl
+import logging
 import os
-import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
-from chatqna.documents import Chunk, ScoredChunk
+from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.bm25 import BM25Index, WeightedQuery
+from chatqna.retrieval.bm25 import WeightedQuery
+from chatqna.retrieval.chunk_store import FORMAT_VERSION, STORE_FILE, ChunkStore
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
+from chatqna.retrieval.legacy_index import LEGACY_FILE, MIGRATED_SUFFIX, read_legacy
+from chatqna.retrieval.lexical import LexicalIndex
+from chatqna.retrieval.vectors import VectorSet, single_threaded_blas
 
-INDEX_FILE = "index.npz"
-FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class _State:
-    """One immutable version of the index; searches read it without locks."""
-
-    chunks: tuple[Chunk, ...]
-    matrix: np.ndarray
-    hashes: dict[str, str]
-    bm25: BM25Index
-
-    @classmethod
-    def build(cls, chunks: Sequence[Chunk], matrix: np.ndarray, hashes: dict[str, str]) -> _State:
-        bm25 = BM25Index([c.text for c in chunks], keys=[c.id for c in chunks])
-        return cls(tuple(chunks), matrix, dict(hashes), bm25)
+LOCK_FILE = "writer.lock"
+WRITER_WAIT_S = 120.0  # how long a write waits for another process's write to finish
+REBUILD_HINT = "rebuild it with `chatqna ingest --rebuild <paths>`"
+log = logging.getLogger(__name__)
 
 
 class InMemoryHybridIndex:
-    """Exact cosine search plus BM25, fused with reciprocal rank fusion; one file on disk."""
+    """Exact cosine search plus tantivy BM25, fused with reciprocal rank fusion."""
 
     supports_bm25_history = True
 
@@ -68,13 +67,18 @@ class InMemoryHybridIndex:
         if rrf_k < 1 or rrf_candidates < 1:
             raise ValueError("rrf_k and rrf_candidates must be at least 1")
         self.directory = directory
-        self.path = directory / INDEX_FILE
+        self.path = directory / STORE_FILE
         self.embedder_name = embedder_name
         self.dimension = dimension
         self.rrf_k = rrf_k
         self.rrf_candidates = rrf_candidates
         self.loaded_from_disk = False
-        self._state = _State.build([], np.zeros((0, dimension), dtype=np.float32), {})
+        self.store = ChunkStore(directory, dimension)
+        self._lexical: LexicalIndex | None = None
+        self._vectors = VectorSet.empty(dimension)
+        self._generation = -1
+        self._lexical_seen = -1
+        self._refresh_lock = threading.Lock()
         self._write_lock = asyncio.Lock()
 
     @classmethod
@@ -87,7 +91,7 @@ class InMemoryHybridIndex:
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
     ) -> InMemoryHybridIndex:
-        """Open the index in `directory`, loading it when a file exists there."""
+        """Open (or create) the index in `directory`, importing an earlier-format file."""
         index = cls(
             directory,
             embedder_name=embedder_name,
@@ -95,111 +99,150 @@ class InMemoryHybridIndex:
             rrf_k=rrf_k,
             rrf_candidates=rrf_candidates,
         )
-        if index.path.exists():
-            index._state = await asyncio.to_thread(index._load)
-            index.loaded_from_disk = True
+        single_threaded_blas()
+        await asyncio.to_thread(index._open)
         return index
 
-    # --- persistence ----------------------------------------------------------------------
-    def _load(self) -> _State:
+    @property
+    def lexical(self) -> LexicalIndex:
+        if self._lexical is None:
+            raise IndexUnavailable(f"the index at {self.directory} is not open")
+        return self._lexical
+
+    # --- opening ----------------------------------------------------------------------------
+    def _open(self) -> None:
         try:
-            with np.load(self.path, allow_pickle=False) as archive:
-                meta = json.loads(archive["meta"].tobytes().decode("utf-8"))
-                matrix = np.asarray(archive["embeddings"], dtype=np.float32)
-            chunks = [Chunk(**item) for item in meta["chunks"]]
-            hashes = dict(meta.get("hashes", {}))
-            version, embedder = meta.get("format"), meta.get("embedder")
-            width = matrix.shape[1] if matrix.ndim == 2 else -1
-        except Exception as exc:
-            # A damaged file fails in many ways (zip, JSON, shapes, fields); all mean the same.
-            raise IndexUnavailable(f"cannot read the index at {self.path}: {exc!r}") from exc
-        if version != FORMAT_VERSION:
-            raise IndexUnavailable(f"{self.path}: unknown index format {version!r}")
+            self.directory.mkdir(parents=True, exist_ok=True)
+            existed = self.path.exists()
+            legacy = self.directory / LEGACY_FILE
+            with self._writer():
+                self.store.create(self.embedder_name)
+                self._check_meta()
+                self._lexical = LexicalIndex(self.directory)
+                if not existed and legacy.exists():
+                    self._migrate(legacy)
+                    existed = True
+                self._repair()
+            self.loaded_from_disk = existed
+            self._refresh()
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            raise IndexUnavailable(
+                f"cannot open the index at {self.directory}: {exc}; {REBUILD_HINT}"
+            ) from exc
+
+    def _check_meta(self) -> None:
+        meta = self.store.meta()
+        if meta.get("format") != str(FORMAT_VERSION):
+            raise IndexUnavailable(
+                f"{self.path}: unknown index format {meta.get('format')!r}; {REBUILD_HINT}"
+            )
+        embedder, width = meta.get("embedder"), int(meta.get("dimension", "-1"))
         if embedder != self.embedder_name or width != self.dimension:
             raise IndexUnavailable(
-                f"the index at {self.path} was built with embedder {embedder!r} "
+                f"the index at {self.directory} was built with embedder {embedder!r} "
                 f"({width} dimensions); the configured embedder is "
-                f"{self.embedder_name!r} ({self.dimension}). Re-ingest into a new "
-                "CHATQNA_DATA_DIR or switch the embedder back."
+                f"{self.embedder_name!r} ({self.dimension}). Switch the embedder back, or "
+                f"{REBUILD_HINT}."
             )
-        if len(chunks) != matrix.shape[0]:
-            raise IndexUnavailable(f"{self.path}: chunk count does not match the embeddings")
-        return _State.build(chunks, matrix, hashes)
 
-    def _persist(self, state: _State) -> None:
-        meta = {
-            "format": FORMAT_VERSION,
-            "embedder": self.embedder_name,
-            "chunks": [
-                {"id": c.id, "text": c.text, "source": c.source, "title": c.title, "index": c.index}
-                for c in state.chunks
-            ],
-            "hashes": state.hashes,
-        }
-        buffer = io.BytesIO()
-        np.savez(
-            buffer,
-            embeddings=state.matrix,
-            meta=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
-        )
-        self.directory.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".index-", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(buffer.getvalue())
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        directory_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(directory_fd)
-        finally:
-            os.close(directory_fd)
+    def _migrate(self, legacy: Path) -> None:
+        batches = read_legacy(legacy, self.embedder_name, self.dimension)
+        generation = self.store.replace(batches)[0]
+        self.lexical.rebuild(self.store.texts())
+        self.store.set_lexical_generation(generation)
+        legacy.rename(legacy.with_name(legacy.name + MIGRATED_SUFFIX))
+        chunks = sum(len(b.chunks) for b in batches)
+        log.info("imported %d chunks of %d sources from %s", chunks, len(batches), legacy)
 
-    async def _commit(self, state: _State) -> None:
-        try:
-            await asyncio.to_thread(self._persist, state)
-        except OSError as exc:
-            raise IndexUnavailable(f"cannot write the index at {self.path}: {exc}") from exc
-        self._state = state
+    def _repair(self) -> None:
+        """Rebuild the lexical index when it is behind the store (a write died between)."""
+        generations = self.store.generations()
+        if generations.lexical != generations.store:
+            log.warning(
+                "lexical index at generation %d, store at %d: rebuilding it",
+                generations.lexical,
+                generations.store,
+            )
+            self.lexical.rebuild(self.store.texts())
+            self.store.set_lexical_generation(generations.store)
+
+    @contextmanager
+    def _writer(self) -> Iterator[None]:
+        """Hold the directory's writer lock (waiting for another process's write)."""
+        with open(self.directory / LOCK_FILE, "a+b") as handle:
+            deadline = time.monotonic() + WRITER_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise IndexUnavailable(
+                            f"another process has been writing to {self.directory} for over "
+                            f"{WRITER_WAIT_S:.0f} s"
+                        ) from None
+                    time.sleep(0.01)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    # --- keeping up with the store ----------------------------------------------------------
+    def _refresh(self) -> None:
+        """Catch up with commits made since the last look (by this or another process)."""
+        generations = self.store.generations()
+        if generations.store == self._generation and generations.lexical == self._lexical_seen:
+            return
+        with self._refresh_lock:
+            if generations.store != self._generation:
+                current = self._vectors
+                delta = self.store.delta(self._generation, current.last_row)
+                if self._generation < 0:
+                    current = VectorSet.empty(self.dimension)
+                self._vectors = current.apply(delta.added, delta.vectors, delta.removed)
+                self._generation = delta.generation
+            if generations.lexical != self._lexical_seen:
+                self.lexical.reload()
+                self._lexical_seen = generations.lexical
 
     # --- writes -----------------------------------------------------------------------------
     async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
         for batch in batches:
             if batch.embeddings.shape != (len(batch.chunks), self.dimension):
                 raise ValueError(f"{batch.source}: embeddings do not match its chunks")
+        if not batches:
+            return
         async with self._write_lock:
-            state = self._state
-            replaced = {batch.source for batch in batches}
-            keep = [i for i, c in enumerate(state.chunks) if c.source not in replaced]
-            chunks = [state.chunks[i] for i in keep]
-            parts = [state.matrix[keep]]
-            hashes = {s: h for s, h in state.hashes.items() if s not in replaced}
-            for batch in batches:
-                chunks.extend(batch.chunks)
-                parts.append(batch.embeddings.astype(np.float32))
-                hashes[batch.source] = batch.content_hash
-            matrix = np.vstack(parts) if parts else state.matrix
-            new_state = await asyncio.to_thread(_State.build, chunks, matrix, hashes)
-            await self._commit(new_state)
+            await asyncio.to_thread(self._replace, batches)
+
+    def _replace(self, batches: Sequence[SourceBatch]) -> None:
+        with self._failures("write"), self._writer():
+            self._repair()
+            generation, documents = self.store.replace(batches)
+            self.lexical.write([b.source for b in batches], documents)
+            self.store.set_lexical_generation(generation)
+        self._refresh()
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         async with self._write_lock:
-            state = self._state
-            doomed = set(state.hashes) if sources is None else set(sources)
-            keep = [i for i, c in enumerate(state.chunks) if c.source not in doomed]
-            removed = len(state.chunks) - len(keep)
-            if removed == 0 and not doomed & set(state.hashes):
-                return 0
-            hashes = {s: h for s, h in state.hashes.items() if s not in doomed}
-            new_state = await asyncio.to_thread(
-                _State.build, [state.chunks[i] for i in keep], state.matrix[keep], hashes
-            )
-            await self._commit(new_state)
-            return removed
+            return await asyncio.to_thread(self._delete, sources)
+
+    def _delete(self, sources: Sequence[str] | None) -> int:
+        with self._failures("write"), self._writer():
+            self._repair()
+            removed, generation, deleted = self.store.delete(sources)
+            if deleted:
+                self.lexical.write(deleted, [])
+                self.store.set_lexical_generation(generation)
+        self._refresh()
+        return removed
+
+    @contextmanager
+    def _failures(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            raise IndexUnavailable(f"cannot {action} the index at {self.directory}: {exc}") from exc
 
     # --- reads ------------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
@@ -210,74 +253,73 @@ class InMemoryHybridIndex:
     ) -> list[ScoredChunk]:
         """`search` on the calling thread; `candidates` overrides `rrf_candidates` (the
         benchmark measures other depths with it)."""
-        state = self._state
-        if not state.chunks:
-            return []
         vector = np.asarray(query.embedding, dtype=np.float32).reshape(-1)
         if vector.shape[0] != self.dimension:
             raise IndexUnavailable(
                 f"query vector has {vector.shape[0]} dimensions, the index {self.dimension}"
             )
-        cosine = state.matrix @ vector
+        with self._failures("read"):
+            self._refresh()
+        vectors = self._vectors
+        if not vectors.live:
+            return []
+        cosine = vectors.cosine(vector)
         if not query.hybrid:
-            dense_ids = [int(i) for i in np.argsort(-cosine, kind="stable")[: query.k]]
-            return [
-                self._scored(state, i, cosine, None, float(cosine[i]), "dense") for i in dense_ids
-            ]
+            dense = vectors.top(cosine, query.k)
+            return self._results(vectors, cosine, [(int(p), float(cosine[p])) for p in dense])
         depth = max(query.k, self.rrf_candidates if candidates is None else candidates)
-        dense_ids = [int(i) for i in np.argsort(-cosine, kind="stable")[:depth]]
+        dense = vectors.top(cosine, depth)
         lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
-        bm25_hits = dict(state.bm25.top(lexical, depth))
+        rows, scores = self.lexical.top(lexical, depth)
+        positions = vectors.positions(rows)
+        bm25 = {int(p): float(s) for p, s in zip(positions, scores, strict=True) if p >= 0}
         fused = reciprocal_rank_fusion(
-            [[str(i) for i in dense_ids], [str(i) for i in bm25_hits]],
+            [[str(p) for p in dense], [str(p) for p in bm25]],
             k=self.rrf_k,
             weights=query.fusion_weights,
         )[: query.k]
-        return [
-            self._scored(state, int(key), cosine, bm25_hits, score, "fusion")
-            for key, score in fused
-        ]
+        return self._results(vectors, cosine, [(int(p), s) for p, s in fused], bm25)
 
-    @staticmethod
-    def _scored(
-        state: _State,
-        row: int,
+    def _results(
+        self,
+        vectors: VectorSet,
         cosine: np.ndarray,
-        bm25_hits: dict[int, float] | None,
-        score: float,
-        stage: str,
-    ) -> ScoredChunk:
-        scores = {"dense": float(cosine[row])}
-        if bm25_hits is not None:
-            scores["bm25"] = float(bm25_hits.get(row, 0.0))
-            scores["fusion"] = score
-        return ScoredChunk(
-            state.chunks[row], score=score, scores=scores, embedding=state.matrix[row]
-        )
+        ranked: list[tuple[int, float]],
+        bm25: dict[int, float] | None = None,
+    ) -> list[ScoredChunk]:
+        chunks = self.store.chunks(int(vectors.rows[p]) for p, _ in ranked)
+        results = []
+        for position, score in ranked:
+            chunk = chunks.get(int(vectors.rows[position]))
+            if chunk is None:  # removed by another process since this search began
+                continue
+            scores = {"dense": float(cosine[position])}
+            if bm25 is not None:
+                scores["bm25"] = bm25.get(position, 0.0)
+                scores["fusion"] = score
+            embedding = vectors.matrix[position]
+            results.append(ScoredChunk(chunk, score=score, scores=scores, embedding=embedding))
+        return results
 
     async def list_sources(self) -> list[SourceInfo]:
-        state = self._state
-        counts: dict[str, int] = {}
-        for chunk in state.chunks:
-            counts[chunk.source] = counts.get(chunk.source, 0) + 1
-        return [
-            SourceInfo(source=s, chunks=counts.get(s, 0), content_hash=h)
-            for s, h in sorted(state.hashes.items())
-        ]
+        return await asyncio.to_thread(self.store.sources)
 
     def content_hash(self, source: str) -> str | None:
-        return self._state.hashes.get(source)
+        return self.store.content_hash(source)
 
     async def describe(self) -> dict[str, Any]:
-        state = self._state
+        await asyncio.to_thread(self._refresh)
         return {
             "kind": "embedded",
-            "path": str(self.path),
-            "chunks": len(state.chunks),
-            "sources": len(state.hashes),
+            "engine": "sqlite + tantivy + numpy (exact)",
+            "path": str(self.directory),
+            "chunks": self._vectors.live,
+            "sources": await asyncio.to_thread(self.store.source_count),
             "dimension": self.dimension,
+            "generation": self._generation,
             "loaded_from_disk": self.loaded_from_disk,
+            "pid": os.getpid(),
         }
 
     async def aclose(self) -> None:
-        return None
+        self.store.close()

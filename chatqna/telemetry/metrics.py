@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
 
-from chatqna.heap import RequestActivity
+from chatqna.activity import RequestActivity
 
 STAGE_BUCKETS = (
     0.001,

@@ -16,10 +16,11 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "redis-stack"
@@ -80,6 +81,7 @@ class RedisStackProcess:
     appendonly: bool = False
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    extra_args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -107,6 +109,7 @@ class RedisStackProcess:
             "--appendonly", "yes" if self.appendonly else "no",
             "--loadmodule", str(paths.module_dir / "rejson.so"),
             "--loadmodule", str(paths.module_dir / "redisearch.so"),
+            *self.extra_args,
         ]  # fmt: skip
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -143,6 +146,13 @@ class RedisStackProcess:
         except OSError:
             return False
 
+    def kill(self) -> None:
+        """SIGKILL: the node vanishes mid-traffic, as a crashed machine does."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (redis flushes the AOF and exits), SIGKILL if it does not."""
         process, self.process = self.process, None
@@ -168,3 +178,220 @@ def redis_stack_server(tmp_dir: Path, *, appendonly: bool = False) -> Iterator[R
         yield server
     finally:
         server.stop()
+
+
+# --- a Redis Cluster: 3 primaries, 3 replicas ----------------------------------------------
+CLUSTER_NODE_TIMEOUT_MS = 1000  # failure detection; the failover window is about 2-3x this
+CLUSTER_SLOTS = 16384
+
+
+def free_cluster_port() -> int:
+    """A free port below 55535 whose cluster bus port (port + 10000) is free too."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port >= 55535:
+            port = 20000 + port % 25000
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as check:
+                    check.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def free_cluster_ports(count: int) -> int:
+    """The first of `count` consecutive free cluster ports (see `free_cluster_port`)."""
+    for _ in range(200):
+        base = free_cluster_port()
+        if base + count > 55535:
+            continue
+        try:
+            for port in range(base, base + count):
+                for candidate in (port, port + 10000):
+                    with socket.socket() as check:
+                        check.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {count} consecutive free cluster ports")
+
+
+def _command(port: int, *args: str) -> Any:
+    import redis
+
+    with redis.Redis(port=port, protocol=2, decode_responses=True) as client:
+        return client.execute_command(*args)
+
+
+@dataclass
+class RedisClusterProcesses:
+    """A Redis Cluster of `primaries` primaries with `replicas` replicas each, on loopback.
+
+    Formed with CLUSTER ADDSLOTSRANGE, MEET and REPLICATE (what `redis-cli --cluster create`
+    does, without its one-second sleeps); `scripts/redis-stack cluster start` forms the same
+    cluster for development and benchmarks.
+    """
+
+    directory: Path
+    primaries: int = 3
+    replicas: int = 1
+    nodes: list[RedisStackProcess] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 60.0) -> None:
+        count = self.primaries * (1 + self.replicas)
+        args = (
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS),
+        )  # fmt: skip
+        for number in range(count):
+            node = RedisStackProcess(
+                self.directory / f"node-{number}", port=free_cluster_port(), extra_args=args
+            )
+            self.nodes.append(node)
+            node.start()
+        first = self.nodes[0].port
+        share = CLUSTER_SLOTS // self.primaries
+        for number, node in enumerate(self.nodes[: self.primaries]):
+            end = CLUSTER_SLOTS - 1 if number == self.primaries - 1 else (number + 1) * share - 1
+            _command(node.port, "CLUSTER", "ADDSLOTSRANGE", str(number * share), str(end))
+        for node in self.nodes[1:]:
+            _command(node.port, "CLUSTER", "MEET", "127.0.0.1", str(first))
+        self._wait(lambda: all(self._known(n.port) == count for n in self.nodes), timeout)
+        for number, node in enumerate(self.nodes[self.primaries :]):
+            primary = self.nodes[number % self.primaries]
+            primary_id = _command(primary.port, "CLUSTER", "MYID")
+            _command(node.port, "CLUSTER", "REPLICATE", primary_id)
+        self.wait_healthy(timeout)
+
+    def add_primary(self, timeout: float = 60.0) -> RedisStackProcess:
+        """Start one more node and join it to the cluster as a primary without slots."""
+        node = RedisStackProcess(
+            self.directory / f"node-{len(self.nodes)}",
+            port=free_cluster_port(),
+            extra_args=self.nodes[0].extra_args,
+        )
+        node.start()
+        self.nodes.append(node)
+        _command(node.port, "CLUSTER", "MEET", "127.0.0.1", str(self.nodes[0].port))
+        count = len(self.live())
+        self._wait(lambda: all(self._known(n.port) == count for n in self.live()), timeout)
+        self._wait(self.healthy, timeout)  # it has learnt every slot's owner
+        return node
+
+    def _known(self, port: int) -> int:
+        return len(str(_command(port, "CLUSTER", "NODES")).strip().splitlines())
+
+    def _wait(self, ready: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"the cluster did not get ready in {timeout}s")
+
+    def healthy(self) -> bool:
+        """Every live node says cluster_state:ok and sees every primary with a replica."""
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            if "cluster_state:ok" not in str(_command(node.port, "CLUSTER", "INFO")):
+                return False
+        return True
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        def replicated() -> bool:
+            lines = str(_command(self.nodes[0].port, "CLUSTER", "NODES")).splitlines()
+            linked = [line for line in lines if " slave " in line or ",slave " in line]
+            synced = all(
+                _command(n.port, "INFO", "replication").get("master_link_status") == "up"
+                for n in self.live()
+                if self.role(n) == "replica"
+            )
+            return self.healthy() and len(linked) >= self.primaries * self.replicas and synced
+
+        self._wait(replicated, timeout)
+
+    def live(self) -> list[RedisStackProcess]:
+        return [node for node in self.nodes if node.alive()]
+
+    def role(self, node: RedisStackProcess) -> str:
+        role = _command(node.port, "INFO", "replication")["role"]
+        return "primary" if role == "master" else "replica"
+
+    def own_slots(self, node: RedisStackProcess) -> set[int]:
+        """The slots `node` says it owns (its own line of CLUSTER NODES, not gossip)."""
+        slots: set[int] = set()
+        for line in str(_command(node.port, "CLUSTER", "NODES")).splitlines():
+            if "myself" in line.split()[2]:
+                for field in line.split()[8:]:
+                    if not field.startswith("["):
+                        first, _, last = field.partition("-")
+                        slots.update(range(int(first), int(last or first) + 1))
+        return slots
+
+    def primary_nodes(self) -> list[RedisStackProcess]:
+        return [node for node in self.live() if self.role(node) == "primary"]
+
+    def flushall(self) -> None:
+        """Drop every key and index on every primary (replicas follow)."""
+        for node in self.primary_nodes():
+            _command(node.port, "FLUSHALL")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@contextlib.contextmanager
+def redis_cluster(tmp_dir: Path, *, primaries: int = 3) -> Iterator[RedisClusterProcesses]:
+    """A started 3-primary, 3-replica cluster in `tmp_dir`; stopped on exit."""
+    cluster = RedisClusterProcesses(tmp_dir, primaries=primaries)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def node_id(port: int) -> str:
+    return str(_command(port, "CLUSTER", "MYID"))
+
+
+def migrate_slots(
+    source: int, destination: int, slots: list[int], batch: int = 10, pause: float = 0.0
+) -> int:
+    """Move `slots` from the primary on port `source` to the one on `destination` the way
+    `redis-cli --cluster reshard` does (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches of
+    `batch` keys, `pause` seconds apart, SETSLOT NODE on both); returns how many keys
+    moved."""
+    import redis
+
+    source_id, destination_id = node_id(source), node_id(destination)
+    moved = 0
+    with (
+        redis.Redis(port=source, protocol=2) as src,
+        redis.Redis(port=destination, protocol=2) as dst,
+    ):
+        for slot in slots:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", destination_id)
+            while True:
+                keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+                if not keys:
+                    break
+                src.execute_command("MIGRATE", "127.0.0.1", destination, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                time.sleep(pause)
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "NODE", destination_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "NODE", destination_id)
+    return moved

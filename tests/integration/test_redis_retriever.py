@@ -1,7 +1,12 @@
 """The Redis retriever against a real Redis Stack, and the same contract as the embedded index.
 
 The contract cases run over both `InMemoryHybridIndex` and `RedisHybridIndex` (FLAT, exact
-search) on the sample corpus embedded with the real MiniLM model; then Redis-only checks:
+search) on the sample corpus embedded with the real MiniLM model. The two BM25 legs use
+different formulas (tantivy's BM25 in the embedded index, RediSearch's `BM25STD` in Redis),
+so across stores the checks are on relevance: the same dense rankings, the same best
+passage, mostly the same top k, the same passages matched. Redis's BM25 is checked to the
+last bit against `chatqna.retrieval.bm25.BM25Index`, the reference model of its scorer.
+Then Redis-only checks:
 hostile query text cannot break the server, data survives a restart, `list_sources` reads
 no chunk, and an index built for another embedder is refused.
 """
@@ -26,7 +31,7 @@ from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.bm25 import WeightedQuery
+from chatqna.retrieval.bm25 import BM25Index, WeightedQuery
 from chatqna.retrieval.dataprep import collect_files, ingest_files
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams, bm25_query
@@ -257,20 +262,61 @@ FOLLOW_UPS = [  # (an earlier question, the follow-up): the history-aware BM25 l
 ]
 
 
-def assert_same_ranking(memory: Sequence[ScoredChunk], remote: Sequence[ScoredChunk]) -> None:
-    """Same passages in the same order, the same BM25 and fusion scores to the last bit."""
-    assert ids(remote) == ids(memory)
-    for mine, theirs in zip(memory, remote, strict=True):
-        assert theirs.scores["bm25"] == mine.scores["bm25"], mine.chunk.id
-        assert theirs.scores["fusion"] == mine.scores["fusion"], mine.chunk.id
-        assert theirs.scores["dense"] == pytest.approx(mine.scores["dense"], abs=1e-5)
+def relative(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-12)
 
 
-async def test_both_stores_rank_identically(
+def assert_agreeing_rankings(
+    memory: Sequence[ScoredChunk], remote: Sequence[ScoredChunk], *, overlap: float = 0.8
+) -> None:
+    """Both engines rank alike: as many passages, the same best one (when its lead is clear),
+    most of the same top k, and BM25 scores within a few percent (b = 0.75 against 0.5)."""
+    assert len(memory) == len(remote)
+    shared = set(ids(memory)) & set(ids(remote))
+    assert len(shared) >= overlap * len(memory), (ids(memory), ids(remote))
+    if len(memory) > 1 and memory[0].score > memory[1].score * 1.05:
+        assert ids(memory)[0] == ids(remote)[0]
+    by_id = {r.chunk.id: r for r in remote}
+    for mine in memory:
+        theirs = by_id.get(mine.chunk.id)
+        if theirs is not None and mine.scores["bm25"] > 0:
+            assert relative(mine.scores["bm25"], theirs.scores["bm25"]) < 0.35, mine.chunk.id
+
+
+class ReferenceBM25:
+    """RediSearch's `BM25STD` computed in Python over the passages one store holds."""
+
+    def __init__(self, chunks: Sequence[Chunk]) -> None:
+        self.ids = [c.id for c in chunks]
+        self.index = BM25Index([c.text for c in chunks], keys=self.ids)
+
+    @classmethod
+    async def of(cls, store: Retriever, embedder: CachingEmbedder) -> ReferenceBM25:
+        every = await store.search(
+            SearchQuery("", np.ones(embedder.dimension, np.float32), 10_000, hybrid=False)
+        )
+        return cls([r.chunk for r in every])
+
+    def assert_scores(self, query: SearchQuery, results: Sequence[ScoredChunk]) -> None:
+        """Redis's BM25 scores are the reference's, bit for bit; with the dense leg off, the
+        BM25 matches come in the reference's order (ties by passage id)."""
+        weighted = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
+        scores = self.index.scores(weighted)
+        position = {chunk_id: i for i, chunk_id in enumerate(self.ids)}
+        for result in results:
+            assert result.scores["bm25"] == scores.get(position[result.chunk.id], 0.0)
+        if query.fusion_weights[0] == 0.0:
+            matched = [r.chunk.id for r in results if r.scores["bm25"] > 0]
+            best = self.index.top(weighted, max(query.k, 50))[: len(matched)]
+            assert matched == [self.ids[i] for i, _ in best]
+
+
+async def test_both_stores_rank_alike(
     embedder: CachingEmbedder, tmp_path: Path, redis_url: str
 ) -> None:
-    """The contract: both indexes return the same ranking for dense search, for the weighted
-    hybrid at several fusion weights and depths, and for the history-aware BM25 leg."""
+    """The contract: the same dense rankings; for the weighted hybrid at several fusion
+    weights and depths, and for the history-aware BM25 leg, rankings that agree (and Redis's
+    BM25 exactly the reference scorer's)."""
     files = collect_files([SAMPLE_CORPUS])
     stores = [
         await open_memory(embedder, tmp_path / "index"),
@@ -278,6 +324,7 @@ async def test_both_stores_rank_identically(
     ]
     for index in stores:
         await ingest_files(files, embedder, index)
+    reference = await ReferenceBM25.of(stores[0], embedder)
     compared = 0
     for question in QUESTIONS:
         vector = (await embedder.embed([question]))[0]
@@ -288,7 +335,8 @@ async def test_both_stores_rank_identically(
         for k, weights in [(5, (1.0, 1.0)), (5, (1.0, 0.2)), (50, (1.0, 0.2)), (50, (0.0, 1.0))]:
             query = SearchQuery(question, vector, k, fusion_weights=weights)
             memory, remote = [await s.search(query) for s in stores]
-            assert_same_ranking(memory, remote)
+            assert_agreeing_rankings(memory, remote)
+            reference.assert_scores(query, remote)
             compared += len(memory)
     for earlier, follow_up in FOLLOW_UPS:
         vector = (await embedder.embed([follow_up]))[0]
@@ -300,7 +348,8 @@ async def test_both_stores_rank_identically(
                     bm25_history=earlier, bm25_history_weight=weight,
                 )  # fmt: skip
                 memory, remote = [await s.search(query) for s in stores]
-                assert_same_ranking(memory, remote)
+                assert_agreeing_rankings(memory, remote)
+                reference.assert_scores(query, remote)
                 assert any(r.scores["bm25"] > 0 for r in memory)
                 compared += len(memory)
     assert compared > 400
@@ -308,11 +357,12 @@ async def test_both_stores_rank_identically(
         await index.aclose()
 
 
-async def test_tied_bm25_scores_rank_by_passage_id_in_both_stores(
+async def test_tied_bm25_scores_in_both_stores(
     embedder: CachingEmbedder, tmp_path: Path, redis_url: str
 ) -> None:
-    """Identical passages tie; RediSearch orders ties by insertion, the embedded index by
-    id. Written in reverse id order, with the tie straddling the cut, both still agree."""
+    """Identical passages tie in both stores. Redis breaks BM25 ties by insertion order, and
+    the ranking keeps the reference's order (by passage id); the embedded index returns the
+    tied passages with equal scores, ahead of the non-matching one."""
     text = "Refunds are paid back to the original card within ten days."
     chunks = [Chunk(f"tie-{i:02d}", text, "ties.md", "Ties", i) for i in range(12)]
     other = Chunk("other-00", "Refund policy for annual plans.", "other.md", "Other", 0)
@@ -327,21 +377,27 @@ async def test_tied_bm25_scores_rank_by_passage_id_in_both_stores(
     ]
     for index in stores:
         await index.replace_sources(batches)
+    reference = ReferenceBM25([*chunks, other])
     probe = (await embedder.embed(["original card"]))[0]
     for k in (3, 5, 13):
         query = SearchQuery("original card", probe, k, fusion_weights=(0.0, 1.0))
         memory, remote = [await s.search(query) for s in stores]
-        assert_same_ranking(memory, remote)
-        assert ids(memory)[: min(k, 12)] == [f"tie-{i:02d}" for i in range(min(k, 12))]
+        reference.assert_scores(query, remote)
+        assert ids(remote)[: min(k, 12)] == [f"tie-{i:02d}" for i in range(min(k, 12))]
+        tied = memory[: min(k, 12)]
+        assert {r.chunk.text for r in tied} == {text}
+        assert len({r.scores["bm25"] for r in tied}) == 1 and tied[0].scores["bm25"] > 0
+        assert len(set(ids(memory))) == len(memory) == k
     for index in stores:
         await index.aclose()
 
 
-async def test_bm25_parity_on_random_passages(
+async def test_bm25_leg_on_random_passages(
     embedder: CachingEmbedder, tmp_path: Path, redis_url: str
 ) -> None:
-    """Many terms, long histories, repeated words, non-ASCII words: the BM25 leg alone
-    (dense weight 0) ranks and scores identically in both stores."""
+    """Many terms, long histories, repeated words, non-ASCII words, the BM25 leg alone
+    (dense weight 0): Redis scores exactly as the reference; the embedded index matches the
+    same passages and ranks mostly the same ones first."""
     rng = np.random.default_rng(11)
     words = [f"w{i}" for i in range(60)] + ["café", "naïve", "straße", "σοφία", "x_y"]
     chunks = []
@@ -365,6 +421,8 @@ async def test_bm25_parity_on_random_passages(
     ]
     for index in stores:
         await index.replace_sources(batches)
+    reference = ReferenceBM25(chunks)
+    shared = total = 0
     for _ in range(40):
         query_words = rng.choice(words, int(rng.integers(1, 25)))
         history_words = rng.choice(words, int(rng.integers(0, 40)))
@@ -373,9 +431,13 @@ async def test_bm25_parity_on_random_passages(
             bm25_history=" ".join(history_words), bm25_history_weight=float(rng.uniform(0.05, 1)),
         )  # fmt: skip
         memory, remote = [await s.search(query) for s in stores]
-        assert_same_ranking(memory, remote)
-    for index in stores:
-        await index.aclose()
+        reference.assert_scores(query, remote)
+        matched = [{r.chunk.id for r in hits if r.scores["bm25"] > 0} for hits in (memory, remote)]
+        if len(matched[1]) < query.k:  # every match fits in k: the very same passages
+            assert matched[0] == matched[1]
+        shared += len(set(ids(memory)) & set(ids(remote)))
+        total += len(memory)
+    assert shared >= 0.9 * total
 
 
 # --- Redis only --------------------------------------------------------------------------------

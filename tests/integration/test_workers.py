@@ -88,3 +88,38 @@ def test_two_workers_share_the_port_and_one_scrape_counts_both(tmp_path: Path) -
             log = server.stop()
     assert "serving with 2 worker processes" in log
     assert "Traceback" not in log
+
+
+def sources_listed(url: str) -> set[str]:
+    # A new connection each time, so either worker may answer.
+    response = httpx.post(f"{url}/v1/dataprep/get", timeout=30)
+    assert response.status_code == 200, response.text
+    return {item["name"] for item in response.json()}
+
+
+def test_two_workers_share_the_embedded_index(tmp_path: Path) -> None:
+    """On the embedded index, a file ingested through whichever worker answered the upload is
+    listed and found by every worker (they share the data directory)."""
+    with serve_in_thread(create_standin_app()) as standin:
+        server = start_server(
+            tmp_path / "data",
+            tmp_path / "server.log",
+            CHATQNA_WORKERS="2",
+            TEI_EMBEDDING_ENDPOINT=standin,
+            LLM_ENDPOINT=standin,
+            LLM_MODEL_ID="standin",
+            OTEL_TRACES_EXPORTER="none",
+        )
+        try:
+            assert len(workers_of(server.process.pid)) == 2
+            upload = httpx.post(
+                f"{server.url}/v1/dataprep/ingest",
+                files=[("files", ("moonlit.md", b"# Moonlit\n\nThe moonlit archive keeps logs."))],
+                timeout=60,
+            )
+            assert upload.status_code == 200, upload.text
+            seen = [sources_listed(server.url) for _ in range(12)]
+            assert all("moonlit.md" in listed for listed in seen), seen
+        finally:
+            log = server.stop()
+    assert "Traceback" not in log

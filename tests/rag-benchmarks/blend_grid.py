@@ -113,17 +113,20 @@ class Rankings:
 
     def __init__(self, index: InMemoryHybridIndex) -> None:
         self.index = index
-        self.state = index._state  # the index's current immutable state, read-only
+        self.vectors = index._vectors  # the index's current immutable vector set, read-only
+        rows = dict(index.store.connection().execute("SELECT row, id FROM chunks").fetchall())
+        self.ids = [rows[int(row)] for row in self.vectors.rows]  # chunk id per position
         self.deepest = max(LEGS)
 
     def dense(self, vector: np.ndarray) -> list[int]:
-        cosine = self.state.matrix @ vector
-        return [int(i) for i in np.argsort(-cosine, kind="stable")[: self.deepest]]
+        cosine = self.vectors.cosine(vector)
+        return [int(i) for i in self.vectors.top(cosine, self.deepest)]
 
     def bm25(self, turn: EvalTurn, weight: float) -> list[int]:
         history = "\n".join(earlier_questions(Conversation(turn.query, turn.history)))
         query = WeightedQuery.parse(turn.query, history, weight)
-        return [position for position, _ in self.state.bm25.top(query, self.deepest)]
+        rows, _ = self.index.lexical.top(query, self.deepest)
+        return [int(p) for p in self.vectors.positions(rows) if p >= 0]
 
     def fuse(self, dense: list[int], bm25: list[int], config: Config) -> list[str]:
         fused = reciprocal_rank_fusion(
@@ -131,7 +134,7 @@ class Rankings:
             k=self.index.rrf_k,
             weights=(1.0, config.bm25_weight),
         )
-        return [self.state.chunks[int(key)].id for key, _ in fused[:DEPTH]]
+        return [self.ids[int(key)] for key, _ in fused[:DEPTH]]
 
 
 def grid() -> list[Config]:

@@ -1,14 +1,26 @@
 """How the retrievers scale: ingest throughput and hybrid query latency, embedded vs Redis.
 
     .venv/bin/python tests/rag-benchmarks/index_scale.py [--sizes 10000,100000] [--queries 200]
+    .venv/bin/python tests/rag-benchmarks/index_scale.py --sizes 1000000 --no-redis \
+        --output tests/rag-benchmarks/results/index_scale_1m.json
 
 For each corpus size, builds a deterministic synthetic corpus and ingests it, through
-`replace_sources` as dataprep does, into the embedded index (`InMemoryHybridIndex`, in a
-temporary directory) and into Redis Stack (`RedisHybridIndex`, a fresh loopback server from
-`tests/integration/redis_server.py` per size and algorithm) with an HNSW vector field (the
+`replace_sources` as dataprep does, into the embedded index (`InMemoryHybridIndex`: SQLite,
+tantivy and an in-memory matrix, in a temporary directory) and into Redis Stack
+(`RedisHybridIndex`, a fresh loopback server from `tests/integration/redis_server.py` per
+size and algorithm; `--no-redis` skips it) with an HNSW vector field (the
 service's default `REDIS_HNSW_*` settings) and with a FLAT one. Then it times `--queries`
 searches (k=10) per index, hybrid (KNN + BM25 + RRF) and dense only, and prints ingest
 seconds, chunks/s and latency percentiles side by side. Writes `results/index_scale.json`.
+
+At `--cluster-min` chunks and above (100k) the same corpus also goes into a Redis Cluster
+of 3 primaries and 3 replicas on loopback (`RedisClusterHybridIndex`), beside the single
+node, in the same run: each primary indexes a third, each replica its primary's third too,
+and every search goes to the three primaries concurrently and is merged in the client.
+`--indexes redis,cluster --sizes 100000 --output results/index_scale_cluster.json` runs
+just the Redis rows. On a machine with fewer cores than processes (six servers and the
+client on 2 cores here) the primaries' work cannot run in parallel, so these rows show
+what the fan-out costs, not what sharding gains on machines of their own.
 
 The corpus: chunks of 45-75 words (60 on average) drawn from a fixed vocabulary of 4,000
 pseudo-words with a Zipf (s=1) distribution, so BM25 postings have a natural-language shape
@@ -21,13 +33,17 @@ recall@k against exact search saved in the JSON checks that every index holds th
 corpus (1.0 for the exact ones) and is not a measure of HNSW's recall on real embeddings.
 Queries are 4 words drawn from the same distribution plus a random unit vector.
 
-Ingest is timed two ways for the embedded index, because it rebuilds its BM25 postings and
-rewrites its whole file on every call: once with all chunks in one `replace_sources` call
-(what one large dataprep request does) and once in calls of `--batch` chunks (many smaller
-requests; quadratic in the corpus size, so skipped above `--embedded-batched-max`). What
-one more request of `--batch` chunks costs once the index holds the rest of the corpus is
-timed too, at every size, and printed under the table. Redis is timed in calls of `--batch`
-chunks only: it writes chunk by chunk (pipelines of 500) whatever the call size.
+Ingest is timed two ways for the embedded index: once with all chunks in one
+`replace_sources` call (what one large dataprep request does) and once in calls of `--batch`
+chunks (many smaller requests; skipped above `--embedded-batched-max`). What one more
+request of `--batch` chunks costs once the index holds the rest of the corpus is timed too,
+at every size, and printed under the table, with the process's resident memory and the
+index directory's size. The previous embedded store (one NumPy file rewritten and a
+pure-Python BM25 rebuilt on every write) can no longer be built; its figures from the same
+workload on this machine are read from `results/index_scale_npz_store.json` and printed
+beside (`previous embedded ...` rows), marked as committed figures, not this run's.
+Redis is timed in calls of `--batch` chunks only: it writes chunk by chunk (pipelines of
+500) whatever the call size.
 Searches on the embedded index include its `asyncio.to_thread` hop; Redis searches include
 the loopback round trip. Everything (client, Redis server) shares this machine's cores.
 """
@@ -36,9 +52,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import platform
+import sqlite3
 import statistics
 import string
 import sys
@@ -58,9 +76,12 @@ from chatqna.backends.protocols import SearchQuery, SourceBatch  # noqa: E402
 from chatqna.documents import Chunk, chunk_id_for  # noqa: E402
 from chatqna.retrieval.bm25 import STOP_WORDS  # noqa: E402
 from chatqna.retrieval.memory_store import InMemoryHybridIndex  # noqa: E402
+from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex  # noqa: E402
 from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
-from tests.integration.redis_server import redis_stack_server  # noqa: E402
+from tests.integration.redis_server import redis_cluster, redis_stack_server  # noqa: E402
+
+PREVIOUS = Path(__file__).parent / "results" / "index_scale_npz_store.json"
 
 DIMENSION = 384
 VOCABULARY_SIZE = 4000
@@ -218,6 +239,30 @@ class Workload:
         return await measure_searches(index, self.queries, self.warmup, k, self.exact)
 
 
+def directory_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def resident_bytes() -> int:
+    """This process's resident set size now (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def previous_rows(sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """The previous embedded store's committed rows for these sizes."""
+    if not PREVIOUS.exists():
+        return []
+    rows = json.loads(PREVIOUS.read_text())["rows"]
+    return [
+        {**r, "index": f"previous {r['index']}", "committed": True}
+        for r in rows
+        if r["index"].startswith("embedded") and r["chunks"] in sizes
+    ]
+
+
 def row(label: str, size: int, seconds: float, calls: int, **extra: Any) -> dict[str, Any]:
     return {
         "index": label,
@@ -239,10 +284,12 @@ async def run_embedded(
     )
     progress(f"embedded, {size} chunks: ingest in one call")
     seconds = await ingest(index, corpus.batches(size), "embedded one call")
-    file_bytes = index.path.stat().st_size
+    file_bytes = directory_bytes(root / "one-call")
     progress(f"embedded, {size} chunks: {seconds:.1f} s; {args.queries} queries x 2")
     searches = await workload.measure(index, args.k)
-    rows.append(row("embedded (1 call)", size, seconds, 1, index_bytes=file_bytes, **searches))
+    memory = {"index_bytes": file_bytes, "process_rss_bytes": resident_bytes()}
+    rows.append(row("embedded (1 call)", size, seconds, 1, **memory, **searches))
+    await index.aclose()
     del index
     if size <= args.embedded_batched_max:
         index = await InMemoryHybridIndex.open(
@@ -253,7 +300,9 @@ async def run_embedded(
         seconds = await ingest(index, calls, "embedded batched")
         progress(f"embedded, {size} chunks: {seconds:.1f} s (same index: no searches)")
         label = f"embedded ({args.batch // 1000}k/call)"
-        rows.append(row(label, size, seconds, len(calls), index_bytes=index.path.stat().st_size))
+        file_bytes = directory_bytes(root / "batched")
+        rows.append(row(label, size, seconds, len(calls), index_bytes=file_bytes))
+        await index.aclose()
         del index
     else:
         progress(f"embedded, {size} chunks: batched ingest skipped (> --embedded-batched-max)")
@@ -276,6 +325,7 @@ async def run_embedded(
                 "chunks_per_s": round(extra / seconds, 1),
             }
         )
+        await index.aclose()
         del index
     return rows
 
@@ -325,6 +375,58 @@ async def run_redis(
     )
 
 
+async def run_redis_cluster(
+    corpus: Corpus,
+    workload: Workload,
+    args: argparse.Namespace,
+    root: Path,
+    vector: VectorIndexParams,
+) -> dict[str, Any]:
+    """The same as `run_redis` on a Redis Cluster of 3 primaries and 3 replicas on this
+    machine: every primary indexes its third of the corpus, every replica indexes its
+    primary's too, and all seven processes (six servers and this client) share its cores."""
+    size = len(corpus.chunks)
+    label = f"redis cluster {vector.algorithm}"
+    with redis_cluster(root / f"cluster-{vector.algorithm}-{size}") as cluster:
+        index = await RedisClusterHybridIndex.open(
+            cluster.url, embedder_name=EMBEDDER_NAME, dimension=DIMENSION, vector=vector
+        )
+        try:
+            calls = corpus.batches(args.batch)
+            progress(f"{label}, {size} chunks: ingest in {len(calls)} calls")
+            seconds = await ingest(index, calls, label)
+            description = await index.describe()
+            while description["indexing"]:
+                await asyncio.sleep(0.1)
+                description = await index.describe()
+            if description["chunks"] != size:
+                raise RuntimeError(f"{label}: {description['chunks']} chunks indexed of {size}")
+            memory = 0
+            for shard in index.topology.primaries:
+                info = await index.topology.client(shard.address).info("memory")
+                memory += int(info["used_memory"])
+            per_primary = {s.address: 0 for s in index.topology.primaries}
+            for shard in index.topology.primaries:
+                client = index.topology.client(shard.address)
+                per_primary[shard.address] = int(await client.dbsize())
+            progress(f"{label}, {size} chunks: {seconds:.1f} s; {args.queries} queries x 2")
+            searches = await workload.measure(index, args.k)
+        finally:
+            await index.aclose()
+    return row(
+        label,
+        size,
+        seconds,
+        len(calls),
+        redis_used_memory_bytes=memory,
+        primaries=3,
+        replicas=3,
+        keys_per_primary=sorted(per_primary.values()),
+        vector_params=vars(vector),
+        **searches,
+    )
+
+
 async def redis_versions(index: RedisHybridIndex) -> dict[str, str]:
     server = await index.client.info("server")
     modules = await index.client.execute_command("MODULE", "LIST")  # type: ignore[no-untyped-call]
@@ -349,9 +451,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             exact = exact_top_k(corpus, measured, args.k)
             workload = Workload(measured, warm, exact)
             root = Path(tmp) / str(size)
-            rows += await run_embedded(corpus, workload, args, root)
+            if "embedded" in args.indexes:
+                rows += await run_embedded(corpus, workload, args, root)
             for vector in (hnsw_defaults(), VectorIndexParams(algorithm="FLAT")):
-                rows.append(await run_redis(corpus, workload, args, root, vector, versions))
+                if "redis" in args.indexes:
+                    rows.append(await run_redis(corpus, workload, args, root, vector, versions))
+                if "cluster" in args.indexes and size >= args.cluster_min:
+                    rows.append(await run_redis_cluster(corpus, workload, args, root, vector))
             del corpus
     return {"rows": rows, "versions": versions, "vocabulary_sample": list(words[:10])}
 
@@ -362,22 +468,35 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000, help="chunks per replace_sources")
-    parser.add_argument("--embedded-batched-max", type=int, default=10000)
+    parser.add_argument("--embedded-batched-max", type=int, default=100000)
+    parser.add_argument("--redis", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--seed", type=int, default=20240)
+    parser.add_argument(
+        "--indexes", default="embedded,redis,cluster", help="which of embedded,redis,cluster"
+    )
+    parser.add_argument(
+        "--cluster-min", type=int, default=100000, help="smallest size the cluster runs at"
+    )
     parser.add_argument("--tmp-dir", type=Path, help="where the indexes go (default: $TMPDIR)")
     parser.add_argument(
         "--output", type=Path, default=Path(__file__).parent / "results" / "index_scale.json"
     )
     args = parser.parse_args()
     args.sizes = [int(size) for size in args.sizes.split(",")]
+    args.indexes = set(args.indexes.split(","))
+    if not args.redis:  # --no-redis: the embedded rows alone
+        args.indexes -= {"redis", "cluster"}
     load_before = os.getloadavg()
     result = asyncio.run(run(args))
+    result["rows"] += previous_rows(args.sizes)
     elapsed = time.perf_counter() - STARTED
     machine = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "numpy": np.__version__,
+        "tantivy": importlib.metadata.version("tantivy"),
+        "sqlite": sqlite3.sqlite_version,
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         **{f"{name}_version": version for name, version in result["versions"].items()},
@@ -398,16 +517,24 @@ def main() -> None:
             f"{r['hybrid_p95_ms']:.2f}" if timed else "—",
             f"{r['dense_p50_ms']:.2f}" if timed else "—",
         ]
+        label = r["index"] + (" (committed figures)" if r.get("committed") else "")
         print(
-            f"| {r['index']} | {r['chunks']:,} | {r['ingest_s']:.1f} | {r['chunks_per_s']:,.0f} | "
+            f"| {label} | {r['chunks']:,} | {r['ingest_s']:.1f} | {r['chunks_per_s']:,.0f} | "
             + " | ".join(cells)
             + " |"
         )
     for r in result["rows"]:
         if "call_chunks" in r:
             print(
-                f"embedded, one more call of {r['call_chunks']:,} chunks into an index of "
+                f"{r['index'].removesuffix(' (one more call)')}, one more call of "
+                f"{r['call_chunks']:,} chunks into an index of "
                 f"{r['chunks'] - r['call_chunks']:,}: {r['ingest_s']:.2f} s"
+            )
+        if "process_rss_bytes" in r:
+            print(
+                f"{r['index']}, {r['chunks']:,} chunks: index directory "
+                f"{r['index_bytes'] / 2**20:,.0f} MiB, process resident "
+                f"{r['process_rss_bytes'] / 2**20:,.0f} MiB (corpus included)"
             )
     print(f"total run time {elapsed:.0f} s")
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -420,6 +547,7 @@ def main() -> None:
                 "k": args.k,
                 "chunks_per_call": args.batch,
                 "embedded_batched_max": args.embedded_batched_max,
+                "indexes": sorted(args.indexes),
                 "seed": args.seed,
                 "corpus": {
                     "vocabulary": VOCABULARY_SIZE,

@@ -8,9 +8,9 @@ import platform
 
 import pytest
 
+from chatqna.activity import RequestActivity
 from chatqna.heap import (
     HeapTrimmer,
-    RequestActivity,
     freeze_startup_objects,
     release_free_heap,
     resident_bytes,

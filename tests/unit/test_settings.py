@@ -119,18 +119,14 @@ def test_packaged_gguf_is_found_or_explained(tmp_path: object) -> None:
     assert str(custom.embedded_gguf()) == "/models/other.gguf"
 
 
-def test_workers_default_to_one_and_auto_is_one_per_core_with_a_shared_index() -> None:
+def test_workers_default_to_one_and_auto_is_one_per_core() -> None:
     assert Settings().worker_count(cores=8) == 1
-    assert Settings(chatqna_workers="auto").worker_count(cores=8) == 1  # embedded index
+    # The embedded index is shared through its data directory, as Redis is.
+    assert Settings(chatqna_workers="auto").worker_count(cores=8) == 8
+    assert Settings(chatqna_workers="auto").worker_count(cores=0) == 1
     remote = Settings(chatqna_workers="auto", retriever_endpoint="http://retriever:7000")
     assert remote.worker_count(cores=8) == 8
-    redis = Settings(chatqna_workers=3, redis_url="redis://localhost:6379")
-    assert redis.worker_count(cores=8) == 3
-
-
-def test_several_workers_with_the_embedded_index_are_refused_with_the_reason() -> None:
-    with pytest.raises(ValueError, match="CHATQNA_WORKERS=2 needs a shared index"):
-        Settings(chatqna_workers=2).worker_count(cores=2)
+    assert Settings(chatqna_workers=3).worker_count(cores=8) == 3
 
 
 def test_workers_must_be_a_positive_count_or_auto(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,11 @@ import httpx
 import pytest
 
 from chatqna.app import create_app
-from chatqna.backends.factory import Backends, build_translator
+from chatqna.backends.bundle import Backends
+from chatqna.backends.factory import build_translator
 from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
+from chatqna.backends.sse_client import parse_events
 from chatqna.retrieval.dataprep import IngestFile, ingest_files
 from chatqna.retrieval.memory_store import InMemoryHybridIndex
 from chatqna.settings import Settings
@@ -89,15 +91,4 @@ async def client_for(settings: Settings) -> AsyncIterator[ClientFactory]:
 
 def parse_sse(text: str) -> list[tuple[str, str]]:
     """Split an SSE body into `(event, data)` pairs; the default event is `message`."""
-    events = []
-    for block in text.split("\n\n"):
-        if not block.strip():
-            continue
-        name, data = "message", []
-        for line in block.split("\n"):
-            if line.startswith("event:"):
-                name = line[len("event:") :].strip()
-            elif line.startswith("data:"):
-                data.append(line[len("data:") :].strip())
-        events.append((name, "\n".join(data)))
-    return events
+    return [(item.event, item.data) for item in parse_events(text)]

@@ -1,9 +1,13 @@
-"""Which implementation `build_backends` picks per role (the reranker's choices here)."""
+"""`build_backends`: which implementation it picks per role (the reranker's choices here),
+and that a start-up failing part-way closes every backend it already built."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from chatqna.backends import factory
 from chatqna.backends.factory import build_reranker
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
@@ -34,3 +38,89 @@ async def test_a_tei_endpoint_reranks_and_rerank_enabled_false_turns_every_reran
         off = Settings(tei_reranking_endpoint="http://127.0.0.1:9", rerank_enabled=False, **extra)  # type: ignore[arg-type]
         assert off.rerank_skip_reason == "disabled"
         assert build_reranker(off, HashingEmbedder()) is None
+
+
+class Closable:
+    """A stand-in backend that records when it is closed."""
+
+    def __init__(self, role: str, closed: list[str]) -> None:
+        self.role = role
+        self.name = role
+        self.model = role
+        self._closed = closed
+
+    async def aclose(self) -> None:
+        self._closed.append(self.role)
+
+
+@pytest.fixture
+def closed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every role builds a `Closable`; the returned list is the order they were closed in."""
+    order: list[str] = []
+
+    async def embedder(settings: Settings) -> Closable:
+        return Closable("embedder", order)
+
+    async def retriever(settings: Settings, embedder: Any) -> Closable:
+        return Closable("retriever", order)
+
+    def reranker(settings: Settings, embedder: Any) -> Closable:
+        return Closable("reranker", order)
+
+    monkeypatch.setattr(factory, "build_embedder", embedder)
+    monkeypatch.setattr(factory, "build_retriever", retriever)
+    monkeypatch.setattr(factory, "build_reranker", reranker)
+    return order
+
+
+async def test_a_failing_llm_closes_the_reranker_retriever_and_embedder(
+    closed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken_llm(settings: Settings) -> Any:
+        raise FileNotFoundError("no such GGUF")
+
+    monkeypatch.setattr(factory, "build_llm", broken_llm)
+    with pytest.raises(FileNotFoundError, match="no such GGUF"):
+        await factory.build_backends(Settings())
+    assert closed == ["reranker", "retriever", "embedder"]
+
+
+async def test_a_failing_condense_llm_also_closes_the_llm(
+    closed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def llm(settings: Settings) -> Closable:
+        return Closable("llm", closed)
+
+    def broken_condense(settings: Settings, llm: Any) -> Any:
+        raise ValueError("bad condense endpoint")
+
+    monkeypatch.setattr(factory, "build_llm", llm)
+    monkeypatch.setattr(factory, "build_condense_llm", broken_condense)
+    with pytest.raises(ValueError, match="bad condense endpoint"):
+        await factory.build_backends(Settings())
+    assert closed == ["llm", "reranker", "retriever", "embedder"]
+
+
+async def test_a_failing_retriever_closes_the_embedder(
+    closed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken_retriever(settings: Settings, embedder: Any) -> Any:
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(factory, "build_retriever", broken_retriever)
+    with pytest.raises(ConnectionError):
+        await factory.build_backends(Settings())
+    assert closed == ["embedder"]
+
+
+async def test_without_a_reranker_the_clean_up_skips_it(
+    closed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken_llm(settings: Settings) -> Any:
+        raise RuntimeError("llm failed")
+
+    monkeypatch.setattr(factory, "build_reranker", lambda settings, embedder: None)
+    monkeypatch.setattr(factory, "build_llm", broken_llm)
+    with pytest.raises(RuntimeError):
+        await factory.build_backends(Settings())
+    assert closed == ["retriever", "embedder"]

@@ -7,6 +7,8 @@ import pytest
 
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 
+pytestmark = pytest.mark.slow  # loads the packaged ONNX model
+
 
 @pytest.fixture(scope="module")
 def embedder() -> OnnxMiniLMEmbedder:

@@ -272,6 +272,18 @@ async def test_stream_non_json_data_is_bad_response(
         await collect(llm)
 
 
+async def test_stream_cut_off_inside_an_event_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    body = sse(data(chunk({"content": "ok"}))) + b'data: {"object": "chat.completion.chunk", "ch'
+    router.post(PATH).respond(200, content=body)
+    seen: list[Delta] = []
+    with pytest.raises(BadUpstreamResponse, match="cut off inside an event") as info:
+        await collect(llm, seen)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+    assert [d.text for d in seen] == ["ok"]
+
+
 async def test_stream_error_chunk_is_upstream_error(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:

@@ -13,7 +13,7 @@ from chatqna.evaluation.modes import QueryStrategy, plan_turn
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
-from tests.unit.evaluation.test_dataset_and_cache import write_dataset
+from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,9 +15,11 @@ import pytest
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.errors import DocumentLoadError, UnsupportedFileType
+from chatqna.retrieval.chunk_store import STORE_FILE
 from chatqna.retrieval.dataprep import IngestFile, IngestResult, collect_files, ingest_files
 from chatqna.retrieval.dataprep import content_hash as file_hash
-from chatqna.retrieval.memory_store import INDEX_FILE, InMemoryHybridIndex
+from chatqna.retrieval.loaders import LoadedDocument
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 pytestmark = pytest.mark.anyio
 
@@ -243,4 +247,33 @@ async def test_progress_and_batching(store: InMemoryHybridIndex, max_batch: int)
     assert all(0 < len(b) <= max_batch for b in embedder.batches)
     assert len(embedder.batches) == math.ceil(total / max_batch)
     assert (await store.describe())["chunks"] == total
-    assert store.path.name == INDEX_FILE and store.path.exists()
+    assert store.path.name == STORE_FILE and store.path.exists()
+
+
+async def test_loading_and_chunking_run_off_the_event_loop(
+    embedder: HashingEmbedder, store: InMemoryHybridIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow parse (a large PDF) must not stall other requests: while the loader blocks,
+    another coroutine on the loop still runs, and it is what lets the loader finish."""
+    from chatqna.retrieval import dataprep
+
+    release = threading.Event()
+    loader_threads: list[threading.Thread] = []
+    real_load = dataprep.load_document
+
+    def blocking_load(source: str, data: bytes) -> LoadedDocument:
+        loader_threads.append(threading.current_thread())
+        # On the loop, the coroutine that sets the event could never run: give up after a
+        # while rather than hang the suite, and fail below.
+        assert release.wait(timeout=5), "the loader blocked the event loop"
+        return real_load(source, data)
+
+    monkeypatch.setattr(dataprep, "load_document", blocking_load)
+
+    async def other_request() -> None:
+        await asyncio.sleep(0)
+        release.set()
+
+    results, _ = await asyncio.gather(ingest_files(corpus(), embedder, store), other_request())
+    assert [r.status for r in results] == ["ingested", "ingested"]
+    assert loader_threads and threading.main_thread() not in loader_threads

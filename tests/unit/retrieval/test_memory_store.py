@@ -1,9 +1,10 @@
-"""The embedded hybrid index: dense + BM25 search, source replacement, atomic persistence."""
+"""The embedded hybrid index: dense + BM25 search, source replacement, atomic persistence,
+migration from the earlier format, and two instances over one directory."""
 
 from __future__ import annotations
 
 import json
-import os
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,11 +13,14 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery, SourceBatch
-from chatqna.backends.tei import l2_normalise
+from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import Chunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval import memory_store
-from chatqna.retrieval.memory_store import INDEX_FILE, InMemoryHybridIndex
+from chatqna.retrieval import lexical
+from chatqna.retrieval.chunk_store import STORE_FILE
+from chatqna.retrieval.dataprep import IngestFile, ingest_files
+from chatqna.retrieval.legacy_index import LEGACY_FILE
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 pytestmark = pytest.mark.anyio
 
@@ -73,8 +77,8 @@ async def test_open_on_empty_directory(tmp_path: Path) -> None:
     assert store.loaded_from_disk is False
     assert await store.list_sources() == []
     assert await store.search(query("refund")) == []
-    assert (await store.describe())["chunks"] == 0
-    assert not (tmp_path / INDEX_FILE).exists()
+    description = await store.describe()
+    assert description["chunks"] == 0 and description["generation"] == 0
 
 
 async def test_dense_only_search(index: InMemoryHybridIndex) -> None:
@@ -195,57 +199,136 @@ async def test_reopen_with_other_embedder_is_refused(
     assert name in message and str(dimension) in message
 
 
-def _meta_without_chunks(path: Path, data: bytes) -> None:
-    meta = json.dumps({"format": 1, "embedder": EMBEDDER.name, "hashes": {}}).encode()
-    np.savez(path, embeddings=np.zeros((0, DIM), np.float32), meta=np.frombuffer(meta, np.uint8))
+def _legacy_file(path: Path, stored: Sequence[Chunk], matrix: np.ndarray, **meta: object) -> None:
+    """An index file as the previous version wrote it (format 1)."""
+    fields = {
+        "format": 1,
+        "embedder": EMBEDDER.name,
+        "chunks": [
+            {"id": c.id, "text": c.text, "source": c.source, "title": c.title, "index": c.index}
+            for c in stored
+        ],
+        "hashes": {c.source: f"hash-{c.source}" for c in stored},
+        **meta,
+    }
+    encoded = np.frombuffer(json.dumps(fields).encode(), np.uint8)
+    with path.open("wb") as stream:
+        np.savez(stream, embeddings=matrix, meta=encoded)
+
+
+async def test_earlier_format_is_imported_without_embedding(tmp_path: Path) -> None:
+    old = [batch("policies.md", POLICIES), batch("hardware.md", HARDWARE)]
+    chunks = [c for b in old for c in b.chunks]
+    _legacy_file(tmp_path / LEGACY_FILE, chunks, np.vstack([b.embeddings for b in old]))
+    migrated = await open_index(tmp_path)
+    assert migrated.loaded_from_disk is True
+    listed = [(s.source, s.chunks, s.content_hash) for s in await migrated.list_sources()]
+    assert listed == [
+        ("hardware.md", 2, "hash-hardware.md"),
+        ("policies.md", 3, "hash-policies.md"),
+    ]
+    results = await migrated.search(query("password reset login"))
+    assert results[0].chunk == old[0].chunks[2] and results[0].scores["bm25"] > 0
+    assert not (tmp_path / LEGACY_FILE).exists()
+    assert (tmp_path / f"{LEGACY_FILE}.migrated").exists()  # kept, renamed
+    again = await open_index(tmp_path)
+    assert len(await again.list_sources()) == 2
+
+
+def _garbage_store(directory: Path) -> None:
+    (directory / STORE_FILE).write_bytes(b"this is not an index" * 300)
+    for suffix in ("-wal", "-shm"):
+        (directory / f"{STORE_FILE}{suffix}").unlink(missing_ok=True)
+
+
+def _other_format(directory: Path) -> None:
+    with sqlite3.connect(directory / STORE_FILE) as db:
+        db.execute("UPDATE meta SET value='7' WHERE key='format'")
+
+
+def _damaged_legacy(directory: Path) -> None:
+    for path in directory.iterdir():
+        if path.is_file():
+            path.unlink()
+    (directory / LEGACY_FILE).write_bytes(b"PK this is not an archive")
+
+
+def _legacy_without_chunks(directory: Path) -> None:
+    _damaged_legacy(directory)
+    _legacy_file(directory / LEGACY_FILE, [], np.zeros((0, DIM), np.float32), chunks=None)
 
 
 CORRUPTIONS = {
-    "garbage": lambda path, data: path.write_bytes(b"this is not an index"),
-    "truncated": lambda path, data: path.write_bytes(data[: len(data) // 2]),
-    "empty": lambda path, data: path.write_bytes(b""),
-    "meta_without_chunks": _meta_without_chunks,
+    "garbage_store": _garbage_store,
+    "other_format": _other_format,
+    "damaged_earlier_format": _damaged_legacy,
+    "earlier_format_without_chunks": _legacy_without_chunks,
 }
 
 
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
-async def test_corrupt_index_file_is_unavailable(
+async def test_unreadable_index_is_refused_with_how_to_rebuild(
     index: InMemoryHybridIndex, tmp_path: Path, corruption: str
 ) -> None:
-    path = tmp_path / INDEX_FILE
-    CORRUPTIONS[corruption](path, path.read_bytes())
-    with pytest.raises(IndexUnavailable):
+    await index.aclose()
+    CORRUPTIONS[corruption](tmp_path)
+    with pytest.raises(IndexUnavailable, match=r"chatqna ingest --rebuild"):
         await open_index(tmp_path)
 
 
-async def test_failed_write_changes_nothing(
-    index: InMemoryHybridIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_failed_write_changes_nothing(index: InMemoryHybridIndex, tmp_path: Path) -> None:
     probe = query("refund invoice courier", k=10)
     before_results = await index.search(probe)
     before_sources = await index.list_sources()
-    before_bytes = (tmp_path / INDEX_FILE).read_bytes()
-    before_files = sorted(os.listdir(tmp_path))
+    # The second batch's text cannot be stored: the transaction fails after the first
+    # batch's rows went in, and is rolled back whole.
+    unstorable = Chunk("bad-0000", ["not", "text"], "new.md")  # type: ignore[arg-type]
+    bad = SourceBatch("new.md", [unstorable], vectors(["New."]), "n1")
+    with pytest.raises(IndexUnavailable, match="cannot write"):
+        await index.replace_sources([batch("policies.md", ["Brand new refund text."], "p2"), bad])
+    assert await index.search(probe) == before_results
+    assert await index.list_sources() == before_sources
+    reopened = await open_index(tmp_path)
+    assert await reopened.search(probe) == before_results
+    assert await reopened.list_sources() == before_sources
+
+
+async def test_lexical_failure_after_the_commit_is_repaired(
+    index: InMemoryHybridIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store commits first: a write that dies before the BM25 index commits leaves the
+    source fully replaced in the store, and the next opener rebuilds the BM25 index."""
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(memory_store.os, "replace", refuse)
+    monkeypatch.setattr(lexical.LexicalIndex, "write", refuse)
     with pytest.raises(IndexUnavailable, match="No space left"):
-        await index.replace_sources(
-            [batch("policies.md", ["Brand new refund text."], "p2"), batch("new.md", ["New."])]
-        )
-    with pytest.raises(IndexUnavailable):
-        await index.delete_sources(None)
+        await index.replace_sources([batch("policies.md", ["Zebras get refunds now."], "p2")])
     monkeypatch.undo()
-
-    assert await index.search(probe) == before_results
-    assert await index.list_sources() == before_sources
-    assert (tmp_path / INDEX_FILE).read_bytes() == before_bytes
-    assert sorted(os.listdir(tmp_path)) == before_files
     reopened = await open_index(tmp_path)
-    assert await reopened.search(probe) == before_results
-    assert await reopened.list_sources() == before_sources
+    results = await reopened.search(query("zebras refunds", k=10))
+    assert "Zebras get refunds now." in texts(results)
+    assert not set(POLICIES) & set(texts(results))
+    top = next(r for r in results if r.chunk.text == "Zebras get refunds now.")
+    assert top.scores["bm25"] > 0  # found by the rebuilt BM25 index
+    assert reopened.lexical.count() == 3
+
+
+async def test_a_second_instance_sees_the_first_ones_writes(
+    index: InMemoryHybridIndex, tmp_path: Path
+) -> None:
+    """Two instances over one directory (as two processes would open it): each search
+    catches up with the other's commits."""
+    other = await open_index(tmp_path)
+    assert len(await other.search(query("zebra stickers", k=10))) == 5
+    await index.replace_sources([batch("giraffes.md", ["Giraffes eat acacia leaves."])])
+    found = await other.search(query("giraffes acacia", k=1))
+    assert texts(found) == ["Giraffes eat acacia leaves."] and found[0].scores["bm25"] > 0
+    assert await other.delete_sources(["policies.md"]) == 3
+    left = await index.search(query("refund invoice", k=10))
+    assert sorted(texts(left)) == sorted([*HARDWARE, "Giraffes eat acacia leaves."])
+    assert (await index.describe())["generation"] == (await other.describe())["generation"]
 
 
 @pytest.mark.parametrize("shape", [(2, DIM), (3, DIM - 1), (3,)])
@@ -262,3 +345,44 @@ async def test_query_vector_of_wrong_dimension(index: InMemoryHybridIndex) -> No
         wrong = SearchQuery("refund", np.ones(DIM + 1, np.float32), 3, hybrid)
         with pytest.raises(IndexUnavailable, match="dimensions"):
             await index.search(wrong)
+
+
+# --- per-leg RRF weights ---------------------------------------------------------------
+WEIGHTED_DOCS = {
+    "a.md": "# A\n\n## A\nzebra zebra zebra migration across the plains",
+    "b.md": "# B\n\n## B\nlions hunt at dusk on the savannah plains",
+    "c.md": "# C\n\n## C\nwildlife photography tips for the savannah",
+}
+
+
+async def _index(tmp_path: Path) -> tuple[InMemoryHybridIndex, HashingEmbedder]:
+    embedder = HashingEmbedder()
+    index = await InMemoryHybridIndex.open(tmp_path, embedder_name=embedder.name, dimension=64)
+    await ingest_files(
+        [IngestFile(k, v.encode()) for k, v in WEIGHTED_DOCS.items()], embedder, index
+    )
+    return index, embedder
+
+
+async def test_bm25_weight_zero_gives_the_dense_order(tmp_path: Path) -> None:
+    index, embedder = await _index(tmp_path)
+    vector = (await embedder.embed(["lions savannah dusk"]))[0]
+    dense = await index.search(SearchQuery("zebra", vector, 3, hybrid=False))
+    fused = await index.search(SearchQuery("zebra", vector, 3, fusion_weights=(1.0, 0.0)))
+    assert [h.chunk.source for h in fused] == [h.chunk.source for h in dense]
+
+
+async def test_fusion_scores_are_the_weighted_reciprocal_ranks(tmp_path: Path) -> None:
+    index, embedder = await _index(tmp_path)
+    vector = (await embedder.embed(["lions savannah dusk"]))[0]
+    dense = [h.chunk.source for h in await index.search(SearchQuery("x", vector, 3, False))]
+    for weights in ((1.0, 1.0), (1.0, 0.2), (0.2, 1.0)):
+        hits = await index.search(SearchQuery("zebra", vector, 3, fusion_weights=weights))
+        for hit in hits:
+            # "zebra" occurs in a.md only: BM25 rank 1 there, no BM25 rank elsewhere.
+            expected = weights[0] / (60 + dense.index(hit.chunk.source) + 1)
+            if hit.chunk.source == "a.md":
+                expected += weights[1] / 61
+            assert hit.scores["fusion"] == pytest.approx(expected), (weights, hit.chunk.source)
+        ranked = sorted(hits, key=lambda h: -h.scores["fusion"])
+        assert [h.chunk.id for h in hits] == [h.chunk.id for h in ranked]

@@ -6,7 +6,7 @@ One passage per `##` section of every `chatqna/sample_corpus/*.md` file, parsed 
 project's own loader, in file-name order and then section order:
 `{"id": "<file stem>#<slugified heading>", "title": "<doc title> - <heading>",
 "text": "<section text>", "domain": "handbook"}`. The unit test
-`tests/unit/test_handbook_lab.py` checks that the committed file still equals
+`tests/repo/test_handbook_lab.py` checks that the committed file still equals
 `build_passages(...)`, so the lab cannot drift from the sample corpus.
 """
 

@@ -1,0 +1,187 @@
+{{/* Names: the release's prefix, and one name per component. */}}
+{{- define "chatqna.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "chatqna.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "chatqna.component" (list $ "backend") -> <fullname>-backend */}}
+{{- define "chatqna.component" -}}
+{{- printf "%s-%s" (include "chatqna.fullname" (index . 0)) (index . 1) -}}
+{{- end -}}
+
+{{- define "chatqna.labels" -}}
+{{- $ := index . 0 -}}
+helm.sh/chart: {{ printf "%s-%s" $.Chart.Name $.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ $.Release.Service }}
+app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
+{{ include "chatqna.selectorLabels" . }}
+{{- end -}}
+
+{{- define "chatqna.selectorLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ include "chatqna.name" $ }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "chatqna.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The pod security context: the chart-wide one, overlaid with the component's. */}}
+{{- define "chatqna.podSecurityContext" -}}
+{{- $ := index . 0 -}}
+{{- toYaml (mergeOverwrite (deepCopy $.Values.podSecurityContext) (deepCopy (index . 1))) -}}
+{{- end -}}
+
+{{/* Endpoints, from the components or their external URLs ("" = the embedded default). */}}
+{{- define "chatqna.embeddingUrl" -}}
+{{- if .Values.tei.embedding.enabled -}}
+{{- printf "http://%s:80" (include "chatqna.component" (list . "tei-embedding")) -}}
+{{- else -}}
+{{- .Values.tei.embedding.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "chatqna.rerankingUrl" -}}
+{{- if .Values.tei.reranking.enabled -}}
+{{- printf "http://%s:80" (include "chatqna.component" (list . "tei-reranking")) -}}
+{{- else -}}
+{{- .Values.tei.reranking.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "chatqna.llmUrl" -}}
+{{- if .Values.vllm.enabled -}}
+{{- printf "http://%s:80/v1" (include "chatqna.component" (list . "vllm")) -}}
+{{- else -}}
+{{- .Values.vllm.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "chatqna.redisUrl" -}}
+{{- if .Values.redis.enabled -}}
+{{- printf "redis://%s:%d" (include "chatqna.component" (list . "redis")) (int .Values.redis.port) -}}
+{{- else -}}
+{{- .Values.redis.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "chatqna.otlpUrl" -}}
+{{- if .Values.victoriatraces.enabled -}}
+{{- printf "http://%s:%d/insert/opentelemetry" (include "chatqna.component" (list . "victoriatraces")) (int .Values.victoriatraces.port) -}}
+{{- else -}}
+{{- .Values.victoriatraces.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Does the index live in Redis (in the chart, at a URL, or at a URL in a Secret)? */}}
+{{- define "chatqna.hasRedis" -}}
+{{- if or .Values.redis.enabled .Values.redis.externalUrl .Values.redis.urlSecret.name -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding CHATQNA_API_KEY, OPENAI_API_KEY and HF_TOKEN, if any. */}}
+{{- define "chatqna.secretName" -}}
+{{- if .Values.secrets.existingSecret -}}
+{{- .Values.secrets.existingSecret -}}
+{{- else if or .Values.secrets.apiKey .Values.secrets.openaiApiKey .Values.secrets.hfToken -}}
+{{- include "chatqna.component" (list . "secrets") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* One env entry from the Secret, optional: a key the Secret lacks is simply unset. */}}
+{{- define "chatqna.secretEnv" -}}
+{{- $ := index . 0 -}}
+{{- $name := include "chatqna.secretName" $ -}}
+{{- if $name }}
+  - name: {{ index . 1 }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ $name }}
+        key: {{ index . 1 }}
+        optional: true
+{{- end -}}
+{{- end -}}
+
+{{/* Environment shared by the ChatQnA containers: the settings ConfigMap and the Secret. */}}
+{{- define "chatqna.settingsEnv" -}}
+envFrom:
+  - configMapRef:
+      name: {{ include "chatqna.component" (list . "settings") }}
+env:
+{{- include "chatqna.secretEnv" (list . "CHATQNA_API_KEY") }}
+{{- include "chatqna.secretEnv" (list . "OPENAI_API_KEY") }}
+{{- if .Values.redis.urlSecret.name }}
+  - name: REDIS_URL
+    valueFrom:
+      secretKeyRef:
+        name: {{ .Values.redis.urlSecret.name }}
+        key: {{ .Values.redis.urlSecret.key }}
+{{- end }}
+{{- end -}}
+
+{{/* HTTP probes of a ChatQnA role: liveness on /v1/health_check, readiness on /v1/ready. */}}
+{{- define "chatqna.probes" -}}
+startupProbe:
+  httpGet: {path: /v1/health_check, port: http}
+  periodSeconds: 5
+  failureThreshold: 60
+livenessProbe:
+  httpGet: {path: /v1/health_check, port: http}
+  periodSeconds: 15
+  timeoutSeconds: 5
+  failureThreshold: 3
+readinessProbe:
+  httpGet: {path: /v1/ready, port: http}
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 3
+{{- end -}}
+
+{{/* A volume: a PVC of the given name when persistence is on, else an emptyDir. */}}
+{{- define "chatqna.dataVolume" -}}
+{{- $ := index . 0 -}}
+{{- $persistence := index . 2 -}}
+- name: data
+{{- if $persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ index . 1 }}
+{{- else }}
+  emptyDir: {}
+{{- end -}}
+{{- end -}}
+
+{{/* A PersistentVolumeClaim, when persistence is on. */}}
+{{- define "chatqna.pvc" -}}
+{{- $ := index . 0 -}}
+{{- $persistence := index . 3 -}}
+{{- if $persistence.enabled }}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {{ index . 1 }}
+  labels:
+    {{- include "chatqna.labels" (list $ (index . 2)) | nindent 4 }}
+spec:
+  accessModes: [ReadWriteOnce]
+  {{- with $persistence.storageClass }}
+  storageClassName: {{ . }}
+  {{- end }}
+  resources:
+    requests:
+      storage: {{ $persistence.size }}
+{{- end -}}
+{{- end -}}

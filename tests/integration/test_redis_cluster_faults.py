@@ -1,0 +1,220 @@
+"""The cluster store through faults: a primary killed during searches and writes, and a
+slot migration during searches. Each test has a cluster of its own (3 primaries, 3
+replicas, `cluster-node-timeout` 1 s) and random unit vectors (no embedder).
+
+A killed primary fails searches and writes with `IndexUnavailable` (HTTP 503) until its
+replica is promoted (failure detection after the node timeout, then an election), then
+searches succeed again and every write acknowledged before, during or after is there. A
+migration never makes a search return a passage twice or miss one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from chatqna.backends.protocols import SearchQuery, SourceBatch
+from chatqna.documents import Chunk, chunk_id_for
+from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex
+from chatqna.retrieval.redis_store import VectorIndexParams
+from tests.integration.redis_server import (
+    CLUSTER_NODE_TIMEOUT_MS,
+    RedisClusterProcesses,
+    migrate_slots,
+    redis_cluster,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+DIMENSION = 32
+WORDS = [f"w{i}" for i in range(300)]
+# Failure detection (the node timeout, then up to twice that for the failure reports to
+# spread) plus the replica's election delay (0.5-1 s) and a few topology rereads.
+FAILOVER_BOUND_SECONDS = 4 * CLUSTER_NODE_TIMEOUT_MS / 1000 + 6
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcesses]:
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as running:
+        yield running
+
+
+def source_batch(rng: np.random.Generator, name: str, chunks: int = 10) -> SourceBatch:
+    passages = [" ".join(rng.choice(WORDS, 20)) for _ in range(chunks)]
+    rows = [Chunk(chunk_id_for(name, i), text, name, "", i) for i, text in enumerate(passages)]
+    vectors = rng.standard_normal((chunks, DIMENSION)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return SourceBatch(name, rows, vectors, f"hash-{name}")
+
+
+async def open_store(cluster: RedisClusterProcesses) -> RedisClusterHybridIndex:
+    return await RedisClusterHybridIndex.open(
+        cluster.url,
+        embedder_name="random",
+        dimension=DIMENSION,
+        vector=VectorIndexParams(algorithm="FLAT"),
+        timeout_seconds=2.0,
+    )
+
+
+def unit(rng: np.random.Generator) -> np.ndarray:
+    vector = rng.standard_normal(DIMENSION).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+async def test_a_primary_killed_during_searches_fails_over(
+    cluster: RedisClusterProcesses,
+) -> None:
+    rng = np.random.default_rng(7)
+    store = await open_store(cluster)
+    try:
+        await store.replace_sources([source_batch(rng, f"s{i:02d}.md") for i in range(20)])
+        acknowledged = {f"s{i:02d}.md" for i in range(20)}
+        events: list[tuple[float, str]] = []  # (time, "ok" or the error's type)
+        stop = asyncio.Event()
+
+        async def search_loop() -> None:
+            while not stop.is_set():
+                query = SearchQuery(" ".join(rng.choice(WORDS, 3)), unit(rng), 10)
+                try:
+                    results = await store.search(query)
+                    assert len(results) == 10 and len({r.chunk.id for r in results}) == 10
+                    events.append((time.monotonic(), "ok"))
+                except IndexUnavailable as exc:
+                    assert exc.status_code == 503
+                    events.append((time.monotonic(), "503"))
+                    await asyncio.sleep(0.05)
+
+        async def write_loop() -> None:
+            number = 0
+            while not stop.is_set():
+                name = f"w{number:03d}.md"
+                number += 1
+                try:
+                    await store.replace_sources([source_batch(rng, name, 3)])
+                    acknowledged.add(name)
+                except IndexUnavailable:
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.01)
+
+        tasks = [asyncio.create_task(search_loop()), asyncio.create_task(write_loop())]
+        await asyncio.sleep(0.5)
+        victim = next(
+            n for n in cluster.primary_nodes() if n.port == store.topology.primaries[0].port
+        )
+        killed_at = time.monotonic()
+        victim.kill()
+        deadline = killed_at + FAILOVER_BOUND_SECONDS + 10
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            recent = [outcome for at, outcome in events if at > time.monotonic() - 1.0]
+            failed = any(at > killed_at and o != "ok" for at, o in events)
+            if failed and recent.count("ok") > 20 and all(o == "ok" for o in recent):
+                break
+        await asyncio.sleep(1.0)
+        stop.set()
+        await asyncio.gather(*tasks)
+        failures = [at for at, outcome in events if outcome != "ok"]
+        assert failures, "killing a primary failed no search: it was not searched"
+        window = max(failures) - killed_at
+        print(f"failover window {window:.2f} s, {len(failures)} failed searches")
+        assert min(failures) >= killed_at and window < FAILOVER_BOUND_SECONDS
+        assert [o for at, o in events if at > max(failures)].count("ok") > 20
+        # Nothing acknowledged is lost, on the promoted replica included.
+        listed = {s.source for s in await store.list_sources()}
+        assert acknowledged <= listed
+        described = await store.describe()
+        assert victim.url.removeprefix("redis://") not in described["primaries"]
+        assert len(described["primaries"]) == 3
+        everything = await store.search(SearchQuery("", unit(rng), 5000, False))
+        found = {r.chunk.source for r in everything}
+        assert acknowledged <= found
+        assert len(everything) == len({r.chunk.id for r in everything}) == described["chunks"]
+    finally:
+        await store.aclose()
+
+
+async def test_slot_migration_during_searches_never_duplicates_or_drops(
+    cluster: RedisClusterProcesses,
+) -> None:
+    rng = np.random.default_rng(11)
+    store = await open_store(cluster)
+    try:
+        batches = [source_batch(rng, f"m{i:02d}.md") for i in range(30)]
+        await store.replace_sources(batches)
+        total = sum(len(b.chunks) for b in batches)
+        every_id = {c.id for b in batches for c in b.chunks}
+        source, destination = store.topology.primaries[0], store.topology.primaries[1]
+        # The slots of the source primary's passages, its index name's slot, and 300 more.
+        tagged = {store.cluster.keyslot(store.layout.source_key(b.source)) for b in batches}
+        index_slot = store.cluster.keyslot(source.index)
+        slots = sorted(
+            ({s for s in tagged if s in source.slots} | {index_slot})
+            | set(sorted(source.slots)[:300])
+        )
+        moving = [s for s in slots if s in tagged]
+        assert moving, "no passage lives on the source primary"
+        outcome: dict[str, int] = {}
+
+        def migrate() -> None:
+            outcome["keys"] = migrate_slots(source.port, destination.port, slots)
+
+        mover = threading.Thread(target=migrate)
+        searches = 0
+        mover.start()
+        while mover.is_alive() or searches < 20:
+            dense = await store.search(SearchQuery("", unit(rng), total, False))
+            found = [r.chunk.id for r in dense]
+            assert len(found) == len(set(found)), "a passage came back twice"
+            assert set(found) == every_id, f"{len(every_id - set(found))} passages missing"
+            hybrid = await store.search(SearchQuery(" ".join(rng.choice(WORDS, 3)), unit(rng), 20))
+            assert len({r.chunk.id for r in hybrid}) == len(hybrid) == 20
+            searches += 1
+        mover.join()
+        assert outcome["keys"] >= 10 * len(moving)
+        described = await store.describe()
+        assert described["chunks"] == total
+        assert source.address in described["primaries"]
+        # The source primary's index moved to a new name in a slot it still owns.
+        assert (
+            store.topology.primaries[0].index != source.index
+            or store.topology.primaries[0].port != source.port
+        )
+        print(f"{searches} searches during a {len(slots)}-slot move of {outcome['keys']} keys")
+        # A primary that joins empty, while its first slot is imported key by key: it gets
+        # the index (built with ASKING) before a search reads it, and no search misses a
+        # passage meanwhile.
+        newcomer = cluster.add_primary()
+        owned = {node.port: cluster.own_slots(node) for node in cluster.primary_nodes()}
+        donor_port = next(port for port, slots in owned.items() if slots & tagged)
+        slot = min(owned[donor_port] & tagged)
+        first: dict[str, int] = {}
+
+        def import_first() -> None:
+            first["keys"] = migrate_slots(donor_port, newcomer.port, [slot], batch=1, pause=0.05)
+
+        mover = threading.Thread(target=import_first)
+        mover.start()
+        during = 0
+        while mover.is_alive() or during < 3:
+            dense = await store.search(SearchQuery("", unit(rng), total, False))
+            found = [r.chunk.id for r in dense]
+            assert len(found) == len(set(found)) and set(found) == every_id
+            during += 1
+        mover.join()
+        assert first["keys"] >= 10
+        assert f"127.0.0.1:{newcomer.port}" in (await store.describe())["primaries"]
+        print(f"{during} searches while the first slot ({first['keys']} keys) moved in")
+    finally:
+        await store.aclose()

@@ -1,0 +1,684 @@
+"""The Helm chart renders, validates and wires the services as the compose stack does.
+
+`tests/helm_checks.py` holds the checks; here they run on the chart rendered with each values
+file it ships, on renders with other values, and on copies with one planted mistake each.
+helm comes from `scripts/k8s-tools` (installed once into .cache/k8s-tools, like the browser
+of the chat UI test); `helm template` is offline and takes a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from chatqna.settings import Settings
+from tests import helm_checks as checks
+from tests.helm_checks import Manifest
+
+CHART = checks.CHART
+REPO = checks.REPO
+PREFIX = f"{checks.RELEASE}-chatqna"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return checks.helm_binary()
+
+
+@pytest.fixture(scope="module")
+def default_docs(helm: Path) -> list[Manifest]:
+    return checks.render(helm)
+
+
+@pytest.fixture(scope="module")
+def cluster_docs(helm: Path) -> list[Manifest]:
+    return checks.render(helm, [CHART / "values-redis-cluster.yaml"])
+
+
+@pytest.fixture(scope="module")
+def embedded_docs(helm: Path) -> list[Manifest]:
+    return checks.render(helm, [CHART / "values-embedded.yaml"])
+
+
+def kinds(problems: list[checks.Problem]) -> set[str]:
+    return {problem.kind for problem in problems}
+
+
+def find(docs: list[Manifest], kind: str, component: str) -> Manifest:
+    return checks.by_kind(docs, kind)[f"{PREFIX}-{component}"]
+
+
+def container(docs: list[Manifest], kind: str, component: str) -> dict[str, Any]:
+    return checks.containers(find(docs, kind, component))[0]
+
+
+def settings_of(docs: list[Manifest], kind: str, component: str, **secrets: str) -> Settings:
+    """The Settings a ChatQnA container would build from its environment (Secrets: `secrets`)."""
+    workload = find(docs, kind, component)
+    env = checks.environment(docs, workload, checks.containers(workload)[0])
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in Settings.model_fields]:
+            patch.delenv(key.upper(), raising=False)
+        for key, value in env.items():
+            if value is not None:
+                patch.setenv(key, value)
+            elif key in secrets:
+                patch.setenv(key, secrets[key])
+        return Settings()
+
+
+def env_entry(item: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((e for e in item.get("env") or [] if e["name"] == name), None)
+
+
+# --- the chart as shipped ------------------------------------------------------------------
+
+
+def test_the_chart_has_no_problems(helm: Path) -> None:
+    problems = checks.chart_problems(helm)
+    assert problems == [], "\n".join(str(p) for p in problems)
+
+
+@pytest.mark.parametrize("fixture", ["default_docs", "cluster_docs", "embedded_docs"])
+def test_every_values_file_renders_manifests_that_validate_strictly(
+    request: pytest.FixtureRequest, fixture: str
+) -> None:
+    docs: list[Manifest] = request.getfixturevalue(fixture)
+    assert len(docs) >= 3
+    assert all(doc["metadata"]["name"].startswith(PREFIX) for doc in docs)
+    assert checks.schema_problems(docs) == []
+    assert checks.manifest_problems(docs) == []
+
+
+def test_the_manifests_validate_on_the_oldest_kubernetes_the_chart_admits(
+    default_docs: list[Manifest],
+) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={checks.OLDEST_KUBERNETES_VERSION}-0"
+    assert checks.schema_problems(default_docs, checks.OLDEST_KUBERNETES_VERSION) == []
+    # A field newer than that version (Service trafficDistribution, 1.30) is reported there.
+    planted = copy.deepcopy(default_docs)
+    find(planted, "Service", "redis")["spec"]["trafficDistribution"] = "PreferClose"
+    assert checks.schema_problems(planted) == []
+    old = checks.schema_problems(planted, checks.OLDEST_KUBERNETES_VERSION)
+    assert [(p.kind, p.where) for p in old] == [("schema", f"Service/{PREFIX}-redis:spec")]
+
+
+def test_the_default_render_holds_the_compose_stack(default_docs: list[Manifest]) -> None:
+    workloads = {checks.name_of(w) for w in checks.workloads(default_docs)}
+    assert workloads == {
+        f"Deployment/{PREFIX}-backend",
+        f"Deployment/{PREFIX}-retriever",
+        f"StatefulSet/{PREFIX}-tei-embedding",
+        f"StatefulSet/{PREFIX}-tei-reranking",
+        f"StatefulSet/{PREFIX}-vllm",
+        f"StatefulSet/{PREFIX}-redis",
+        f"Deployment/{PREFIX}-victoriatraces",
+        f"Deployment/{PREFIX}-victoriametrics",
+        f"Deployment/{PREFIX}-grafana",
+    }
+    assert container(default_docs, "Deployment", "backend")["args"] == ["serve"]
+    assert container(default_docs, "Deployment", "retriever")["args"] == ["retriever"]
+
+
+def test_probes_point_at_the_health_endpoints(default_docs: list[Manifest]) -> None:
+    for component, port in (("backend", 8888), ("retriever", 7000)):
+        item = container(default_docs, "Deployment", component)
+        assert checks.container_ports(item)["http"] == port
+        assert item["livenessProbe"]["httpGet"] == {"path": "/v1/health_check", "port": "http"}
+        assert item["readinessProbe"]["httpGet"] == {"path": "/v1/ready", "port": "http"}
+        assert item["startupProbe"]["httpGet"]["path"] == "/v1/health_check"
+    for component, port in (("tei-embedding", 8080), ("tei-reranking", 8080), ("vllm", 8000)):
+        item = container(default_docs, "StatefulSet", component)
+        assert checks.container_ports(item)["http"] == port
+        assert str(port) in item["args"]
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert item[probe]["httpGet"] == {"path": "/health", "port": "http"}
+        service = find(default_docs, "Service", component)
+        assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
+    redis = container(default_docs, "StatefulSet", "redis")
+    assert "redis-cli -p 6379 ping" in " ".join(redis["readinessProbe"]["exec"]["command"])
+
+
+def test_the_backend_is_wired_like_the_compose_backend(default_docs: list[Manifest]) -> None:
+    backend = settings_of(default_docs, "Deployment", "backend")
+    assert backend.tei_embedding_endpoint == f"http://{PREFIX}-tei-embedding:80"
+    assert backend.tei_reranking_endpoint == f"http://{PREFIX}-tei-reranking:80"
+    assert backend.llm_endpoint == f"http://{PREFIX}-vllm:80/v1"
+    assert backend.redis_url == f"redis://{PREFIX}-redis:6379"
+    assert backend.retriever_endpoint is None
+    assert backend.otel_exporter_otlp_endpoint == (
+        f"http://{PREFIX}-victoriatraces:10428/insert/opentelemetry"
+    )
+    assert backend.chatqna_api_key is None
+    vllm = container(default_docs, "StatefulSet", "vllm")["args"]
+    assert vllm[vllm.index("--model") + 1] == backend.llm_model_id
+    tei = container(default_docs, "StatefulSet", "tei-embedding")["args"]
+    assert tei[tei.index("--max-client-batch-size") + 1] == str(backend.tei_embedding_max_batch)
+    # The retriever gets the shared endpoints but not the backend's own.
+    retriever = settings_of(default_docs, "Deployment", "retriever")
+    assert retriever.redis_url == backend.redis_url
+    assert retriever.tei_embedding_endpoint == backend.tei_embedding_endpoint
+    assert retriever.llm_endpoint is None and retriever.retriever_endpoint is None
+
+
+def test_redis_runs_as_a_statefulset_with_a_volume_claim(default_docs: list[Manifest]) -> None:
+    redis = find(default_docs, "StatefulSet", "redis")
+    (claim,) = redis["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    mounts = checks.containers(redis)[0]["volumeMounts"]
+    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in mounts
+    env = env_entry(checks.containers(redis)[0], "REDIS_ARGS")
+    assert env is not None and "--appendonly yes" in env["value"]
+
+
+def test_the_cluster_values_point_at_an_external_redis(cluster_docs: list[Manifest]) -> None:
+    values = yaml.safe_load((CHART / "values-redis-cluster.yaml").read_text())
+    names = {checks.name_of(w) for w in checks.workloads(cluster_docs)}
+    assert f"StatefulSet/{PREFIX}-redis" not in names
+    assert f"Service/{PREFIX}-redis" not in {checks.name_of(d) for d in cluster_docs}
+    for component in ("backend", "retriever"):
+        settings = settings_of(cluster_docs, "Deployment", component)
+        assert settings.redis_url == values["redis"]["externalUrl"]
+        workload = find(cluster_docs, "Deployment", component)
+        assert workload["spec"]["replicas"] == values[component]["replicas"]
+
+
+def test_the_redis_url_can_come_from_a_secret(helm: Path) -> None:
+    docs = checks.render(
+        helm, sets={"redis.enabled": False, "redis.urlSecret.name": "redis-credentials"}
+    )
+    assert "REDIS_URL" not in (find(docs, "ConfigMap", "settings")["data"])
+    for component in ("backend", "retriever"):
+        entry = env_entry(container(docs, "Deployment", component), "REDIS_URL")
+        assert entry is not None
+        ref = entry["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "redis-credentials", "key": "REDIS_URL"}
+    assert checks.manifest_problems(docs, external_secrets=["redis-credentials"]) == []
+    assert "dangling_reference" in kinds(checks.reference_problems(docs))
+
+
+def test_the_api_key_comes_from_a_secret_the_chart_creates(helm: Path) -> None:
+    docs = checks.render(helm, sets={"secrets.apiKey": "s3cret-key"})
+    secret = find(docs, "Secret", "secrets")
+    assert secret["stringData"] == {"CHATQNA_API_KEY": "s3cret-key"}
+    for component in ("backend", "retriever"):
+        item = container(docs, "Deployment", component)
+        entry = env_entry(item, "CHATQNA_API_KEY")
+        assert entry is not None
+        assert entry["valueFrom"]["secretKeyRef"]["name"] == f"{PREFIX}-secrets"
+        assert "s3cret-key" not in yaml.safe_dump(item)
+        settings = settings_of(docs, "Deployment", component, CHATQNA_API_KEY="s3cret-key")
+        assert settings.chatqna_api_key is not None
+        assert settings.chatqna_api_key.get_secret_value() == "s3cret-key"
+    assert "s3cret-key" not in yaml.safe_dump(find(docs, "ConfigMap", "settings"))
+
+
+def test_an_existing_secret_is_referenced_and_not_created(helm: Path) -> None:
+    docs = checks.render(helm, sets={"secrets.existingSecret": "chatqna-keys"})
+    assert f"{PREFIX}-secrets" not in checks.by_kind(docs, "Secret")
+    backend = container(docs, "Deployment", "backend")
+    for key in ("CHATQNA_API_KEY", "OPENAI_API_KEY"):
+        entry = env_entry(backend, key)
+        assert entry is not None
+        ref = entry["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "chatqna-keys", "key": key, "optional": True}
+    tei = env_entry(container(docs, "StatefulSet", "vllm"), "HF_TOKEN")
+    assert tei is not None and tei["valueFrom"]["secretKeyRef"]["name"] == "chatqna-keys"
+    assert checks.manifest_problems(docs, external_secrets=["chatqna-keys"]) == []
+
+
+def test_without_a_key_no_secret_is_rendered(default_docs: list[Manifest]) -> None:
+    assert f"{PREFIX}-secrets" not in checks.by_kind(default_docs, "Secret")
+    assert env_entry(container(default_docs, "Deployment", "backend"), "CHATQNA_API_KEY") is None
+
+
+def test_replicas_and_resources_are_honoured(helm: Path) -> None:
+    docs = checks.render(
+        helm,
+        sets={
+            "backend.replicas": 5,
+            "retriever.replicas": 3,
+            "tei.embedding.replicas": 2,
+            "vllm.replicas": 4,
+            "backend.resources.requests.cpu": "3",
+        },
+    )
+    assert find(docs, "Deployment", "backend")["spec"]["replicas"] == 5
+    assert find(docs, "Deployment", "retriever")["spec"]["replicas"] == 3
+    assert find(docs, "StatefulSet", "tei-embedding")["spec"]["replicas"] == 2
+    assert find(docs, "StatefulSet", "tei-reranking")["spec"]["replicas"] == 1
+    assert find(docs, "StatefulSet", "vllm")["spec"]["replicas"] == 4
+    assert container(docs, "Deployment", "backend")["resources"]["requests"]["cpu"] == "3"
+
+
+def test_settings_from_values_reach_every_chatqna_container(helm: Path) -> None:
+    docs = checks.render(helm, sets={"config.MULTI_TURN_MODE": "condense", "config.RRF_K": "30"})
+    for component in ("backend", "retriever"):
+        settings = settings_of(docs, "Deployment", component)
+        assert settings.multi_turn_mode == "condense" and settings.rrf_k == 30
+
+
+def test_the_backend_can_search_through_the_retriever_service(helm: Path) -> None:
+    docs = checks.render(helm, sets={"backend.useRetrieverService": True})
+    backend = settings_of(docs, "Deployment", "backend")
+    assert backend.retriever_endpoint == f"http://{PREFIX}-retriever:7000"
+    assert checks.url_problems(docs) == []
+
+
+def test_the_embedded_values_run_the_backend_alone(embedded_docs: list[Manifest]) -> None:
+    assert [checks.name_of(w) for w in checks.workloads(embedded_docs)] == [
+        f"Deployment/{PREFIX}-backend"
+    ]
+    backend = settings_of(embedded_docs, "Deployment", "backend")
+    assert backend.tei_embedding_endpoint is None and backend.tei_reranking_endpoint is None
+    assert backend.llm_endpoint is None and backend.redis_url is None
+    assert backend.otel_exporter_otlp_endpoint is None
+    workload = find(embedded_docs, "Deployment", "backend")
+    assert workload["spec"]["replicas"] == 1
+    assert workload["spec"]["strategy"] == {"type": "Recreate"}
+    (volume,) = checks.pod_spec(workload)["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == f"{PREFIX}-backend"
+    assert f"{PREFIX}-backend" in checks.by_kind(embedded_docs, "PersistentVolumeClaim")
+
+
+def test_optional_components_are_absent_when_disabled(helm: Path) -> None:
+    docs = checks.render(
+        helm,
+        sets={
+            "grafana.enabled": False,
+            "victoriametrics.enabled": False,
+            "victoriatraces.enabled": False,
+            "retriever.enabled": False,
+            "tei.reranking.enabled": False,
+        },
+    )
+    names = {checks.name_of(d) for d in docs}
+    for component in ("grafana", "victoriametrics", "victoriatraces", "retriever"):
+        assert not any(n.split("/")[1].startswith(f"{PREFIX}-{component}") for n in names)
+    assert f"StatefulSet/{PREFIX}-tei-reranking" not in names
+    backend = settings_of(docs, "Deployment", "backend")
+    assert backend.otel_exporter_otlp_endpoint is None and backend.tei_reranking_endpoint is None
+    assert checks.manifest_problems(docs) == []
+
+
+def test_external_model_servers_replace_the_charts_own(helm: Path) -> None:
+    docs = checks.render(
+        helm,
+        sets={
+            "vllm.enabled": False,
+            "vllm.externalUrl": "https://llm.example.com/v1",
+            "vllm.model": "my-model",
+            "tei.embedding.enabled": False,
+            "tei.embedding.externalUrl": "http://tei.models.svc:80",
+        },
+    )
+    backend = settings_of(docs, "Deployment", "backend")
+    assert backend.llm_endpoint == "https://llm.example.com/v1"
+    assert backend.llm_model_id == "my-model"
+    assert backend.tei_embedding_endpoint == "http://tei.models.svc:80"
+    names = {checks.name_of(w) for w in checks.workloads(docs)}
+    assert f"StatefulSet/{PREFIX}-vllm" not in names
+    assert f"StatefulSet/{PREFIX}-tei-embedding" not in names
+
+
+def test_backend_replicas_are_drained_one_at_a_time(
+    default_docs: list[Manifest], embedded_docs: list[Manifest]
+) -> None:
+    budget = find(default_docs, "PodDisruptionBudget", "backend")
+    assert budget["spec"]["maxUnavailable"] == 1
+    selector = find(default_docs, "Deployment", "backend")["spec"]["selector"]["matchLabels"]
+    assert budget["spec"]["selector"]["matchLabels"] == selector
+    # One replica: a budget of one unavailable pod would not protect anything.
+    assert checks.by_kind(embedded_docs, "PodDisruptionBudget") == {}
+
+
+def test_pods_run_as_non_root(default_docs: list[Manifest]) -> None:
+    for workload in checks.workloads(default_docs):
+        assert checks.pod_spec(workload)["automountServiceAccountToken"] is False
+        pod = checks.pod_spec(workload)["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0, checks.name_of(workload)
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    backend = checks.pod_spec(find(default_docs, "Deployment", "backend"))["securityContext"]
+    assert backend["runAsUser"] == 10001  # the Dockerfile's user
+
+
+def test_grafana_is_provisioned_from_deploy_grafana(default_docs: list[Manifest]) -> None:
+    dashboards = find(default_docs, "ConfigMap", "grafana-dashboards")["data"]
+    source = REPO / "deploy" / "grafana" / "dashboards"
+    assert dashboards == {p.name: p.read_text() for p in source.glob("*.json")}
+    assert (CHART / "files" / "grafana").resolve() == (REPO / "deploy" / "grafana").resolve()
+    provisioning = find(default_docs, "ConfigMap", "grafana-provisioning")["data"]
+    datasources = {
+        d["uid"]: d["url"] for d in yaml.safe_load(provisioning["datasources.yaml"])["datasources"]
+    }
+    assert datasources == {
+        "chatqna-metrics": f"http://{PREFIX}-victoriametrics:8428",
+        "victoriatraces": f"http://{PREFIX}-victoriatraces:10428/select/jaeger",
+    }
+    scrape = yaml.safe_load(
+        find(default_docs, "ConfigMap", "victoriametrics-scrape")["data"]["prometheus.yml"]
+    )
+    (job,) = scrape["scrape_configs"]
+    assert job["dns_sd_configs"][0]["names"] == [f"{PREFIX}-backend-pods.{checks.NAMESPACE}.svc"]
+    assert find(default_docs, "Service", "backend-pods")["spec"]["clusterIP"] == "None"
+
+
+def test_the_packaged_chart_carries_the_dashboards(helm: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(helm), "package", str(CHART), "--destination", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    (package,) = tmp_path.glob("chatqna-*.tgz")
+    with tarfile.open(package) as archive:
+        member = archive.extractfile("chatqna/files/grafana/dashboards/rag-pipeline.json")
+        assert member is not None
+        shipped = member.read()
+    assert (
+        shipped == (REPO / "deploy" / "grafana" / "dashboards" / "rag-pipeline.json").read_bytes()
+    )
+    assert checks.render(helm, chart=package) == checks.render(helm)
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ({"config.REDIS_URL": "redis://elsewhere:6379"}, "config.REDIS_URL is set by the chart"),
+        ({"config.retriever_k": "4"}, "upper-case environment variables"),
+        (
+            {"redis.enabled": False, "retriever.enabled": False},
+            "without Redis the index is embedded",
+        ),
+        (
+            {"redis.enabled": False, "backend.replicas": 1},
+            "the retriever service searches Redis",
+        ),
+        (
+            {"retriever.enabled": False, "backend.useRetrieverService": True},
+            "needs retriever.enabled=true",
+        ),
+        ({"redis.externalUrl": "redis://r:6379"}, "redis.externalUrl is used when"),
+        ({"victoriametrics.enabled": False}, "grafana reads victoriametrics"),
+        ({"backend.persistence.enabled": True}, "one ReadWriteOnce volume"),
+    ],
+)
+def test_values_that_cannot_work_fail_the_render(
+    helm: Path, sets: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(checks.RenderError, match=message):
+        checks.render(helm, sets=sets)
+
+
+# --- planted mistakes in rendered manifests are reported -------------------------------------
+
+
+def planted(docs: list[Manifest], mutate: Callable[[list[Manifest]], None]) -> list[checks.Problem]:
+    """What a mutation of a copy of `docs` adds to their own problems."""
+    before = checks.manifest_problems(docs)
+    changed = copy.deepcopy(docs)
+    mutate(changed)
+    return [p for p in checks.manifest_problems(changed) if p not in before]
+
+
+def pick(docs: list[Manifest], kind: str, component: str) -> dict[str, Any]:
+    return container(docs, kind, component)
+
+
+def test_an_unknown_field_fails_the_schema(default_docs: list[Manifest]) -> None:
+    def mutate(docs: list[Manifest]) -> None:
+        pick(docs, "Deployment", "backend")["readinessProbe"]["httpGett"] = {"path": "/"}
+
+    problems = planted(default_docs, mutate)
+    assert "schema" in kinds(problems)
+    assert any("httpGett" in p.detail for p in problems)
+
+
+def test_a_wrong_type_fails_the_schema(default_docs: list[Manifest]) -> None:
+    def mutate(docs: list[Manifest]) -> None:
+        find(docs, "Deployment", "backend")["spec"]["replicas"] = "two"
+
+    problems = planted(default_docs, mutate)
+    assert kinds(problems) == {"schema"}
+    assert problems[0].where.endswith("spec.replicas")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "kind"),
+    [
+        (lambda d: pick(d, "StatefulSet", "vllm").pop("readinessProbe"), "missing_probe"),
+        (
+            lambda d: pick(d, "StatefulSet", "tei-embedding")["livenessProbe"]["httpGet"].update(
+                port=9999
+            ),
+            "probe_port",
+        ),
+        (
+            lambda d: pick(d, "Deployment", "backend")["readinessProbe"]["httpGet"].update(
+                path="/v1/health_check"
+            ),
+            "probe_path",
+        ),
+        (
+            lambda d: pick(d, "Deployment", "retriever")["livenessProbe"]["httpGet"].update(
+                path="/health"
+            ),
+            "probe_path",
+        ),
+    ],
+)
+def test_probe_mistakes_are_reported(
+    default_docs: list[Manifest], mutate: Callable[[list[Manifest]], Any], kind: str
+) -> None:
+    assert kinds(planted(default_docs, mutate)) == {kind}
+
+
+def test_a_role_listening_off_its_port_is_reported(default_docs: list[Manifest]) -> None:
+    def mutate(docs: list[Manifest]) -> None:
+        entry = env_entry(pick(docs, "Deployment", "backend"), "MEGA_SERVICE_PORT")
+        assert entry is not None
+        entry["value"] = "9000"
+
+    # The process would listen on 9000: no declared port, and the probes miss it.
+    assert kinds(planted(default_docs, mutate)) == {"role_port", "probe_port"}
+
+
+def test_an_unknown_setting_is_reported(default_docs: list[Manifest]) -> None:
+    def in_configmap(docs: list[Manifest]) -> None:
+        find(docs, "ConfigMap", "settings")["data"]["RETRIEVER_TOP_K"] = "4"
+
+    def in_env(docs: list[Manifest]) -> None:
+        pick(docs, "Deployment", "backend")["env"].append({"name": "LLM_MODEL", "value": "x"})
+
+    assert {(p.kind, p.detail) for p in planted(default_docs, in_configmap)} == {
+        ("unknown_setting", "RETRIEVER_TOP_K")
+    }
+    assert {(p.kind, p.detail) for p in planted(default_docs, in_env)} == {
+        ("unknown_setting", "LLM_MODEL")
+    }
+
+
+def test_a_secret_outside_a_secret_is_reported(default_docs: list[Manifest]) -> None:
+    def literal(docs: list[Manifest]) -> None:
+        pick(docs, "Deployment", "backend")["env"].append(
+            {"name": "CHATQNA_API_KEY", "value": "plain"}
+        )
+
+    def in_configmap(docs: list[Manifest]) -> None:
+        find(docs, "ConfigMap", "settings")["data"]["OPENAI_API_KEY"] = "plain"
+
+    assert kinds(planted(default_docs, literal)) == {"plain_secret"}
+    assert kinds(planted(default_docs, in_configmap)) == {"plain_secret"}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "kind"),
+    [
+        (
+            lambda d: checks.pod_spec(find(d, "StatefulSet", "redis"))["securityContext"].update(
+                runAsNonRoot=False
+            ),
+            "root",
+        ),
+        (
+            lambda d: pick(d, "Deployment", "grafana").__setitem__(
+                "securityContext", {"runAsUser": 0, "allowPrivilegeEscalation": False}
+            ),
+            "root",
+        ),
+        (
+            lambda d: checks.pod_spec(find(d, "Deployment", "backend")).pop(
+                "automountServiceAccountToken"
+            ),
+            "service_account_token",
+        ),
+        (
+            lambda d: pick(d, "StatefulSet", "vllm")["securityContext"].pop(
+                "allowPrivilegeEscalation"
+            ),
+            "privilege_escalation",
+        ),
+        (
+            lambda d: pick(d, "Deployment", "backend")["resources"]["requests"].pop("cpu"),
+            "no_requests",
+        ),
+        (
+            lambda d: pick(d, "Deployment", "retriever")["resources"].pop("limits"),
+            "no_memory_limit",
+        ),
+    ],
+)
+def test_security_and_resource_mistakes_are_reported(
+    default_docs: list[Manifest], mutate: Callable[[list[Manifest]], Any], kind: str
+) -> None:
+    assert kinds(planted(default_docs, mutate)) == {kind}
+
+
+def test_a_url_to_no_service_or_the_wrong_port_is_reported(default_docs: list[Manifest]) -> None:
+    def typo(docs: list[Manifest]) -> None:
+        data = find(docs, "ConfigMap", "settings")["data"]
+        data["TEI_EMBEDDING_ENDPOINT"] = f"http://{PREFIX}-tei-embeding:80"
+
+    def port(docs: list[Manifest]) -> None:
+        entry = env_entry(pick(docs, "Deployment", "backend"), "LLM_ENDPOINT")
+        assert entry is not None
+        entry["value"] = f"http://{PREFIX}-vllm:8000/v1"  # the pod's port, not the Service's
+
+    assert kinds(planted(default_docs, typo)) == {"unknown_service"}
+    assert kinds(planted(default_docs, port)) == {"wrong_port"}
+
+
+def test_services_and_references_that_miss_are_reported(default_docs: list[Manifest]) -> None:
+    def selector(docs: list[Manifest]) -> None:
+        labels = find(docs, "Service", "redis")["spec"]["selector"]
+        labels["app.kubernetes.io/component"] = "rediss"
+
+    def budget(docs: list[Manifest]) -> None:
+        labels = find(docs, "PodDisruptionBudget", "backend")["spec"]["selector"]["matchLabels"]
+        labels["app.kubernetes.io/instance"] = "other"
+
+    def target(docs: list[Manifest]) -> None:
+        find(docs, "Service", "grafana")["spec"]["ports"][0]["targetPort"] = "web"
+
+    def dangling(docs: list[Manifest]) -> None:
+        source = pick(docs, "Deployment", "retriever")["envFrom"][0]
+        source["configMapRef"]["name"] = f"{PREFIX}-setings"
+
+    assert kinds(planted(default_docs, selector)) == {"selects_nothing"}
+    assert kinds(planted(default_docs, budget)) == {"selects_nothing"}
+    assert kinds(planted(default_docs, target)) == {"target_port"}
+    assert "dangling_reference" in kinds(planted(default_docs, dangling))
+
+
+def test_grafana_drift_from_deploy_is_reported(default_docs: list[Manifest]) -> None:
+    def dashboard(docs: list[Manifest]) -> None:
+        data = find(docs, "ConfigMap", "grafana-dashboards")["data"]
+        data["rag-pipeline.json"] = data["rag-pipeline.json"].replace("RAG", "Rag", 1)
+
+    def extra(docs: list[Manifest]) -> None:
+        find(docs, "ConfigMap", "grafana-dashboards")["data"]["old.json"] = "{}"
+
+    def datasource(docs: list[Manifest]) -> None:
+        data = find(docs, "ConfigMap", "grafana-provisioning")["data"]
+        data["datasources.yaml"] = data["datasources.yaml"].replace("chatqna-metrics", "metrics")
+
+    assert kinds(planted(default_docs, dashboard)) == {"dashboard_drift"}
+    assert kinds(planted(default_docs, extra)) == {"dashboard_drift"}
+    assert kinds(planted(default_docs, datasource)) == {"datasource_drift"}
+
+
+# --- the chart's files ---------------------------------------------------------------------
+
+
+def chart_values() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values
+
+
+def test_every_top_level_value_is_documented() -> None:
+    readme = (CHART / "README.md").read_text()
+    documented = checks.documented_keys(readme)
+    for key in chart_values():
+        assert any(d == key or d.startswith(f"{key}.") for d in documented), key
+    assert checks.values_doc_problems(chart_values(), readme) == []
+
+
+def test_undocumented_and_stale_values_are_reported() -> None:
+    readme = (CHART / "README.md").read_text()
+    values = {**chart_values(), "ingress": {"enabled": False}}
+    assert {(p.kind, p.detail) for p in checks.values_doc_problems(values, readme)} == {
+        ("undocumented_value", "ingress")
+    }
+    stale = readme + "| `backend.hpa.enabled` | `false` | Autoscaling. |\n"
+    assert {(p.kind, p.detail) for p in checks.values_doc_problems(chart_values(), stale)} == {
+        ("stale_value_doc", "backend.hpa.enabled")
+    }
+
+
+def test_config_keys_are_settings_with_the_documented_defaults() -> None:
+    env_example = (REPO / ".env.example").read_text()
+    known = checks.all_setting_variables()
+    assert set(chart_values()["config"]) <= known
+    assert checks.config_problems(chart_values(), env_example) == []
+    values = chart_values()
+    values["config"] = {**values["config"], "RETRIEVER_TOPK": "4", "RETRIEVER_K": "8"}
+    assert {(p.kind, p.where) for p in checks.config_problems(values, env_example)} == {
+        ("unknown_setting", "values.yaml:config"),
+        ("default_mismatch", "values.yaml:config.RETRIEVER_K"),
+    }
+
+
+def broken_chart(tmp_path: Path, template: str, text: str) -> Path:
+    chart = tmp_path / "chatqna"
+    shutil.copytree(CHART, chart, symlinks=False)
+    (chart / "templates" / template).write_text(text)
+    return chart
+
+
+def test_a_template_that_does_not_render_is_reported(helm: Path, tmp_path: Path) -> None:
+    chart = broken_chart(tmp_path, "broken.yaml", "{{ .Values.backend.nope.deeper }}\n")
+    problems = checks.chart_problems(helm, chart)
+    assert "render" in kinds(problems) and "lint" in kinds(problems)
+    assert any("nil pointer" in p.detail for p in problems if p.kind == "render")
+
+
+def test_a_manifest_the_schema_rejects_is_reported_by_the_whole_check(
+    helm: Path, tmp_path: Path
+) -> None:
+    bad = "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  portz: []\n"
+    chart = broken_chart(tmp_path, "bad.yaml", bad)
+    problems = checks.chart_problems(helm, chart)
+    assert {p.where for p in problems if p.kind == "schema"} == {
+        f"{name}:Service/x:spec" for name in ("values.yaml", *checks.VALUES_FILES)
+    }

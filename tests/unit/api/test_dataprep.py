@@ -1,0 +1,99 @@
+"""Dataprep endpoints: ingest, list, re-ingest, delete; bad files and size limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends
+
+pytestmark = pytest.mark.anyio
+
+
+async def _sources(client: Any) -> dict[str, int]:
+    listing = (await client.post("/v1/dataprep/get")).json()
+    return {item["name"]: item["chunks"] for item in listing}
+
+
+async def test_ingest_list_and_search_an_uploaded_file(client_for: ClientFactory) -> None:
+    client = await client_for()
+    text = b"# Gardening\n\n## Tomatoes\nWater tomato seedlings every morning in July.\n"
+    response = await client.post(
+        "/v1/dataprep/ingest", files=[("files", ("garden.md", text, "text/markdown"))]
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["files"] == [{"name": "garden.md", "status": "ingested", "chunks": 1}]
+    assert (await _sources(client))["garden.md"] == 1
+    answer = await client.post(
+        "/v1/chatqna", json={"messages": "watering tomato seedlings", "stream": False}
+    )
+    assert answer.json()["metadata"]["source_documents"][0]["source"] == "garden.md"
+
+
+async def test_reingest_replaces_chunks(client_for: ClientFactory) -> None:
+    client = await client_for()
+    first = b"# A\n\n## One\nalpha\n\n## Two\nbeta\n"
+    second = b"# A\n\n## One\ngamma\n"
+    for body in (first, second):
+        await client.post("/v1/dataprep/ingest", files=[("files", ("a.md", body, "text/plain"))])
+    assert (await _sources(client))["a.md"] == 1
+    answer = await client.post("/v1/chatqna", json={"messages": "gamma", "stream": False})
+    texts = [d["text"] for d in answer.json()["metadata"]["source_documents"]]
+    assert "gamma" in texts and "alpha" not in texts
+
+
+async def test_unsupported_file_type_is_415_and_changes_nothing(
+    client_for: ClientFactory,
+) -> None:
+    client = await client_for()
+    before = await _sources(client)
+    response = await client.post(
+        "/v1/dataprep/ingest",
+        files=[
+            ("files", ("ok.md", b"# ok\n\nfine text", "text/plain")),
+            ("files", ("tool.exe", b"MZ\x00\x01", "application/octet-stream")),
+        ],
+    )
+    assert response.status_code == 415
+    assert response.json()["error"] == "unsupported_file_type"
+    assert await _sources(client) == before
+
+
+async def test_unreadable_and_missing_files(client_for: ClientFactory) -> None:
+    client = await client_for()
+    bad = await client.post(
+        "/v1/dataprep/ingest", files=[("files", ("bad.txt", b"\xff\xfe\xfa", "text/plain"))]
+    )
+    assert bad.status_code == 422 and bad.json()["error"] == "document_unreadable"
+    none = await client.post("/v1/dataprep/ingest", data={"chunk_size": "500"})
+    assert none.status_code == 422 and none.json()["error"] == "invalid_request"
+    assert none.json()["details"][0]["field"] == "files"
+    links = await client.post(
+        "/v1/dataprep/ingest",
+        data={"link_list": '["http://x"]'},
+        files=[("files", ("a.md", b"# A\n\ntext", "text/markdown"))],
+    )
+    assert links.status_code == 400 and "link_list" in links.json()["message"]
+
+
+async def test_upload_size_limit(client_for: ClientFactory, settings: Settings) -> None:
+    small = settings.model_copy(update={"chatqna_max_upload_bytes": 10})
+    client = await client_for(await make_backends(small), small)
+    response = await client.post(
+        "/v1/dataprep/ingest", files=[("files", ("big.txt", b"x" * 11, "text/plain"))]
+    )
+    assert response.status_code == 413
+
+
+async def test_delete_one_unknown_and_all(client_for: ClientFactory) -> None:
+    client = await client_for()
+    assert "export.md" in await _sources(client)
+    deleted = await client.post("/v1/dataprep/delete", json={"file_path": "export.md"})
+    assert deleted.status_code == 200 and deleted.json()["removed_chunks"] == 2
+    assert "export.md" not in await _sources(client)
+    missing = await client.post("/v1/dataprep/delete", json={"file_path": "nope.md"})
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    await client.post("/v1/dataprep/delete", json={"file_path": "all"})
+    assert await _sources(client) == {}

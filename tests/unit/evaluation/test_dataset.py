@@ -1,0 +1,67 @@
+"""Benchmark datasets in the MTRAG layout: loading, history, scored turns, bad lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chatqna.evaluation.dataset import load_dataset
+
+pytestmark = pytest.mark.anyio
+
+
+def write_dataset(directory: Path) -> Path:
+    corpus = [
+        {"id": "p-export", "title": "Export", "text": "Export your workspace as a zip file."},
+        {"id": "p-retain", "title": "Retention", "text": "Data is kept 30 days after cancel."},
+        {"id": "p-refund", "title": "Refunds", "text": "Annual plans are refundable."},
+    ]
+    turns = [
+        {
+            "turn": 1,
+            "role": "user",
+            "text": "How do I export my workspace?",
+            "relevant_ids": ["p-export"],
+            "gold_rewrite": None,
+            "evaluate": True,
+        },
+        {"turn": 1, "role": "assistant", "text": "Use the export zip.", "relevant_ids": []},
+        {
+            "turn": 2,
+            "role": "user",
+            "text": "How long is it kept?",
+            "relevant_ids": ["p-retain", "p-missing"],
+            "gold_rewrite": "How long is data kept?",
+            "evaluate": True,
+        },
+        {"turn": 2, "role": "assistant", "text": "30 days.", "relevant_ids": []},
+        {"turn": 3, "role": "user", "text": "not scored", "relevant_ids": [], "evaluate": False},
+    ]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "corpus.jsonl").write_text("\n".join(json.dumps(p) for p in corpus) + "\n")
+    (directory / "conversations.jsonl").write_text(
+        json.dumps({"conversation_id": "c1", "turns": turns}) + "\n"
+    )
+    return directory
+
+
+def test_load_dataset_keeps_history_and_scores_only_evaluated_turns(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    assert [p.id for p in dataset.passages] == ["p-export", "p-retain", "p-refund"]
+    assert [t.turn for t in dataset.turns] == [1, 2]
+    second = dataset.turns[1]
+    assert [m.role for m in second.history] == ["user", "assistant"]
+    assert second.relevant_ids == ("p-retain", "p-missing")
+    assert second.gold_rewrite == "How long is data kept?" and second.is_follow_up
+    assert second.key == "c1<::>2"
+
+
+def test_load_dataset_reports_bad_lines(tmp_path: Path) -> None:
+    directory = write_dataset(tmp_path / "bad")
+    (directory / "corpus.jsonl").write_text('{"id": "x", "text": "ok"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"corpus\.jsonl:2"):
+        load_dataset(directory)
+    with pytest.raises(FileNotFoundError):
+        load_dataset(tmp_path / "nowhere")

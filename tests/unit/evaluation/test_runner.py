@@ -1,0 +1,39 @@
+"""The benchmark run end to end on a tiny dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatqna.backends.fakes import HashingEmbedder
+from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.modes import QueryStrategy
+from chatqna.evaluation.runner import run_benchmark
+from tests.unit.evaluation.test_dataset import write_dataset
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_run_benchmark_on_the_tiny_dataset(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    results = await run_benchmark(
+        dataset,
+        [QueryStrategy("stateless"), QueryStrategy("condense_gold")],
+        embedder,
+        embedder,
+        None,
+        samples=50,
+    )
+    assert len(results["modes"]) == 8
+    assert results["dataset"]["turn_1"] == 1 and results["dataset"]["follow_ups"] == 1
+    gold = next(
+        m
+        for m in results["modes"]
+        if m["strategy"] == "condense_gold" and m["hybrid"] and not m["rerank"]
+    )
+    follow = gold["splits"]["follow_ups"]["metrics"]
+    # p-missing is not in the corpus: recall tops out at 1/2.
+    assert follow["R@10"]["mean"] == 0.5
+    assert gold["splits"]["turn_1"]["metrics"]["R@1"]["mean"] == 1.0

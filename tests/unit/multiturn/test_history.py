@@ -1,0 +1,29 @@
+"""Splitting a chat: the query is the last user message; system messages are not history."""
+
+import pytest
+
+from chatqna.multiturn.history import Conversation, Message, split_conversation
+
+
+def test_query_history_and_system_are_split() -> None:
+    conversation = split_conversation(
+        [
+            Message("system", "Be brief."),
+            Message("user", "How do I export?"),
+            Message("assistant", "Settings > Export."),
+            Message("user", "After I cancel?"),
+        ]
+    )
+    assert conversation.query == "After I cancel?"
+    assert conversation.system == ("Be brief.",)
+    assert [m.role for m in conversation.history] == ["user", "assistant"]
+    assert conversation.window(1) == (Message("assistant", "Settings > Export."),)
+    assert conversation.window(0) == ()
+
+
+def test_the_last_message_must_be_the_users() -> None:
+    with pytest.raises(ValueError, match="must come from the user"):
+        split_conversation([Message("user", "hi"), Message("assistant", "hello")])
+    with pytest.raises(ValueError):
+        split_conversation([])
+    assert Conversation("q", ()).window(3) == ()
