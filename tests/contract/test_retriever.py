@@ -1,5 +1,6 @@
-"""The `Retriever` contract, over the embedded index, Redis Stack (slow: starts the server)
-and the retriever service (`RemoteRetriever` against a retriever-role app, over ASGI).
+"""The `Retriever` contract, over the embedded index, Redis Stack and a Redis Cluster of three
+primaries and three replicas (slow: they start servers), and the retriever service
+(`RemoteRetriever` against a retriever-role app, over ASGI).
 
 Every implementation is built the way the service builds it (`build_retriever` from
 `Settings`), and driven only through the Protocol. The retriever service cannot be written
@@ -77,7 +78,22 @@ async def retriever_service(settings: Settings) -> AsyncIterator[Subject]:
     await index.aclose()
 
 
-@pytest.fixture(params=["embedded", "service", pytest.param("redis", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.integration.redis_server import redis_cluster
+
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as running:
+        yield running.url
+
+
+@pytest.fixture(
+    params=[
+        "embedded",
+        "service",
+        pytest.param("redis", marks=pytest.mark.slow),
+        pytest.param("cluster", marks=pytest.mark.slow),
+    ]
+)
 async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Subject]:
     settings = Settings(chatqna_data_dir=tmp_path / "data")
     if request.param == "service":
@@ -91,6 +107,13 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         url = request.getfixturevalue("redis_server")
         with redis.Redis.from_url(url, protocol=2) as connection:
             connection.flushall()
+        settings = Settings(chatqna_data_dir=tmp_path / "data", redis_url=url)
+    if request.param == "cluster":
+        import redis.cluster
+
+        url = request.getfixturevalue("redis_cluster_url")
+        with redis.cluster.RedisCluster.from_url(url, protocol=2) as connection:
+            connection.flushall(target_nodes=redis.cluster.RedisCluster.PRIMARIES)
         settings = Settings(chatqna_data_dir=tmp_path / "data", redis_url=url)
     index = await build_retriever(settings, EMBEDDER)
     await index.replace_sources([await batch(s, t) for s, t in CORPUS.items()])
