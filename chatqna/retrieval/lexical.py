@@ -21,7 +21,8 @@ its own terms plus the union of the earlier questions' terms boosted by
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -78,13 +79,13 @@ class LexicalIndex:
         """See the last commit of any process."""
         self.index.reload()
 
-    def write(self, sources: Iterable[str], documents: Iterable[Document]) -> None:
-        """Delete every document of `sources`, add `documents`, commit (one segment)."""
+    @contextmanager
+    def _commit(self) -> Iterator[tantivy.IndexWriter]:
+        """A writer whose changes are committed when the block ends, rolled back if it
+        raises; the index then sees the commit."""
         writer = self.index.writer(WRITER_HEAP_BYTES, 1)
         try:
-            for source in sources:
-                writer.delete_documents_by_term("source", source)
-            self._add(writer, documents)
+            yield writer
             writer.commit()
         except BaseException:
             writer.rollback()
@@ -93,20 +94,19 @@ class LexicalIndex:
             writer.wait_merging_threads()
         self.index.reload()
 
+    def write(self, sources: Iterable[str], documents: Iterable[Document]) -> None:
+        """Delete every document of `sources`, add `documents`, commit (one segment)."""
+        with self._commit() as writer:
+            for source in sources:
+                writer.delete_documents_by_term("source", source)
+            self._add(writer, documents)
+
     def rebuild(self, batches: Iterable[Sequence[Document]]) -> None:
         """Replace the whole index with these documents, in one commit."""
-        writer = self.index.writer(WRITER_HEAP_BYTES, 1)
-        try:
+        with self._commit() as writer:
             writer.delete_all_documents()
             for batch in batches:
                 self._add(writer, batch)
-            writer.commit()
-        except BaseException:
-            writer.rollback()
-            raise
-        finally:
-            writer.wait_merging_threads()
-        self.index.reload()
 
     @staticmethod
     def _add(writer: tantivy.IndexWriter, documents: Iterable[Document]) -> None:
