@@ -96,6 +96,7 @@ class Settings(BaseSettings):
     rrf_k: int = Field(60, ge=1)
     rrf_dense_weight: float = Field(1.0, ge=0.0)
     rrf_bm25_weight: float = Field(0.2, ge=0.0)
+    chatqna_embedded_exact_max_chunks: int = Field(1_000_000, ge=0)
     chunk_size: int = Field(1200, ge=100)
     chunk_overlap: int = Field(150, ge=0)
 

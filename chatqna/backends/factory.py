@@ -89,6 +89,7 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
         embedder_name=embedder.name,
         dimension=await embedding_dimension(embedder),
         rrf_k=settings.rrf_k,
+        exact_max=settings.chatqna_embedded_exact_max_chunks,
     )
 
 

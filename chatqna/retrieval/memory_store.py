@@ -1,4 +1,4 @@
-"""The embedded retriever: SQLite store of record, tantivy BM25, exact numpy dense search.
+"""The embedded retriever: SQLite store of record, tantivy BM25, exact dense search in memory.
 
 Files in the index directory (`<CHATQNA_DATA_DIR>/index/`):
 
@@ -8,7 +8,9 @@ Files in the index directory (`<CHATQNA_DATA_DIR>/index/`):
   the store and rebuilt from it whenever it is found behind (after a crash mid-write).
 - `writer.lock`: the lock a writing process holds (any process may write, one at a time).
 
-The vectors are also held in memory (`chatqna.retrieval.vectors`), exact search. A hybrid
+The vectors are also held in memory (`chatqna.retrieval.vectors`): exact search (an int8 scan
+rescored in float32) up to `exact_max` live chunks, an HNSW graph built in the background
+beyond it (`chatqna.retrieval.vector_graph`). A hybrid
 search fuses the best `max(k, rrf_candidates)` passages of each leg by weighted reciprocal
 rank fusion and keeps the best `k`.
 
@@ -42,16 +44,18 @@ from chatqna.retrieval.chunk_store import FORMAT_VERSION, STORE_FILE, ChunkStore
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 from chatqna.retrieval.legacy_index import LEGACY_FILE, MIGRATED_SUFFIX, read_legacy
 from chatqna.retrieval.lexical import LexicalIndex
-from chatqna.retrieval.vectors import VectorSet, single_threaded_blas
+from chatqna.retrieval.vector_graph import VectorGraph
+from chatqna.retrieval.vectors import VectorSet, scan_candidates, single_threaded_blas
 
 LOCK_FILE = "writer.lock"
 WRITER_WAIT_S = 120.0  # how long a write waits for another process's write to finish
 REBUILD_HINT = "rebuild it with `chatqna ingest --rebuild <paths>`"
+EXACT_MAX_CHUNKS = 1_000_000  # live chunks searched exactly; an HNSW graph beyond
 log = logging.getLogger(__name__)
 
 
 class InMemoryHybridIndex:
-    """Exact cosine search plus tantivy BM25, fused with reciprocal rank fusion."""
+    """Dense search (exact, or HNSW past `exact_max`) plus tantivy BM25, fused by RRF."""
 
     supports_bm25_history = True
 
@@ -63,19 +67,27 @@ class InMemoryHybridIndex:
         dimension: int,
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
+        exact_max: int = EXACT_MAX_CHUNKS,
+        graph_threads: int = 1,
     ) -> None:
         if rrf_k < 1 or rrf_candidates < 1:
             raise ValueError("rrf_k and rrf_candidates must be at least 1")
+        if exact_max < 0 or graph_threads < 1:
+            raise ValueError("exact_max must be at least 0 and graph_threads at least 1")
         self.directory = directory
         self.path = directory / STORE_FILE
         self.embedder_name = embedder_name
         self.dimension = dimension
         self.rrf_k = rrf_k
         self.rrf_candidates = rrf_candidates
+        self.exact_max = exact_max
+        self.graph_threads = graph_threads
         self.loaded_from_disk = False
         self.store = ChunkStore(directory, dimension)
         self._lexical: LexicalIndex | None = None
         self._vectors = VectorSet.empty(dimension)
+        self._graph: VectorGraph | None = None
+        self._graph_build: threading.Thread | None = None
         self._generation = -1
         self._lexical_seen = -1
         self._refresh_lock = threading.Lock()
@@ -90,6 +102,8 @@ class InMemoryHybridIndex:
         dimension: int,
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
+        exact_max: int = EXACT_MAX_CHUNKS,
+        graph_threads: int = 1,
     ) -> InMemoryHybridIndex:
         """Open (or create) the index in `directory`, importing an earlier-format file."""
         index = cls(
@@ -98,6 +112,8 @@ class InMemoryHybridIndex:
             dimension=dimension,
             rrf_k=rrf_k,
             rrf_candidates=rrf_candidates,
+            exact_max=exact_max,
+            graph_threads=graph_threads,
         )
         single_threaded_blas()
         await asyncio.to_thread(index._open)
@@ -199,11 +215,57 @@ class InMemoryHybridIndex:
                 delta = self.store.delta(self._generation, current.last_row)
                 if self._generation < 0:
                     current = VectorSet.empty(self.dimension)
+                if self._graph is not None:
+                    self._graph.add(delta.added, delta.vectors)
+                    self._graph.remove(delta.removed)
                 self._vectors = current.apply(delta.added, delta.vectors, delta.removed)
                 self._generation = delta.generation
+                if self._vectors.live > self.exact_max and self._graph_build is None:
+                    self._graph_build = threading.Thread(
+                        target=self._build_graph,
+                        args=(self._vectors,),
+                        name="chatqna-vector-graph",
+                        daemon=True,
+                    )
+                    self._graph_build.start()
             if generations.lexical != self._lexical_seen:
                 self.lexical.reload()
                 self._lexical_seen = generations.lexical
+
+    def _build_graph(self, snapshot: VectorSet) -> None:
+        """Build the HNSW graph over `snapshot`, then catch it up and publish it."""
+        started = time.perf_counter()
+        log.info(
+            "%d chunks is past the exact-search size (%d): building the vector graph",
+            snapshot.live,
+            self.exact_max,
+        )
+        graph = VectorGraph(self.dimension, threads=self.graph_threads)
+        keep = np.flatnonzero(snapshot.alive)
+        graph.add(snapshot.rows[keep], snapshot.matrix[keep])
+        with self._refresh_lock:
+            current = self._vectors
+            newer = np.flatnonzero(current.rows > snapshot.last_row)
+            newer = newer[current.alive[newer]]
+            graph.add(current.rows[newer], current.matrix[newer])
+            graph.remove(snapshot.rows[keep][current.positions(snapshot.rows[keep]) < 0])
+            self._graph = graph
+        log.info(
+            "vector graph ready: %d chunks in %.1f s, %.0f MiB",
+            len(graph),
+            time.perf_counter() - started,
+            graph.memory_bytes / 2**20,
+        )
+
+    def describe_engine(self) -> str:
+        """How the dense leg searches now."""
+        return ("usearch HNSW" if self._graph else "int8 scan") + " (rescored exactly)"
+
+    def wait_for_graph(self, timeout: float | None = None) -> bool:
+        """Wait for a graph build in progress (benchmarks and tests); True once one is used."""
+        if self._graph_build is not None:
+            self._graph_build.join(timeout)
+        return self._graph is not None
 
     # --- writes -----------------------------------------------------------------------------
     async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
@@ -263,27 +325,45 @@ class InMemoryHybridIndex:
         vectors = self._vectors
         if not vectors.live:
             return []
-        cosine = vectors.cosine(vector)
         if not query.hybrid:
-            dense = vectors.top(cosine, query.k)
-            return self._results(vectors, cosine, [(int(p), float(cosine[p])) for p in dense])
+            positions, cosines = self._dense(vectors, vector, query.k)
+            cosine = dict(zip(positions.tolist(), cosines.tolist(), strict=True))
+            return self._results(vectors, cosine, list(cosine.items()))
         depth = max(query.k, self.rrf_candidates if candidates is None else candidates)
-        dense = vectors.top(cosine, depth)
+        positions, cosines = self._dense(vectors, vector, depth)
+        cosine = dict(zip(positions.tolist(), cosines.tolist(), strict=True))
         lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
         rows, scores = self.lexical.top(lexical, depth)
-        positions = vectors.positions(rows)
-        bm25 = {int(p): float(s) for p, s in zip(positions, scores, strict=True) if p >= 0}
+        found = vectors.positions(rows)
+        bm25 = {int(p): float(s) for p, s in zip(found, scores, strict=True) if p >= 0}
         fused = reciprocal_rank_fusion(
-            [[str(p) for p in dense], [str(p) for p in bm25]],
+            [[str(p) for p in cosine], [str(p) for p in bm25]],
             k=self.rrf_k,
             weights=query.fusion_weights,
         )[: query.k]
-        return self._results(vectors, cosine, [(int(p), s) for p, s in fused], bm25)
+        ranked = [(int(p), s) for p, s in fused]
+        lexical_only = np.asarray([p for p, _ in ranked if p not in cosine], dtype=np.int64)
+        cosine.update(
+            zip(
+                lexical_only.tolist(),
+                vectors.similarity(vector, lexical_only).tolist(),
+                strict=True,
+            )
+        )
+        return self._results(vectors, cosine, ranked, bm25)
+
+    def _dense(
+        self, vectors: VectorSet, vector: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        graph = self._graph
+        if graph is None:
+            return vectors.search(vector, k)
+        return vectors.rescore(vector, graph.search(vector, scan_candidates(k)), k)
 
     def _results(
         self,
         vectors: VectorSet,
-        cosine: np.ndarray,
+        cosine: dict[int, float],
         ranked: list[tuple[int, float]],
         bm25: dict[int, float] | None = None,
     ) -> list[ScoredChunk]:
@@ -293,7 +373,7 @@ class InMemoryHybridIndex:
             chunk = chunks.get(int(vectors.rows[position]))
             if chunk is None:  # removed by another process since this search began
                 continue
-            scores = {"dense": float(cosine[position])}
+            scores = {"dense": cosine[position]}
             if bm25 is not None:
                 scores["bm25"] = bm25.get(position, 0.0)
                 scores["fusion"] = score
@@ -311,7 +391,8 @@ class InMemoryHybridIndex:
         await asyncio.to_thread(self._refresh)
         return {
             "kind": "embedded",
-            "engine": "sqlite + tantivy + numpy (exact)",
+            "engine": "sqlite + tantivy + " + self.describe_engine(),
+            "exact_max_chunks": self.exact_max,
             "path": str(self.directory),
             "chunks": self._vectors.live,
             "sources": await asyncio.to_thread(self.store.source_count),

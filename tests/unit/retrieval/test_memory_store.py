@@ -386,3 +386,53 @@ async def test_fusion_scores_are_the_weighted_reciprocal_ranks(tmp_path: Path) -
             assert hit.scores["fusion"] == pytest.approx(expected), (weights, hit.chunk.source)
         ranked = sorted(hits, key=lambda h: -h.scores["fusion"])
         assert [h.chunk.id for h in hits] == [h.chunk.id for h in ranked]
+
+
+def many_passages(count: int) -> list[str]:
+    words = ["refund", "invoice", "courier", "password", "warranty", "desk", "zebra", "card"]
+    rng = np.random.default_rng(5)
+    return [
+        f"passage {n} " + " ".join(rng.choice(words, size=6).tolist()) + f" item{n % 37}"
+        for n in range(count)
+    ]
+
+
+async def test_past_the_exact_size_the_graph_answers_as_exact_search_does(
+    tmp_path: Path,
+) -> None:
+    passages = many_passages(600)
+    exact = await open_index(tmp_path / "exact")
+    graph = await open_index(tmp_path / "graph", exact_max=100)
+    for store in (exact, graph):
+        await store.replace_sources([batch("many.md", passages)])
+    assert graph.wait_for_graph(timeout=60) and not exact.wait_for_graph()
+    assert "HNSW" in (await graph.describe())["engine"]
+    assert "int8 scan" in (await exact.describe())["engine"]
+    for text in ("refund invoice item3", "zebra desk courier", "passage 17 warranty card"):
+        for hybrid in (True, False):
+            want = await exact.search(query(text, k=5, hybrid=hybrid))
+            got = await graph.search(query(text, k=5, hybrid=hybrid))
+            assert [r.chunk.id for r in got] == [r.chunk.id for r in want]
+            assert [r.scores["dense"] for r in got] == pytest.approx(
+                [r.scores["dense"] for r in want], abs=1e-6
+            )
+
+
+async def test_writes_after_the_graph_is_built_reach_it(tmp_path: Path) -> None:
+    store = await open_index(tmp_path, exact_max=0)
+    await store.replace_sources([batch("many.md", many_passages(300))])
+    assert store.wait_for_graph(timeout=60)
+    await store.replace_sources([batch("policies.md", POLICIES)])
+    found = await store.search(query(POLICIES[2], k=1, hybrid=False))
+    assert texts(found) == [POLICIES[2]]
+    await store.delete_sources(["policies.md"])
+    assert POLICIES[2] not in texts(await store.search(query(POLICIES[2], k=5, hybrid=False)))
+    # A second process opening the directory builds its own graph from the store.
+    other = await open_index(tmp_path, exact_max=0)
+    assert other.wait_for_graph(timeout=60)
+    assert (await other.describe())["chunks"] == 300
+
+
+async def test_negative_exact_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="exact_max"):
+        await open_index(tmp_path, exact_max=-1)

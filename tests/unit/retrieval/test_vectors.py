@@ -1,10 +1,11 @@
-"""The in-memory vector set: appends, removals, positions, exact top k, compaction."""
+"""The in-memory vector set: appends, removals, positions, exact top k (float32 and the
+rescored int8 scan), quantization, compaction."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from chatqna.retrieval.vectors import VectorSet
+from chatqna.retrieval.vectors import VectorSet, quantize, scan_candidates
 
 
 def unit(rows: int, seed: int = 0) -> np.ndarray:
@@ -36,21 +37,68 @@ def test_removed_rows_never_rank() -> None:
     vectors = unit(5)
     current = VectorSet.empty(8).apply(ids(1, 2, 3, 4, 5), vectors, ids())
     current = current.apply(ids(), np.zeros((0, 8), np.float32), ids(1, 99))
-    scores = current.cosine(vectors[0])  # row 1's own vector: it would rank first
-    assert scores[0] == -np.inf
-    top = current.top(scores, 10)
-    assert len(top) == 4 and 0 not in top.tolist()
+    positions, scores = current.search(vectors[0], 10)  # row 1's own vector would rank first
+    assert len(positions) == 4 and 0 not in positions.tolist()
     exact = np.argsort(-(vectors[1:] @ vectors[0]), kind="stable") + 1
-    assert top.tolist() == exact.tolist()
+    assert positions.tolist() == exact.tolist()
+    assert np.allclose(scores, vectors[positions] @ vectors[0])
 
 
 def test_top_k_is_exact_and_ordered() -> None:
     vectors = unit(200, seed=3)
     current = VectorSet.empty(8).apply(np.arange(1, 201, dtype=np.int64), vectors, ids())
     query = unit(1, seed=4)[0]
-    scores = current.cosine(query)
     expected = np.argsort(-(vectors @ query), kind="stable")[:7]
-    assert current.top(scores, 7).tolist() == expected.tolist()
+    assert current.search(query, 7)[0].tolist() == expected.tolist()
+
+
+def wide(rows: int, seed: int) -> np.ndarray:
+    matrix = np.random.default_rng(seed).standard_normal((rows, 64)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def test_the_int8_scan_finds_the_exact_top_k_and_exact_scores() -> None:
+    vectors = wide(5000, seed=7)
+    current = VectorSet.empty(64).apply(np.arange(1, 5001, dtype=np.int64), vectors, ids())
+    assert current.size > scan_candidates(10)  # the scan path, not the small-set one
+    for seed in range(20):
+        query = wide(1, seed=100 + seed)[0]
+        exact = vectors @ query
+        positions, scores = current.search(query, 10)
+        assert positions.tolist() == np.argsort(-exact, kind="stable")[:10].tolist()
+        assert np.allclose(scores, exact[positions], atol=1e-6)
+
+
+def test_the_int8_scan_skips_removed_rows() -> None:
+    vectors = wide(3000, seed=8)
+    rows = np.arange(1, 3001, dtype=np.int64)
+    current = VectorSet.empty(64).apply(rows, vectors, ids())
+    query = vectors[17]
+    best = current.search(query, 5)[0]
+    current = current.apply(ids(), np.zeros((0, 64), np.float32), rows[best[:3]])
+    again = current.search(query, 5)[0]
+    assert not set(again.tolist()) & set(best[:3].tolist())
+    assert again[:2].tolist() == best[3:].tolist()
+
+
+def test_quantize_codes_each_row_on_its_own_scale() -> None:
+    vectors = np.vstack([wide(3, seed=9), 1e-3 * wide(1, seed=10), np.zeros((1, 64))])
+    codes, scales = quantize(vectors.astype(np.float32))
+    assert codes.dtype == np.int8 and np.abs(codes[:4]).max(axis=1).tolist() == [127] * 4
+    assert np.allclose(codes * scales[:, None], vectors, atol=scales.max() / 2 + 1e-9)
+    assert not codes[4].any()
+
+
+def test_rescore_orders_candidates_and_drops_missing_rows() -> None:
+    vectors = wide(50, seed=11)
+    current = VectorSet.empty(64).apply(np.arange(1, 51, dtype=np.int64), vectors, ids(4))
+    current = current.apply(ids(), np.zeros((0, 64), np.float32), ids(7))
+    query = wide(1, seed=12)[0]
+    positions, scores = current.rescore(query, ids(3, 7, 9, 9, 99, 20, 1), 3)
+    candidates = [2, 8, 19, 0]  # rows 3, 9, 20, 1 (7 removed, 99 unknown)
+    exact = vectors[candidates] @ query
+    assert positions.tolist() == [candidates[i] for i in np.argsort(-exact)[:3]]
+    assert np.allclose(scores, np.sort(exact)[::-1][:3])
 
 
 def test_many_removals_compact_the_buffer() -> None:
