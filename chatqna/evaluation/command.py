@@ -93,6 +93,7 @@ async def run_bench_command(
             candidates=candidates,
             references=shipped_references(settings, depth=10),
             reranker=reranker,
+            exact_max=settings.chatqna_embedded_exact_max_chunks,
         )
     finally:
         cache.save()

@@ -10,6 +10,7 @@ defaults against the references, with paired intervals.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import tempfile
 import time
@@ -26,15 +27,21 @@ from chatqna.evaluation.dataset import Dataset, EvalTurn
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy, plan_turn
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.memory_store import EXACT_MAX_CHUNKS, InMemoryHybridIndex
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
 async def build_index(
-    dataset: Dataset, embedder: Embedder, directory: Path, progress: Progress | None = None
+    dataset: Dataset,
+    embedder: Embedder,
+    directory: Path,
+    progress: Progress | None = None,
+    *,
+    exact_max: int = EXACT_MAX_CHUNKS,
 ) -> InMemoryHybridIndex:
-    """Index the corpus, one chunk per passage, embedding in batches."""
+    """Index the corpus, one chunk per passage, embedding in batches. Past `exact_max`
+    passages the dense leg is the HNSW graph, waited for before this returns."""
     texts = [p.indexed_text() for p in dataset.passages]
     tick = progress("embedding corpus", len(texts)) if progress else None
     rows = []
@@ -45,13 +52,17 @@ async def build_index(
             tick(len(batch))
     matrix = np.vstack(rows)
     index = await InMemoryHybridIndex.open(
-        directory, embedder_name=embedder.name, dimension=int(matrix.shape[1])
+        directory,
+        embedder_name=embedder.name,
+        dimension=int(matrix.shape[1]),
+        exact_max=exact_max,
     )
     chunks = [
         Chunk(id=p.id, text=t, source=dataset.name, title=p.title, index=i)
         for i, (p, t) in enumerate(zip(dataset.passages, texts, strict=True))
     ]
     await index.replace_sources([SourceBatch(dataset.name, chunks, matrix)])
+    await asyncio.to_thread(index.wait_for_graph)
     return index
 
 
@@ -165,13 +176,15 @@ async def run_benchmark(
     candidates: Sequence[int] = (FUSION_CANDIDATES,),
     references: Sequence[Reference] = (),
     reranker: Reranker | None = None,
+    exact_max: int = EXACT_MAX_CHUNKS,
 ) -> dict[str, Any]:
     """Every strategy under every retrieval switch; returns the results document.
 
     The switches are hybrid at each BM25 fusion weight of `bm25_weights` (1.0 is plain RRF)
     and each per-leg depth of `candidates`, and dense only, each with and without
     `reranker` (the service's, from `build_reranker`; None keeps the fused order, as the
-    embedded default does). `references` (named modes, see `chatqna.evaluation.compare`) are
+    embedded default does). `exact_max` is the index's exact-search size
+    (`CHATQNA_EMBEDDED_EXACT_MAX_CHUNKS`; 0 ranks with the HNSW graph). `references` (named modes, see `chatqna.evaluation.compare`) are
     ranked too and compared with the first of them, the configuration under test.
     """
     switches = [(True, float(w), int(c)) for w in bm25_weights for c in candidates]
@@ -179,7 +192,9 @@ async def run_benchmark(
     turns = dataset.scored_turns
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
-        index = await build_index(dataset, embedder, Path(directory), progress)
+        index = await build_index(
+            dataset, embedder, Path(directory), progress, exact_max=exact_max
+        )
         planned = list(dict.fromkeys([*strategies, *(r.mode.query for r in references)]))
         plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in planned}
         latency = await measure_latency(turns, planned, raw_embedder, llm, plans)

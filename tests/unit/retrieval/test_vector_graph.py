@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -59,3 +61,14 @@ def test_searches_run_while_another_thread_adds() -> None:
         seen.append(len(graph.search(vectors[0], 10)))
     adding.join()
     assert seen and min(seen) == 10 and len(graph) == 20000
+
+
+def test_the_graph_library_and_the_embedder_runtime_load_in_either_order() -> None:
+    # usearch 2.26 crashed the process (SIGSEGV) when it was imported before onnxruntime.
+    for first, second in (("usearch.index", "onnxruntime"), ("onnxruntime", "usearch.index")):
+        loaded = subprocess.run(
+            [sys.executable, "-c", f"import {first}; import {second}"],
+            capture_output=True,
+            timeout=120,
+        )
+        assert loaded.returncode == 0, (first, second, loaded.stderr[-500:])
