@@ -184,8 +184,9 @@ async def run_benchmark(
     and each per-leg depth of `candidates`, and dense only, each with and without
     `reranker` (the service's, from `build_reranker`; None keeps the fused order, as the
     embedded default does). `exact_max` is the index's exact-search size
-    (`CHATQNA_EMBEDDED_EXACT_MAX_CHUNKS`; 0 ranks with the HNSW graph). `references` (named modes, see `chatqna.evaluation.compare`) are
-    ranked too and compared with the first of them, the configuration under test.
+    (`CHATQNA_EMBEDDED_EXACT_MAX_CHUNKS`; 0 ranks with the HNSW graph). `references`
+    (named modes, see `chatqna.evaluation.compare`) are ranked too and compared with the
+    first of them, the configuration under test.
     """
     switches = [(True, float(w), int(c)) for w in bm25_weights for c in candidates]
     switches.append((False, 1.0, FUSION_CANDIDATES))
