@@ -193,9 +193,7 @@ async def run_benchmark(
     turns = dataset.scored_turns
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
-        index = await build_index(
-            dataset, embedder, Path(directory), progress, exact_max=exact_max
-        )
+        index = await build_index(dataset, embedder, Path(directory), progress, exact_max=exact_max)
         planned = list(dict.fromkeys([*strategies, *(r.mode.query for r in references)]))
         plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in planned}
         latency = await measure_latency(turns, planned, raw_embedder, llm, plans)
