@@ -25,6 +25,7 @@ from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
 from chatqna.backends.retriever_client import RemoteRetriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import NotSupported
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -89,6 +90,7 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 @pytest.fixture(
     params=[
         "embedded",
+        "embedded-graph",
         "service",
         pytest.param("redis", marks=pytest.mark.slow),
         pytest.param("cluster", marks=pytest.mark.slow),
@@ -115,8 +117,12 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         with redis.cluster.RedisCluster.from_url(url, protocol=2) as connection:
             connection.flushall(target_nodes=redis.cluster.RedisCluster.PRIMARIES)
         settings = Settings(chatqna_data_dir=tmp_path / "data", redis_url=url)
+    if request.param == "embedded-graph":  # the HNSW graph past the exact size (here 0)
+        settings = Settings(chatqna_data_dir=tmp_path / "data", chatqna_embedded_exact_max_chunks=0)
     index = await build_retriever(settings, EMBEDDER)
     await index.replace_sources([await batch(s, t) for s, t in CORPUS.items()])
+    if request.param == "embedded-graph":
+        assert isinstance(index, InMemoryHybridIndex) and index.wait_for_graph(timeout=60)
     yield Subject(index, index)
     await index.aclose()
 
