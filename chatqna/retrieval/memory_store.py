@@ -233,7 +233,14 @@ class InMemoryHybridIndex:
                 self._lexical_seen = generations.lexical
 
     def _build_graph(self, snapshot: VectorSet) -> None:
-        """Build the HNSW graph over `snapshot`, then catch it up and publish it."""
+        """Build the HNSW graph over `snapshot`, then catch it up and publish it; should
+        that fail, searches stay exact and the failure is logged."""
+        try:
+            self._build_and_publish_graph(snapshot)
+        except Exception:
+            log.exception("building the vector graph failed: dense search stays exact")
+
+    def _build_and_publish_graph(self, snapshot: VectorSet) -> None:
         started = time.perf_counter()
         log.info(
             "%d chunks is past the exact-search size (%d): building the vector graph",

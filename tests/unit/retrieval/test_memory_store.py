@@ -436,3 +436,18 @@ async def test_writes_after_the_graph_is_built_reach_it(tmp_path: Path) -> None:
 async def test_negative_exact_size_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="exact_max"):
         await open_index(tmp_path, exact_max=-1)
+
+
+async def test_a_failed_graph_build_leaves_search_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise MemoryError("no room for the graph")
+
+    monkeypatch.setattr("chatqna.retrieval.memory_store.VectorGraph", broken)
+    store = await open_index(tmp_path, exact_max=0)
+    await store.replace_sources([batch("policies.md", POLICIES)])
+    assert store.wait_for_graph(timeout=60) is False
+    assert "building the vector graph failed" in caplog.text
+    assert "int8 scan" in (await store.describe())["engine"]
+    assert texts(await store.search(query(POLICIES[1], k=1, hybrid=False))) == [POLICIES[1]]
