@@ -7,7 +7,8 @@ server processes on loopback that differ only in tracing: one with tracing off, 
 exporting every span over OTLP/HTTP to a local receiver started here. Both get the sample
 corpus. Then it alternates rounds of `--concurrency` streaming two-turn chats against each
 for `--seconds`, and prints requests/s and latency percentiles per setting, and the ratio.
-Writes `results/tracing_overhead.json`.
+Each round also records the 1-minute load average at its end, since other jobs on the
+machine move the figures. Writes `results/tracing_overhead.json`.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ async def round_of_load(url: str, seconds: float, concurrency: int) -> dict[str,
         "rps": len(latencies) / elapsed,
         "p50_ms": latencies[len(latencies) // 2],
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1],
+        "load_average": os.getloadavg()[0],
     }
 
 
@@ -167,6 +169,7 @@ def main() -> None:
         }
         for setting, rounds in results.items()
     }
+    loads = [r["load_average"] for rounds in results.values() for r in rounds]
     ratio = summary["on"]["rps_median"] / summary["off"]["rps_median"]
     sampled = summary["sampled"]["rps_median"] / summary["off"]["rps_median"]
     print(
@@ -183,7 +186,7 @@ def main() -> None:
         )
     print(
         f"throughput vs off: on {ratio:.3f}, 10% sampled {sampled:.3f}; "
-        f"spans received: {spans_received}"
+        f"spans received: {spans_received}; load average {min(loads):.1f} to {max(loads):.1f}"
     )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
@@ -195,6 +198,7 @@ def main() -> None:
                 "ratio_sampled_off": sampled,
                 "ratio_on_off": ratio,
                 "spans_received": spans_received,
+                "load_average": {"min": min(loads), "max": max(loads)},
             },
             indent=1,
         )
