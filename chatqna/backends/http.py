@@ -25,7 +25,7 @@ import httpx
 
 from chatqna.backends.aiohttp_transport import AiohttpTransport
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
-from chatqna.telemetry.tracing import traced
+from chatqna.telemetry.client_spans import traced
 
 logger = logging.getLogger(__name__)
 

@@ -2,20 +2,25 @@
 
 Each call to an upstream gets a CLIENT span named by its method (`POST`), with the stable
 HTTP semantic-convention attributes (`http.request.method`, `url.full`, `server.address`,
-`server.port`, `http.response.status_code`, `error.type`), and carries the trace context
-(`traceparent`) to the upstream. The span ends when the response headers have arrived, as
-the OpenTelemetry httpx instrumentation does; a streamed body is read inside the caller's
-own span (`chatqna.generate`). When the span is not recording (a trace the sampler
-dropped), only the context is propagated: no attribute is built.
+`server.port`, `http.response.status_code`, `error.type`), and carries the W3C trace
+context (`traceparent`, `tracestate`) to the upstream. The span ends when the response
+headers have arrived, as the OpenTelemetry httpx instrumentation does; a streamed body is
+read inside the caller's own span (`chatqna.generate`). In a trace the sampler dropped no
+client span is made (it would be dropped too, see `chatqna.telemetry.tracing`): the
+request only carries the dropped trace's context upstream, its sampled flag unset.
 """
 
 from __future__ import annotations
 
 import httpx
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from chatqna.telemetry.tracing import dropped, tracing_installed
 
 TRACER_NAME = "chatqna.http"
+W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
 class TracedTransport(httpx.AsyncBaseTransport):
@@ -26,11 +31,14 @@ class TracedTransport(httpx.AsyncBaseTransport):
         self._tracer = trace.get_tracer(TRACER_NAME)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if dropped(trace.get_current_span()):
+            W3C_TRACE_CONTEXT.inject(request.headers)
+            return await self.inner.handle_async_request(request)
         method = request.method
         with self._tracer.start_as_current_span(
             method, kind=SpanKind.CLIENT, record_exception=False, set_status_on_exception=False
         ) as span:
-            propagate.inject(request.headers)
+            W3C_TRACE_CONTEXT.inject(request.headers)
             recording = span.is_recording()
             if recording:
                 url = request.url
@@ -59,3 +67,14 @@ class TracedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def traced(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+    """An upstream client's transport, with client spans and trace-context headers when
+    tracing is on; unchanged when it is off.
+
+    Per client, not by patching httpx globally: only our upstream clients are traced.
+    """
+    if not tracing_installed():
+        return transport
+    return TracedTransport(transport)

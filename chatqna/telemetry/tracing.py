@@ -5,15 +5,23 @@ Tracing is on when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`
 `OTEL_TRACES_EXPORTER=none` or nothing configured. Off, the tracer is OpenTelemetry's no-op
 one and no instrumentation is installed, so it costs nothing measurable. Spans go out over
 OTLP/HTTP (protobuf) in batches.
+
+Under a span the sampler dropped, the service's tracer (`tracer()`) makes no child span:
+the dropped span stands in for it. With every sampler `OTEL_TRACES_SAMPLER` offers, the
+child would have been dropped too (parent-based samplers follow the parent, ratio ones
+decide by the same trace id, and `always_on` drops nothing), so what a trace records is
+unchanged; a sampled-out request just skips the SDK's span machinery at every stage.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
+from functools import lru_cache
 from typing import Any
 
-import httpx
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -30,11 +38,60 @@ from chatqna.settings import Settings
 
 logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
+# The batch processor's limits. A busy service's spans of a whole schedule tick (about ten
+# per turn) fit one export, so the export thread sends few large requests, and a burst has
+# room in the queue before spans are dropped.
+EXPORT_SCHEDULE_MILLIS = 1000
+EXPORT_MAX_BATCH = 2048
+EXPORT_MAX_QUEUE = 8192
 
 
-def tracer() -> trace.Tracer:
-    """The service's tracer (a no-op one until a provider is installed)."""
-    return trace.get_tracer(TRACER_NAME, __version__)
+def dropped(span: trace.Span) -> bool:
+    """True for a span of a real trace that the sampler did not record."""
+    if span.is_recording():
+        return False
+    context = span.get_span_context()
+    return context.is_valid and not context.trace_flags.sampled
+
+
+class ServiceTracer:
+    """The provider's tracer, with no child span made under a dropped one.
+
+    Only the two calls the pipeline uses. `start_span` returns the dropped parent itself
+    (ending it again does nothing) and `start_as_current_span` leaves the current context
+    alone; on a recorded or a new trace both are the SDK's own.
+    """
+
+    def __init__(self, inner: trace.Tracer) -> None:
+        self.inner = inner
+
+    def start_span(self, name: str, context: Context | None = None) -> trace.Span:
+        parent = trace.get_current_span(context)
+        if dropped(parent):
+            return parent
+        return self.inner.start_span(name, context)
+
+    def start_as_current_span(
+        self, name: str, *, record_exception: bool = True
+    ) -> AbstractContextManager[trace.Span]:
+        parent = trace.get_current_span()
+        if dropped(parent):
+            return nullcontext(parent)
+        return self.inner.start_as_current_span(name, record_exception=record_exception)
+
+
+@lru_cache(maxsize=4)
+def _tracer_of(provider: trace.TracerProvider) -> ServiceTracer:
+    return ServiceTracer(provider.get_tracer(TRACER_NAME, __version__))
+
+
+def tracer() -> ServiceTracer:
+    """The service's tracer (a no-op one until a provider is installed).
+
+    One per provider: the SDK builds a new tracer on every `get_tracer` call, which costs
+    more than a dropped span.
+    """
+    return _tracer_of(trace.get_tracer_provider())
 
 
 def tracing_enabled(settings: Settings) -> bool:
@@ -81,7 +138,14 @@ def build_tracer_provider(settings: Settings) -> TracerProvider | None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=traces_endpoint(settings), timeout=10)
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=1000))
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            exporter,
+            max_queue_size=EXPORT_MAX_QUEUE,
+            schedule_delay_millis=EXPORT_SCHEDULE_MILLIS,
+            max_export_batch_size=EXPORT_MAX_BATCH,
+        )
+    )
     logger.info(
         "tracing on: %s exporter, service %s",
         settings.otel_traces_exporter,
@@ -104,16 +168,3 @@ def current_trace_id() -> str | None:
 def tracing_installed() -> bool:
     """True when a real (SDK) tracer provider is the global one."""
     return isinstance(trace.get_tracer_provider(), TracerProvider)
-
-
-def traced(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-    """An upstream client's transport, with client spans and trace-context headers when
-    tracing is on (`chatqna.telemetry.client_spans`); unchanged when it is off.
-
-    Per client, not by patching httpx globally: only our upstream clients are traced.
-    """
-    if not tracing_installed():
-        return transport
-    from chatqna.telemetry.client_spans import TracedTransport
-
-    return TracedTransport(transport)

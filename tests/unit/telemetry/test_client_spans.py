@@ -1,12 +1,13 @@
 """Client spans of upstream calls: one per request, attributes only when recording, and the
-trace context sent along."""
+trace context sent along (alone, in a trace the sampler dropped)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode
 
 from chatqna.telemetry.client_spans import TracedTransport
 
@@ -61,3 +62,16 @@ async def test_a_transport_failure_marks_the_span_and_propagates(
     (span,) = spans.get_finished_spans()
     assert (span.attributes or {})["error.type"] == "ConnectError"
     assert span.status.status_code == StatusCode.ERROR
+
+
+async def test_a_dropped_trace_gets_no_client_span_but_its_context_goes_along(
+    spans: InMemorySpanExporter,
+) -> None:
+    context = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False)
+    seen: list[httpx.Request] = []
+    async with client(200, seen) as upstream:
+        with trace.use_span(NonRecordingSpan(context)):
+            await upstream.post("/v1/embeddings", json={"input": ["q"]})
+    assert spans.get_finished_spans() == ()
+    traceparent = seen[0].headers["traceparent"]
+    assert traceparent == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"

@@ -1,0 +1,87 @@
+"""The service's tracer: one per provider, real spans in a recorded or a new trace, and no
+span at all under one the sampler dropped."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from chatqna.settings import Settings
+from chatqna.telemetry.tracing import build_tracer_provider, dropped, tracer
+
+TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
+
+
+def foreign(sampled: bool, remote: bool = False) -> NonRecordingSpan:
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+    return NonRecordingSpan(SpanContext(TRACE_ID, 0xB7AD6B7169203331, remote, flags))
+
+
+def test_one_tracer_per_provider() -> None:
+    assert tracer() is tracer()
+
+
+def test_dropped_is_a_real_trace_not_sampled() -> None:
+    assert dropped(foreign(sampled=False))
+    assert not dropped(foreign(sampled=True, remote=True))
+    assert not dropped(trace.INVALID_SPAN), "no trace at all is not a dropped one"
+    recording = tracer().start_span("recording")
+    assert not dropped(recording)
+    recording.end()
+
+
+def test_under_a_dropped_span_no_span_is_made(spans: InMemorySpanExporter) -> None:
+    parent = foreign(sampled=False)
+    with trace.use_span(parent):
+        with tracer().start_as_current_span("chatqna.embed") as embed:
+            assert embed is parent
+            assert trace.get_current_span() is parent
+        generate = tracer().start_span("chatqna.generate")
+        generate.end()
+    assert generate is parent
+    context = trace.set_span_in_context(parent)
+    assert tracer().start_span("chatqna.generate", context=context) is parent
+    assert spans.get_finished_spans() == ()
+
+
+def test_under_a_recorded_span_children_are_real(spans: InMemorySpanExporter) -> None:
+    with tracer().start_as_current_span("chatqna.orchestrate") as orchestrate:
+        with tracer().start_as_current_span("chatqna.embed"):
+            pass
+        generate = tracer().start_span(
+            "chatqna.generate", context=trace.set_span_in_context(orchestrate)
+        )
+        generate.end()
+    finished = {s.name: s for s in spans.get_finished_spans()}
+    parent_id = orchestrate.get_span_context().span_id
+    for name in ("chatqna.embed", "chatqna.generate"):
+        parent = finished[name].parent
+        assert parent is not None and parent.span_id == parent_id, name
+
+
+def test_a_sampled_remote_parent_gets_real_children(spans: InMemorySpanExporter) -> None:
+    with (
+        trace.use_span(foreign(sampled=True, remote=True)),
+        tracer().start_as_current_span("chatqna.orchestrate"),
+    ):
+        pass
+    (span,) = spans.get_finished_spans()
+    assert span.context is not None and span.context.trace_id == TRACE_ID
+
+
+def test_an_exception_is_recorded_only_when_asked(spans: InMemorySpanExporter) -> None:
+    for record in (True, False):
+        with (
+            pytest.raises(ValueError),
+            tracer().start_as_current_span(f"record={record}", record_exception=record),
+        ):
+            raise ValueError("x")
+    events = {s.name: [e.name for e in s.events] for s in spans.get_finished_spans()}
+    assert events == {"record=True": ["exception"], "record=False": []}
+
+
+def test_no_provider_when_tracing_is_off() -> None:
+    assert build_tracer_provider(Settings(otel_traces_exporter="none")) is None
+    assert build_tracer_provider(Settings()) is None, "no endpoint: off"
