@@ -14,7 +14,7 @@ from typing import Literal
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from fastapi.telemetry import TelemetryConfig
 from opentelemetry.sdk.trace import TracerProvider
 
 from chatqna import __version__
@@ -28,21 +28,21 @@ from chatqna.backends.factory import build_backends, build_retrieval_backends
 from chatqna.heap import HeapTrimmer, freeze_startup_objects, trim_available
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
+from chatqna.telemetry.server_spans import ServerSpanMiddleware
 from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
 
 logger = logging.getLogger("chatqna")
 
 
-# Header names (regular expressions) whose values never reach a span.
-SECRET_HEADERS = [
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "set-cookie",
-    ".*api[-_]?key.*",
-    ".*token.*",
-    ".*secret.*",
-]
+# FastAPI's own OpenTelemetry support stays off: the server span is ours
+# (`chatqna.telemetry.server_spans`), and metrics are Prometheus's.
+NO_FASTAPI_TELEMETRY: TelemetryConfig = {
+    "tracing": False,
+    "metrics": False,
+    "logs": False,
+    "operation_spans": False,
+    "auto_configure": False,
+}
 
 
 def install_guards(app: FastAPI, settings: Settings) -> None:
@@ -143,21 +143,18 @@ def create_app(
         version=__version__,
         description="Retrieval-augmented chat with multi-turn retrieval.",
         lifespan=lifespan,
+        telemetry=NO_FASTAPI_TELEMETRY,
     )
     app.state.settings = settings
     app.state.metrics = ServiceMetrics()
     install_error_handlers(app)
     install_guards(app, settings)
     if tracer_provider is not None:
-        # No spans for each ASGI send/receive: a streamed answer would add one per token.
-        # Should an operator capture request headers on spans (OTEL_INSTRUMENTATION_HTTP_
-        # CAPTURE_HEADERS_SERVER_REQUEST), credentials are still recorded as [REDACTED].
-        FastAPIInstrumentor.instrument_app(
-            app,
+        # Outermost of our middleware, so the metrics middleware sees the trace id.
+        app.add_middleware(
+            ServerSpanMiddleware,
             tracer_provider=tracer_provider,
-            excluded_urls="metrics,health_check,ready",
-            exclude_spans=["receive", "send"],
-            http_capture_headers_sanitize_fields=SECRET_HEADERS,
+            capture_request_headers=settings.otel_instrumentation_http_capture_headers_server_request,
         )
     app.include_router(health.router)
     if role == "megaservice":

@@ -117,7 +117,11 @@ class Settings(BaseSettings):
     condense_timeout_seconds: float = Field(10.0, gt=0)
     condense_max_query_chars: int = Field(500, ge=20)
 
-    @field_validator("chatqna_cors_origins", mode="before")
+    @field_validator(
+        "chatqna_cors_origins",
+        "otel_instrumentation_http_capture_headers_server_request",
+        mode="before",
+    )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         # One comma-separated variable (`https://a.example,https://b.example`), not JSON.
@@ -195,6 +199,11 @@ class Settings(BaseSettings):
         "parentbased_traceidratio",
     ] = "parentbased_always_on"
     otel_traces_sampler_arg: float = Field(1.0, ge=0.0, le=1.0)
+    # Request headers recorded on server spans (names or regular expressions); credentials
+    # are recorded as [REDACTED].
+    otel_instrumentation_http_capture_headers_server_request: Annotated[list[str], NoDecode] = (
+        Field(default_factory=list)
+    )
     chatqna_trace_content: bool = False
 
     @field_validator("chatqna_workers", mode="before")

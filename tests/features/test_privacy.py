@@ -122,13 +122,7 @@ def log_text(records: list[logging.LogRecord]) -> str:
 
 
 @pytest.fixture
-def captured(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[pytest.LogCaptureFixture]:
-    # An operator asking for request headers on server spans must still not get the key.
-    monkeypatch.setenv(
-        "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST", "authorization,user-agent"
-    )
+def captured(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     caplog.set_level(logging.DEBUG)
     yield caplog
 
@@ -183,6 +177,12 @@ async def test_no_secret_and_no_user_text_in_logs_or_spans(
         update={
             "chatqna_api_key": SecretStr(API_KEY),
             "openai_api_key": SecretStr(UPSTREAM_KEY),
+            # An operator asking for request headers on server spans must still not get
+            # the key.
+            "otel_instrumentation_http_capture_headers_server_request": [
+                "authorization",
+                "user-agent",
+            ],
             **mode,
         }
     )

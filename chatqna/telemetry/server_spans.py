@@ -1,0 +1,233 @@
+"""The request's SERVER span, made by a small ASGI middleware.
+
+Every HTTP request but the probes and the metrics scrape (`EXCLUDED_PATHS`) gets a SERVER
+span named by its method and route template (`POST /v1/chatqna`), a child of the caller's
+span when the request carries a W3C `traceparent`, else the root of a new trace. While the
+span is recording it has the stable HTTP semantic-convention attributes
+(`http.request.method`, `url.scheme`, `url.path` (never the query string), `http.route`,
+`server.address`, `server.port`, `client.address`, `network.protocol.version`,
+`user_agent.original`, `http.response.status_code`) and, for a 5xx answer or an exception,
+`error.type` and the ERROR status; the request headers an operator names
+(`OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST`) are recorded as
+`http.request.header.<name>`, credentials as `[REDACTED]`. The status code is read once,
+from `http.response.start`, and the span ends after the last body frame, so a streamed
+answer lies inside it.
+
+When the sampler drops the trace, the middleware only makes the dropped span's context
+current (for `X-Trace-Id` and the `traceparent` sent upstream): no attribute is built and
+`send` is not wrapped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from opentelemetry import context, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from chatqna import __version__
+
+TRACER_NAME = "chatqna.http"
+# The probes and the scrape: frequent, and nobody looks for them in a trace.
+EXCLUDED_PATHS = frozenset({"/metrics", "/v1/health_check", "/v1/ready"})
+# Header names (regular expressions) whose values never reach a span.
+SECRET_HEADERS = (
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    ".*api[-_]?key.*",
+    ".*token.*",
+    ".*secret.*",
+)
+REDACTED = ("[REDACTED]",)
+KNOWN_METHODS = frozenset(
+    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY", "TRACE"}
+)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
+TRACE_HEADERS = (b"traceparent", b"tracestate")
+
+
+def incoming_context(headers: Iterable[tuple[bytes, bytes]]) -> Context:
+    """The caller's trace from a request's W3C `traceparent` (and `tracestate`), or an empty
+    context, so that the request's span is a root, when there is none or it is malformed."""
+    carrier: dict[str, str] = {}
+    for name, value in headers:
+        if name in TRACE_HEADERS:
+            carrier[name.decode("latin-1")] = value.decode("latin-1")
+    if "traceparent" not in carrier:
+        return Context()
+    return W3C_TRACE_CONTEXT.extract(carrier, Context())
+
+
+def server_address(host: str | None, scope: Scope) -> tuple[str | None, int | None]:
+    """`server.address` and `server.port` from the `Host` header, else the listening socket."""
+    if host is None:
+        server = scope.get("server")
+        return (server[0], server[1]) if server else (None, None)
+    if host.startswith("["):  # [IPv6]:port
+        address, _, rest = host[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        address, _, port = host.partition(":")
+    return address, int(port) if port.isdigit() else DEFAULT_PORTS.get(scope.get("scheme", ""))
+
+
+class HeaderCapture:
+    """Which request headers go on the span (`http.request.header.<name>`), and which of
+    those are credentials, recorded as `[REDACTED]`. Both are lists of regular expressions
+    matched against the whole lower-case header name."""
+
+    def __init__(self, names: Sequence[str], secrets: Sequence[str] = SECRET_HEADERS) -> None:
+        self._wanted = re.compile("|".join(f"(?:{n})" for n in names), re.I) if names else None
+        self._secret = re.compile("|".join(f"(?:{s})" for s in secrets), re.I)
+
+    def __bool__(self) -> bool:
+        return self._wanted is not None
+
+    def attributes(self, headers: Iterable[tuple[bytes, bytes]]) -> dict[str, AttributeValue]:
+        if self._wanted is None:
+            return {}
+        values: dict[str, list[str]] = {}
+        for raw_name, raw_value in headers:
+            name = raw_name.decode("latin-1").lower()
+            if self._wanted.fullmatch(name):
+                values.setdefault(name, []).append(raw_value.decode("latin-1"))
+        return {
+            f"http.request.header.{name}": REDACTED if self._secret.fullmatch(name) else tuple(v)
+            for name, v in values.items()
+        }
+
+
+def request_attributes(scope: Scope, method: str) -> dict[str, AttributeValue]:
+    """The request's attributes, built only for a recording span."""
+    attributes: dict[str, AttributeValue] = {
+        "http.request.method": method,
+        "url.scheme": scope.get("scheme", "http"),
+        "url.path": scope["path"],
+    }
+    if method != scope["method"]:
+        attributes["http.request.method_original"] = scope["method"]
+    host = user_agent = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value.decode("latin-1")
+        elif name == b"user-agent":
+            user_agent = value.decode("latin-1")
+    address, port = server_address(host, scope)
+    if address:
+        attributes["server.address"] = address
+    if port is not None:
+        attributes["server.port"] = port
+    client = scope.get("client")
+    if client:
+        attributes["client.address"] = client[0]
+    if scope.get("http_version"):
+        attributes["network.protocol.version"] = scope["http_version"]
+    if user_agent:
+        attributes["user_agent.original"] = user_agent
+    return attributes
+
+
+class ServerSpanMiddleware:
+    """A SERVER span around every HTTP request but those to `excluded_paths`."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        tracer_provider: trace.TracerProvider,
+        *,
+        excluded_paths: Iterable[str] = EXCLUDED_PATHS,
+        capture_request_headers: Sequence[str] = (),
+    ) -> None:
+        self.app = app
+        self._tracer = tracer_provider.get_tracer(TRACER_NAME, __version__)
+        self._excluded = frozenset(excluded_paths)
+        self._capture = HeaderCapture(capture_request_headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self._excluded:
+            await self.app(scope, receive, send)
+            return
+        method = scope["method"] if scope["method"] in KNOWN_METHODS else "_OTHER"
+        parent = incoming_context(scope["headers"])
+        span = self._tracer.start_span(
+            "HTTP" if method == "_OTHER" else method, parent, SpanKind.SERVER
+        )
+        token = context.attach(trace.set_span_in_context(span, parent))
+        try:
+            if span.is_recording():
+                await self._recorded(span, method, scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+        finally:
+            context.detach(token)
+
+    async def _recorded(
+        self, span: Span, method: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        span.set_attributes(request_attributes(scope, method))
+        if self._capture:
+            span.set_attributes(self._capture.attributes(scope["headers"]))
+        exchange = Exchange(span, "HTTP" if method == "_OTHER" else method, scope)
+
+        async def send_then_end(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                exchange.status = message["status"]
+            await send(message)
+            if kind == "http.response.body" and not message.get("more_body", False):
+                exchange.end()
+
+        try:
+            await self.app(scope, receive, send_then_end)
+        except Exception as exc:
+            exchange.failed(exc)
+            raise
+        finally:
+            exchange.end()  # no last frame: an exception, or the client went away
+
+
+class Exchange:
+    """One recorded request: the status code it answered, and its span's end (once)."""
+
+    def __init__(self, span: Span, name: str, scope: Scope) -> None:
+        self.span = span
+        self.name = name
+        self.scope = scope
+        self.status = 0
+        self.error_type: str | None = None
+        self.ended = False
+
+    def failed(self, exc: Exception) -> None:
+        if self.ended:
+            return
+        self.error_type = type(exc).__qualname__
+        self.span.record_exception(exc)
+        self.span.set_status(Status(StatusCode.ERROR, self.error_type))
+        if self.status == 0:  # nothing sent yet: Starlette's error middleware answers 500
+            self.status = 500
+
+    def end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        span = self.span
+        route = getattr(self.scope.get("route"), "path", None)
+        if route:
+            span.update_name(f"{self.name} {route}")
+            span.set_attribute("http.route", route)
+        if self.status:
+            span.set_attribute("http.response.status_code", self.status)
+        if self.error_type is None and self.status >= 500:
+            self.error_type = str(self.status)
+            span.set_status(Status(StatusCode.ERROR))
+        if self.error_type is not None:
+            span.set_attribute("error.type", self.error_type)
+        span.end()
