@@ -9,7 +9,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode
 
-from chatqna.telemetry.client_spans import TracedTransport
+from chatqna.telemetry.client_spans import TracedTransport, url_full
 
 pytestmark = pytest.mark.anyio
 
@@ -75,3 +75,15 @@ async def test_a_dropped_trace_gets_no_client_span_but_its_context_goes_along(
     assert spans.get_finished_spans() == ()
     traceparent = seen[0].headers["traceparent"]
     assert traceparent == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+@pytest.mark.parametrize(
+    ("url", "full"),
+    [
+        ("http://tei.test:8080/v1/embeddings?x=1", "http://tei.test:8080/v1/embeddings"),
+        ("http://user:secret@[::1]:8000/a%20b?q=2", "http://[::1]:8000/a%20b"),
+        ("https://llm.test/v1/chat/completions", "https://llm.test/v1/chat/completions"),
+    ],
+)
+def test_the_full_url_has_no_credentials_and_no_query(url: str, full: str) -> None:
+    assert url_full(httpx.URL(url)) == full
