@@ -1,10 +1,11 @@
 """Shared HTTP plumbing for remote backends: one client per upstream, bounded calls, retries.
 
-Every remote backend owns one `httpx.AsyncClient` built by `upstream_client`, whose timeouts
-bound connecting and each read and write. `post_json` also bounds a whole call, so an
-upstream that trickles bytes forever still ends, and retries idempotent calls (embeddings,
-rerank, retrieval) by a `RetryPolicy`. Every failure is translated here into the typed
-errors of `chatqna.errors`, so callers never see an httpx exception.
+Every remote backend owns one `UpstreamClient` (`chatqna.backends.upstream`) built by
+`upstream_client`, whose timeouts bound connecting and each read and write. `post_json`
+also bounds a whole call, so an upstream that trickles bytes forever still ends, and
+retries idempotent calls (embeddings, rerank, retrieval) by a `RetryPolicy`. Every failure
+is translated here into the typed errors of `chatqna.errors`, so callers never see an
+httpx or aiohttp exception.
 
 Retried: connection failures and resets, protocol errors (a body cut short), timeouts, and
 HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong) and a body that is
@@ -23,9 +24,8 @@ from typing import Any
 
 import httpx
 
-from chatqna.backends.aiohttp_transport import AiohttpTransport
+from chatqna.backends.upstream import Reply, UpstreamClient
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
-from chatqna.telemetry.client_spans import traced
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +64,12 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(attempts=1)
 
 
-def default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-    """The transport of a client built without one: aiohttp underneath (see its module)."""
-    return AiohttpTransport(limits)
+class HTTPStatusFailure(Exception):
+    """An upstream answered with an error status (4xx, 5xx)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
 
 
 def upstream_client(
@@ -76,27 +79,39 @@ def upstream_client(
     connect_timeout_seconds: float,
     headers: dict[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
-) -> httpx.AsyncClient:
+) -> UpstreamClient:
     """The one client a remote backend keeps for its whole life.
 
-    Without a `transport` (tests pass one), `default_transport`: the bytes go over aiohttp.
+    Without a `transport` (tests pass one), the bytes go over aiohttp.
     """
-    # Keep every pooled connection alive (fewer reconnects under load), but drop idle ones
-    # before a uvicorn-style upstream's 5 s keep-alive closes them under a request.
-    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0)
-    return httpx.AsyncClient(
-        base_url=base_url,
-        timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
+    return UpstreamClient(
+        base_url,
+        timeout_seconds=timeout_seconds,
+        connect_timeout_seconds=connect_timeout_seconds,
         headers=headers,
-        transport=traced(transport if transport is not None else default_transport(limits)),
-        limits=limits,
+        transport=transport,
     )
+
+
+def raise_for_status(reply: Reply) -> Reply:
+    """`reply` itself, unless its status is an error."""
+    if reply.status >= 400:
+        raise HTTPStatusFailure(reply.status)
+    return reply
+
+
+def _status(exc: BaseException) -> int | None:
+    if isinstance(exc, HTTPStatusFailure):
+        return exc.status
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code
+    return None
 
 
 def is_retryable(exc: BaseException) -> bool:
     """A failure that another attempt of the same idempotent call may not meet again."""
-    if isinstance(exc, httpx.HTTPStatusError):
-        status = exc.response.status_code
+    status = _status(exc)
+    if status is not None:
         return status == 429 or status >= 500
     return isinstance(
         exc,
@@ -105,23 +120,22 @@ def is_retryable(exc: BaseException) -> bool:
 
 
 def _failure(exc: BaseException) -> str:
-    if isinstance(exc, httpx.HTTPStatusError):
-        return f"HTTP {exc.response.status_code}"
-    return type(exc).__name__
+    status = _status(exc)
+    return type(exc).__name__ if status is None else f"HTTP {status}"
 
 
 def translate_http_error(
     exc: Exception, *, backend: str, what: str, attempts: int = 1
 ) -> UpstreamFailure:
-    """Map an httpx exception raised while calling `what` on `backend` to our error tree.
+    """Map an exception raised while calling `what` on `backend` to our error tree.
 
     A `TimeoutError` is a whole-call bound (`asyncio.timeout`) that ran out.
     """
     tried = f" (after {attempts} attempts)" if attempts > 1 else ""
     if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
         return UpstreamTimeout(f"{backend}: {what} timed out{tried}", backend=backend)
-    if isinstance(exc, httpx.HTTPStatusError):
-        status = exc.response.status_code
+    status = _status(exc)
+    if status is not None:
         return UpstreamError(f"{backend}: {what} returned HTTP {status}{tried}", backend=backend)
     if isinstance(exc, httpx.HTTPError):
         return UpstreamError(
@@ -130,18 +144,21 @@ def translate_http_error(
     return BadUpstreamResponse(f"{backend}: {what} failed: {exc}", backend=backend)
 
 
+UPSTREAM_FAILURES = (httpx.HTTPError, HTTPStatusFailure, TimeoutError)
+
+
 async def with_retries(
-    attempt: Callable[[], Awaitable[httpx.Response]],
+    attempt: Callable[[], Awaitable[Reply]],
     *,
     retry: RetryPolicy,
     backend: str,
     what: str,
-) -> httpx.Response:
+) -> Reply:
     """Run `attempt` until it succeeds, fails for good, or `retry.attempts` are spent."""
     for number in range(1, retry.attempts + 1):
         try:
             return await attempt()
-        except (httpx.HTTPError, TimeoutError) as exc:
+        except UPSTREAM_FAILURES as exc:
             if number == retry.attempts or not is_retryable(exc):
                 raise translate_http_error(
                     exc, backend=backend, what=what, attempts=number
@@ -161,7 +178,7 @@ async def with_retries(
 
 
 async def post_json(
-    client: httpx.AsyncClient,
+    client: UpstreamClient,
     path: str,
     payload: dict[str, Any],
     *,
@@ -175,15 +192,14 @@ async def post_json(
     read); `retry` says how often a retryable failure is tried again.
     """
 
-    async def attempt() -> httpx.Response:
+    async def attempt() -> Reply:
         async with asyncio.timeout(timeout_seconds):
-            response = await client.post(path, json=payload)
-        response.raise_for_status()
-        return response
+            reply = await client.post(path, payload)
+        return raise_for_status(reply)
 
-    response = await with_retries(attempt, retry=retry, backend=backend, what=f"POST {path}")
+    reply = await with_retries(attempt, retry=retry, backend=backend, what=f"POST {path}")
     try:
-        return response.json()
+        return reply.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadUpstreamResponse(
             f"{backend}: POST {path} returned a body that is not JSON", backend=backend

@@ -16,16 +16,25 @@ once tokens have gone out a second answer cannot be spliced onto the first.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
 import httpx
+import orjson
 
-from chatqna.backends.http import post_json, require, translate_http_error, upstream_client
+from chatqna.backends.http import (
+    UPSTREAM_FAILURES,
+    HTTPStatusFailure,
+    post_json,
+    raise_for_status,
+    require,
+    translate_http_error,
+    upstream_client,
+)
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
 from chatqna.backends.sse_client import SSEDecoder
+from chatqna.backends.upstream import StreamReply
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 
 COMPLETIONS_PATH = "/v1/chat/completions"
@@ -125,26 +134,24 @@ class OpenAIChatLLM:
         self, messages: Sequence[dict[str, str]], params: GenerationParams
     ) -> AsyncIterator[Delta]:
         self.calls += 1
-        request = self._client.build_request(
-            "POST", COMPLETIONS_PATH, json=self._payload(messages, params, True)
-        )
+        payload = self._payload(messages, params, True)
         what = f"POST {COMPLETIONS_PATH} (stream)"
         deadline = (
             None
             if self._generation_timeout is None
             else asyncio.get_running_loop().time() + self._generation_timeout
         )
-        response: httpx.Response | None = None
+        response: StreamReply | None = None
         try:
             # The deadline wraps each wait on the upstream, never a `yield`: a timeout must
             # not fire while the consumer holds the generator suspended.
             async with asyncio.timeout_at(deadline):
-                response = await self._client.send(request, stream=True)
-                if response.status_code >= 400:
-                    await response.aread()
-                    response.raise_for_status()
+                response = await self._client.open_stream(COMPLETIONS_PATH, payload)
+                if response.status >= 400:
+                    await response.read()
+                    raise HTTPStatusFailure(response.status)
             decoder = SSEDecoder()
-            reads = response.aiter_bytes()
+            reads = response.chunks()
             while True:
                 async with asyncio.timeout_at(deadline):
                     read = await anext(reads, None)
@@ -168,7 +175,7 @@ class OpenAIChatLLM:
                 f"{self.backend}: generation took longer than {self._generation_timeout}s",
                 backend=self.backend,
             ) from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, HTTPStatusFailure) as exc:
             raise translate_http_error(exc, backend=self.backend, what=what) from exc
         finally:
             # Closing the response is what stops generation upstream when our client
@@ -180,8 +187,8 @@ class OpenAIChatLLM:
     def _parse_chunk(self, data: str) -> Delta | None:
         """One event's data: a `chat.completion.chunk` (or an error object)."""
         try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError as exc:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
             raise BadUpstreamResponse(
                 f"{self.backend}: stream chunk is not JSON", backend=self.backend
             ) from exc
@@ -203,9 +210,8 @@ class OpenAIChatLLM:
 
     async def describe(self) -> dict[str, Any]:
         try:
-            response = await self._client.get("/v1/models")
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
+            raise_for_status(await self._client.get("/v1/models"))
+        except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend=self.backend, what="GET /v1/models") from exc
         return {
             "kind": "openai",

@@ -17,6 +17,7 @@ import httpx
 
 from chatqna.backends.http import (
     NO_RETRY,
+    UPSTREAM_FAILURES,
     RetryPolicy,
     post_json,
     require,
@@ -147,13 +148,13 @@ class RemoteRetriever:
 
     async def describe(self) -> dict[str, Any]:
         try:
-            response = await self._client.get("/v1/ready")
-        except httpx.HTTPError as exc:
+            reply = await self._client.get("/v1/ready")
+        except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend=BACKEND, what="GET /v1/ready") from exc
         require(
-            response.status_code == 200,
+            reply.status == 200,
             backend=BACKEND,
-            what=f"retriever service not ready (HTTP {response.status_code})",
+            what=f"retriever service not ready (HTTP {reply.status})",
         )
         return {"kind": "remote", "endpoint": self.endpoint, "calls": self.calls}
 

@@ -20,8 +20,10 @@ import numpy as np
 
 from chatqna.backends.http import (
     NO_RETRY,
+    UPSTREAM_FAILURES,
     RetryPolicy,
     post_json,
+    raise_for_status,
     require,
     translate_http_error,
     upstream_client,
@@ -225,9 +227,8 @@ class TEIReranker:
 
     async def describe(self) -> dict[str, Any]:
         try:
-            response = await self._client.get("/health")
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
+            raise_for_status(await self._client.get("/health"))
+        except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend="reranker", what="GET /health") from exc
         return {"kind": "tei", "endpoint": self.endpoint, "calls": self.calls}
 

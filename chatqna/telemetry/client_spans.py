@@ -1,4 +1,4 @@
-"""HTTP client spans for the upstream calls, made by a thin wrapper around the transport.
+"""HTTP client spans for the upstream calls, made by each `UpstreamClient` around its calls.
 
 Each call to an upstream gets a CLIENT span named by its method (`POST`), with the stable
 HTTP semantic-convention attributes (`http.request.method`, `url.full`, `server.address`,
@@ -7,12 +7,18 @@ context (`traceparent`, `tracestate`) to the upstream. The span ends when the re
 headers have arrived, as the OpenTelemetry httpx instrumentation does; a streamed body is
 read inside the caller's own span (`chatqna.generate`). In a trace the sampler dropped no
 client span is made (it would be dropped too, see `chatqna.telemetry.tracing`): the
-request only carries the dropped trace's context upstream, its sampled flag unset.
+request only carries the dropped trace's context upstream, its sampled flag unset. With
+tracing off, a call costs one check.
+
+Per client, not by patching an HTTP library globally: only our upstream clients are traced.
 """
 
 from __future__ import annotations
 
-import httpx
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -23,65 +29,104 @@ TRACER_NAME = "chatqna.http"
 W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
-def url_full(url: httpx.URL) -> str:
-    """The URL without credentials or query string (`netloc` carries no credentials);
-    fifteen times cheaper than `copy_with`."""
-    path = url.raw_path.partition(b"?")[0]
-    return f"{url.scheme}://{url.netloc.decode('ascii')}{path.decode('ascii')}"
+def url_full(url: str) -> str:
+    """The URL without credentials or query string."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return f"{parts.scheme}://{netloc}{parts.path}"
 
 
-class TracedTransport(httpx.AsyncBaseTransport):
-    """`inner`, with a client span around every request."""
+class _Untraced:
+    """The call of a client while tracing is off: nothing to do."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-        self._tracer = trace.get_tracer(TRACER_NAME)
+    __slots__ = ()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def __enter__(self) -> _Untraced:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def status(self, code: int) -> None:
+        return None
+
+
+UNTRACED = _Untraced()
+
+
+class _TracedCall:
+    """One call's span; the trace context is written into `headers` on entry."""
+
+    def __init__(self, spans: ClientSpans, method: str, path: str, headers: dict[str, str]):
+        self._spans = spans
+        self._method = method
+        self._path = path
+        self._headers = headers
+        self._scope: Any = None
+        self._span: trace.Span | None = None
+
+    def __enter__(self) -> _TracedCall:
         if dropped(trace.get_current_span()):
-            W3C_TRACE_CONTEXT.inject(request.headers)
-            return await self.inner.handle_async_request(request)
-        method = request.method
-        with self._tracer.start_as_current_span(
-            method, kind=SpanKind.CLIENT, record_exception=False, set_status_on_exception=False
-        ) as span:
-            W3C_TRACE_CONTEXT.inject(request.headers)
-            recording = span.is_recording()
-            if recording:
-                url = request.url
-                span.set_attributes(
-                    {
-                        "http.request.method": method,
-                        "url.full": url_full(url),
-                        "server.address": url.host,
-                        "server.port": url.port or (443 if url.scheme == "https" else 80),
-                    }
-                )
-            try:
-                response = await self.inner.handle_async_request(request)
-            except Exception as exc:
-                if recording:
-                    span.set_attribute("error.type", type(exc).__qualname__)
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
-                raise
-            if recording:
-                status = response.status_code
-                span.set_attribute("http.response.status_code", status)
-                if status >= 400:
-                    span.set_attribute("error.type", str(status))
-                    span.set_status(Status(StatusCode.ERROR))
-            return response
+            W3C_TRACE_CONTEXT.inject(self._headers)
+            return self
+        spans = self._spans
+        self._scope = spans.tracer.start_as_current_span(
+            self._method,
+            kind=SpanKind.CLIENT,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        span = self._scope.__enter__()
+        W3C_TRACE_CONTEXT.inject(self._headers)
+        if span.is_recording():
+            self._span = span
+            span.set_attributes(
+                {
+                    "http.request.method": self._method,
+                    "url.full": spans.prefix + self._path.partition("?")[0],
+                    "server.address": spans.host,
+                    "server.port": spans.port,
+                }
+            )
+        return self
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    def status(self, code: int) -> None:
+        span = self._span
+        if span is None:
+            return
+        span.set_attribute("http.response.status_code", code)
+        if code >= 400:
+            span.set_attribute("error.type", str(code))
+            span.set_status(Status(StatusCode.ERROR))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and self._span is not None and issubclass(exc_type, Exception):
+            self._span.set_attribute("error.type", exc_type.__qualname__)
+            self._span.set_status(Status(StatusCode.ERROR, exc_type.__qualname__))
+        if self._scope is not None:
+            self._scope.__exit__(exc_type, exc, traceback)
 
 
-def traced(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-    """An upstream client's transport, with client spans and trace-context headers when
-    tracing is on; unchanged when it is off.
+class ClientSpans:
+    """The client spans of one upstream (`base_url`): its address is parsed once."""
 
-    Per client, not by patching httpx globally: only our upstream clients are traced.
-    """
-    if not tracing_installed():
-        return transport
-    return TracedTransport(transport)
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        self.prefix = url_full(base_url).rstrip("/")
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.tracer = trace.get_tracer(TRACER_NAME)
+
+    def call(self, method: str, path: str, headers: dict[str, str]) -> _TracedCall | _Untraced:
+        """A context for one call: a span around it, the trace context added to `headers`."""
+        if not tracing_installed():
+            return UNTRACED
+        return _TracedCall(self, method, path, headers)

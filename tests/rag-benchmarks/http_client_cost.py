@@ -1,4 +1,4 @@
-"""What one upstream call costs the caller's CPU: httpx, httpx over aiohttp, aiohttp directly.
+"""What one upstream call costs the caller's CPU: httpx, httpx over aiohttp, aiohttp, ours.
 
     .venv/bin/python tests/rag-benchmarks/http_client_cost.py [--calls 2000] [--rounds 3]
 
@@ -6,9 +6,11 @@ Starts the stand-in upstreams (`python -m tests.standins.servers`, their own pro
 in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON body in, a
 64-float vector out, as the service makes them) and as many streamed chat calls (20 SSE
 chunks read line by line) with each client, at `--concurrency` calls in flight, over a
-keep-alive pool. The clients: httpx with its own transport, httpx over the service's
-aiohttp transport (`chatqna.backends.aiohttp_transport`), httpx over the `httpx-aiohttp`
-package's transport when it is installed (it is not a dependency), and aiohttp directly.
+keep-alive pool. The clients: httpx with its own transport, httpx over the `httpx-aiohttp`
+package's transport when it is installed (it is not a dependency), aiohttp directly, and
+the service's own `UpstreamClient` (`chatqna.backends.upstream`, on its aiohttp engine)
+with the SSE decoder the LLM client uses. (Before it, the service ran httpx over an aiohttp
+transport of its own; that row is in the git history of `results/http_client_cost.json`.)
 They alternate within each round. What is measured is this process's CPU time per call
 (`time.process_time`), which the stand-ins' own work does not touch, and calls per second.
 Writes `results/http_client_cost.json`.
@@ -32,7 +34,8 @@ import httpx
 from load_chats import free_port, load_average, standin_argv, start_process
 from opea_overhead import orchestrator_env
 
-from chatqna.backends.aiohttp_transport import AiohttpTransport
+from chatqna.backends.sse_client import SSEDecoder
+from chatqna.backends.upstream import UpstreamClient
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "http_client_cost.json"
@@ -77,6 +80,25 @@ def aiohttp_calls(session: aiohttp.ClientSession, base: str) -> tuple[Call, Call
     return embed, chat
 
 
+def upstream_calls(client: UpstreamClient) -> tuple[Call, Call]:
+    async def embed() -> None:
+        reply = await client.post("/v1/embeddings", EMBED)
+        assert reply.status == 200
+        assert len(reply.json()["data"][0]["embedding"]) == 64
+
+    async def chat() -> None:
+        stream = await client.open_stream("/v1/chat/completions", CHAT)
+        try:
+            assert stream.status == 200
+            decoder = SSEDecoder()
+            events = [event async for chunk in stream.chunks() for event in decoder.feed(chunk)]
+        finally:
+            await stream.aclose()
+        assert events[-1].is_done
+
+    return embed, chat
+
+
 async def run(call: Call, calls: int, concurrency: int) -> dict[str, float]:
     remaining = calls
 
@@ -96,16 +118,15 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3)
     timeout = httpx.Timeout(30, connect=5)
     plain = httpx.AsyncClient(base_url=base, limits=limits, timeout=timeout)
-    over = httpx.AsyncClient(base_url=base, timeout=timeout, transport=AiohttpTransport(limits))
+    ours = UpstreamClient(base, timeout_seconds=30, connect_timeout_seconds=5)
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=3),
         timeout=aiohttp.ClientTimeout(total=30, connect=5),
     )
     clients = {
         "httpx (default transport)": httpx_calls(plain),
-        "httpx over aiohttp (the service's transport)": httpx_calls(over),
     }
-    others = [plain, over]
+    others: list[httpx.AsyncClient | UpstreamClient] = [plain, ours]
     try:
         from httpx_aiohttp import AiohttpTransport as PackagedTransport
 
@@ -117,6 +138,7 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
     except ImportError:
         pass
     clients["aiohttp directly"] = aiohttp_calls(session, base)
+    clients["the service's UpstreamClient (aiohttp engine)"] = upstream_calls(ours)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"embed": [], "chat": []} for name in clients
     }

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from chatqna.backends import http
+from chatqna.backends import upstream
 from chatqna.settings import Settings
 
 SPAN_EXPORTER = InMemorySpanExporter()
@@ -39,9 +39,13 @@ class NetworkBlocked(RuntimeError):
 
 @pytest.fixture(autouse=True)
 def _httpx_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Upstream clients keep httpx's own transport here, where respx mocks them; the
-    service's aiohttp transport has its own tests, and the integration tests run it."""
-    monkeypatch.setattr(http, "default_transport", lambda limits: httpx.AsyncHTTPTransport())
+    """Upstream clients run on httpx's own transport here, where respx mocks them; the
+    service's aiohttp engine has its own tests, and the integration tests run it."""
+    monkeypatch.setattr(
+        upstream,
+        "default_engine",
+        lambda timeouts: upstream.HttpxEngine(httpx.AsyncHTTPTransport(), timeouts),
+    )
 
 
 @pytest.fixture(autouse=True)

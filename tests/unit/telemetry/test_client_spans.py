@@ -1,5 +1,6 @@
-"""Client spans of upstream calls: one per request, attributes only when recording, and the
-trace context sent along (alone, in a trace the sampler dropped)."""
+"""Client spans of upstream calls (made by `UpstreamClient`): one per request, attributes
+only when recording, and the trace context sent along (alone, in a trace the sampler
+dropped)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,33 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode
 
-from chatqna.telemetry.client_spans import TracedTransport, url_full
+from chatqna.backends.upstream import UpstreamClient
+from chatqna.telemetry.client_spans import url_full
 
 pytestmark = pytest.mark.anyio
 
 
-def client(status: int, seen: list[httpx.Request]) -> httpx.AsyncClient:
+def upstream_on(base_url: str, transport: httpx.AsyncBaseTransport) -> UpstreamClient:
+    return UpstreamClient(
+        base_url, timeout_seconds=5, connect_timeout_seconds=1, transport=transport
+    )
+
+
+def client(status: int, seen: list[httpx.Request]) -> UpstreamClient:
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return httpx.Response(status, json={})
 
-    transport = TracedTransport(httpx.MockTransport(answer))
-    return httpx.AsyncClient(base_url="http://tei.test:8080", transport=transport)
+    return upstream_on("http://tei.test:8080", httpx.MockTransport(answer))
 
 
 async def test_a_call_is_one_client_span_with_the_context_sent_along(
     spans: InMemorySpanExporter,
 ) -> None:
     seen: list[httpx.Request] = []
-    async with client(200, seen) as upstream:
-        await upstream.post("/v1/embeddings?x=1", json={"input": ["q"]})
+    upstream = client(200, seen)
+    await upstream.post("/v1/embeddings?x=1", {"input": ["q"]})
+    await upstream.aclose()
     (span,) = spans.get_finished_spans()
     assert span.name == "POST" and span.kind == SpanKind.CLIENT
     assert dict(span.attributes or {}) == {
@@ -43,8 +51,9 @@ async def test_a_call_is_one_client_span_with_the_context_sent_along(
 
 
 async def test_an_error_status_marks_the_span(spans: InMemorySpanExporter) -> None:
-    async with client(503, []) as upstream:
-        await upstream.post("/rerank", json={})
+    upstream = client(503, [])
+    reply = await upstream.post("/rerank", {})
+    assert reply.status == 503
     (span,) = spans.get_finished_spans()
     assert span.status.status_code == StatusCode.ERROR
     assert (span.attributes or {})["error.type"] == "503"
@@ -56,9 +65,9 @@ async def test_a_transport_failure_marks_the_span_and_propagates(
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
-    upstream = httpx.AsyncClient(transport=TracedTransport(httpx.MockTransport(refuse)))
+    upstream = upstream_on("http://llm.test", httpx.MockTransport(refuse))
     with pytest.raises(httpx.ConnectError):
-        await upstream.get("http://llm.test/v1/models")
+        await upstream.get("/v1/models")
     (span,) = spans.get_finished_spans()
     assert (span.attributes or {})["error.type"] == "ConnectError"
     assert span.status.status_code == StatusCode.ERROR
@@ -69,9 +78,9 @@ async def test_a_dropped_trace_gets_no_client_span_but_its_context_goes_along(
 ) -> None:
     context = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False)
     seen: list[httpx.Request] = []
-    async with client(200, seen) as upstream:
-        with trace.use_span(NonRecordingSpan(context)):
-            await upstream.post("/v1/embeddings", json={"input": ["q"]})
+    upstream = client(200, seen)
+    with trace.use_span(NonRecordingSpan(context)):
+        await upstream.post("/v1/embeddings", {"input": ["q"]})
     assert spans.get_finished_spans() == ()
     traceparent = seen[0].headers["traceparent"]
     assert traceparent == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
@@ -86,4 +95,23 @@ async def test_a_dropped_trace_gets_no_client_span_but_its_context_goes_along(
     ],
 )
 def test_the_full_url_has_no_credentials_and_no_query(url: str, full: str) -> None:
-    assert url_full(httpx.URL(url)) == full
+    assert url_full(url) == full
+
+
+async def test_a_streamed_call_is_one_span_that_ends_with_the_headers(
+    spans: InMemorySpanExporter,
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=b"data: [DONE]\n\n")
+
+    upstream = upstream_on("http://llm.test:9000/", httpx.MockTransport(answer))
+    reply = await upstream.open_stream("/v1/chat/completions", {"stream": True})
+    (span,) = spans.get_finished_spans()  # ended before the body is read
+    assert [chunk async for chunk in reply.chunks()] == [b"data: [DONE]\n\n"]
+    await reply.aclose()
+    assert (span.attributes or {})["url.full"] == "http://llm.test:9000/v1/chat/completions"
+    assert seen[0].headers["accept"] == "text/event-stream"
+    assert format(span.context.span_id, "016x") in seen[0].headers["traceparent"]

@@ -1,5 +1,5 @@
 """aiohttp's failures become the httpx exceptions that `chatqna.backends.http` retries and
-translates (the fault tests in tests/integration run the transport against real servers)."""
+translates (the fault tests in tests/integration run the engine against real servers)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ import aiohttp
 import httpx
 import pytest
 
-from chatqna.backends.aiohttp_transport import httpx_errors
+from chatqna.backends.aiohttp_engine import httpx_errors
 from chatqna.backends.http import is_retryable, translate_http_error
-
-REQUEST = httpx.Request("POST", "http://upstream.test/v1/embeddings")
 
 
 def reset_under_the_body() -> aiohttp.ClientPayloadError:
@@ -34,19 +32,19 @@ def reset_under_the_body() -> aiohttp.ClientPayloadError:
 def test_aiohttp_failures_are_the_matching_httpx_ones(
     raised: Exception, expected: type[httpx.HTTPError]
 ) -> None:
-    with pytest.raises(expected) as caught, httpx_errors(REQUEST):
+    with pytest.raises(expected) as caught, httpx_errors():
         raise raised
     assert caught.value.__cause__ is raised
     assert is_retryable(caught.value)  # every one of these may pass on another attempt
 
 
 def test_a_connect_timeout_is_reported_as_a_timeout() -> None:
-    with pytest.raises(httpx.ConnectTimeout) as caught, httpx_errors(REQUEST):
+    with pytest.raises(httpx.ConnectTimeout) as caught, httpx_errors():
         raise aiohttp.ConnectionTimeoutError("connect")
     failure = translate_http_error(caught.value, backend="embedder", what="POST /v1/embeddings")
     assert failure.code == "upstream_timeout"
 
 
 def test_other_errors_pass_through_unchanged() -> None:
-    with pytest.raises(ValueError, match="not an HTTP failure"), httpx_errors(REQUEST):
+    with pytest.raises(ValueError, match="not an HTTP failure"), httpx_errors():
         raise ValueError("not an HTTP failure")
