@@ -105,8 +105,12 @@ async def _event_stream(
     deltas = generate(turn, state.backends)
     try:
         async for delta in deltas:
-            if delta.text:
-                yield sse.data(writer.chunk({"content": delta.text}))
+            # One chunk per piece the upstream sent; the pieces of one read in one write.
+            pieces = delta.texts()
+            if len(pieces) == 1:
+                yield writer.content_frame(pieces[0])
+            elif pieces:
+                yield b"".join(writer.content_frame(piece) for piece in pieces)
             if delta.finish_reason:
                 finish = delta.finish_reason
         ending = sse.data(writer.chunk({}, finish or "stop"))

@@ -70,6 +70,18 @@ class ChunkWriter:
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = model
+        self._content_frame: tuple[bytes, bytes] | None = None
+
+    def content_frame(self, text: str) -> bytes:
+        """`data(self.chunk({"content": text}))`, byte for byte, from a template: the frame
+        of every token differs only in its text."""
+        if self._content_frame is None:
+            marker = "\x00content\x00"
+            whole = data(self.chunk({"content": marker}))
+            head, _, tail = whole.partition(encode(marker))
+            self._content_frame = (head, tail)
+        head, tail = self._content_frame
+        return head + encode(text) + tail
 
     def chunk(
         self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any

@@ -59,6 +59,15 @@ def _usage(body: dict[str, Any], backend: str) -> Usage:
     return Usage(prompt_tokens=counts[0], completion_tokens=counts[1])
 
 
+def merged(deltas: Sequence[Delta]) -> Delta:
+    """Deltas that arrived together as one: their texts as `pieces`, the last finish
+    reason and usage."""
+    pieces = tuple(piece for delta in deltas for piece in delta.texts())
+    finish = next((d.finish_reason for d in reversed(deltas) if d.finish_reason), None)
+    usage = next((d.usage for d in reversed(deltas) if d.usage is not None), None)
+    return Delta(text="".join(pieces), finish_reason=finish, usage=usage, pieces=pieces)
+
+
 class OpenAIChatLLM:
     """A chat model behind an OpenAI-compatible HTTP server; one client for its lifetime."""
 
@@ -164,12 +173,20 @@ class OpenAIChatLLM:
                     raise UpstreamError(
                         f"{self.backend}: stream ended before [DONE]", backend=self.backend
                     )
+                # The chunks of one read go on as one Delta (one write downstream).
+                deltas: list[Delta] = []
+                done = False
                 for event in decoder.feed(read):
                     if event.is_done:
-                        return
+                        done = True
+                        break
                     delta = self._parse_chunk(event.data)
                     if delta is not None:
-                        yield delta
+                        deltas.append(delta)
+                if deltas:
+                    yield deltas[0] if len(deltas) == 1 else merged(deltas)
+                if done:
+                    return
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{self.backend}: generation took longer than {self._generation_timeout}s",

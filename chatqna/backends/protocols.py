@@ -179,11 +179,24 @@ class Completion:
 
 @dataclass(frozen=True)
 class Delta:
-    """One streamed piece of a chat completion; the last one carries `finish_reason`."""
+    """One streamed piece of a chat completion; the last one carries `finish_reason`.
+
+    A client may hand over in one `Delta` the chunks that arrived together (one network
+    read): `pieces` are then their texts in order, one per upstream chunk, and `text` is
+    their concatenation, so the answer's stream can still send one chunk per piece, in one
+    write. Without `pieces`, `text` is one piece.
+    """
 
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    pieces: tuple[str, ...] = ()
+
+    def texts(self) -> tuple[str, ...]:
+        """The pieces of text this delta carries, in order (none when it has no text)."""
+        if self.pieces:
+            return self.pieces
+        return (self.text,) if self.text else ()
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ headers have arrived, as the OpenTelemetry httpx instrumentation does; a streame
 read inside the caller's own span (`chatqna.generate`). In a trace the sampler dropped no
 client span is made (it would be dropped too, see `chatqna.telemetry.tracing`): the
 request only carries the dropped trace's context upstream, its sampled flag unset. With
-tracing off, a call costs one check.
+tracing off (no SDK provider when the client is built), a call costs one check.
 
 Per client, not by patching an HTTP library globally: only our upstream clients are traced.
 """
@@ -124,9 +124,12 @@ class ClientSpans:
         self.host = parts.hostname or ""
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.tracer = trace.get_tracer(TRACER_NAME)
+        # Decided once, as the client is built at start-up after tracing is set up: asking
+        # the API for its provider reads the environment on every call while none is set.
+        self.enabled = tracing_installed()
 
     def call(self, method: str, path: str, headers: dict[str, str]) -> _TracedCall | _Untraced:
         """A context for one call: a span around it, the trace context added to `headers`."""
-        if not tracing_installed():
+        if not self.enabled:
             return UNTRACED
         return _TracedCall(self, method, path, headers)

@@ -258,3 +258,29 @@ async def test_hashing_embedder_sees_only_the_query(
     client = await client_for(await make_backends(settings, embedder=embedder))
     await client.post("/v1/chatqna", json={"messages": TWO_TURNS, "stream": False})
     assert embedder.batches == [[TWO_TURNS[-1]["content"]]]
+
+
+async def test_pieces_that_arrive_together_are_still_one_chunk_each(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    def together(request: httpx.Request) -> httpx.Response:
+        frames = "".join(
+            "data: "
+            + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            + "\n\n"
+            for delta, finish in (
+                ({"content": "Re"}, None),
+                ({"content": "funds"}, None),
+                ({"content": " close."}, None),
+                ({}, "stop"),
+            )
+        )
+        return httpx.Response(200, text=frames + "data: [DONE]\n\n")  # one read
+
+    client = await client_for(await make_backends(settings, llm=_llm(together)))
+    events = parse_sse((await client.post("/v1/chatqna", json={"messages": "hi"})).text)
+    chunks = [json.loads(data) for name, data in events[1:-1]]
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks]
+    assert contents == ["", "Re", "funds", " close.", None]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert len({c["id"] for c in chunks}) == 1

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 
-from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of
+from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of, merged
 from chatqna.backends.protocols import Delta, GenerationParams, Usage
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 from tests.unit.backends.conftest import shape
@@ -237,17 +237,46 @@ async def test_stream_parses_chunks_in_order(router: respx.MockRouter, llm: Open
         200, content=FULL_STREAM, headers={"content-type": "text/event-stream"}
     )
     deltas = await collect(llm)
-    assert [d.text for d in deltas if d.text] == ["Hel", "lo"]
-    assert "".join(d.text for d in deltas) == "Hello"
-    assert [d.finish_reason for d in deltas if d.finish_reason] == ["stop"]
-    assert [d.usage for d in deltas if d.usage is not None] == [Usage(7, 2)]
-    positions = {
-        "lo": next(i for i, d in enumerate(deltas) if d.text == "lo"),
-        "stop": next(i for i, d in enumerate(deltas) if d.finish_reason == "stop"),
-        "usage": next(i for i, d in enumerate(deltas) if d.usage is not None),
-    }
-    assert positions["lo"] < positions["stop"] <= positions["usage"]
-    assert deltas[-1].usage == Usage(7, 2)
+    # The whole body arrived in one read: one delta, one piece per upstream chunk.
+    (delta,) = deltas
+    assert delta.pieces == ("Hel", "lo") and delta.texts() == ("Hel", "lo")
+    assert delta.text == "Hello"
+    assert delta.finish_reason == "stop"
+    assert delta.usage == Usage(7, 2)
+
+
+async def test_chunks_read_apart_are_deltas_apart(llm: OpenAIChatLLM) -> None:
+    events = [
+        data(chunk({"content": "Hel"})),
+        data(chunk({"content": "lo"})) + data(chunk({"content": "!"})),
+        data(chunk({}, finish="stop")),
+        data("[DONE]"),
+    ]
+
+    async def reads() -> AsyncIterator[bytes]:
+        for event in events:
+            yield event.encode()
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=reads()))
+    apart = OpenAIChatLLM(BASE, "m", transport=transport)
+    deltas = await collect(apart)
+    assert [d.texts() for d in deltas] == [("Hel",), ("lo", "!"), ()]
+    assert [d.text for d in deltas] == ["Hel", "lo!", ""]
+    assert [d.finish_reason for d in deltas] == [None, None, "stop"]
+
+
+def test_merged_keeps_every_piece_and_the_last_finish_and_usage() -> None:
+    together = merged(
+        [
+            Delta(text="a"),
+            Delta(text="bc", pieces=("b", "c")),
+            Delta(finish_reason="length"),
+            Delta(usage=Usage(3, 4)),
+        ]
+    )
+    assert together == Delta(
+        text="abc", finish_reason="length", usage=Usage(3, 4), pieces=("a", "b", "c")
+    )
 
 
 async def test_stream_without_done_is_upstream_error(
