@@ -125,10 +125,13 @@ def start_process(
     raise RuntimeError(f"{name} not ready in {timeout:.0f}s:\n{process.log_tail()}")
 
 
-def standin_options() -> set[str]:
-    """The options `python -m tests.standins.servers` accepts today (read from its --help)."""
+STANDINS = "tests.standins.servers"  # the FastAPI stand-ins; `.fast_servers` is the cheap one
+
+
+def standin_options(module: str = STANDINS) -> set[str]:
+    """The options `python -m <module>` accepts today (read from its --help)."""
     shown = subprocess.run(
-        [sys.executable, "-m", "tests.standins.servers", "--help"],
+        [sys.executable, "-m", module, "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -137,16 +140,19 @@ def standin_options() -> set[str]:
     return {word.rstrip(",") for word in shown.split() if word.startswith("--")}
 
 
-def standin_argv(port: int, options: dict[str, float | int | None]) -> list[str]:
-    """Arguments for the stand-in process; an option it does not know is a clear error."""
-    known = standin_options()
-    argv = [sys.executable, "-m", "tests.standins.servers", "--port", str(port)]
+def standin_argv(
+    port: int, options: dict[str, float | int | None], module: str = STANDINS
+) -> list[str]:
+    """Arguments for the stand-in process (`python -m <module>`); an option it does not know
+    is a clear error."""
+    known = standin_options(module)
+    argv = [sys.executable, "-m", module, "--port", str(port)]
     for name, value in options.items():
         if value is None:
             continue
         flag = "--" + name.replace("_", "-")
         if flag not in known:
-            raise SystemExit(f"tests/standins/servers.py has no {flag} option (it has {known})")
+            raise SystemExit(f"{module} has no {flag} option (it has {sorted(known)})")
         argv += [flag, str(value)]
     return argv
 

@@ -2,15 +2,25 @@
 
     tests/rag-benchmarks/opea/setup-venv          # once: opea-comps in .cache/opea-venv
     .venv/bin/python tests/rag-benchmarks/opea_overhead.py [--seconds 10] [--rounds 1]
+        [--standins fast|app]
 
-Starts one stand-in process with all four upstreams (`python -m tests.standins.servers`:
-TEI embeddings and rerank, an OpenAI chat server streaming `--tokens` tokens, an OPEA
-`/v1/retrieval` retriever), then two orchestrators in front of the same stand-ins:
-`chatqna serve` with `RETRIEVER_ENDPOINT` pointing at the stand-in retriever, and OPEA's
-`ServiceOrchestrator` running the EMBEDDING -> RETRIEVER -> RERANK -> LLM graph
-(`opea/megaservice.py`, in its own venv). Both are pinned to `--orchestrator-cpu`
-(taskset), the stand-ins and this load generator to `--client-cpu`; both run with tracing
-and the access log off.
+Starts one stand-in process with all four upstreams (TEI embeddings and rerank, an OpenAI
+chat server streaming `--tokens` tokens, an OPEA `/v1/retrieval` retriever), then two
+orchestrators in front of the same stand-ins: `chatqna serve` with `RETRIEVER_ENDPOINT`
+pointing at the stand-in retriever, and OPEA's `ServiceOrchestrator` running the EMBEDDING
+-> RETRIEVER -> RERANK -> LLM graph (`opea/megaservice.py`, in its own venv). Both are
+pinned to `--orchestrator-cpu` (taskset), the stand-ins and this load generator to
+`--client-cpu`; both run with tracing and the access log off.
+
+The client side must not be what limits requests/s, so by default the stand-ins are
+`python -m tests.standins.fast_servers` (`--standins fast`: HTTP/1.1 on httptools, the same
+bytes as the FastAPI stand-ins for about a tenth of their CPU), and the load generator is
+an `aiohttp.ClientSession` (a connection per worker, kept alive, a 60 s total timeout)
+sending the request bodies httpx sent, byte for byte (the headers differ in order, in
+User-Agent and in httpx's redundant `Connection: keep-alive`). `--standins app` runs the
+FastAPI stand-ins (`python -m tests.standins.servers`) instead. Each point records
+`client_core_share`, the client core's busy share (stand-ins plus load generator): near
+1.0, the client limits.
 
 Each point (stream and non-stream, at each `--concurrency`) is a closed loop of the same
 single-turn requests for `--seconds`, after a warm-up, with the two systems alternating
@@ -18,8 +28,9 @@ single-turn requests for `--seconds`, after a warm-up, with the two systems alte
 directly, one request at a time, measured before each mode's points; "added" latency is a
 system's percentile minus that percentile (the median over rounds). Prints requests/s,
 added p50/p99 and the orchestrator's CPU time per request for each system, with the ratios
-ours/OPEA; writes JSON to `results/opea-overhead/opea_overhead.json` with the machine's load
-average, which matters: the cores are shared, so figures from a busy machine are noisy.
+ours/OPEA; writes JSON to `results/opea-overhead/opea_overhead.json` with the stand-in kind
+and the machine's load average, which matters: the cores are shared, so figures from a busy
+machine are noisy.
 """
 
 from __future__ import annotations
@@ -39,9 +50,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 from load_chats import (  # the sibling script: process control and statistics
     REPO,
+    STANDINS,
     Process,
     clean_env,
     cpu_seconds,
@@ -58,6 +70,8 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "opea-overhead" / "opea_overhead.json"
 SYSTEMS = ("chatqna", "opea")
 MODES = ("stream", "non-stream")
+# --standins: the cheap HTTP/1.1 stand-ins by default, the FastAPI app (with faults) on request
+STANDIN_MODULES = {"fast": "tests.standins.fast_servers", "app": STANDINS}
 
 
 # --- services ----------------------------------------------------------------------------
@@ -79,7 +93,11 @@ def services(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Process
         port = free_port()
         started["upstreams"] = start_process(
             "upstreams",
-            standin_argv(port, {"delay": args.delay, "tokens": args.tokens}),
+            standin_argv(
+                port,
+                {"delay": args.delay, "tokens": args.tokens},
+                STANDIN_MODULES[args.standins],
+            ),
             orchestrator_env(),
             port,
             root,
@@ -148,26 +166,41 @@ def request_body(question: str, stream: bool) -> dict[str, Any]:
     }
 
 
-def failure(response: httpx.Response, stream: bool) -> str | None:
+def encode(body: dict[str, Any]) -> bytes:
+    """The request bytes httpx sent before the load generator moved to aiohttp."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def failure(status: int, body: bytes, stream: bool) -> str | None:
     """Why a response is not a complete answer, or None when it is."""
-    if response.status_code != 200:
-        return f"http_{response.status_code}"
+    if status != 200:
+        return f"http_{status}"
     if stream:
-        text = response.text
-        if "event: error" in text:
+        if b"event: error" in body:
             return "sse_error"
-        return None if text.endswith("data: [DONE]\n\n") else "incomplete_stream"
-    content = response.json()["choices"][0]["message"]["content"]
+        return None if body.endswith(b"data: [DONE]\n\n") else "incomplete_stream"
+    content = json.loads(body)["choices"][0]["message"]["content"]
     return None if content else "empty_answer"
 
 
-Call = Callable[[httpx.AsyncClient, str], Awaitable[str | None]]
+Call = Callable[[aiohttp.ClientSession, str], Awaitable[str | None]]
+
+
+async def post(session: aiohttp.ClientSession, path: str, body: bytes) -> tuple[int, bytes]:
+    """POST JSON bytes and read the whole answer (a stream to its end)."""
+    async with session.post(path, data=body) as response:
+        return response.status, await response.read()
 
 
 def system_call(stream: bool) -> Call:
-    async def call(client: httpx.AsyncClient, question: str) -> str | None:
-        response = await client.post("/v1/chatqna", json=request_body(question, stream))
-        return failure(response, stream)
+    encoded: dict[str, bytes] = {}  # per question: encoding once keeps the client core free
+
+    async def call(session: aiohttp.ClientSession, question: str) -> str | None:
+        body = encoded.get(question)
+        if body is None:
+            body = encoded[question] = encode(request_body(question, stream))
+        status, answer = await post(session, "/v1/chatqna", body)
+        return failure(status, answer, stream)
 
     return call
 
@@ -175,22 +208,32 @@ def system_call(stream: bool) -> Call:
 def direct_call(stream: bool, tokens: int) -> Call:
     """The stand-ins' own work for one request: the four upstream calls, one after another."""
 
-    async def call(client: httpx.AsyncClient, question: str) -> str | None:
-        embedded = await client.post("/v1/embeddings", json={"input": question})
-        vector = embedded.json()["data"][0]["embedding"]
-        found = await client.post(
-            "/v1/retrieval", json={"text": question, "embedding": vector, "k": 4}
+    async def call(session: aiohttp.ClientSession, question: str) -> str | None:
+        _, embedded = await post(session, "/v1/embeddings", encode({"input": question}))
+        vector = json.loads(embedded)["data"][0]["embedding"]
+        _, found = await post(
+            session, "/v1/retrieval", encode({"text": question, "embedding": vector, "k": 4})
         )
-        texts = [doc["text"] for doc in found.json()["retrieved_docs"]]
-        await client.post("/rerank", json={"query": question, "texts": texts})
-        answer = await client.post(
-            "/v1/chat/completions",
-            json={"model": "standin", "messages": [{"role": "user", "content": question}]}
-            | {"stream": stream, "max_tokens": tokens},
+        texts = [doc["text"] for doc in json.loads(found)["retrieved_docs"]]
+        await post(session, "/rerank", encode({"query": question, "texts": texts}))
+        chat = {"model": "standin", "messages": [{"role": "user", "content": question}]}
+        status, _ = await post(
+            session, "/v1/chat/completions", encode(chat | {"stream": stream, "max_tokens": tokens})
         )
-        return None if answer.status_code == 200 else f"http_{answer.status_code}"
+        return None if status == 200 else f"http_{status}"
 
     return call
+
+
+def client_session(url: str, concurrency: int) -> aiohttp.ClientSession:
+    """A connection per worker, kept alive; idle ones close after 2 s, before the servers'
+    5 s keep-alive does (a request sent as the server closes fails with no response)."""
+    return aiohttp.ClientSession(
+        base_url=url,
+        connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=2.0),
+        timeout=aiohttp.ClientTimeout(total=60),
+        headers={"Content-Type": "application/json"},
+    )
 
 
 async def closed_loop(
@@ -200,21 +243,15 @@ async def closed_loop(
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     deadline = time.perf_counter() + seconds
-    # Idle connections expire before uvicorn's 5 s keep-alive closes them (no reuse race).
-    limits = httpx.Limits(
-        max_connections=concurrency + 4,
-        max_keepalive_connections=concurrency,
-        keepalive_expiry=2.0,
-    )
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+    async with client_session(url, concurrency) as session:
 
         async def worker(offset: int) -> None:
             index = offset
             while time.perf_counter() < deadline:
                 started = time.perf_counter()
                 try:
-                    error = await call(client, questions[index % len(questions)])
-                except httpx.HTTPError as exc:
+                    error = await call(session, questions[index % len(questions)])
+                except (aiohttp.ClientError, TimeoutError) as exc:
                     error = type(exc).__name__
                 index += 1
                 if error is None:
@@ -349,9 +386,10 @@ def _ratio(ours: float, theirs: float) -> float | None:
 def print_table(rows: list[dict[str, Any]], raw: dict[str, Any], args: argparse.Namespace) -> None:
     base = raw["baseline"]
     print(
-        f"ChatQnA vs OPEA ServiceOrchestrator, same stand-ins (delay {args.delay} s, "
-        f"{args.tokens} tokens), orchestrators on CPU {args.orchestrator_cpu}, client on "
-        f"{args.client_cpu}, {args.seconds:.0f} s per point, {args.rounds} round(s)"
+        f"ChatQnA vs OPEA ServiceOrchestrator, same {args.standins} stand-ins "
+        f"(delay {args.delay} s, {args.tokens} tokens), orchestrators on CPU "
+        f"{args.orchestrator_cpu}, client on {args.client_cpu}, {args.seconds:.0f} s per point, "
+        f"{args.rounds} round(s)"
     )
     for mode in args.modes:
         print(
@@ -389,6 +427,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--delay", type=float, default=0.0, help="stand-in delay per call (s)")
     parser.add_argument("--tokens", type=int, default=20, help="tokens per streamed answer")
+    parser.add_argument(
+        "--standins",
+        choices=sorted(STANDIN_MODULES),
+        default="fast",
+        help="fast: tests/standins/fast_servers.py (HTTP/1.1 on httptools, cheap); "
+        "app: the FastAPI stand-ins of tests/standins/servers.py",
+    )
     parser.add_argument("--orchestrator-cpu", default="0", help="taskset list for both systems")
     parser.add_argument("--client-cpu", default="1", help="taskset list for stand-ins + client")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -415,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seconds": args.seconds,
             "warmup_s": args.warmup,
             "rounds": args.rounds,
+            "standins": args.standins,
+            "standins_module": STANDIN_MODULES[args.standins],
             "stand_in_delay_s": args.delay,
             "tokens": args.tokens,
             "orchestrator_cpu": args.orchestrator_cpu,
