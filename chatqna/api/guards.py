@@ -150,11 +150,11 @@ class ChatConcurrencyLimit:
         self._slots = asyncio.Semaphore(limit)
 
     async def _acquire(self) -> bool:
-        if self.queue_timeout_seconds == 0:
-            if self._slots.locked():
-                return False
+        if not self._slots.locked():
             await self._slots.acquire()  # a slot is free: this does not wait
             return True
+        if self.queue_timeout_seconds == 0:
+            return False
         try:
             async with asyncio.timeout(self.queue_timeout_seconds):
                 await self._slots.acquire()

@@ -54,9 +54,7 @@ class RequestMetricsMiddleware:
         finally:
             self.metrics.activity.ended()
             self.metrics.in_flight.dec()
-            self.metrics.requests.labels(
-                route=_route_of(scope), method=scope["method"], status=str(status["code"])
-            ).inc()
+            self.metrics.count_request(_route_of(scope), scope["method"], status["code"])
 
 
 def _route_of(scope: Scope) -> str:

@@ -173,18 +173,9 @@ class OpenAIChatLLM:
                     raise UpstreamError(
                         f"{self.backend}: stream ended before [DONE]", backend=self.backend
                     )
-                # The chunks of one read go on as one Delta (one write downstream).
-                deltas: list[Delta] = []
-                done = False
-                for event in decoder.feed(read):
-                    if event.is_done:
-                        done = True
-                        break
-                    delta = self._parse_chunk(event.data)
-                    if delta is not None:
-                        deltas.append(delta)
-                if deltas:
-                    yield deltas[0] if len(deltas) == 1 else merged(deltas)
+                delta, done = self._read_deltas(decoder, read)
+                if delta is not None:
+                    yield delta
                 if done:
                     return
         except TimeoutError as exc:
@@ -200,6 +191,20 @@ class OpenAIChatLLM:
             if response is not None:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
+
+    def _read_deltas(self, decoder: SSEDecoder, read: bytes) -> tuple[Delta | None, bool]:
+        """The chunks one read completed, as one Delta (one write downstream), and whether
+        the stream's `[DONE]` was among them."""
+        deltas: list[Delta] = []
+        for event in decoder.feed(read):
+            if event.is_done:
+                return (merged(deltas) if deltas else None), True
+            delta = self._parse_chunk(event.data)
+            if delta is not None:
+                deltas.append(delta)
+        if not deltas:
+            return None, False
+        return (deltas[0] if len(deltas) == 1 else merged(deltas)), False
 
     def _parse_chunk(self, data: str) -> Delta | None:
         """One event's data: a `chat.completion.chunk` (or an error object)."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+import numpy as np
 
 from chatqna.backends.http import (
     NO_RETRY,
@@ -65,7 +66,7 @@ class RemoteRetriever:
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
         payload = {
             "text": query.text,
-            "embedding": [float(x) for x in query.embedding],
+            "embedding": np.asarray(query.embedding, dtype=np.float32).tolist(),
             "k": query.k,
             "hybrid": query.hybrid,
             "search_type": "similarity",

@@ -114,14 +114,22 @@ class TEIEmbedder:
         )
         vectors = [item.get("embedding") for item in sorted(data, key=lambda i: i.get("index", 0))]
         require(
-            all(isinstance(v, list) and all(_is_number(x) for x in v) for v in vectors),
+            all(isinstance(v, list) for v in vectors),
+            backend="embedder",
+            what="an embedding is not a list",
+        )
+        try:
+            # numpy decides the element type in C: numbers only give an integer or float
+            # array; strings, nulls or nested lists give another kind, ragged rows an error.
+            parsed = np.array(vectors)
+        except ValueError as exc:
+            raise BadUpstreamResponse("embedder: ragged embeddings", backend="embedder") from exc
+        require(
+            parsed.dtype.kind in "iuf",
             backend="embedder",
             what="an embedding is not a list of numbers",
         )
-        try:
-            matrix = np.asarray(vectors, dtype=np.float32)
-        except ValueError as exc:
-            raise BadUpstreamResponse("embedder: ragged embeddings", backend="embedder") from exc
+        matrix = parsed.astype(np.float32)
         require(
             matrix.ndim == 2 and matrix.shape[1] > 0 and bool(np.isfinite(matrix).all()),
             backend="embedder",

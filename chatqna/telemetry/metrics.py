@@ -10,10 +10,15 @@ sums them all (`scrape_registry`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
 
 from chatqna.activity import RequestActivity
 
+# Label sets of `chatqna_requests` whose child is kept at hand (routes are templates, so a
+# handful; the cap only guards against a flood of odd methods or statuses).
+MAX_CACHED_LABEL_SETS = 256
 STAGE_BUCKETS = (
     0.001,
     0.0025,
@@ -75,6 +80,9 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
+        self._stage_children: dict[str, Any] = {}
+        self._request_children: dict[tuple[str, str, int], Any] = {}
+
         self.activity = RequestActivity()
         self.in_flight = Gauge(
             "chatqna_requests_in_flight",
@@ -106,5 +114,19 @@ class ServiceMetrics:
         self.heap_released_bytes.inc(released_bytes)
 
     def record_stages(self, stages: dict[str, float]) -> None:
+        children = self._stage_children
         for stage, milliseconds in stages.items():
-            self.stage_seconds.labels(stage=stage).observe(milliseconds / 1000.0)
+            child = children.get(stage)
+            if child is None:  # stage names are the pipeline's own: a small, fixed set
+                child = children[stage] = self.stage_seconds.labels(stage=stage)
+            child.observe(milliseconds / 1000.0)
+
+    def count_request(self, route: str, method: str, status: int) -> None:
+        """One answered request; the labelled child is looked up once per label set."""
+        key = (route, method, status)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self.requests.labels(route=route, method=method, status=str(status))
+            if len(self._request_children) < MAX_CACHED_LABEL_SETS:
+                self._request_children[key] = child
+        child.inc()
