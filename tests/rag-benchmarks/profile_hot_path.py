@@ -3,9 +3,10 @@
     .venv/bin/pip install py-spy                 # a profiler, not a service dependency
     .venv/bin/python tests/rag-benchmarks/profile_hot_path.py [--seconds 8] [--concurrency 1 16]
 
-Starts the stand-in upstreams (`python -m tests.standins.servers`, instant answers, 20
-streamed tokens) and `chatqna serve` with `RETRIEVER_ENDPOINT` at the stand-in retriever
-(the same set-up as `opea_overhead.py`: tracing and access log off). For each mode (stream,
+Starts the cheap stand-in upstreams (`python -m tests.standins.fast_servers`, instant
+answers, 20 streamed tokens) and `chatqna serve` with `RETRIEVER_ENDPOINT` at the stand-in
+retriever (the same set-up as `opea_overhead.py`: tracing and access log off, the server on
+`--server-cpu`, the stand-ins and the load on `--client-cpu`). For each mode (stream,
 non-stream) and concurrency it runs the closed loop of `opea_overhead.py` while
 `py-spy record` samples the server, then sorts every sample by the innermost frame's
 package into the groups of `GROUPS`: walking out from the innermost frame, the first frame
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,7 +33,7 @@ from typing import Any
 
 from load_chats import free_port, load_average, load_conversations, standin_argv
 from load_chats import start_process as start
-from opea_overhead import closed_loop, orchestrator_env, system_call
+from opea_overhead import STANDIN_MODULES, closed_loop, orchestrator_env, system_call
 
 from tests.integration.otlp_receiver import otlp_receiver
 
@@ -121,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--server-cpu", default=None, help="taskset list for the server")
+    parser.add_argument("--server-cpu", default="0", help="taskset list for the server")
+    parser.add_argument(
+        "--client-cpu", default="1", help="taskset list for the stand-ins (and this script)"
+    )
     parser.add_argument("--raw-dir", type=Path, default=None, help="keep py-spy's raw stacks")
     parser.add_argument(
         "--tracing",
@@ -130,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         help="export every span (on) or 10%% of traces (sampled) to a local OTLP receiver",
     )
     args = parser.parse_args(argv)
+    os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
     results: dict[str, Any] = {}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     if args.raw_dir is not None:
@@ -145,11 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         upstreams = start(
             "upstreams",
-            standin_argv(port, {"tokens": 20}),
+            standin_argv(port, {"tokens": 20}, STANDIN_MODULES["fast"]),
             orchestrator_env(),
             port,
             root,
             ready_path="/health",
+            cpus=args.client_cpu,
         )
         port = free_port()
         server = start(

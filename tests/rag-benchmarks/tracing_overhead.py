@@ -2,13 +2,18 @@
 
     .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 10] [--rounds 3]
 
-Starts a stand-in TEI + OpenAI server (instant answers, 20 streamed tokens) and two ChatQnA
-server processes on loopback that differ only in tracing: one with tracing off, one
-exporting every span over OTLP/HTTP to a local receiver started here. Both get the sample
-corpus. Then it alternates rounds of `--concurrency` streaming two-turn chats against each
-for `--seconds`, and prints requests/s and latency percentiles per setting, and the ratio.
-Each round also records the 1-minute load average at its end, since other jobs on the
-machine move the figures. Writes `results/tracing_overhead.json`.
+Starts the stand-in TEI + OpenAI upstreams (instant answers, 20 streamed tokens; the cheap
+`tests.standins.fast_servers` unless `--standins app`) and three ChatQnA server processes
+on loopback that differ only in tracing: off, every span exported over OTLP/HTTP to a local
+receiver started here, and 10% of traces sampled. All get the sample corpus (the embedded
+index). Then it alternates rounds of `--concurrency` streaming two-turn chats against each
+for `--seconds`, and prints requests/s, latency percentiles and the server's CPU time per
+request per setting, and the ratios. As in `opea_overhead.py`, the servers are pinned to
+`--server-cpu` and the stand-ins, the receiver and this aiohttp load generator to
+`--client-cpu`, so what is measured is the server's cost, not the collector's; the client
+core's share is reported (near 1.0 it is the limit). Each round also records the 1-minute
+load average at its end, since other jobs on the machine move the figures. Writes
+`results/tracing_overhead.json`.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import aiohttp  # noqa: E402
 import httpx  # noqa: E402
+from load_chats import cpu_seconds  # noqa: E402
+from opea_overhead import STANDIN_MODULES  # noqa: E402
 
 from tests.integration.otlp_receiver import otlp_receiver  # noqa: E402
 from tests.standins.servers import free_port  # noqa: E402
@@ -54,9 +62,13 @@ def wait_ready(url: str, path: str = "/v1/ready", timeout: float = 60) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
-def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start(args: list[str], env: dict[str, str], log: Path, cpus: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, *args], cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+        ["taskset", "-c", cpus, sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -64,18 +76,18 @@ async def round_of_load(url: str, seconds: float, concurrency: int) -> dict[str,
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + seconds
-    async with httpx.AsyncClient(
-        base_url=url, timeout=30, limits=httpx.Limits(max_connections=concurrency)
-    ) as client:
+    body = {"messages": CHAT, "max_tokens": 20}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
 
         async def worker() -> None:
             nonlocal errors
             while time.perf_counter() < deadline:
                 started = time.perf_counter()
-                response = await client.post(
-                    "/v1/chatqna", json={"messages": CHAT, "max_tokens": 20}
-                )
-                if response.status_code != 200 or not response.text.endswith("[DONE]\n\n"):
+                async with client.post("/v1/chatqna", json=body) as response:
+                    text = await response.read()
+                if response.status != 200 or not text.endswith(b"[DONE]\n\n"):
                     errors += 1
                 latencies.append((time.perf_counter() - started) * 1000)
 
@@ -87,10 +99,25 @@ async def round_of_load(url: str, seconds: float, concurrency: int) -> dict[str,
         "requests": len(latencies),
         "errors": errors,
         "rps": len(latencies) / elapsed,
+        "elapsed_s": elapsed,
         "p50_ms": latencies[len(latencies) // 2],
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1],
         "load_average": os.getloadavg()[0],
     }
+
+
+def measured_round(
+    url: str, server: subprocess.Popen[bytes], helpers: list[int], args: argparse.Namespace
+) -> dict[str, Any]:
+    """One round, with the server's CPU per request and the client core's busy share."""
+    server_before = cpu_seconds(server.pid)
+    client_before = time.process_time() + sum(cpu_seconds(pid) for pid in helpers)
+    result = asyncio.run(round_of_load(url, args.seconds, args.concurrency))
+    server_cpu = cpu_seconds(server.pid) - server_before
+    client_cpu = time.process_time() + sum(cpu_seconds(pid) for pid in helpers) - client_before
+    result["server_cpu_ms_per_request"] = server_cpu * 1000 / max(result["requests"], 1)
+    result["client_core_share"] = client_cpu / result["elapsed_s"]
+    return result
 
 
 def main() -> None:
@@ -98,11 +125,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--standins", choices=sorted(STANDIN_MODULES), default="fast")
+    parser.add_argument("--server-cpu", default="0", help="taskset list for the servers")
+    parser.add_argument("--client-cpu", default="1", help="stand-ins, receiver and load")
     parser.add_argument(
         "--output", type=Path, default=Path(__file__).parent / "results" / "tracing_overhead.json"
     )
     args = parser.parse_args()
+    os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
     processes: list[subprocess.Popen[bytes]] = []
+    servers: dict[str, subprocess.Popen[bytes]] = {}
     with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as (receiver, received):
         root = Path(tmp)
         standin_port = free_port()
@@ -111,9 +143,10 @@ def main() -> None:
         }
         processes.append(
             start(
-                ["-m", "tests.standins.servers", "--port", str(standin_port)],
+                ["-m", STANDIN_MODULES[args.standins], "--port", str(standin_port)],
                 base_env,
                 root / "standin.log",
+                args.client_cpu,
             )
         )
         standin = f"http://127.0.0.1:{standin_port}"
@@ -138,7 +171,10 @@ def main() -> None:
                 if setting == "sampled":
                     env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
                     env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
-                processes.append(start(["-m", "chatqna", "serve"], env, root / f"{setting}.log"))
+                servers[setting] = start(
+                    ["-m", "chatqna", "serve"], env, root / f"{setting}.log", args.server_cpu
+                )
+                processes.append(servers[setting])
                 urls[setting] = f"http://127.0.0.1:{port}"
                 wait_ready(urls[setting])
                 files = [
@@ -149,10 +185,14 @@ def main() -> None:
                     urls[setting] + "/v1/dataprep/ingest", files=files, timeout=60
                 ).raise_for_status()
             results: dict[str, list[dict[str, Any]]] = {setting: [] for setting in SETTINGS}
-            for _ in range(args.rounds):
-                for setting in SETTINGS:
+            helpers = [processes[0].pid]
+            for setting in SETTINGS:  # warm-up: first-request paths, pools, the tracer
+                asyncio.run(round_of_load(urls[setting], 2, args.concurrency))
+            for number in range(args.rounds):
+                order = SETTINGS if number % 2 == 0 else SETTINGS[::-1]
+                for setting in order:
                     results[setting].append(
-                        asyncio.run(round_of_load(urls[setting], args.seconds, args.concurrency))
+                        measured_round(urls[setting], servers[setting], helpers, args)
                     )
         finally:
             for process in processes:
@@ -164,6 +204,10 @@ def main() -> None:
             "rps_median": statistics.median(r["rps"] for r in rounds),
             "p50_ms_median": statistics.median(r["p50_ms"] for r in rounds),
             "p99_ms_median": statistics.median(r["p99_ms"] for r in rounds),
+            "server_cpu_ms_per_request_median": statistics.median(
+                r["server_cpu_ms_per_request"] for r in rounds
+            ),
+            "client_core_share_max": max(r["client_core_share"] for r in rounds),
             "errors": sum(r["errors"] for r in rounds),
             "rounds": rounds,
         }
@@ -176,13 +220,17 @@ def main() -> None:
         f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} alternating "
         f"rounds of {args.seconds:.0f} s, stand-in upstreams:"
     )
-    print("| tracing | req/s (median) | p50 ms | p99 ms | errors |")
-    print("|---|---|---|---|---|")
+    print(
+        "| tracing | req/s (median) | p50 ms | p99 ms | server CPU ms/request "
+        "| client core (max) | errors |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for setting in SETTINGS:
         s = summary[setting]
         print(
             f"| {setting} | {s['rps_median']:.1f} | {s['p50_ms_median']:.1f} | "
-            f"{s['p99_ms_median']:.1f} | {s['errors']} |"
+            f"{s['p99_ms_median']:.1f} | {s['server_cpu_ms_per_request_median']:.2f} | "
+            f"{s['client_core_share_max']:.2f} | {s['errors']} |"
         )
     print(
         f"throughput vs off: on {ratio:.3f}, 10% sampled {sampled:.3f}; "
@@ -192,6 +240,11 @@ def main() -> None:
     args.output.write_text(
         json.dumps(
             {
+                "benchmark": "tracing_overhead",
+                "command": "tests/rag-benchmarks/tracing_overhead.py " + " ".join(sys.argv[1:]),
+                "standins": STANDIN_MODULES[args.standins],
+                "server_cpu": args.server_cpu,
+                "client_cpu": args.client_cpu,
                 "concurrency": args.concurrency,
                 "seconds": args.seconds,
                 "summary": summary,
