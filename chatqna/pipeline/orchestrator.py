@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from opentelemetry import trace
-from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, use_span
+from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
 from chatqna.backends.bundle import Backends
 from chatqna.backends.protocols import (
@@ -45,7 +45,7 @@ from chatqna.pipeline.record import Fusion, RerankRecord, RetrievalReport, TurnR
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from chatqna.telemetry import attributes, names
-from chatqna.telemetry.tracing import tracer
+from chatqna.telemetry.tracing import as_current, tracer
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ async def handle_request(
 
     span = tracer().start_span(names.SPAN_ORCHESTRATE)
     try:
-        with use_span(span, end_on_exit=False):
+        with as_current(span):
             turn = await _retrieve_and_rerank(
                 conversation, condensed, options, backends, settings, clock
             )
@@ -382,7 +382,7 @@ async def generate(turn: PreparedTurn, backends: Backends) -> AsyncIterator[Delt
     finish: str | None = None
     error: BaseException | None = None
     try:
-        with use_span(span, end_on_exit=False):
+        with as_current(span):
             async for delta in backends.llm.stream(turn.prompt, turn.options.params):
                 if first and delta.text:
                     elapsed = round((time.perf_counter() - started) * 1000, 3)
@@ -405,7 +405,7 @@ async def complete(turn: PreparedTurn, backends: Backends) -> Completion:
     span = _generation_span(turn, backends)
     started = time.perf_counter()
     try:
-        with use_span(span, end_on_exit=False):
+        with as_current(span):
             completion = await backends.llm.complete(turn.prompt, turn.options.params)
     except BaseException as exc:
         span.record_exception(exc)

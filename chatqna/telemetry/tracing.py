@@ -80,8 +80,37 @@ class ServiceTracer:
         return self.inner.start_as_current_span(name, record_exception=record_exception)
 
 
+class NoTracer(ServiceTracer):
+    """The tracer while no SDK provider is installed (tracing off): every span is the
+    invalid one and nothing becomes current, without the API's proxy and context work."""
+
+    def __init__(self) -> None:
+        super().__init__(trace.NoOpTracer())
+
+    def start_span(self, name: str, context: Context | None = None) -> trace.Span:
+        return trace.INVALID_SPAN
+
+    def start_as_current_span(
+        self, name: str, *, record_exception: bool = True
+    ) -> AbstractContextManager[trace.Span]:
+        return nullcontext(trace.INVALID_SPAN)
+
+
+NO_TRACER = NoTracer()
+
+
+def as_current(span: trace.Span) -> AbstractContextManager[Any]:
+    """`use_span(span, end_on_exit=False)`; nothing to do for the invalid span of a
+    service with tracing off."""
+    if span is trace.INVALID_SPAN:
+        return nullcontext(span)
+    return trace.use_span(span, end_on_exit=False)
+
+
 @lru_cache(maxsize=4)
 def _tracer_of(provider: trace.TracerProvider) -> ServiceTracer:
+    if not isinstance(provider, TracerProvider):
+        return NO_TRACER
     return ServiceTracer(provider.get_tracer(TRACER_NAME, __version__))
 
 
