@@ -1,11 +1,11 @@
 """Shared HTTP plumbing for remote backends: one client per upstream, bounded calls, retries.
 
 Every remote backend owns one `UpstreamClient` (`chatqna.backends.upstream`) built by
-`upstream_client`, whose timeouts bound connecting and each read and write. `post_json`
+`upstream_client`, whose timeouts bound connecting and each read. `post_json`
 also bounds a whole call, so an upstream that trickles bytes forever still ends, and
 retries idempotent calls (embeddings, rerank, retrieval) by a `RetryPolicy`. Every failure
 is translated here into the typed errors of `chatqna.errors`, so callers never see an
-httpx or aiohttp exception.
+httpx exception.
 
 Retried: connection failures and resets, protocol errors (a body cut short), timeouts, and
 HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong) and a body that is
@@ -82,7 +82,7 @@ def upstream_client(
 ) -> UpstreamClient:
     """The one client a remote backend keeps for its whole life.
 
-    Without a `transport` (tests pass one), the bytes go over aiohttp.
+    Without a `transport` (tests pass one), the bytes go over the httptools engine.
     """
     return UpstreamClient(
         base_url,

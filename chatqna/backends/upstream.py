@@ -1,17 +1,18 @@
-"""One upstream's HTTP client: aiohttp's session in the service, an httpx transport in tests.
+"""One upstream's HTTP client: our httptools engine in the service, an httpx transport in tests.
 
 Every remote backend keeps one `UpstreamClient` for its whole life. It sends JSON and
 returns the status and the raw body (`Reply`), or opens a streamed body (`StreamReply`);
 what a body means is the backend's business. Underneath is an `Engine`:
 
-- `AiohttpEngine` (the default): one `aiohttp.ClientSession` with a keep-alive pool, whose
-  HTTP parser is compiled. Per call it costs the caller about a third of the CPU of httpx
-  with its own transport and under half of httpx over an aiohttp transport
-  (`tests/rag-benchmarks/http_client_cost.py`), which is most of what the megaservice
-  spends on a request.
+- `HttptoolsEngine` (the default, `chatqna.backends.httptools_engine`): keep-alive HTTP/1.1
+  connections whose responses httptools (the compiled parser uvicorn uses) parses. Per call
+  it costs the caller about a third of the CPU of an `aiohttp.ClientSession` and under a
+  tenth of httpx with its own transport (`tests/rag-benchmarks/http_client_cost.py`);
+  the upstream calls were the largest part of the megaservice's CPU per request.
 - `HttpxEngine`: an `httpx.AsyncClient` over any httpx transport. Passing `transport=`
   (an `httpx.MockTransport`, respx's router) is the seam the unit and contract tests use;
   the byte-moving engine is all they swap, the backends' wire handling is the same code.
+  The integration tests run the default engine against real servers.
 
 Both engines raise the httpx exception for a failure (`ConnectError`, `ReadTimeout`,
 `RemoteProtocolError`, ...), so `chatqna.backends.http` retries and translates one tree.
@@ -130,10 +131,10 @@ class HttpxEngine:
 
 
 def default_engine(timeouts: Timeouts) -> Engine:
-    """The engine of a client built without a transport: aiohttp (see the module)."""
-    from chatqna.backends.aiohttp_engine import AiohttpEngine
+    """The engine of a client built without a transport: httptools (see the module)."""
+    from chatqna.backends.httptools_engine import HttptoolsEngine
 
-    return AiohttpEngine(timeouts)
+    return HttptoolsEngine(timeouts)
 
 
 class UpstreamClient:

@@ -8,9 +8,10 @@ in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON 
 chunks read line by line) with each client, at `--concurrency` calls in flight, over a
 keep-alive pool. The clients: httpx with its own transport, httpx over the `httpx-aiohttp`
 package's transport when it is installed (it is not a dependency), aiohttp directly, and
-the service's own `UpstreamClient` (`chatqna.backends.upstream`, on its aiohttp engine)
+the service's own `UpstreamClient` (`chatqna.backends.upstream`, on its httptools engine)
 with the SSE decoder the LLM client uses. (Before it, the service ran httpx over an aiohttp
-transport of its own; that row is in the git history of `results/http_client_cost.json`.)
+transport of its own, then `UpstreamClient` on aiohttp, the "aiohttp directly" row; the
+first is in the git history of `results/http_client_cost.json`.)
 They alternate within each round. What is measured is this process's CPU time per call
 (`time.process_time`), which the stand-ins' own work does not touch, and calls per second.
 Writes `results/http_client_cost.json`.
@@ -138,7 +139,7 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
     except ImportError:
         pass
     clients["aiohttp directly"] = aiohttp_calls(session, base)
-    clients["the service's UpstreamClient (aiohttp engine)"] = upstream_calls(ours)
+    clients["the service's UpstreamClient (httptools engine)"] = upstream_calls(ours)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"embed": [], "chat": []} for name in clients
     }

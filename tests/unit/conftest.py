@@ -40,7 +40,7 @@ class NetworkBlocked(RuntimeError):
 @pytest.fixture(autouse=True)
 def _httpx_transport(monkeypatch: pytest.MonkeyPatch) -> None:
     """Upstream clients run on httpx's own transport here, where respx mocks them; the
-    service's aiohttp engine has its own tests, and the integration tests run it."""
+    service's httptools engine has its own tests, and the integration tests run it."""
     monkeypatch.setattr(
         upstream,
         "default_engine",
