@@ -42,12 +42,34 @@ DEFAULT_OUTPUT = HERE / "results" / "profile" / "profile_hot_path.json"
 # (group, path fragments); the innermost frame's file decides. Order matters.
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "upstream HTTP client",
-        ("(httpx/", "(httpcore/", "(h11/", "(aiohttp/", "(yarl/", "(multidict/"),
+        "upstream HTTP client (the service's engine; httpx, aiohttp)",
+        (
+            "(chatqna/backends/httptools_engine.py",
+            "(chatqna/backends/upstream.py",
+            "(httpx/",
+            "(httpcore/",
+            "(h11/",
+            "(aiohttp/",
+            "(yarl/",
+            "(multidict/",
+        ),
     ),
     ("JSON encoding and decoding", ("(json/", "(orjson")),
     ("validation (pydantic)", ("(pydantic/", "(pydantic_core/")),
-    ("telemetry (opentelemetry, prometheus_client)", ("(opentelemetry/", "(prometheus_client/")),
+    # py-spy shortens the OpenTelemetry packages' paths to the part below `opentelemetry/`.
+    (
+        "telemetry (opentelemetry, prometheus_client)",
+        (
+            "(opentelemetry/",
+            "(trace/",
+            "(context/",
+            "(common/_internal/",
+            "(_shared_internal/",
+            "(http/trace_exporter/",
+            "(protobuf/",
+            "(prometheus_client/",
+        ),
+    ),
     ("ChatQnA pipeline and API", ("(chatqna/",)),
     ("numpy", ("(numpy/",)),
     ("framework (starlette, fastapi)", ("(starlette/", "(fastapi/")),
