@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 
-from chatqna.backends.upstream import Reply, UpstreamClient
+from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream_types import Reply
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 
 logger = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import httptools
 import httpx
 
-from chatqna.backends.upstream import Reply, StreamReply, Timeouts
+from chatqna.backends.upstream_types import Reply, StreamReply, Timeouts
 
 MAX_CONNECTIONS = 100  # per upstream
 KEEPALIVE_SECONDS = 3.0

@@ -34,7 +34,7 @@ from chatqna.backends.http import (
 )
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
 from chatqna.backends.sse_client import SSEDecoder
-from chatqna.backends.upstream import StreamReply
+from chatqna.backends.upstream_types import StreamReply
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 
 COMPLETIONS_PATH = "/v1/chat/completions"

@@ -23,71 +23,17 @@ trace context goes along in the request headers.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import orjson
 
+from chatqna.backends.httptools_engine import HttptoolsEngine
+from chatqna.backends.upstream_types import Engine, Reply, StreamReply, Timeouts
 from chatqna.telemetry.client_spans import ClientSpans
 
 NUMPY = orjson.OPT_SERIALIZE_NUMPY
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """`read` bounds connecting from the pool and each read or write, `connect` a new
-    connection's handshake (httpx's `Timeout(read, connect=connect)`)."""
-
-    read: float
-    connect: float
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A whole response: status and the body as sent."""
-
-    status: int
-    body: bytes
-
-    def json(self) -> Any:
-        """The body decoded as JSON (orjson; raises `orjson.JSONDecodeError`, a
-        `json.JSONDecodeError`, when it is not JSON)."""
-        return orjson.loads(self.body)
-
-
-class StreamReply(Protocol):
-    """A response whose body is read as it arrives; `aclose` must always be awaited."""
-
-    status: int
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes, chunk by chunk, as the network delivers them."""
-        ...
-
-    async def read(self) -> bytes:
-        """The rest of the body at once (an error answer's few bytes)."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release the connection: back to the pool when the body was read to its end,
-        closed (ending the upstream's work, e.g. a generation) when it was not."""
-        ...
-
-
-class Engine(Protocol):
-    """Moves one request's bytes; the two implementations are in this package."""
-
-    async def send(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> Reply: ...
-
-    async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> StreamReply: ...
-
-    async def aclose(self) -> None: ...
 
 
 class _HttpxStream:
@@ -132,8 +78,6 @@ class HttpxEngine:
 
 def default_engine(timeouts: Timeouts) -> Engine:
     """The engine of a client built without a transport: httptools (see the module)."""
-    from chatqna.backends.httptools_engine import HttptoolsEngine
-
     return HttptoolsEngine(timeouts)
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from chatqna.backends import httptools_engine
 from chatqna.backends.httptools_engine import HttptoolsEngine
-from chatqna.backends.upstream import Timeouts, UpstreamClient
+from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream_types import Timeouts
 
 pytestmark = pytest.mark.anyio
 
