@@ -1,0 +1,79 @@
+"""`UpstreamClient` on the httpx engine (a `MockTransport`): what goes out for each call."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream_types import Reply
+
+pytestmark = pytest.mark.anyio
+
+
+def recording(seen: list[httpx.Request], answer: httpx.Response) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answer
+
+    return httpx.MockTransport(handle)
+
+
+def client(
+    seen: list[httpx.Request], answer: httpx.Response, headers: dict[str, str] | None = None
+) -> UpstreamClient:
+    return UpstreamClient(
+        "http://tei.test:8080/base/",
+        timeout_seconds=5,
+        connect_timeout_seconds=1,
+        headers=headers,
+        transport=recording(seen, answer),
+    )
+
+
+async def test_a_post_sends_compact_json_with_json_headers_under_the_base_path() -> None:
+    seen: list[httpx.Request] = []
+    upstream = client(seen, httpx.Response(200, json={"ok": True}))
+    reply = await upstream.post("/v1/embeddings", {"input": ["a"], "v": np.float32(0.5)})
+    (request,) = seen
+    assert str(request.url) == "http://tei.test:8080/base/v1/embeddings"
+    assert request.content == b'{"input":["a"],"v":0.5}'
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["accept"] == "application/json"
+    assert (reply.status, reply.json()) == (200, {"ok": True})
+
+
+async def test_a_get_has_no_body_and_no_content_type_and_headers_go_with_every_call() -> None:
+    seen: list[httpx.Request] = []
+    upstream = client(seen, httpx.Response(204), headers={"Authorization": "Bearer k"})
+    await upstream.get("/health")
+    await upstream.post("/x", {})
+    get, post = seen
+    assert get.content == b"" and "content-type" not in get.headers
+    assert get.headers["authorization"] == post.headers["authorization"] == "Bearer k"
+
+
+async def test_a_stream_asks_for_an_event_stream_and_reads_as_it_comes() -> None:
+    seen: list[httpx.Request] = []
+    upstream = client(seen, httpx.Response(200, content=b"data: [DONE]\n\n"))
+    stream = await upstream.open_stream("/v1/chat/completions", {"stream": True})
+    assert stream.status == 200
+    assert b"".join([chunk async for chunk in stream.chunks()]) == b"data: [DONE]\n\n"
+    await stream.aclose()
+    assert seen[0].headers["accept"] == "text/event-stream"
+    assert json.loads(seen[0].content) == {"stream": True}
+
+
+async def test_aclose_marks_the_client_closed() -> None:
+    upstream = client([], httpx.Response(200))
+    assert not upstream.is_closed
+    await upstream.aclose()
+    assert upstream.is_closed
+
+
+def test_a_reply_that_is_not_json_raises_the_json_error() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        Reply(200, b"<html>").json()
