@@ -1,7 +1,7 @@
 """Shared HTTP plumbing for remote backends: one client per upstream, bounded calls, retries.
 
-Every remote backend owns one `UpstreamClient` (`chatqna.backends.upstream`) built by
-`upstream_client`, whose timeouts bound connecting and each read. `post_json`
+Every remote backend owns one `UpstreamClient` (`chatqna.backends.upstream`), whose
+timeouts bound connecting and each read. `post_json`
 also bounds a whole call, so an upstream that trickles bytes forever still ends, and
 retries idempotent calls (embeddings, rerank, retrieval) by a `RetryPolicy`. Every failure
 is translated here into the typed errors of `chatqna.errors`, so callers never see an
@@ -71,27 +71,6 @@ class HTTPStatusFailure(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
-
-
-def upstream_client(
-    base_url: str,
-    *,
-    timeout_seconds: float,
-    connect_timeout_seconds: float,
-    headers: dict[str, str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> UpstreamClient:
-    """The one client a remote backend keeps for its whole life.
-
-    Without a `transport` (tests pass one), the bytes go over the httptools engine.
-    """
-    return UpstreamClient(
-        base_url,
-        timeout_seconds=timeout_seconds,
-        connect_timeout_seconds=connect_timeout_seconds,
-        headers=headers,
-        transport=transport,
-    )
 
 
 def raise_for_status(reply: Reply) -> Reply:

@@ -30,10 +30,10 @@ from chatqna.backends.http import (
     raise_for_status,
     require,
     translate_http_error,
-    upstream_client,
 )
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
 from chatqna.backends.sse_client import SSEDecoder
+from chatqna.backends.upstream import UpstreamClient
 from chatqna.backends.upstream_types import StreamReply
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 
@@ -89,7 +89,7 @@ class OpenAIChatLLM:
         self.calls = 0
         self._generation_timeout = generation_timeout_seconds
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self._client = upstream_client(
+        self._client = UpstreamClient(
             self.endpoint,
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,

@@ -23,9 +23,9 @@ from chatqna.backends.http import (
     post_json,
     require,
     translate_http_error,
-    upstream_client,
 )
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
+from chatqna.backends.upstream import UpstreamClient
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import NotSupported
 
@@ -55,7 +55,7 @@ class RemoteRetriever:
         self.calls = 0
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY
-        self._client = upstream_client(
+        self._client = UpstreamClient(
             endpoint,
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,

@@ -26,8 +26,8 @@ from chatqna.backends.http import (
     raise_for_status,
     require,
     translate_http_error,
-    upstream_client,
 )
+from chatqna.backends.upstream import UpstreamClient
 from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import ScoredChunk
 from chatqna.errors import BadUpstreamResponse
@@ -60,7 +60,7 @@ class TEIEmbedder:
         self.dimension: int | None = None
         self.calls = 0
         self.texts_embedded = 0
-        self._client = upstream_client(
+        self._client = UpstreamClient(
             endpoint,
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
@@ -176,7 +176,7 @@ class TEIReranker:
         self.calls = 0
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY
-        self._client = upstream_client(
+        self._client = UpstreamClient(
             endpoint,
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,

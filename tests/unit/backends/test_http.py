@@ -14,11 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from chatqna.backends.http import RetryPolicy, is_retryable, post_json, upstream_client
+from chatqna.backends.http import RetryPolicy, is_retryable, post_json
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import GenerationParams, SearchQuery
 from chatqna.backends.retriever_client import RemoteRetriever
 from chatqna.backends.tei import TEIEmbedder, TEIReranker
+from chatqna.backends.upstream import UpstreamClient
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 from tests.unit.backends.conftest import shape
@@ -70,7 +71,7 @@ def policy(attempts: int = 3, waits: Waits | None = None, jitter: float = 1.0) -
 
 
 async def post(script: Script, retry: RetryPolicy, timeout: float | None = None) -> Any:
-    client = upstream_client(
+    client = UpstreamClient(
         BASE, timeout_seconds=5, connect_timeout_seconds=1, transport=script.transport
     )
     try:
@@ -213,7 +214,7 @@ async def test_a_whole_call_bound_ends_a_body_that_never_ends() -> None:
         calls.append(request)
         return httpx.Response(200, content=endless())
 
-    client = upstream_client(
+    client = UpstreamClient(
         BASE, timeout_seconds=5, connect_timeout_seconds=1, transport=httpx.MockTransport(answer)
     )
     with pytest.raises(UpstreamTimeout) as info:
