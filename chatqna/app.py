@@ -15,7 +15,6 @@ from typing import Literal
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
-from opentelemetry.sdk.trace import TracerProvider
 
 from chatqna import __version__
 from chatqna.api import chat, dataprep, health, observability, retrieval, ui
@@ -29,6 +28,7 @@ from chatqna.heap import HeapTrimmer, freeze_startup_objects, trim_available
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.server_spans import ServerSpanMiddleware
+from chatqna.telemetry.spans import ServiceTracerProvider
 from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
 
 logger = logging.getLogger("chatqna")
@@ -101,7 +101,7 @@ async def heap_housekeeping(
 def create_app(
     settings: Settings,
     backends: Backends | None = None,
-    tracer_provider: TracerProvider | None = None,
+    tracer_provider: ServiceTracerProvider | None = None,
     *,
     role: Literal["megaservice", "retriever"] = "megaservice",
 ) -> FastAPI:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import unquote
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -130,6 +131,15 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
+        "otel_exporter_otlp_headers", "otel_exporter_otlp_traces_headers", mode="before"
+    )
+    @classmethod
+    def _otlp_headers(cls, value: object) -> object:
+        if isinstance(value, str):
+            return parse_otlp_headers(value)
+        return value
+
+    @field_validator(
         "tei_embedding_endpoint",
         "tei_reranking_endpoint",
         "llm_endpoint",
@@ -138,6 +148,7 @@ class Settings(BaseSettings):
         "retriever_endpoint",
         "otel_exporter_otlp_endpoint",
         "otel_exporter_otlp_traces_endpoint",
+        "otel_exporter_otlp_certificate",
         "chatqna_api_key",
         "openai_api_key",
         "chatqna_llm_gguf",
@@ -199,6 +210,20 @@ class Settings(BaseSettings):
         "parentbased_traceidratio",
     ] = "parentbased_always_on"
     otel_traces_sampler_arg: float = Field(1.0, ge=0.0, le=1.0)
+    # The OTLP/HTTP exporter: `name=value` pairs (comma-separated, percent-encoded values),
+    # the time per batch in milliseconds, gzip bodies, a CA file for an https endpoint.
+    otel_exporter_otlp_headers: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    otel_exporter_otlp_traces_headers: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict
+    )
+    otel_exporter_otlp_timeout: int = Field(10000, gt=0)
+    otel_exporter_otlp_compression: Literal["none", "gzip"] = "none"
+    otel_exporter_otlp_certificate: str | None = None
+    # The batches: exported at least once per delay (ms), or as soon as one is full; a
+    # full queue drops new spans.
+    otel_bsp_schedule_delay: int = Field(1000, gt=0)
+    otel_bsp_max_queue_size: int = Field(2048, ge=1)
+    otel_bsp_max_export_batch_size: int = Field(512, ge=1)
     # Request headers recorded on server spans (names or regular expressions); credentials
     # are recorded as [REDACTED].
     otel_instrumentation_http_capture_headers_server_request: Annotated[list[str], NoDecode] = (
@@ -283,6 +308,20 @@ class Settings(BaseSettings):
         if self.blend_active and self.multi_turn_history_turns == 0:
             warnings.append("MULTI_TURN_HISTORY_TURNS=0: the blend is enabled but will never run")
         return warnings
+
+
+def parse_otlp_headers(text: str) -> dict[str, str]:
+    """`OTEL_EXPORTER_OTLP_HEADERS`: `name1=value1,name2=value2`, percent-encoded; names
+    lower-cased."""
+    headers: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"each header must be name=value, got {item.strip()!r}")
+        headers[unquote(name.strip()).lower()] = unquote(value.strip())
+    return headers
 
 
 def describe_validation_error(exc: ValidationError) -> str:

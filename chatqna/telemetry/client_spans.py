@@ -16,17 +16,14 @@ Per client, not by patching an HTTP library globally: only our upstream clients 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from chatqna.telemetry.tracing import dropped, tracing_installed
+from chatqna.telemetry.tracing import tracing_installed
 
 TRACER_NAME = "chatqna.http"
-W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
 def url_full(url: str) -> str:
@@ -57,30 +54,39 @@ class _Untraced:
 UNTRACED = _Untraced()
 
 
+def write_trace_context(headers: dict[str, str], context: SpanContext) -> None:
+    """W3C `traceparent` (and `tracestate`) for `context`, as the API's propagator writes
+    them, without its carrier and getter layers (this runs on every upstream call)."""
+    if not context.is_valid:
+        return
+    headers["traceparent"] = (
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    )
+    if context.trace_state:
+        headers["tracestate"] = context.trace_state.to_header()
+
+
 class _TracedCall:
     """One call's span; the trace context is written into `headers` on entry."""
+
+    __slots__ = ("_headers", "_method", "_path", "_span", "_spans")
 
     def __init__(self, spans: ClientSpans, method: str, path: str, headers: dict[str, str]):
         self._spans = spans
         self._method = method
         self._path = path
         self._headers = headers
-        self._scope: Any = None
         self._span: trace.Span | None = None
 
     def __enter__(self) -> _TracedCall:
-        if dropped(trace.get_current_span()):
-            W3C_TRACE_CONTEXT.inject(self._headers)
+        parent = trace.get_current_span()
+        context = parent.get_span_context()
+        if context.is_valid and not context.trace_flags & TraceFlags.SAMPLED:
+            write_trace_context(self._headers, context)  # a dropped trace: no span
             return self
         spans = self._spans
-        self._scope = spans.tracer.start_as_current_span(
-            self._method,
-            kind=SpanKind.CLIENT,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
-        span = self._scope.__enter__()
-        W3C_TRACE_CONTEXT.inject(self._headers)
+        span = spans.tracer.start_span(self._method, kind=SpanKind.CLIENT)
+        write_trace_context(self._headers, span.get_span_context())
         if span.is_recording():
             self._span = span
             span.set_attributes(
@@ -108,11 +114,13 @@ class _TracedCall:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if exc_type is not None and self._span is not None and issubclass(exc_type, Exception):
-            self._span.set_attribute("error.type", exc_type.__qualname__)
-            self._span.set_status(Status(StatusCode.ERROR, exc_type.__qualname__))
-        if self._scope is not None:
-            self._scope.__exit__(exc_type, exc, traceback)
+        span = self._span
+        if span is None:
+            return
+        if exc_type is not None and issubclass(exc_type, Exception):
+            span.set_attribute("error.type", exc_type.__qualname__)
+            span.set_status(Status(StatusCode.ERROR, exc_type.__qualname__))
+        span.end()
 
 
 class ClientSpans:

@@ -2,15 +2,14 @@
 
 Tracing is on when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) or `OTEL_TRACES_EXPORTER=console`, and off with
-`OTEL_TRACES_EXPORTER=none` or nothing configured. Off, the tracer is OpenTelemetry's no-op
-one and no instrumentation is installed, so it costs nothing measurable. Spans go out over
-OTLP/HTTP (protobuf) in batches.
+`OTEL_TRACES_EXPORTER=none` or nothing configured. Off, the tracer does nothing and no
+instrumentation is installed, so it costs nothing measurable. On, spans are recorded by the
+service's own provider (`chatqna.telemetry.spans`, OpenTelemetry's API at a tenth of the
+SDK's cost per span) and leave in batches from one thread (`chatqna.telemetry.span_export`),
+over OTLP/HTTP (protobuf) or as JSON lines on the console.
 
-Under a span the sampler dropped, the service's tracer (`tracer()`) makes no child span:
-the dropped span stands in for it. With every sampler `OTEL_TRACES_SAMPLER` offers, the
-child would have been dropped too (parent-based samplers follow the parent, ratio ones
-decide by the same trace id, and `always_on` drops nothing), so what a trace records is
-unchanged; a sampled-out request just skips the SDK's span machinery at every stage.
+Under a span the sampler dropped, the service's tracer makes no child span: the dropped
+span stands in for it (see `chatqna.telemetry.spans`).
 """
 
 from __future__ import annotations
@@ -23,27 +22,14 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-from opentelemetry.sdk.trace.sampling import (
-    ALWAYS_OFF,
-    ALWAYS_ON,
-    ParentBased,
-    Sampler,
-    TraceIdRatioBased,
-)
 
 from chatqna import __version__
 from chatqna.settings import Settings
+from chatqna.telemetry.span_export import BatchExporter, ConsoleSender, OtlpHttpSender
+from chatqna.telemetry.spans import Sampler, ServiceTracerProvider, current
 
 logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
-# The batch processor keeps the SDK's batch and queue sizes (512 and 2048 spans, or
-# OTEL_BSP_MAX_EXPORT_BATCH_SIZE and OTEL_BSP_MAX_QUEUE_SIZE) and exports at least once a
-# second. With every span exported (about ten a turn), batches of 2048 measured the same
-# throughput and 60 ms more p99 latency (each export holds the interpreter longer), batches
-# of 128 a quarter more export CPU.
-EXPORT_SCHEDULE_MILLIS = 1000
 
 
 def dropped(span: trace.Span) -> bool:
@@ -54,44 +40,18 @@ def dropped(span: trace.Span) -> bool:
     return context.is_valid and not context.trace_flags.sampled
 
 
-class ServiceTracer:
-    """The provider's tracer, with no child span made under a dropped one.
+class NoTracer(trace.NoOpTracer):
+    """The tracer while no provider of the service is installed (tracing off): every span
+    is the invalid one and nothing becomes current, without the API's proxy and context
+    work."""
 
-    Only the two calls the pipeline uses. `start_span` returns the dropped parent itself
-    (ending it again does nothing) and `start_as_current_span` leaves the current context
-    alone; on a recorded or a new trace both are the SDK's own.
-    """
-
-    def __init__(self, inner: trace.Tracer) -> None:
-        self.inner = inner
-
-    def start_span(self, name: str, context: Context | None = None) -> trace.Span:
-        parent = trace.get_current_span(context)
-        if dropped(parent):
-            return parent
-        return self.inner.start_span(name, context)
-
-    def start_as_current_span(
-        self, name: str, *, record_exception: bool = True
-    ) -> AbstractContextManager[trace.Span]:
-        parent = trace.get_current_span()
-        if dropped(parent):
-            return nullcontext(parent)
-        return self.inner.start_as_current_span(name, record_exception=record_exception)
-
-
-class NoTracer(ServiceTracer):
-    """The tracer while no SDK provider is installed (tracing off): every span is the
-    invalid one and nothing becomes current, without the API's proxy and context work."""
-
-    def __init__(self) -> None:
-        super().__init__(trace.NoOpTracer())
-
-    def start_span(self, name: str, context: Context | None = None) -> trace.Span:
+    def start_span(
+        self, name: str, context: Context | None = None, *args: Any, **kwargs: Any
+    ) -> trace.Span:
         return trace.INVALID_SPAN
 
-    def start_as_current_span(
-        self, name: str, *, record_exception: bool = True
+    def start_as_current_span(  # type: ignore[override]
+        self, name: str, *args: Any, **kwargs: Any
     ) -> AbstractContextManager[trace.Span]:
         return nullcontext(trace.INVALID_SPAN)
 
@@ -104,22 +64,18 @@ def as_current(span: trace.Span) -> AbstractContextManager[Any]:
     service with tracing off."""
     if span is trace.INVALID_SPAN:
         return nullcontext(span)
-    return trace.use_span(span, end_on_exit=False)
+    return current(span)
 
 
 @lru_cache(maxsize=4)
-def _tracer_of(provider: trace.TracerProvider) -> ServiceTracer:
-    if not isinstance(provider, TracerProvider):
+def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
+    if not isinstance(provider, ServiceTracerProvider):
         return NO_TRACER
-    return ServiceTracer(provider.get_tracer(TRACER_NAME, __version__))
+    return provider.get_tracer(TRACER_NAME, __version__)
 
 
-def tracer() -> ServiceTracer:
-    """The service's tracer (a no-op one until a provider is installed).
-
-    One per provider: the SDK builds a new tracer on every `get_tracer` call, which costs
-    more than a dropped span.
-    """
+def tracer() -> trace.Tracer:
+    """The service's tracer (one that does nothing until a provider is installed)."""
     return _tracer_of(trace.get_tracer_provider())
 
 
@@ -133,17 +89,7 @@ def tracing_enabled(settings: Settings) -> bool:
 
 
 def sampler_from(settings: Settings) -> Sampler:
-    name = settings.otel_traces_sampler
-    ratio = settings.otel_traces_sampler_arg
-    samplers: dict[str, Sampler] = {
-        "always_on": ALWAYS_ON,
-        "always_off": ALWAYS_OFF,
-        "traceidratio": TraceIdRatioBased(ratio),
-        "parentbased_always_on": ParentBased(ALWAYS_ON),
-        "parentbased_always_off": ParentBased(ALWAYS_OFF),
-        "parentbased_traceidratio": ParentBased(TraceIdRatioBased(ratio)),
-    }
-    return samplers[name]
+    return Sampler(settings.otel_traces_sampler, settings.otel_traces_sampler_arg)
 
 
 def traces_endpoint(settings: Settings) -> str:
@@ -152,33 +98,49 @@ def traces_endpoint(settings: Settings) -> str:
     return f"{(settings.otel_exporter_otlp_endpoint or '').rstrip('/')}/v1/traces"
 
 
-def build_tracer_provider(settings: Settings) -> TracerProvider | None:
+def build_tracer_provider(settings: Settings) -> ServiceTracerProvider | None:
     """A provider exporting as configured, or None when tracing is off."""
     if not tracing_enabled(settings):
         return None
     resource = Resource.create(
         {"service.name": settings.otel_service_name, "service.version": __version__}
     )
-    provider = TracerProvider(resource=resource, sampler=sampler_from(settings))
-    exporter: Any
+    sender: OtlpHttpSender | ConsoleSender
     if settings.otel_traces_exporter == "console":
-        exporter = ConsoleSpanExporter()
+        sender = ConsoleSender()
     else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        exporter = OTLPSpanExporter(endpoint=traces_endpoint(settings), timeout=10)
-    provider.add_span_processor(
-        BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_SCHEDULE_MILLIS)
+        sender = OtlpHttpSender(
+            traces_endpoint(settings),
+            dict(resource.attributes),
+            headers={
+                **settings.otel_exporter_otlp_headers,
+                **settings.otel_exporter_otlp_traces_headers,
+            },
+            timeout=settings.otel_exporter_otlp_timeout / 1000,
+            compression=settings.otel_exporter_otlp_compression,
+            certificate=settings.otel_exporter_otlp_certificate,
+        )
+    exporter = BatchExporter(
+        sender,
+        max_queue_size=settings.otel_bsp_max_queue_size,
+        max_batch_size=settings.otel_bsp_max_export_batch_size,
+        schedule_delay=settings.otel_bsp_schedule_delay / 1000,
+        close=sender.close,
     )
     logger.info(
         "tracing on: %s exporter, service %s",
         settings.otel_traces_exporter,
         settings.otel_service_name,
     )
-    return provider
+    return ServiceTracerProvider(
+        exporter,
+        sampler=sampler_from(settings),
+        resource=resource,
+        shutdown=lambda: exporter.shutdown(settings.otel_exporter_otlp_timeout / 1000),
+    )
 
 
-def install_tracer_provider(provider: TracerProvider) -> None:
+def install_tracer_provider(provider: trace.TracerProvider) -> None:
     """Make `provider` the global one (OpenTelemetry allows this once per process)."""
     trace.set_tracer_provider(provider)
 
@@ -190,5 +152,5 @@ def current_trace_id() -> str | None:
 
 
 def tracing_installed() -> bool:
-    """True when a real (SDK) tracer provider is the global one."""
-    return isinstance(trace.get_tracer_provider(), TracerProvider)
+    """True when the service's tracer provider is the global one."""
+    return isinstance(trace.get_tracer_provider(), ServiceTracerProvider)

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 
 from chatqna.backends.factory import build_translator
@@ -24,6 +22,7 @@ from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.tei import TEIEmbedder, TEIReranker
 from chatqna.settings import Settings
+from chatqna.telemetry.spans import InMemorySpans, RecordedSpan
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -101,7 +100,7 @@ async def remote_client(
     return await client_for(backends, settings)
 
 
-def span_text(span: ReadableSpan) -> str:
+def span_text(span: RecordedSpan) -> str:
     parts = [span.name, span.status.description or ""]
     parts += [f"{k}={v}" for k, v in (span.attributes or {}).items()]
     for event in span.events:
@@ -169,7 +168,7 @@ async def run_every_kind_of_request(client: httpx.AsyncClient, upstream: Upstrea
 async def test_no_secret_and_no_user_text_in_logs_or_spans(
     client_for: ClientFactory,
     settings: Settings,
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
     captured: pytest.LogCaptureFixture,
     mode: dict[str, object],
 ) -> None:
@@ -210,7 +209,7 @@ async def test_no_secret_and_no_user_text_in_logs_or_spans(
 async def test_opting_in_puts_the_query_on_spans_but_never_a_key(
     client_for: ClientFactory,
     settings: Settings,
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
     captured: pytest.LogCaptureFixture,
 ) -> None:
     keyed = settings.model_copy(

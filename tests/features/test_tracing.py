@@ -8,14 +8,13 @@ from collections.abc import Callable
 import httpx
 import pytest
 import respx
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.settings import Settings
 from chatqna.telemetry import names
+from chatqna.telemetry.spans import InMemorySpans, RecordedSpan
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -28,21 +27,21 @@ CHAT = [
 ]
 
 
-def by_name(spans: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+def by_name(spans: InMemorySpans) -> dict[str, RecordedSpan]:
     finished = spans.get_finished_spans()
     return {span.name: span for span in finished}
 
 
-def server_span(found: dict[str, ReadableSpan]) -> ReadableSpan:
+def server_span(found: dict[str, RecordedSpan]) -> RecordedSpan:
     (server,) = [s for s in found.values() if s.kind == SpanKind.SERVER]
     return server
 
 
-def parent_id(span: ReadableSpan) -> int | None:
+def parent_id(span: RecordedSpan) -> int | None:
     return span.parent.span_id if span.parent is not None else None
 
 
-def span_id(span: ReadableSpan) -> int:
+def span_id(span: RecordedSpan) -> int:
     assert span.context is not None
     return span.context.span_id
 
@@ -72,7 +71,7 @@ def completion(content: str) -> httpx.Response:
 
 
 async def test_blend_executed_spans(
-    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpans
 ) -> None:
     blend = settings.model_copy(update={"multi_turn_blend_enabled": True})
     client = await _client(client_for, blend)
@@ -132,7 +131,7 @@ async def test_blend_executed_spans(
 async def test_blend_skipped_spans(
     client_for: ClientFactory,
     settings: Settings,
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
     update: dict[str, object],
     messages: list[dict[str, str]],
     reason: str,
@@ -147,7 +146,7 @@ async def test_blend_skipped_spans(
 
 
 async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
-    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpans
 ) -> None:
     condense = settings.model_copy(
         update={"multi_turn_mode": "condense", "chatqna_trace_content": True}
@@ -181,7 +180,7 @@ async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
 
 
 async def test_condense_skipped_without_history(
-    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpans
 ) -> None:
     condense = settings.model_copy(update={"multi_turn_mode": "condense"})
     client = await _client(client_for, condense, rewriter=True)
@@ -212,7 +211,7 @@ FAILURES: list[tuple[str, Callable[[httpx.Request], httpx.Response]]] = [
 async def test_condense_failed_spans(
     client_for: ClientFactory,
     settings: Settings,
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
     reason: str,
     handler: Callable[[httpx.Request], httpx.Response],
 ) -> None:

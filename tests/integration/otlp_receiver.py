@@ -1,9 +1,11 @@
-"""A minimal OTLP/HTTP traces receiver on loopback that decodes what it is sent (protobuf)."""
+"""A minimal OTLP/HTTP traces receiver on loopback that decodes what it is sent (protobuf,
+gzip or not); it can answer its first requests with error statuses."""
 
 from __future__ import annotations
 
+import gzip
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,12 +22,15 @@ class ReceivedSpans:
     def __init__(self) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
         self.content_types: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        self.refused = 0
         self._lock = threading.Lock()
 
-    def add(self, request: ExportTraceServiceRequest, content_type: str) -> None:
+    def add(self, request: ExportTraceServiceRequest, headers: dict[str, str]) -> None:
         with self._lock:
             self.requests.append(request)
-            self.content_types.append(content_type)
+            self.content_types.append(headers.get("content-type", ""))
+            self.headers.append(headers)
 
     def spans(self) -> list[dict[str, Any]]:
         found = []
@@ -56,9 +61,11 @@ class ReceivedSpans:
 
 
 @contextmanager
-def otlp_receiver() -> Iterator[tuple[str, ReceivedSpans]]:
-    """Serve `POST /v1/traces` on a free loopback port; yields its base URL and the store."""
+def otlp_receiver(refuse_with: Sequence[int] = ()) -> Iterator[tuple[str, ReceivedSpans]]:
+    """Serve `POST /v1/traces` on a free loopback port; yields its base URL and the store.
+    The first requests are answered with the statuses of `refuse_with`, one each."""
     received = ReceivedSpans()
+    refusals = list(refuse_with)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -67,9 +74,20 @@ def otlp_receiver() -> Iterator[tuple[str, ReceivedSpans]]:
                 self.send_response(404)
                 self.end_headers()
                 return
+            with received._lock:
+                status = refusals.pop(0) if refusals else None
+                if status is not None:
+                    received.refused += 1
+            if status is not None:
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
-            received.add(request, self.headers.get("Content-Type", ""))
+            received.add(request, {k.lower(): v for k, v in self.headers.items()})
             reply = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")

@@ -58,8 +58,9 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
     ("validation (pydantic)", ("(pydantic/", "(pydantic_core/")),
     # py-spy shortens the OpenTelemetry packages' paths to the part below `opentelemetry/`.
     (
-        "telemetry (opentelemetry, prometheus_client)",
+        "telemetry (opentelemetry, the service's spans, prometheus_client)",
         (
+            "(chatqna/telemetry/",
             "(opentelemetry/",
             "(trace/",
             "(context/",

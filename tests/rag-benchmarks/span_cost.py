@@ -1,16 +1,18 @@
-"""What the OpenTelemetry SDK costs per span, apart from any server: a floor for tracing.
+"""What a span costs, apart from any server: OpenTelemetry's SDK against the service's recorder.
 
     .venv/bin/python tests/rag-benchmarks/span_cost.py [--turns 2000] [--rounds 3]
 
-Builds the SDK's `TracerProvider` as the service does (a resource, the default sampler)
-and records `--turns` turns shaped like a chat turn: a server span with the stable HTTP
-attributes and nine children (the pipeline stages and three client spans) with a few
-attributes each, handed to a processor that only keeps them. Then it encodes the kept
-spans as the OTLP/HTTP exporter does (`encode_spans(...).SerializeToString()`, batches of
-512, the batch processor's size). Prints the CPU time (`time.process_time`) per span and
-per turn for each part, medians of `--rounds`, and writes `results/span_cost.json`. What a
-server adds on top (the export's HTTP requests, garbage collection, the export thread
-holding the interpreter lock) is in `tracing_overhead.py`.
+Records `--turns` turns shaped like a chat turn (a server span with the stable HTTP
+attributes and nine children, the pipeline stages and three client spans, with a few
+attributes each) twice per round, the two recorders alternating: the SDK's `TracerProvider`
+as the service used it (a resource, the default sampler, a processor that only keeps the
+spans), and the service's `ServiceTracerProvider` (`chatqna.telemetry.spans`) with a sink
+that only keeps them. Then each encodes what it kept as OTLP protobuf in batches of 512:
+the SDK's exporter (`encode_spans(...).SerializeToString()`) and the service's
+`SpanEncoder`. Prints the CPU time (`time.process_time`) per span and per turn for each
+part, medians of `--rounds`, and writes `results/span_cost.json`. What a server adds on top
+(the export's HTTP requests, garbage collection, the export thread) is in
+`tracing_overhead.py`.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from chatqna.telemetry.otlp_encoding import SpanEncoder
+from chatqna.telemetry.spans import InMemorySpans, RecordedSpan, ServiceTracerProvider
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "span_cost.json"
 CHILDREN = (
@@ -84,11 +88,61 @@ def record(tracer: trace.Tracer, turns: int) -> float:
 
 
 def encode(spans: Sequence[ReadableSpan]) -> float:
-    """CPU seconds per span to encode `spans` as OTLP protobuf, in export-sized batches."""
+    """CPU seconds per span to encode `spans` as the SDK's OTLP exporter does."""
     started = time.process_time()
     for start in range(0, len(spans), BATCH):
         encode_spans(spans[start : start + BATCH]).SerializeToString()
     return (time.process_time() - started) / len(spans)
+
+
+def encode_ours(spans: Sequence[RecordedSpan]) -> float:
+    """CPU seconds per span to encode `spans` with the service's encoder."""
+    encoder = SpanEncoder({"service.name": "chatqna"})
+    started = time.process_time()
+    for start in range(0, len(spans), BATCH):
+        encoder.request(spans[start : start + BATCH])
+    return (time.process_time() - started) / len(spans)
+
+
+def sdk_round(turns: int) -> dict[str, float]:
+    keeper = Keeper()
+    provider = TracerProvider(resource=Resource.create({"service.name": "chatqna"}))
+    provider.add_span_processor(SimpleSpanProcessor(keeper))
+    tracer = provider.get_tracer("chatqna")
+    record(tracer, 100)  # warm-up
+    keeper.spans.clear()
+    per_turn = record(tracer, turns)
+    per_span_encoded = encode(keeper.spans)
+    provider.shutdown()
+    return figures(per_turn, per_span_encoded)
+
+
+def service_round(turns: int) -> dict[str, float]:
+    keeper = InMemorySpans()
+    provider = ServiceTracerProvider(keeper, resource=Resource.create({"service.name": "chatqna"}))
+    tracer = provider.get_tracer("chatqna")
+    record(tracer, 100)  # warm-up
+    keeper.clear()
+    per_turn = record(tracer, turns)
+    per_span_encoded = encode_ours(list(keeper.get_finished_spans()))
+    return figures(per_turn, per_span_encoded)
+
+
+def figures(per_turn: float, per_span_encoded: float) -> dict[str, float]:
+    return {
+        "record_us_per_span": per_turn / SPANS_PER_TURN * 1e6,
+        "record_us_per_turn": per_turn * 1e6,
+        "encode_us_per_span": per_span_encoded * 1e6,
+        "encode_us_per_turn": per_span_encoded * SPANS_PER_TURN * 1e6,
+    }
+
+
+def summarize(rounds: list[dict[str, float]]) -> dict[str, float]:
+    summary = {key: round(statistics.median(r[key] for r in rounds), 1) for key in rounds[0]}
+    summary["total_us_per_turn"] = round(
+        summary["record_us_per_turn"] + summary["encode_us_per_turn"], 1
+    )
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,43 +151,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
-    rounds: list[dict[str, float]] = []
+    rounds: dict[str, list[dict[str, float]]] = {"sdk": [], "service": []}
     for _ in range(args.rounds):
-        keeper = Keeper()
-        provider = TracerProvider(resource=Resource.create({"service.name": "chatqna"}))
-        provider.add_span_processor(SimpleSpanProcessor(keeper))
-        tracer = provider.get_tracer("chatqna")
-        record(tracer, 100)  # warm-up
-        keeper.spans.clear()
-        per_turn = record(tracer, args.turns)
-        per_span_encoded = encode(keeper.spans)
-        rounds.append(
-            {
-                "record_us_per_span": per_turn / SPANS_PER_TURN * 1e6,
-                "record_us_per_turn": per_turn * 1e6,
-                "encode_us_per_span": per_span_encoded * 1e6,
-                "encode_us_per_turn": per_span_encoded * SPANS_PER_TURN * 1e6,
-            }
+        rounds["sdk"].append(sdk_round(args.turns))
+        rounds["service"].append(service_round(args.turns))
+    summary = {name: summarize(r) for name, r in rounds.items()}
+    sdk, ours = summary["sdk"], summary["service"]
+    print(f"{SPANS_PER_TURN} spans a turn, medians of {args.rounds} rounds, µs of CPU:")
+    print("| part | SDK per span | service per span | SDK per turn | service per turn |")
+    print("|---|---|---|---|---|")
+    for label, key in (("start, fill and end", "record"), ("OTLP protobuf encoding", "encode")):
+        print(
+            f"| {label} | {sdk[key + '_us_per_span']:.1f} | {ours[key + '_us_per_span']:.1f} "
+            f"| {sdk[key + '_us_per_turn']:.0f} | {ours[key + '_us_per_turn']:.0f} |"
         )
-        provider.shutdown()
-    summary: dict[str, Any] = {
-        key: round(statistics.median(r[key] for r in rounds), 1) for key in rounds[0]
-    }
-    summary["total_us_per_turn"] = round(
-        summary["record_us_per_turn"] + summary["encode_us_per_turn"], 1
-    )
-    print(f"OpenTelemetry SDK, {SPANS_PER_TURN} spans a turn, medians of {args.rounds} rounds:")
-    print("| part | µs CPU per span | µs CPU per turn |")
-    print("|---|---|---|")
-    print(
-        f"| start, fill and end (SDK) | {summary['record_us_per_span']:.1f} "
-        f"| {summary['record_us_per_turn']:.0f} |"
-    )
-    print(
-        f"| OTLP protobuf encoding | {summary['encode_us_per_span']:.1f} "
-        f"| {summary['encode_us_per_turn']:.0f} |"
-    )
-    print(f"| together | | {summary['total_us_per_turn']:.0f} |")
+    print(f"| together | | | {sdk['total_us_per_turn']:.0f} | {ours['total_us_per_turn']:.0f} |")
     report = {
         "benchmark": "span_cost",
         "command": "tests/rag-benchmarks/span_cost.py " + " ".join(argv or sys.argv[1:]),

@@ -137,3 +137,20 @@ def test_workers_must_be_a_positive_count_or_auto(monkeypatch: pytest.MonkeyPatc
     assert Settings().chatqna_workers == 2
     monkeypatch.setenv("CHATQNA_WORKERS", "")
     assert Settings().chatqna_workers == 1
+
+
+def test_otlp_headers_are_parsed_and_percent_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Api-Key=a%20b, x-tenant=blue ,")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "")
+    settings = Settings()
+    assert settings.otel_exporter_otlp_headers == {"api-key": "a b", "x-tenant": "blue"}
+    assert settings.otel_exporter_otlp_traces_headers == {}
+
+
+def test_a_malformed_otlp_header_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "just-a-name")
+    with pytest.raises(ValidationError) as failure:
+        Settings()
+    message = describe_validation_error(failure.value)
+    assert "OTEL_EXPORTER_OTLP_TRACES_HEADERS" in message
+    assert "name=value" in message

@@ -7,11 +7,11 @@ from __future__ import annotations
 import httpx
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode
 
 from chatqna.backends.upstream import UpstreamClient
 from chatqna.telemetry.client_spans import url_full
+from chatqna.telemetry.spans import InMemorySpans
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,7 @@ def client(status: int, seen: list[httpx.Request]) -> UpstreamClient:
 
 
 async def test_a_call_is_one_client_span_with_the_context_sent_along(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     seen: list[httpx.Request] = []
     upstream = client(200, seen)
@@ -50,7 +50,7 @@ async def test_a_call_is_one_client_span_with_the_context_sent_along(
     assert trace_id in seen[0].headers["traceparent"]
 
 
-async def test_an_error_status_marks_the_span(spans: InMemorySpanExporter) -> None:
+async def test_an_error_status_marks_the_span(spans: InMemorySpans) -> None:
     upstream = client(503, [])
     reply = await upstream.post("/rerank", {})
     assert reply.status == 503
@@ -60,7 +60,7 @@ async def test_an_error_status_marks_the_span(spans: InMemorySpanExporter) -> No
 
 
 async def test_a_transport_failure_marks_the_span_and_propagates(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
@@ -74,7 +74,7 @@ async def test_a_transport_failure_marks_the_span_and_propagates(
 
 
 async def test_a_dropped_trace_gets_no_client_span_but_its_context_goes_along(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     context = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False)
     seen: list[httpx.Request] = []
@@ -99,7 +99,7 @@ def test_the_full_url_has_no_credentials_and_no_query(url: str, full: str) -> No
 
 
 async def test_a_streamed_call_is_one_span_that_ends_with_the_headers(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     seen: list[httpx.Request] = []
 

@@ -12,15 +12,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import Message, Receive, Scope, Send
 
 from chatqna.app import NO_FASTAPI_TELEMETRY
 from chatqna.telemetry.server_spans import ServerSpanMiddleware, incoming_context, server_address
+from chatqna.telemetry.spans import InMemorySpans, RecordedSpan, Sampler, ServiceTracerProvider
 from chatqna.telemetry.tracing import tracer
 from tests.unit.conftest import TRACER_PROVIDER
 
@@ -31,7 +28,7 @@ PARENT_ID = "b7ad6b7169203331"
 FRAMES = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
 
 
-def service(provider: TracerProvider = TRACER_PROVIDER, **options: object) -> FastAPI:
+def service(provider: ServiceTracerProvider = TRACER_PROVIDER, **options: object) -> FastAPI:
     app = FastAPI(telemetry=NO_FASTAPI_TELEMETRY)  # FastAPI's own server span off, as ours
 
     @app.get("/items/{item}")
@@ -68,12 +65,12 @@ def client(app: FastAPI) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, base_url="http://chatqna.test:8888")
 
 
-def server_spans(spans: InMemorySpanExporter) -> list[ReadableSpan]:
+def server_spans(spans: InMemorySpans) -> list[RecordedSpan]:
     return [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
 
 
 async def test_a_request_is_one_server_span_named_by_its_route_with_its_stages_inside(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     async with client(service()) as http:
         response = await http.get("/items/7?q=secret", headers={"user-agent": "probe/1"})
@@ -100,7 +97,7 @@ async def test_a_request_is_one_server_span_named_by_its_route_with_its_stages_i
     assert server.status.status_code == StatusCode.UNSET
 
 
-async def test_the_callers_traceparent_is_continued(spans: InMemorySpanExporter) -> None:
+async def test_the_callers_traceparent_is_continued(spans: InMemorySpans) -> None:
     traceparent = f"00-{TRACE_ID}-{PARENT_ID}-01"
     async with client(service()) as http:
         await http.get("/items/1", headers={"traceparent": traceparent})
@@ -113,7 +110,7 @@ async def test_the_callers_traceparent_is_continued(spans: InMemorySpanExporter)
 
 @pytest.mark.parametrize("traceparent", ["00-not-a-trace-01", f"00-{'0' * 32}-{PARENT_ID}-01"])
 async def test_a_malformed_traceparent_starts_a_new_trace(
-    spans: InMemorySpanExporter, traceparent: str
+    spans: InMemorySpans, traceparent: str
 ) -> None:
     async with client(service()) as http:
         await http.get("/items/1", headers={"traceparent": traceparent})
@@ -131,13 +128,13 @@ async def test_the_tracestate_comes_along() -> None:
 
 
 @pytest.mark.parametrize("path", ["/v1/health_check", "/metrics", "/v1/ready"])
-async def test_probes_and_the_scrape_make_no_span(spans: InMemorySpanExporter, path: str) -> None:
+async def test_probes_and_the_scrape_make_no_span(spans: InMemorySpans, path: str) -> None:
     async with client(service()) as http:
         await http.get(path)
     assert spans.get_finished_spans() == ()
 
 
-async def test_a_5xx_answer_marks_the_span_an_error(spans: InMemorySpanExporter) -> None:
+async def test_a_5xx_answer_marks_the_span_an_error(spans: InMemorySpans) -> None:
     async with client(service()) as http:
         await http.get("/unavailable")
     (server,) = server_spans(spans)
@@ -147,7 +144,7 @@ async def test_a_5xx_answer_marks_the_span_an_error(spans: InMemorySpanExporter)
 
 
 async def test_a_4xx_answer_is_not_an_error_and_an_unknown_path_has_no_route(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     async with client(service()) as http:
         await http.get("/nowhere")
@@ -158,7 +155,7 @@ async def test_a_4xx_answer_is_not_an_error_and_an_unknown_path_has_no_route(
     assert server.status.status_code == StatusCode.UNSET
 
 
-async def test_an_exception_is_recorded_with_a_500(spans: InMemorySpanExporter) -> None:
+async def test_an_exception_is_recorded_with_a_500(spans: InMemorySpans) -> None:
     async with client(service()) as http:
         response = await http.get("/boom")
     assert response.status_code == 500
@@ -200,7 +197,7 @@ def requests() -> Receive:
 
 
 async def test_a_streamed_answers_span_ends_after_its_last_frame(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     sent: list[tuple[bytes, int, int]] = []  # frame, when, server spans finished by then
 
@@ -216,7 +213,7 @@ async def test_a_streamed_answers_span_ends_after_its_last_frame(
     assert (server.attributes or {})["http.response.status_code"] == 200
 
 
-async def test_a_stream_cut_short_still_ends_its_span(spans: InMemorySpanExporter) -> None:
+async def test_a_stream_cut_short_still_ends_its_span(spans: InMemorySpans) -> None:
     async def cut_short(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"data: one\n\n", "more_body": True})
@@ -233,11 +230,10 @@ async def test_a_stream_cut_short_still_ends_its_span(spans: InMemorySpanExporte
 
 
 async def test_a_dropped_trace_exports_nothing_and_leaves_send_alone(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
-    dropped = InMemorySpanExporter()
-    provider = TracerProvider(sampler=ALWAYS_OFF)
-    provider.add_span_processor(SimpleSpanProcessor(dropped))
+    dropped = InMemorySpans()
+    provider = ServiceTracerProvider(dropped, sampler=Sampler("always_off"))
     seen: dict[str, object] = {}
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -261,7 +257,7 @@ async def test_a_dropped_trace_exports_nothing_and_leaves_send_alone(
 
 
 async def test_captured_headers_are_recorded_and_credentials_redacted(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpans,
 ) -> None:
     app = service(capture_request_headers=["user-agent", "authorization", "x-.*"])
     headers = {
@@ -281,7 +277,7 @@ async def test_captured_headers_are_recorded_and_credentials_redacted(
     assert "http.request.header.accept" not in attributes, "only the headers asked for"
 
 
-async def test_no_header_is_recorded_unless_asked_for(spans: InMemorySpanExporter) -> None:
+async def test_no_header_is_recorded_unless_asked_for(spans: InMemorySpans) -> None:
     async with client(service()) as http:
         await http.get("/items/1", headers={"authorization": "Bearer ck-live-1"})
     (server,) = server_spans(spans)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from chatqna.settings import Settings
+from chatqna.telemetry.span_export import BatchExporter, ConsoleSender, OtlpHttpSender
+from chatqna.telemetry.spans import InMemorySpans, ServiceTracerProvider
 from chatqna.telemetry.tracing import build_tracer_provider, dropped, tracer
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -32,7 +33,7 @@ def test_dropped_is_a_real_trace_not_sampled() -> None:
     recording.end()
 
 
-def test_under_a_dropped_span_no_span_is_made(spans: InMemorySpanExporter) -> None:
+def test_under_a_dropped_span_no_span_is_made(spans: InMemorySpans) -> None:
     parent = foreign(sampled=False)
     with trace.use_span(parent):
         with tracer().start_as_current_span("chatqna.embed") as embed:
@@ -46,7 +47,7 @@ def test_under_a_dropped_span_no_span_is_made(spans: InMemorySpanExporter) -> No
     assert spans.get_finished_spans() == ()
 
 
-def test_under_a_recorded_span_children_are_real(spans: InMemorySpanExporter) -> None:
+def test_under_a_recorded_span_children_are_real(spans: InMemorySpans) -> None:
     with tracer().start_as_current_span("chatqna.orchestrate") as orchestrate:
         with tracer().start_as_current_span("chatqna.embed"):
             pass
@@ -61,7 +62,7 @@ def test_under_a_recorded_span_children_are_real(spans: InMemorySpanExporter) ->
         assert parent is not None and parent.span_id == parent_id, name
 
 
-def test_a_sampled_remote_parent_gets_real_children(spans: InMemorySpanExporter) -> None:
+def test_a_sampled_remote_parent_gets_real_children(spans: InMemorySpans) -> None:
     with (
         trace.use_span(foreign(sampled=True, remote=True)),
         tracer().start_as_current_span("chatqna.orchestrate"),
@@ -71,7 +72,7 @@ def test_a_sampled_remote_parent_gets_real_children(spans: InMemorySpanExporter)
     assert span.context is not None and span.context.trace_id == TRACE_ID
 
 
-def test_an_exception_is_recorded_only_when_asked(spans: InMemorySpanExporter) -> None:
+def test_an_exception_is_recorded_only_when_asked(spans: InMemorySpans) -> None:
     for record in (True, False):
         with (
             pytest.raises(ValueError),
@@ -85,3 +86,40 @@ def test_an_exception_is_recorded_only_when_asked(spans: InMemorySpanExporter) -
 def test_no_provider_when_tracing_is_off() -> None:
     assert build_tracer_provider(Settings(otel_traces_exporter="none")) is None
     assert build_tracer_provider(Settings()) is None, "no endpoint: off"
+
+
+def test_an_otlp_provider_sends_where_and_how_the_settings_say() -> None:
+    provider = build_tracer_provider(
+        Settings(
+            otel_exporter_otlp_endpoint="http://collector.test:4318/",
+            otel_exporter_otlp_headers="api-key=one,x-tenant=blue",  # type: ignore[arg-type]
+            otel_exporter_otlp_traces_headers="api-key=two",  # type: ignore[arg-type]
+            otel_exporter_otlp_timeout=2500,
+            otel_exporter_otlp_compression="gzip",
+            otel_traces_sampler="traceidratio",
+            otel_traces_sampler_arg=0.25,
+            otel_bsp_max_export_batch_size=64,
+        )
+    )
+    assert isinstance(provider, ServiceTracerProvider)
+    exporter = provider.sink
+    assert isinstance(exporter, BatchExporter)
+    sender = exporter._send
+    assert isinstance(sender, OtlpHttpSender)
+    assert sender.endpoint == "http://collector.test:4318/v1/traces"
+    assert sender._headers["api-key"] == "two", "the traces variable wins"
+    assert sender._headers["x-tenant"] == "blue"
+    assert sender._headers["Content-Encoding"] == "gzip"
+    assert sender._timeout == 2.5
+    assert exporter._max_batch == 64
+    assert provider.sampler.name == "traceidratio"
+    assert provider.resource.attributes["service.name"] == "chatqna"
+    provider.shutdown()
+
+
+def test_the_console_exporter_needs_no_endpoint() -> None:
+    provider = build_tracer_provider(Settings(otel_traces_exporter="console"))
+    assert provider is not None
+    assert isinstance(provider.sink, BatchExporter)
+    assert isinstance(provider.sink._send, ConsoleSender)
+    provider.shutdown()

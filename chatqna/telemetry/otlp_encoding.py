@@ -1,0 +1,217 @@
+"""Ended spans as an OTLP `ExportTraceServiceRequest`, in protobuf's wire format.
+
+The OTLP/HTTP exporter of the SDK builds one protobuf message object per span, attribute
+and value, then serializes them: about 47 µs a span here. The messages a trace exporter
+sends are few and fixed (opentelemetry-proto's `trace/v1/trace.proto`, `common/v1`,
+`resource/v1`), so this module writes their bytes directly: field tags, lengths and values.
+An attribute's key and value are encoded once and kept (most repeat on every turn: the
+method, the route, the addresses, the span names), in a bounded cache cleared when full.
+`tests/unit/telemetry/test_otlp_encoding.py` decodes the output with opentelemetry-proto's
+own classes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry.trace import StatusCode
+
+from chatqna.telemetry.spans import Event, RecordedSpan, Scope
+
+CACHE_LIMIT = 8192
+# Span.flags: the parent's is-remote bit is known (0x100) and set (0x200).
+FLAG_HAS_IS_REMOTE = 0x100
+FLAG_IS_REMOTE = 0x200
+STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
+_FIXED64 = struct.Struct("<Q")
+_DOUBLE = struct.Struct("<d")
+# Span fields 1 and 2 (trace id, span id: big-endian bytes), and 6-8 (kind, start, end).
+_IDS = struct.Struct(">BBQQBBQ")
+_KIND_TIMES = struct.Struct("<BBBQBQ")
+_PARENT = struct.Struct(">BBQ")
+_FLAGS = struct.Struct("<BBI")
+_LOW64 = (1 << 64) - 1
+
+
+def varint(value: int) -> bytes:
+    """An unsigned protobuf varint; negative ints as their 64-bit two's complement."""
+    if value < 0:
+        value += 1 << 64
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def length_delimited(tag: bytes, payload: bytes) -> bytes:
+    return tag + varint(len(payload)) + payload
+
+
+def string_field(tag: bytes, text: str) -> bytes:
+    return length_delimited(tag, text.encode("utf-8", "surrogatepass"))
+
+
+def any_value(value: Any) -> bytes | None:
+    """An `AnyValue` message (without its own tag), or None for a type OTLP has no slot for."""
+    if isinstance(value, str):
+        return string_field(b"\x0a", value)
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, int):
+        return b"\x18" + varint(value)
+    if isinstance(value, float):
+        return b"\x21" + _DOUBLE.pack(value)
+    if isinstance(value, bytes):
+        return length_delimited(b"\x3a", value)
+    if isinstance(value, Sequence):
+        items = []
+        for item in value:
+            encoded = any_value(item)
+            if encoded is not None:
+                items.append(length_delimited(b"\x0a", encoded))
+        return length_delimited(b"\x2a", b"".join(items))
+    return None
+
+
+def key_value(key: str, value: Any) -> bytes:
+    """A `KeyValue` message (without its own tag); b"" for a value OTLP cannot carry."""
+    encoded = any_value(value)
+    if encoded is None:
+        return b""
+    return string_field(b"\x0a", key) + length_delimited(b"\x12", encoded)
+
+
+class AttributeCache:
+    """Encoded `KeyValue` fields (tag included) by key, value type and value."""
+
+    def __init__(self, tag: bytes, limit: int = CACHE_LIMIT) -> None:
+        self._tag = tag
+        self._limit = limit
+        self._encoded: dict[tuple[str, type, Any], bytes] = {}
+        self._double_prefixes: dict[str, bytes] = {}
+
+    def field(self, key: str, value: Any) -> bytes:
+        if type(value) is float:  # mostly unique (latencies, scores): only the key is kept
+            prefix = self._double_prefixes.get(key)
+            if prefix is None:
+                if len(self._double_prefixes) >= self._limit:
+                    self._double_prefixes.clear()
+                prefix = self._double_prefixes[key] = self._encode(key, 0.0)[:-8]
+            return prefix + _DOUBLE.pack(value)
+        if isinstance(value, list):
+            value = tuple(value)
+        cache_key = (key, type(value), value)
+        try:
+            return self._encoded[cache_key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable value: encoded every time
+            return self._encode(key, value)
+        encoded = self._encode(key, value)
+        if len(self._encoded) >= self._limit:
+            self._encoded.clear()
+        self._encoded[cache_key] = encoded
+        return encoded
+
+    def _encode(self, key: str, value: Any) -> bytes:
+        kv = key_value(key, value)
+        return length_delimited(self._tag, kv) if kv else b""
+
+
+class SpanEncoder:
+    """Encodes batches of ended spans for one resource."""
+
+    def __init__(self, resource_attributes: Mapping[str, Any]) -> None:
+        self._span_attributes = AttributeCache(b"\x4a")  # Span.attributes = 9
+        self._event_attributes = AttributeCache(b"\x1a")  # Event.attributes = 3
+        self._names: dict[str, bytes] = {}
+        self._scopes: dict[Scope, bytes] = {}
+        resource = b"".join(
+            length_delimited(b"\x0a", key_value(k, v)) for k, v in resource_attributes.items()
+        )
+        self._resource = length_delimited(b"\x0a", resource)  # ResourceSpans.resource = 1
+
+    def request(self, spans: Iterable[RecordedSpan]) -> bytes:
+        """An `ExportTraceServiceRequest` holding `spans`, grouped by scope."""
+        by_scope: dict[Scope, list[bytes]] = defaultdict(list)
+        for span in spans:
+            by_scope[span.instrumentation_scope].append(self.span(span))
+        scope_spans = b"".join(
+            length_delimited(b"\x12", self._scope(scope) + b"".join(encoded))
+            for scope, encoded in by_scope.items()
+        )
+        resource_spans = self._resource + scope_spans
+        return length_delimited(b"\x0a", resource_spans)
+
+    def _scope(self, scope: Scope) -> bytes:
+        encoded = self._scopes.get(scope)
+        if encoded is None:
+            body = string_field(b"\x0a", scope.name)
+            if scope.version:
+                body += string_field(b"\x12", scope.version)
+            encoded = self._scopes[scope] = length_delimited(b"\x0a", body)
+        return encoded
+
+    def _name(self, name: str) -> bytes:
+        encoded = self._names.get(name)
+        if encoded is None:
+            if len(self._names) >= CACHE_LIMIT:
+                self._names.clear()
+            encoded = self._names[name] = string_field(b"\x2a", name)
+        return encoded
+
+    def span(self, span: RecordedSpan) -> bytes:
+        """One `Span`, tagged as a field of `ScopeSpans` (spans = 2)."""
+        context = span.context
+        parent = span.parent
+        trace_id = context.trace_id
+        parts = [_IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, context.span_id)]
+        if context.trace_state:
+            parts.append(string_field(b"\x1a", context.trace_state.to_header()))
+        flags = FLAG_HAS_IS_REMOTE | context.trace_flags
+        if parent is not None:
+            parts.append(_PARENT.pack(0x22, 8, parent.span_id))
+            if parent.is_remote:
+                flags |= FLAG_IS_REMOTE
+        parts.append(self._name(span.name))
+        start = span.start_time
+        # OTLP's span kinds start at 1 (0 is "unspecified").
+        parts.append(
+            _KIND_TIMES.pack(0x30, span.kind.value + 1, 0x39, start, 0x41, span.end_time or start)
+        )
+        field = self._span_attributes.field
+        for key, value in span.attributes.items():
+            parts.append(field(key, value))
+        for event in span.events:
+            parts.append(length_delimited(b"\x5a", self._event(event)))
+        status = span.status
+        if status.status_code is not StatusCode.UNSET:
+            body = b""
+            if status.description:
+                body = string_field(b"\x12", status.description)
+            body += b"\x18" + bytes((STATUS_CODES[status.status_code],))
+            parts.append(length_delimited(b"\x7a", body))
+        parts.append(_FLAGS.pack(0x85, 0x01, flags))
+        return length_delimited(b"\x12", b"".join(parts))
+
+    def _event(self, event: Event) -> bytes:
+        field = self._event_attributes.field
+        return b"".join(
+            [
+                b"\x09" + _FIXED64.pack(event.timestamp),
+                string_field(b"\x12", event.name),
+                *(field(key, value) for key, value in event.attributes.items()),
+            ]
+        )
+
+
+def encode_request(resource_attributes: Mapping[str, Any], spans: Sequence[RecordedSpan]) -> bytes:
+    """One-off encoding (tests, the console): a fresh encoder for `spans`."""
+    return SpanEncoder(resource_attributes).request(spans)

@@ -1,0 +1,381 @@
+"""The service's span recorder: OpenTelemetry's tracing API, recorded at a few µs a span.
+
+`ServiceTracerProvider` implements the API's `TracerProvider`, so `trace.get_current_span`,
+`use_span`, the W3C propagator and every library written against the API work unchanged.
+What it leaves out of the SDK's span machinery is what the service never uses: span
+processors chained per span, attribute validation and limits on every `set_attribute`,
+locks per span, links. A recorded span is a plain object with an attribute dict; ending it
+hands it to the provider's sink (a batch exporter, or a list in tests) with one call.
+Measured apart (`tests/rag-benchmarks/span_cost.py`), that is about a tenth of the SDK's
+cost per span.
+
+Sampling follows the six `OTEL_TRACES_SAMPLER` choices with the specification's rules:
+`traceidratio` compares the low 64 bits of the trace id with the ratio, as the SDK does, and
+the parent-based ones follow a valid parent's sampled flag. A span the sampler drops is a
+`NonRecordingSpan` with a fresh span id, so `traceparent` still goes upstream with the
+sampled flag unset. Under a dropped span no child span is made: the dropped span stands in
+for it (with every sampler offered the child would have been dropped too; `always_on`
+drops nothing).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+from opentelemetry.util.types import AttributeValue
+
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+UNSET = Status(StatusCode.UNSET)
+TRACE_ID_LOW_BITS = (1 << 64) - 1
+SAMPLER_NAMES = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The instrumentation scope of a tracer (`chatqna`, `chatqna.http`)."""
+
+    name: str
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A span event (`exception`, `chatqna.first_token`)."""
+
+    name: str
+    timestamp: int
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+
+
+class SpanSink(Protocol):
+    """Where ended spans go: called once per span, on the thread that ended it."""
+
+    def __call__(self, span: RecordedSpan) -> None: ...
+
+
+class Sampler:
+    """The decision of one `OTEL_TRACES_SAMPLER` (with its ratio) for a new span."""
+
+    def __init__(self, name: str, ratio: float = 1.0) -> None:
+        if name not in SAMPLER_NAMES:
+            raise ValueError(f"unknown sampler {name!r}")
+        self.name = name
+        self.parent_based = name.startswith("parentbased_")
+        root = name.removeprefix("parentbased_")
+        # The SDK's bound: a trace is sampled when its low 64 bits fall below it.
+        self._bound = {
+            "always_on": 1 << 64,
+            "always_off": 0,
+            "traceidratio": round(ratio * (1 << 64)),
+        }[root]
+
+    def sampled(self, parent: SpanContext | None, trace_id: int) -> bool:
+        if self.parent_based and parent is not None:
+            return bool(parent.trace_flags & TraceFlags.SAMPLED)
+        return trace_id & TRACE_ID_LOW_BITS < self._bound
+
+
+class RecordedSpan(trace.Span):
+    """A span being recorded, and once ended the finished record the sink keeps.
+
+    Its fields read like the SDK's `ReadableSpan` (`name`, `context`, `parent`, `kind`,
+    `attributes`, `events`, `status`, `start_time`, `end_time`, `resource`,
+    `instrumentation_scope`). Changes after `end` are ignored, as the SDK ignores them.
+    """
+
+    __slots__ = (
+        "_sink",
+        "attributes",
+        "context",
+        "end_time",
+        "events",
+        "instrumentation_scope",
+        "kind",
+        "name",
+        "parent",
+        "resource",
+        "start_time",
+        "status",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        scope: Scope,
+        resource: Any,
+        sink: SpanSink,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        start_time: int | None = None,
+    ) -> None:
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.kind = kind
+        self.attributes: dict[str, AttributeValue] = dict(attributes) if attributes else {}
+        self.events: list[Event] = []
+        self.status = UNSET
+        self.start_time = start_time or time.time_ns()
+        self.end_time: int | None = None
+        self.instrumentation_scope = scope
+        self.resource = resource
+        self._sink = sink
+
+    def get_span_context(self) -> SpanContext:
+        return self.context
+
+    def is_recording(self) -> bool:
+        return self.end_time is None
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        if self.end_time is None:
+            self.attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        if self.end_time is None:
+            self.attributes.update(attributes)
+
+    def add_event(
+        self,
+        name: str,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        timestamp: int | None = None,
+    ) -> None:
+        if self.end_time is None:
+            self.events.append(Event(name, timestamp or time.time_ns(), dict(attributes or {})))
+
+    def add_link(self, context: SpanContext, attributes: Any = None) -> None:
+        return None  # the service makes no links
+
+    def update_name(self, name: str) -> None:
+        if self.end_time is None:
+            self.name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        # An OK status is final, as in the SDK; a description goes with ERROR only.
+        if self.end_time is not None or self.status.status_code is StatusCode.OK:
+            return
+        if isinstance(status, StatusCode):
+            status = Status(status, description)
+        self.status = status
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        kind = type(exception)
+        module = kind.__module__
+        values: dict[str, AttributeValue] = {
+            "exception.type": f"{module}.{kind.__qualname__}"
+            if module and module != "builtins"
+            else kind.__qualname__,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        values.update(attributes or {})
+        self.add_event("exception", values, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_time is not None:
+            return
+        self.end_time = end_time or time.time_ns()
+        self._sink(self)
+
+    def __repr__(self) -> str:
+        return f"RecordedSpan({self.name!r}, span_id={self.context.span_id:016x})"
+
+
+class Tracer(trace.Tracer):
+    """The tracer of one instrumentation scope."""
+
+    def __init__(self, provider: ServiceTracerProvider, scope: Scope) -> None:
+        self._provider = provider
+        self._scope = scope
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        links: Sequence[trace.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        return self._start(name, trace.get_current_span(context), kind, attributes, start_time)
+
+    def _start(
+        self,
+        name: str,
+        parent_span: trace.Span,
+        kind: SpanKind,
+        attributes: Mapping[str, AttributeValue] | None,
+        start_time: int | None,
+    ) -> trace.Span:
+        parent: SpanContext | None = parent_span.get_span_context()
+        provider = self._provider
+        if parent is not None and parent.is_valid:
+            if not parent.trace_flags & TraceFlags.SAMPLED and kind is not SpanKind.SERVER:
+                return parent_span  # a dropped trace: no child span
+            trace_id = parent.trace_id
+            trace_state = parent.trace_state
+        else:
+            parent = None
+            trace_id = provider.new_trace_id()
+            trace_state = DEFAULT_TRACE_STATE
+        span_id = random.getrandbits(64) or 1
+        if not provider.sampler.sampled(parent, trace_id):
+            return NonRecordingSpan(SpanContext(trace_id, span_id, False, NOT_SAMPLED, trace_state))
+        return RecordedSpan(
+            name,
+            SpanContext(trace_id, span_id, False, SAMPLED, trace_state),
+            parent,
+            kind,
+            self._scope,
+            provider.resource,
+            provider.sink,
+            attributes,
+            start_time,
+        )
+
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        links: Sequence[trace.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> AbstractContextManager[trace.Span]:
+        parent_span = trace.get_current_span(context)
+        span = self._start(name, parent_span, kind, attributes, start_time)
+        if span is parent_span and context is None:
+            return nullcontext(span)  # a dropped trace's span, already current
+        return current(span, record_exception, set_status_on_exception, end_on_exit)
+
+
+class current:
+    """Make `span` current for a block, as the API's `use_span` does: an exception leaving
+    the block is recorded on a recording span and sets its status; with `end_on_exit` the
+    span ends with the block."""
+
+    __slots__ = ("_end", "_record", "_set_status", "_span", "_token")
+
+    def __init__(
+        self,
+        span: trace.Span,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = False,
+    ) -> None:
+        self._span = span
+        self._record = record_exception
+        self._set_status = set_status_on_exception
+        self._end = end_on_exit
+
+    def __enter__(self) -> trace.Span:
+        self._token = context_api.attach(trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback_: Any) -> None:
+        context_api.detach(self._token)
+        span = self._span
+        if isinstance(exc, Exception) and span.is_recording():
+            if self._record:
+                span.record_exception(exc)
+            if self._set_status:
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        if self._end:
+            span.end()
+
+
+class ServiceTracerProvider(trace.TracerProvider):
+    """The provider: one sampler, one resource, one sink for every ended span."""
+
+    def __init__(
+        self,
+        sink: SpanSink,
+        *,
+        sampler: Sampler | None = None,
+        resource: Any = None,
+        shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.sampler = sampler or Sampler("parentbased_always_on")
+        self.resource = resource
+        self._shutdown = shutdown
+        self._tracers: dict[Scope, Tracer] = {}
+
+    @staticmethod
+    def new_trace_id() -> int:
+        return random.getrandbits(128) or 1
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Any = None,
+    ) -> Tracer:
+        scope = Scope(instrumenting_module_name, instrumenting_library_version)
+        tracer = self._tracers.get(scope)
+        if tracer is None:
+            tracer = self._tracers[scope] = Tracer(self, scope)
+        return tracer
+
+    def shutdown(self) -> None:
+        """Flush and stop the exporter (at the app's shutdown)."""
+        if self._shutdown is not None:
+            self._shutdown()
+
+
+class InMemorySpans:
+    """A sink keeping every ended span, for tests (`get_finished_spans`, `clear`)."""
+
+    def __init__(self) -> None:
+        self._spans: list[RecordedSpan] = []
+
+    def __call__(self, span: RecordedSpan) -> None:
+        self._spans.append(span)
+
+    def get_finished_spans(self) -> tuple[RecordedSpan, ...]:
+        return tuple(self._spans)
+
+    def clear(self) -> None:
+        self._spans.clear()

@@ -1,0 +1,161 @@
+"""The OTLP encoder's bytes, decoded by opentelemetry-proto's own protobuf classes."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as ProtoStatus
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
+
+from chatqna.telemetry.otlp_encoding import AttributeCache, SpanEncoder, encode_request, varint
+from chatqna.telemetry.spans import InMemorySpans, RecordedSpan, ServiceTracerProvider
+
+RESOURCE = {"service.name": "chatqna-test", "service.version": "1.2.3"}
+
+
+def recorded() -> list[RecordedSpan]:
+    store = InMemorySpans()
+    provider = ServiceTracerProvider(store)
+    http = provider.get_tracer("chatqna.http")
+    pipeline = provider.get_tracer("chatqna", "0.9")
+    server = http.start_span("POST /v1/chatqna", kind=SpanKind.SERVER)
+    server.set_attributes({"http.request.method": "POST", "server.port": 8888})
+    with (
+        trace.use_span(server),
+        pipeline.start_as_current_span("chatqna.orchestrate") as orchestrate,
+    ):
+        orchestrate.set_attribute("chatqna.blend.executed", True)
+        orchestrate.set_attribute("chatqna.blend.alpha", 0.7)
+        orchestrate.set_attribute("chatqna.kept.ids", ["a", "b"])
+        orchestrate.set_attribute("chatqna.kept.scores", [0.5, -1.25])
+        orchestrate.set_attribute("chatqna.offset", -3)
+        orchestrate.set_attribute("chatqna.text", "é\u2603 unicode")
+        orchestrate.add_event("chatqna.first_token", {"elapsed_ms": 12.5})
+        orchestrate.set_status(Status(StatusCode.ERROR, "CondenseFailed"))
+    server.end()
+    return list(store.get_finished_spans())
+
+
+def decode(body: bytes) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    return request
+
+
+def value_of(any_value: AnyValue) -> object:
+    kind = any_value.WhichOneof("value")
+    if kind == "array_value":
+        return [value_of(v) for v in any_value.array_value.values]
+    return getattr(any_value, kind)
+
+
+def test_varint_matches_protobufs_own() -> None:
+    for value in (0, 1, 127, 128, 300, 16383, 16384, 2**63 - 1):
+        proto = AnyValue(int_value=value).SerializeToString()
+        assert proto == b"\x18" + varint(value)
+    assert AnyValue(int_value=-3).SerializeToString() == b"\x18" + varint(-3)
+
+
+def test_a_request_decodes_with_every_field() -> None:
+    spans = recorded()
+    request = decode(encode_request(RESOURCE, spans))
+    (resource_spans,) = request.resource_spans
+    resource = {a.key: value_of(a.value) for a in resource_spans.resource.attributes}
+    assert resource == RESOURCE
+    scopes = {s.scope.name: s for s in resource_spans.scope_spans}
+    assert set(scopes) == {"chatqna", "chatqna.http"}
+    assert scopes["chatqna"].scope.version == "0.9"
+    (server,) = scopes["chatqna.http"].spans
+    (orchestrate,) = scopes["chatqna"].spans
+    by_name = {s.name: s for s in spans}
+    for proto, span in (
+        (server, by_name["POST /v1/chatqna"]),
+        (orchestrate, by_name["chatqna.orchestrate"]),
+    ):
+        assert proto.trace_id == span.context.trace_id.to_bytes(16, "big")
+        assert proto.span_id == span.context.span_id.to_bytes(8, "big")
+        assert proto.start_time_unix_nano == span.start_time
+        assert proto.end_time_unix_nano == span.end_time
+        assert proto.flags & 0x100 and proto.flags & 0xFF == 1
+    assert server.kind == ProtoSpan.SPAN_KIND_SERVER
+    assert server.parent_span_id == b""
+    assert orchestrate.kind == ProtoSpan.SPAN_KIND_INTERNAL
+    assert orchestrate.parent_span_id == server.span_id
+    assert {a.key: value_of(a.value) for a in server.attributes} == {
+        "http.request.method": "POST",
+        "server.port": 8888,
+    }
+    assert {a.key: value_of(a.value) for a in orchestrate.attributes} == {
+        "chatqna.blend.executed": True,
+        "chatqna.blend.alpha": 0.7,
+        "chatqna.kept.ids": ["a", "b"],
+        "chatqna.kept.scores": [0.5, -1.25],
+        "chatqna.offset": -3,
+        "chatqna.text": "é\u2603 unicode",
+    }
+    (event,) = orchestrate.events
+    assert event.name == "chatqna.first_token"
+    assert {a.key: value_of(a.value) for a in event.attributes} == {"elapsed_ms": 12.5}
+    assert orchestrate.status.code == ProtoStatus.STATUS_CODE_ERROR
+    assert orchestrate.status.message == "CondenseFailed"
+    assert server.status.code == ProtoStatus.STATUS_CODE_UNSET
+
+
+def test_a_remote_parent_and_trace_state_are_carried() -> None:
+    store = InMemorySpans()
+    tracer = ServiceTracerProvider(store).get_tracer("chatqna.http")
+    remote = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+        True,
+        TraceFlags(TraceFlags.SAMPLED),
+        TraceState([("vendor", "value")]),
+    )
+    with trace.use_span(NonRecordingSpan(remote)):
+        span = tracer.start_span("GET", kind=SpanKind.SERVER)
+    span.end()
+    (proto,) = decode(encode_request(RESOURCE, [span])).resource_spans[0].scope_spans[0].spans
+    assert proto.parent_span_id == remote.span_id.to_bytes(8, "big")
+    assert proto.trace_id == remote.trace_id.to_bytes(16, "big")
+    assert proto.trace_state == "vendor=value"
+    assert proto.flags & 0x300 == 0x300, "the parent is remote"
+
+
+def test_a_value_otlp_cannot_carry_is_left_out() -> None:
+    store = InMemorySpans()
+    span = ServiceTracerProvider(store).get_tracer("t").start_span("s")
+    span.set_attribute("kept", "yes")
+    span.set_attribute("odd", {"a": 1})  # type: ignore[arg-type]
+    span.end()
+    (proto,) = decode(encode_request(RESOURCE, [span])).resource_spans[0].scope_spans[0].spans
+    assert [a.key for a in proto.attributes] == ["kept"]
+
+
+def test_the_cache_tells_bools_from_ints_and_stays_bounded() -> None:
+    cache = AttributeCache(b"\x4a", limit=4)
+    assert cache.field("x", True) != cache.field("x", 1)
+    for n in range(20):
+        cache.field("n", n)
+    assert len(cache._encoded) <= 4
+    assert cache.field("n", 19) == cache.field("n", 19)
+
+
+@pytest.mark.parametrize("batches", [1, 3])
+def test_one_encoder_encodes_batch_after_batch_the_same(batches: int) -> None:
+    spans = recorded()
+    encoder = SpanEncoder(RESOURCE)
+    first = encoder.request(spans)
+    for _ in range(batches):
+        assert encoder.request(spans) == first
+    assert decode(first).resource_spans[0].scope_spans
