@@ -22,6 +22,7 @@ from opentelemetry.trace import StatusCode
 from chatqna.telemetry.spans import Event, RecordedSpan, Scope
 
 CACHE_LIMIT = 8192
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Span.flags: the parent's is-remote bit is known (0x100) and set (0x200).
 FLAG_HAS_IS_REMOTE = 0x100
 FLAG_IS_REMOTE = 0x200
@@ -65,7 +66,9 @@ def any_value(value: Any) -> bytes | None:
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
-        return b"\x18" + varint(value)
+        if INT64_MIN <= value <= INT64_MAX:
+            return b"\x18" + varint(value)
+        return string_field(b"\x0a", str(value))  # beyond int64: its digits
     if isinstance(value, float):
         return b"\x21" + _DOUBLE.pack(value)
     if isinstance(value, bytes):
@@ -89,35 +92,47 @@ def key_value(key: str, value: Any) -> bytes:
 
 
 class AttributeCache:
-    """Encoded `KeyValue` fields (tag included) by key, value type and value."""
+    """Encoded `KeyValue` fields (tag included) by value type, key and value: three dict
+    lookups and no allocation when the attribute was seen before."""
 
     def __init__(self, tag: bytes, limit: int = CACHE_LIMIT) -> None:
         self._tag = tag
         self._limit = limit
-        self._encoded: dict[tuple[str, type, Any], bytes] = {}
+        self._size = 0
+        self._by_type: dict[type, dict[str, dict[Any, bytes]]] = {}
         self._double_prefixes: dict[str, bytes] = {}
 
     def field(self, key: str, value: Any) -> bytes:
-        if type(value) is float:  # mostly unique (latencies, scores): only the key is kept
+        kind = type(value)
+        if kind is float:  # mostly unique (latencies, scores): only the key is kept
             prefix = self._double_prefixes.get(key)
             if prefix is None:
                 if len(self._double_prefixes) >= self._limit:
                     self._double_prefixes.clear()
                 prefix = self._double_prefixes[key] = self._encode(key, 0.0)[:-8]
             return prefix + _DOUBLE.pack(value)
-        if isinstance(value, list):
+        if kind is list:
             value = tuple(value)
-        cache_key = (key, type(value), value)
+            kind = tuple
+        by_key = self._by_type.get(kind)
+        if by_key is None:
+            by_key = self._by_type[kind] = {}
+        by_value = by_key.get(key)
+        if by_value is None:
+            by_value = by_key[key] = {}
         try:
-            return self._encoded[cache_key]
+            return by_value[value]
         except KeyError:
             pass
         except TypeError:  # an unhashable value: encoded every time
             return self._encode(key, value)
         encoded = self._encode(key, value)
-        if len(self._encoded) >= self._limit:
-            self._encoded.clear()
-        self._encoded[cache_key] = encoded
+        if self._size >= self._limit:
+            self._by_type.clear()
+            self._size = 0
+            by_value = self._by_type.setdefault(kind, {}).setdefault(key, {})
+        by_value[value] = encoded
+        self._size += 1
         return encoded
 
     def _encode(self, key: str, value: Any) -> bytes:
@@ -140,15 +155,18 @@ class SpanEncoder:
 
     def request(self, spans: Iterable[RecordedSpan]) -> bytes:
         """An `ExportTraceServiceRequest` holding `spans`, grouped by scope."""
+        return self.request_of([(span.instrumentation_scope, self.span(span)) for span in spans])
+
+    def request_of(self, encoded: Iterable[tuple[Scope, bytes]]) -> bytes:
+        """The request for spans encoded one by one (`(scope, span(...))` pairs)."""
         by_scope: dict[Scope, list[bytes]] = defaultdict(list)
-        for span in spans:
-            by_scope[span.instrumentation_scope].append(self.span(span))
+        for scope, span in encoded:
+            by_scope[scope].append(span)
         scope_spans = b"".join(
-            length_delimited(b"\x12", self._scope(scope) + b"".join(encoded))
-            for scope, encoded in by_scope.items()
+            length_delimited(b"\x12", self._scope(scope) + b"".join(spans))
+            for scope, spans in by_scope.items()
         )
-        resource_spans = self._resource + scope_spans
-        return length_delimited(b"\x0a", resource_spans)
+        return length_delimited(b"\x0a", self._resource + scope_spans)
 
     def _scope(self, scope: Scope) -> bytes:
         encoded = self._scopes.get(scope)

@@ -125,7 +125,6 @@ def build_tracer_provider(settings: Settings) -> ServiceTracerProvider | None:
         max_queue_size=settings.otel_bsp_max_queue_size,
         max_batch_size=settings.otel_bsp_max_export_batch_size,
         schedule_delay=settings.otel_bsp_schedule_delay / 1000,
-        close=sender.close,
     )
     logger.info(
         "tracing on: %s exporter, service %s",

@@ -16,6 +16,10 @@ from tests.integration.otlp_receiver import otlp_receiver
 RESOURCE = {"service.name": "chatqna-under-test"}
 
 
+def send(sender: OtlpHttpSender, batch: list[RecordedSpan]) -> None:
+    sender.send([sender.prepare(span) for span in batch])
+
+
 def spans(count: int = 3) -> list[RecordedSpan]:
     store = InMemorySpans()
     tracer = ServiceTracerProvider(store).get_tracer("chatqna")
@@ -35,8 +39,8 @@ def test_a_batch_arrives_decoded_with_its_headers(compression: str) -> None:
             headers={"x-tenant": "blue"},
             compression=compression,
         )
-        sender(spans())
-        sender(spans(2))
+        send(sender, spans())
+        send(sender, spans(2))
         sender.close()
     got = received.spans()
     assert [s["name"] for s in got] == [
@@ -59,7 +63,7 @@ def test_a_batch_arrives_decoded_with_its_headers(compression: str) -> None:
 def test_retryable_answers_are_retried_until_one_lands() -> None:
     with otlp_receiver(refuse_with=[503, 429]) as (endpoint, received):
         sender = OtlpHttpSender(f"{endpoint}/v1/traces", RESOURCE, timeout=10)
-        sender(spans())
+        send(sender, spans())
         sender.close()
     assert received.refused == 2
     assert len(received.spans()) == 3
@@ -69,7 +73,7 @@ def test_a_rejected_batch_is_not_retried() -> None:
     with otlp_receiver(refuse_with=[400, 400]) as (endpoint, received):
         sender = OtlpHttpSender(f"{endpoint}/v1/traces", RESOURCE, timeout=10)
         with pytest.raises(ExportFailed, match="HTTP 400") as failure:
-            sender(spans())
+            send(sender, spans())
         sender.close()
     assert not failure.value.retryable
     assert received.refused == 1
@@ -82,7 +86,7 @@ def test_a_collector_that_is_gone_fails_within_the_timeout() -> None:
     sender = OtlpHttpSender(f"http://127.0.0.1:{port}/v1/traces", RESOURCE, timeout=1.5)
     started = time.monotonic()
     with pytest.raises(ExportFailed) as failure:
-        sender(spans())
+        send(sender, spans())
     assert failure.value.retryable
     assert time.monotonic() - started < 5
 
@@ -95,7 +99,7 @@ def test_a_silent_collector_times_out() -> None:
         sender = OtlpHttpSender(f"http://127.0.0.1:{port}/v1/traces", RESOURCE, timeout=1.0)
         started = time.monotonic()
         with pytest.raises(ExportFailed, match=r"timed out|TimeoutError"):
-            sender(spans())
+            send(sender, spans())
         assert time.monotonic() - started < 5
 
 

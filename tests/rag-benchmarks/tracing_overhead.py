@@ -1,18 +1,36 @@
 """What tracing costs: requests per second with tracing off vs on, in one run.
 
-    .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 10] [--rounds 3]
+    .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 2] [--rounds 24]
+        [--replicas 3] [--aa]
 
 Starts the stand-in TEI + OpenAI upstreams (instant answers, 20 streamed tokens; the cheap
-`tests.standins.fast_servers` unless `--standins app`) and three ChatQnA server processes
-on loopback that differ only in tracing: off, every span exported over OTLP/HTTP to a local
+`tests.standins.fast_servers` unless `--standins app`) and ChatQnA server processes on
+loopback that differ only in tracing: off, every span exported over OTLP/HTTP to a local
 receiver started here, and 10% of traces sampled. All get the sample corpus (the embedded
 index). Then it alternates rounds of `--concurrency` streaming two-turn chats against each
-for `--seconds`, and prints requests/s, latency percentiles and the server's CPU time per
-request per setting, and the ratios. As in `opea_overhead.py`, the servers are pinned to
-`--server-cpu` and the stand-ins, the receiver and this aiohttp load generator to
-`--client-cpu`, so what is measured is the server's cost, not the collector's; the client
-core's share is reported (near 1.0 it is the limit). Each round also records the 1-minute
-load average at its end, since other jobs on the machine move the figures. Writes
+setting for `--seconds`, and prints requests/s, latency percentiles and the server's CPU
+time per request per setting, and the ratios: of the medians, and the median of each
+round's ratio to the untraced round next to it.
+
+Two things this machine does to such a comparison, and what the script does about them:
+- Two processes of the same code differ, by up to a quarter when each ingested the corpus
+  itself (their indexes differ in segments, and so in what a search costs). So the corpus
+  is ingested once (`chatqna ingest`) and the index copied for every server, every server
+  gets the same hash seed and runs without address-space randomization (`setarch -R`),
+  each setting gets `--replicas` processes, and round `n` of every setting runs on replica
+  `n % replicas`. `--aa` starts every setting untraced, which
+  measures what is left of that floor.
+- The machine's speed drifts from minute to minute; short rounds (`--seconds`), many of
+  them, alternating (the order reversed every other round) keep the settings side by side.
+A pause between rounds lets a traced server's last export finish before the next server's
+round starts (the server's CPU is counted through the pause), and half a second of
+unmeasured load before each round warms a server that sat idle while the others ran (in an
+A/A run without it, the setting that never came first in a round measured 3-9% faster).
+
+As in `opea_overhead.py`, the servers are pinned to `--server-cpu` and the stand-ins, the
+receiver and this aiohttp load generator to `--client-cpu`, so what is measured is the
+server's cost, not the collector's; the client core's share is reported (near 1.0 it is
+the limit). Each round also records the 1-minute load average at its end. Writes
 `results/tracing_overhead.json`.
 """
 
@@ -22,6 +40,8 @@ import argparse
 import asyncio
 import json
 import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +63,10 @@ from tests.standins.servers import free_port  # noqa: E402
 
 # off: OTEL_TRACES_EXPORTER=none; on: every span exported; sampled: 10% of traces.
 SETTINGS = ("off", "on", "sampled")
+# Longer than the exporter's schedule delay (1 s): a round's last spans leave in the pause.
+PAUSE_SECONDS = 1.5
+# Unmeasured load before each round: a server idle while the others ran starts cold.
+WARM_SECONDS = 0.5
 CHAT = [
     {"role": "user", "content": "How do I export my data?"},
     {"role": "assistant", "content": "Open Settings > Workspace > Export."},
@@ -62,9 +86,16 @@ def wait_ready(url: str, path: str = "/v1/ready", timeout: float = 60) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
-def start(args: list[str], env: dict[str, str], log: Path, cpus: str) -> subprocess.Popen[bytes]:
+def start(
+    args: list[str], env: dict[str, str], log: Path, cpus: str, *, fixed_layout: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start a process pinned to `cpus`; with `fixed_layout`, without address-space
+    randomization (`setarch -R`), so that every server lays out its memory the same way."""
+    prefix = (
+        ["setarch", platform.machine(), "-R"] if fixed_layout and shutil.which("setarch") else []
+    )
     return subprocess.Popen(
-        ["taskset", "-c", cpus, sys.executable, *args],
+        [*prefix, "taskset", "-c", cpus, sys.executable, *args],
         cwd=REPO,
         env=env,
         stdout=log.open("wb"),
@@ -109,12 +140,15 @@ async def round_of_load(url: str, seconds: float, concurrency: int) -> dict[str,
 def measured_round(
     url: str, server: subprocess.Popen[bytes], helpers: list[int], args: argparse.Namespace
 ) -> dict[str, Any]:
-    """One round, with the server's CPU per request and the client core's busy share."""
+    """One round, with the server's CPU per request (through the pause after it, where its
+    last export lands) and the client core's busy share."""
+    asyncio.run(round_of_load(url, WARM_SECONDS, args.concurrency))  # caches back, not counted
     server_before = cpu_seconds(server.pid)
     client_before = time.process_time() + sum(cpu_seconds(pid) for pid in helpers)
     result = asyncio.run(round_of_load(url, args.seconds, args.concurrency))
-    server_cpu = cpu_seconds(server.pid) - server_before
     client_cpu = time.process_time() + sum(cpu_seconds(pid) for pid in helpers) - client_before
+    time.sleep(PAUSE_SECONDS)
+    server_cpu = cpu_seconds(server.pid) - server_before
     result["server_cpu_ms_per_request"] = server_cpu * 1000 / max(result["requests"], 1)
     result["client_core_share"] = client_cpu / result["elapsed_s"]
     return result
@@ -122,8 +156,12 @@ def measured_round(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2)
+    parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument("--replicas", type=int, default=3, help="server processes per setting")
+    parser.add_argument(
+        "--aa", action="store_true", help="every setting untraced: the harness's own floor"
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--standins", choices=sorted(STANDIN_MODULES), default="fast")
     parser.add_argument("--server-cpu", default="0", help="taskset list for the servers")
@@ -134,7 +172,7 @@ def main() -> None:
     args = parser.parse_args()
     os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
     processes: list[subprocess.Popen[bytes]] = []
-    servers: dict[str, subprocess.Popen[bytes]] = {}
+    servers: dict[str, list[subprocess.Popen[bytes]]] = {setting: [] for setting in SETTINGS}
     with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as (receiver, received):
         root = Path(tmp)
         standin_port = free_port()
@@ -151,49 +189,76 @@ def main() -> None:
         )
         standin = f"http://127.0.0.1:{standin_port}"
         wait_ready(standin, "/health")
-        urls = {}
+        urls: dict[str, list[str]] = {setting: [] for setting in SETTINGS}
+        # One index, copied for every server: indexes ingested one by one differ in their
+        # segments, and so in what a search costs.
+        template = root / "template"
+        subprocess.run(
+            [sys.executable, "-m", "chatqna", "ingest", str(REPO / "chatqna" / "sample_corpus")],
+            cwd=REPO,
+            env={
+                **base_env,
+                "CHATQNA_DATA_DIR": str(template),
+                "CHATQNA_LOG_LEVEL": "WARNING",
+                "TEI_EMBEDDING_ENDPOINT": standin,  # the servers' embedder
+            },
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         try:
-            for setting in SETTINGS:
-                port = free_port()
-                env = {
-                    **base_env,
-                    "MEGA_SERVICE_PORT": str(port),
-                    "CHATQNA_DATA_DIR": str(root / setting),
-                    "CHATQNA_LOG_LEVEL": "WARNING",
-                    "TEI_EMBEDDING_ENDPOINT": standin,
-                    "TEI_RERANKING_ENDPOINT": standin,
-                    "LLM_ENDPOINT": standin,
-                    "LLM_MODEL_ID": "standin",
-                    "OTEL_TRACES_EXPORTER": "none" if setting == "off" else "otlp",
-                }
-                if setting != "off":
-                    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver
-                if setting == "sampled":
-                    env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
-                    env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
-                servers[setting] = start(
-                    ["-m", "chatqna", "serve"], env, root / f"{setting}.log", args.server_cpu
-                )
-                processes.append(servers[setting])
-                urls[setting] = f"http://127.0.0.1:{port}"
-                wait_ready(urls[setting])
-                files = [
-                    ("files", (p.name, p.read_bytes(), "text/markdown"))
-                    for p in sorted((REPO / "chatqna" / "sample_corpus").glob("*.md"))
-                ]
-                httpx.post(
-                    urls[setting] + "/v1/dataprep/ingest", files=files, timeout=60
-                ).raise_for_status()
+            for replica in range(args.replicas):
+                for setting in SETTINGS:
+                    port = free_port()
+                    traced = setting != "off" and not args.aa
+                    data_dir = root / f"{setting}-{replica}"
+                    shutil.copytree(template, data_dir)
+                    env = {
+                        **base_env,
+                        "PYTHONHASHSEED": "0",
+                        "MEGA_SERVICE_PORT": str(port),
+                        "CHATQNA_DATA_DIR": str(data_dir),
+                        "CHATQNA_LOG_LEVEL": "WARNING",
+                        "TEI_EMBEDDING_ENDPOINT": standin,
+                        "TEI_RERANKING_ENDPOINT": standin,
+                        "LLM_ENDPOINT": standin,
+                        "LLM_MODEL_ID": "standin",
+                        "OTEL_TRACES_EXPORTER": "otlp" if traced else "none",
+                    }
+                    if traced:
+                        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver
+                    if traced and setting == "sampled":
+                        env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+                        env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
+                    server = start(
+                        ["-m", "chatqna", "serve"],
+                        env,
+                        root / f"{setting}-{replica}.log",
+                        args.server_cpu,
+                        fixed_layout=True,
+                    )
+                    processes.append(server)
+                    servers[setting].append(server)
+                    url = f"http://127.0.0.1:{port}"
+                    urls[setting].append(url)
+                    wait_ready(url)
+            print(f"{len(processes) - 1} servers ready", file=sys.stderr, flush=True)
             results: dict[str, list[dict[str, Any]]] = {setting: [] for setting in SETTINGS}
             helpers = [processes[0].pid]
             for setting in SETTINGS:  # warm-up: first-request paths, pools, the tracer
-                asyncio.run(round_of_load(urls[setting], 2, args.concurrency))
+                for url in urls[setting]:
+                    asyncio.run(round_of_load(url, 1, args.concurrency))
             for number in range(args.rounds):
                 order = SETTINGS if number % 2 == 0 else SETTINGS[::-1]
+                replica = number % args.replicas
                 for setting in order:
                     results[setting].append(
-                        measured_round(urls[setting], servers[setting], helpers, args)
+                        measured_round(
+                            urls[setting][replica], servers[setting][replica], helpers, args
+                        )
                     )
+                if (number + 1) % 6 == 0:
+                    print(f"round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
         finally:
             for process in processes:
                 process.terminate()
@@ -216,9 +281,16 @@ def main() -> None:
     loads = [r["load_average"] for rounds in results.values() for r in rounds]
     ratio = summary["on"]["rps_median"] / summary["off"]["rps_median"]
     sampled = summary["sampled"]["rps_median"] / summary["off"]["rps_median"]
+    paired = {
+        setting: statistics.median(
+            r["rps"] / o["rps"] for r, o in zip(results[setting], results["off"], strict=True)
+        )
+        for setting in ("on", "sampled")
+    }
     print(
         f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f} s, stand-in upstreams:"
+        f"rounds of {args.seconds:.0f} s on {args.replicas} replicas per setting"
+        f"{' (A/A: all untraced)' if args.aa else ''}, stand-in upstreams:"
     )
     print(
         "| tracing | req/s (median) | p50 ms | p99 ms | server CPU ms/request "
@@ -233,9 +305,10 @@ def main() -> None:
             f"{s['client_core_share_max']:.2f} | {s['errors']} |"
         )
     print(
-        f"throughput vs off: on {ratio:.3f}, 10% sampled {sampled:.3f}; "
-        f"spans received: {spans_received}; load average {min(loads):.1f} to {max(loads):.1f}"
+        f"throughput vs off, ratio of medians: on {ratio:.3f}, 10% sampled {sampled:.3f}; "
+        f"median of paired rounds: on {paired['on']:.3f}, 10% sampled {paired['sampled']:.3f}"
     )
+    print(f"spans received: {spans_received}; load average {min(loads):.1f} to {max(loads):.1f}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
         json.dumps(
@@ -247,9 +320,15 @@ def main() -> None:
                 "client_cpu": args.client_cpu,
                 "concurrency": args.concurrency,
                 "seconds": args.seconds,
+                "replicas": args.replicas,
+                "aa": args.aa,
+                "pause_seconds": PAUSE_SECONDS,
+                "warm_seconds": WARM_SECONDS,
                 "summary": summary,
                 "ratio_sampled_off": sampled,
                 "ratio_on_off": ratio,
+                "paired_ratio_on_off": paired["on"],
+                "paired_ratio_sampled_off": paired["sampled"],
                 "spans_received": spans_received,
                 "load_average": {"min": min(loads), "max": max(loads)},
             },

@@ -147,7 +147,7 @@ def test_the_cache_tells_bools_from_ints_and_stays_bounded() -> None:
     assert cache.field("x", True) != cache.field("x", 1)
     for n in range(20):
         cache.field("n", n)
-    assert len(cache._encoded) <= 4
+    assert cache._size <= 4
     assert cache.field("n", 19) == cache.field("n", 19)
 
 
@@ -159,3 +159,14 @@ def test_one_encoder_encodes_batch_after_batch_the_same(batches: int) -> None:
     for _ in range(batches):
         assert encoder.request(spans) == first
     assert decode(first).resource_spans[0].scope_spans
+
+
+def test_an_int_beyond_int64_goes_as_its_digits() -> None:
+    store = InMemorySpans()
+    span = ServiceTracerProvider(store).get_tracer("t").start_span("s")
+    span.set_attribute("big", 1 << 70)
+    span.set_attribute("small", -(1 << 63))
+    span.end()
+    (proto,) = decode(encode_request(RESOURCE, [span])).resource_spans[0].scope_spans[0].spans
+    values = {a.key: value_of(a.value) for a in proto.attributes}
+    assert values == {"big": str(1 << 70), "small": -(1 << 63)}

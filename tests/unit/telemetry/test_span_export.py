@@ -24,14 +24,23 @@ class Sent:
         self.failures = failures
         self.threads: set[str] = set()
         self.arrived = threading.Event()
+        self.closed = False
 
-    def __call__(self, spans: Sequence[RecordedSpan]) -> None:
+    def prepare(self, span: RecordedSpan) -> str:
+        if span.name == "unencodable":
+            raise ValueError("no encoding for that")
+        return span.name
+
+    def send(self, batch: Sequence[str]) -> None:
         self.threads.add(threading.current_thread().name)
         if self.failures:
             self.failures -= 1
             raise ConnectionError("collector down")
-        self.batches.append([s.name for s in spans])
+        self.batches.append(list(batch))
         self.arrived.set()
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def record(exporter: BatchExporter, count: int) -> None:
@@ -76,16 +85,27 @@ def test_a_failing_sender_loses_its_batch_not_the_thread(caplog: pytest.LogCaptu
 
 def test_shutdown_drains_the_queue_and_closes_the_sender() -> None:
     sent = Sent()
-    closed: list[bool] = []
-    exporter = BatchExporter(
-        sent, max_batch_size=512, schedule_delay=30, close=lambda: closed.append(True)
-    )
+    exporter = BatchExporter(sent, max_batch_size=512, schedule_delay=30)
     record(exporter, 3)
     exporter.shutdown()
     assert sent.batches == [["s0", "s1", "s2"]]
-    assert closed == [True]
+    assert sent.closed
     record(exporter, 1)  # after shutdown: queued, no new thread
     assert exporter._thread is not None and not exporter._thread.is_alive()
+
+
+def test_a_span_that_cannot_be_encoded_is_dropped_without_raising(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sent = Sent()
+    exporter = BatchExporter(sent, schedule_delay=30)
+    tracer = ServiceTracerProvider(exporter).get_tracer("t")
+    tracer.start_span("unencodable").end()
+    tracer.start_span("fine").end()
+    exporter.shutdown()
+    assert sent.batches == [["fine"]]
+    assert exporter.failed == 1
+    assert "could not be encoded" in caplog.text
 
 
 def test_the_console_writes_one_json_line_per_span() -> None:

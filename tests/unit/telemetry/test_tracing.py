@@ -104,7 +104,7 @@ def test_an_otlp_provider_sends_where_and_how_the_settings_say() -> None:
     assert isinstance(provider, ServiceTracerProvider)
     exporter = provider.sink
     assert isinstance(exporter, BatchExporter)
-    sender = exporter._send
+    sender = exporter.sender
     assert isinstance(sender, OtlpHttpSender)
     assert sender.endpoint == "http://collector.test:4318/v1/traces"
     assert sender._headers["api-key"] == "two", "the traces variable wins"
@@ -121,5 +121,5 @@ def test_the_console_exporter_needs_no_endpoint() -> None:
     provider = build_tracer_provider(Settings(otel_traces_exporter="console"))
     assert provider is not None
     assert isinstance(provider.sink, BatchExporter)
-    assert isinstance(provider.sink._send, ConsoleSender)
+    assert isinstance(provider.sink.sender, ConsoleSender)
     provider.shutdown()
