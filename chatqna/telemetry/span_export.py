@@ -279,16 +279,28 @@ class BatchExporter:
         self._queue.clear()
 
     def _run(self) -> None:
+        # Woken by a full batch, only full batches leave: what is left waits for the next
+        # one or for the delay. (Emptying the queue each time sent a full batch followed by
+        # a trail of tiny ones, each a POST of its own, as spans kept arriving.)
+        last_export = time.monotonic()
         while True:
-            self._wake.wait(self._delay)
+            self._wake.wait(max(last_export + self._delay - time.monotonic(), 0))
             self._wake.clear()
-            self._drain()
             if self._stopping:
+                self._drain()
                 return
+            if time.monotonic() - last_export >= self._delay:
+                self._drain()
+                last_export = time.monotonic()
+            else:
+                self._drain(full_only=True)
 
-    def _drain(self) -> None:
+    def _drain(self, full_only: bool = False) -> None:
         with self._send_lock:
-            while batch := self._next_batch():
+            while not full_only or len(self._queue) >= self._max_batch:
+                batch = self._next_batch()
+                if not batch:
+                    break
                 try:
                     self.sender.send(batch)
                     self.exported += len(batch)

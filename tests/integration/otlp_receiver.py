@@ -1,5 +1,6 @@
 """A minimal OTLP/HTTP traces receiver on loopback that decodes what it is sent (protobuf,
-gzip or not); it can answer its first requests with error statuses."""
+gzip or not) over keep-alive connections, which it counts; it can answer its first
+requests with error statuses."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class ReceivedSpans:
         self.content_types: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.refused = 0
+        self.connections = 0
         self._lock = threading.Lock()
 
     def add(self, request: ExportTraceServiceRequest, headers: dict[str, str]) -> None:
@@ -68,10 +70,19 @@ def otlp_receiver(refuse_with: Sequence[int] = ()) -> Iterator[tuple[str, Receiv
     refusals = list(refuse_with)
 
     class Handler(BaseHTTPRequestHandler):
+        # Keep-alive, as a collector does: a sender's connection carries many batches.
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            with received._lock:
+                received.connections += 1
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path != "/v1/traces":
                 self.send_response(404)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             with received._lock:

@@ -60,6 +60,18 @@ def test_a_batch_arrives_decoded_with_its_headers(compression: str) -> None:
         assert (headers.get("content-encoding") == "gzip") is (compression == "gzip")
 
 
+def test_batches_share_one_keep_alive_connection() -> None:
+    with otlp_receiver() as (endpoint, received):
+        sender = OtlpHttpSender(f"{endpoint}/v1/traces", RESOURCE)
+        for _ in range(3):
+            send(sender, spans())
+        sender.close()
+        send(sender, spans())  # a closed sender connects again
+        sender.close()
+    assert len(received.spans()) == 12
+    assert received.connections == 2
+
+
 def test_retryable_answers_are_retried_until_one_lands() -> None:
     with otlp_receiver(refuse_with=[503, 429]) as (endpoint, received):
         sender = OtlpHttpSender(f"{endpoint}/v1/traces", RESOURCE, timeout=10)

@@ -96,7 +96,13 @@ def classify(stack: str) -> str:
 
 
 def profile_point(
-    server_pid: int, url: str, stream: bool, concurrency: int, seconds: float, out: Path
+    server_pid: int,
+    url: str,
+    stream: bool,
+    concurrency: int,
+    seconds: float,
+    out: Path,
+    gil_only: bool = False,
 ) -> dict[str, Any]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     record = subprocess.Popen(
@@ -114,6 +120,7 @@ def profile_point(
             "--output",
             str(out),
             "--nonblocking",
+            *(["--gil"] if gil_only else []),
         ],
         stdout=subprocess.DEVNULL,
     )
@@ -151,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         "--client-cpu", default="1", help="taskset list for the stand-ins (and this script)"
     )
     parser.add_argument("--raw-dir", type=Path, default=None, help="keep py-spy's raw stacks")
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="count only samples holding the GIL (a thread waiting on a socket is not busy)",
+    )
     parser.add_argument(
         "--tracing",
         choices=("off", "on", "sampled"),
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"profile_hot_path_{key.replace(' ', '_').replace('=', '')}.txt"
                     )
                     results[key] = profile_point(
-                        server.pid, server.url, stream, c, args.seconds, raw
+                        server.pid, server.url, stream, c, args.seconds, raw, args.gil
                     )
                     print(f"{key}: {results[key]['load']['rps']} req/s", file=sys.stderr)
         finally:
@@ -229,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "tests/rag-benchmarks/profile_hot_path.py " + " ".join(argv or sys.argv[1:]),
         "load_average": load_average(),
         "tracing": args.tracing,
+        "gil_only": args.gil,
         "points": results,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

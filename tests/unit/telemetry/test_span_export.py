@@ -8,6 +8,7 @@ import io
 import json
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -59,6 +60,46 @@ def test_batches_have_the_configured_size_and_leave_from_the_export_thread() -> 
     assert sent.batches == [["s0", "s1", "s2", "s3"], ["s0", "s1", "s2"]]
     assert sent.threads == {"chatqna-span-export"}
     assert exporter.exported == 7
+
+
+class HeldFirst(Sent):
+    """A sender whose first batch waits until `release` is set, so that spans pile up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sending = threading.Event()
+        self.release = threading.Event()
+
+    def send(self, batch: Sequence[str]) -> None:
+        if not self.batches:
+            self.sending.set()
+            assert self.release.wait(5)
+        super().send(batch)
+
+
+def test_a_full_batch_sends_only_full_batches_and_the_rest_waits_for_the_delay() -> None:
+    sent = HeldFirst()
+    exporter = BatchExporter(sent, max_batch_size=4, schedule_delay=30)
+    record(exporter, 4)
+    assert sent.sending.wait(5)  # the first batch is on its way; five more arrive meanwhile
+    record(exporter, 5)
+    sent.release.set()
+    deadline = time.monotonic() + 5
+    while len(sent.batches) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # room for a trailing partial batch, which must not leave before the delay
+    assert [len(b) for b in sent.batches] == [4, 4]
+    exporter.shutdown()
+    assert [len(b) for b in sent.batches] == [4, 4, 1]
+
+
+def test_spans_short_of_a_batch_leave_after_the_schedule_delay() -> None:
+    sent = Sent()
+    exporter = BatchExporter(sent, max_batch_size=512, schedule_delay=0.05)
+    record(exporter, 3)
+    assert sent.arrived.wait(5)
+    assert sent.batches == [["s0", "s1", "s2"]]
+    exporter.shutdown()
 
 
 def test_a_full_queue_drops_new_spans_and_counts_them(caplog: pytest.LogCaptureFixture) -> None:
