@@ -57,13 +57,13 @@ UNTRACED = _Untraced()
 def write_trace_context(headers: dict[str, str], context: SpanContext) -> None:
     """W3C `traceparent` (and `tracestate`) for `context`, as the API's propagator writes
     them, without its carrier and getter layers (this runs on every upstream call)."""
-    if not context.is_valid:
+    # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
+    trace_id, span_id, _, flags, trace_state, valid = context
+    if not valid:
         return
-    headers["traceparent"] = (
-        f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-    )
-    if context.trace_state:
-        headers["tracestate"] = context.trace_state.to_header()
+    headers["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    if trace_state:
+        headers["tracestate"] = trace_state.to_header()
 
 
 class _TracedCall:
@@ -79,9 +79,8 @@ class _TracedCall:
         self._span: trace.Span | None = None
 
     def __enter__(self) -> _TracedCall:
-        parent = trace.get_current_span()
-        context = parent.get_span_context()
-        if context.is_valid and not context.trace_flags & TraceFlags.SAMPLED:
+        context = trace.get_current_span().get_span_context()
+        if context[5] and not context[3] & TraceFlags.SAMPLED:  # valid, not sampled
             write_trace_context(self._headers, context)  # a dropped trace: no span
             return self
         spans = self._spans

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from chatqna.telemetry.spans import Event, RecordedSpan, Scope
 
@@ -27,6 +27,8 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 FLAG_HAS_IS_REMOTE = 0x100
 FLAG_IS_REMOTE = 0x200
 STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
+# OTLP's span kinds start at 1 (0 is "unspecified").
+SPAN_KINDS = {kind: kind.value + 1 for kind in SpanKind}
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
 # Span fields 1 and 2 (trace id, span id: big-endian bytes), and 6-8 (kind, start, end).
@@ -51,8 +53,13 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+# The varints of the lengths most fields have, looked up instead of computed.
+_SHORT_VARINTS = tuple(varint(n) for n in range(1 << 14))
+
+
 def length_delimited(tag: bytes, payload: bytes) -> bytes:
-    return tag + varint(len(payload)) + payload
+    size = len(payload)
+    return tag + (_SHORT_VARINTS[size] if size < 16384 else varint(size)) + payload
 
 
 def string_field(tag: bytes, text: str) -> bytes:
@@ -99,7 +106,7 @@ class AttributeCache:
         self._tag = tag
         self._limit = limit
         self._size = 0
-        self._by_type: dict[type, dict[str, dict[Any, bytes]]] = {}
+        self.by_type: dict[type, dict[str, dict[Any, bytes]]] = {}
         self._double_prefixes: dict[str, bytes] = {}
 
     def field(self, key: str, value: Any) -> bytes:
@@ -114,9 +121,9 @@ class AttributeCache:
         if kind is list:
             value = tuple(value)
             kind = tuple
-        by_key = self._by_type.get(kind)
+        by_key = self.by_type.get(kind)
         if by_key is None:
-            by_key = self._by_type[kind] = {}
+            by_key = self.by_type[kind] = {}
         by_value = by_key.get(key)
         if by_value is None:
             by_value = by_key[key] = {}
@@ -128,9 +135,9 @@ class AttributeCache:
             return self._encode(key, value)
         encoded = self._encode(key, value)
         if self._size >= self._limit:
-            self._by_type.clear()
+            self.by_type.clear()
             self._size = 0
-            by_value = self._by_type.setdefault(kind, {}).setdefault(key, {})
+            by_value = self.by_type.setdefault(kind, {}).setdefault(key, {})
         by_value[value] = encoded
         self._size += 1
         return encoded
@@ -187,26 +194,39 @@ class SpanEncoder:
 
     def span(self, span: RecordedSpan) -> bytes:
         """One `Span`, tagged as a field of `ScopeSpans` (spans = 2)."""
-        context = span.context
+        # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
+        trace_id, span_id, _, trace_flags, trace_state, _ = span.context
+        parts = [_IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)]
+        if trace_state:
+            parts.append(string_field(b"\x1a", trace_state.to_header()))
+        flags = FLAG_HAS_IS_REMOTE | trace_flags
         parent = span.parent
-        trace_id = context.trace_id
-        parts = [_IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, context.span_id)]
-        if context.trace_state:
-            parts.append(string_field(b"\x1a", context.trace_state.to_header()))
-        flags = FLAG_HAS_IS_REMOTE | context.trace_flags
         if parent is not None:
-            parts.append(_PARENT.pack(0x22, 8, parent.span_id))
-            if parent.is_remote:
+            parts.append(_PARENT.pack(0x22, 8, parent[1]))
+            if parent[2]:
                 flags |= FLAG_IS_REMOTE
-        parts.append(self._name(span.name))
+        name = self._names.get(span.name)
+        parts.append(name if name is not None else self._name(span.name))
         start = span.start_time
-        # OTLP's span kinds start at 1 (0 is "unspecified").
         parts.append(
-            _KIND_TIMES.pack(0x30, span.kind.value + 1, 0x39, start, 0x41, span.end_time or start)
+            _KIND_TIMES.pack(0x30, SPAN_KINDS[span.kind], 0x39, start, 0x41, span.end_time or start)
         )
-        field = self._span_attributes.field
+        cache = self._span_attributes
+        by_type = cache.by_type
         for key, value in span.attributes.items():
-            parts.append(field(key, value))
+            # The cache's hit, inline; floats, lists and misses go through `field`.
+            by_key = by_type.get(type(value))
+            if by_key is not None:
+                by_value = by_key.get(key)
+                if by_value is not None:
+                    try:
+                        encoded = by_value.get(value)
+                    except TypeError:  # unhashable
+                        encoded = None
+                    if encoded is not None:
+                        parts.append(encoded)
+                        continue
+            parts.append(cache.field(key, value))
         for event in span.events:
             parts.append(length_delimited(b"\x5a", self._event(event)))
         status = span.status

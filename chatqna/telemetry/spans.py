@@ -39,13 +39,14 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
 )
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE, TraceState
 from opentelemetry.util.types import AttributeValue
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 UNSET = Status(StatusCode.UNSET)
 TRACE_ID_LOW_BITS = (1 << 64) - 1
+_new_tuple = tuple.__new__
 SAMPLER_NAMES = (
     "always_on",
     "always_off",
@@ -79,6 +80,14 @@ class SpanSink(Protocol):
     def __call__(self, span: RecordedSpan) -> None: ...
 
 
+def local_context(
+    trace_id: int, span_id: int, flags: TraceFlags, trace_state: TraceState
+) -> SpanContext:
+    """`SpanContext(trace_id, span_id, False, flags, trace_state)` for ids drawn here (non-zero
+    and in range, so valid), without the API constructor's checks: the same tuple."""
+    return _new_tuple(SpanContext, (trace_id, span_id, False, flags, trace_state, True))
+
+
 class Sampler:
     """The decision of one `OTEL_TRACES_SAMPLER` (with its ratio) for a new span."""
 
@@ -97,7 +106,7 @@ class Sampler:
 
     def sampled(self, parent: SpanContext | None, trace_id: int) -> bool:
         if self.parent_based and parent is not None:
-            return bool(parent.trace_flags & TraceFlags.SAMPLED)
+            return bool(parent[3] & SAMPLED)  # the parent's trace flags
         return trace_id & TRACE_ID_LOW_BITS < self._bound
 
 
@@ -247,21 +256,21 @@ class Tracer(trace.Tracer):
     ) -> trace.Span:
         parent: SpanContext | None = parent_span.get_span_context()
         provider = self._provider
-        if parent is not None and parent.is_valid:
-            if not parent.trace_flags & TraceFlags.SAMPLED and kind is not SpanKind.SERVER:
+        # A SpanContext is a tuple: one unpacking instead of a property call per field.
+        if parent is not None and parent[5]:  # (trace id, span id, remote, flags, state, valid)
+            trace_id, _, _, flags, trace_state, _ = parent
+            if not flags & SAMPLED and kind is not SpanKind.SERVER:
                 return parent_span  # a dropped trace: no child span
-            trace_id = parent.trace_id
-            trace_state = parent.trace_state
         else:
             parent = None
             trace_id = provider.new_trace_id()
             trace_state = DEFAULT_TRACE_STATE
         span_id = random.getrandbits(64) or 1
         if not provider.sampler.sampled(parent, trace_id):
-            return NonRecordingSpan(SpanContext(trace_id, span_id, False, NOT_SAMPLED, trace_state))
+            return NonRecordingSpan(local_context(trace_id, span_id, NOT_SAMPLED, trace_state))
         return RecordedSpan(
             name,
-            SpanContext(trace_id, span_id, False, SAMPLED, trace_state),
+            local_context(trace_id, span_id, SAMPLED, trace_state),
             parent,
             kind,
             self._scope,

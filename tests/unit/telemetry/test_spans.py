@@ -14,6 +14,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import TraceState
 
 from chatqna.telemetry.spans import (
     SAMPLER_NAMES,
@@ -22,6 +23,7 @@ from chatqna.telemetry.spans import (
     Sampler,
     ServiceTracerProvider,
     current,
+    local_context,
 )
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -217,3 +219,16 @@ def test_shutdown_calls_the_exporters_shutdown_once_given() -> None:
     ServiceTracerProvider(InMemorySpans(), shutdown=lambda: calls.append("x")).shutdown()
     ServiceTracerProvider(InMemorySpans()).shutdown()
     assert calls == ["x"]
+
+
+def test_a_local_context_is_the_api_s_span_context_and_unpacks_in_its_field_order() -> None:
+    # The recorder and the encoder read a SpanContext by unpacking its tuple; this fails
+    # if a new API release changes the layout.
+    state = TraceState([("vendor", "x")])
+    built = local_context(TRACE_ID, 0x00F067AA0BA902B7, TraceFlags(TraceFlags.SAMPLED), state)
+    made = SpanContext(TRACE_ID, 0x00F067AA0BA902B7, False, TraceFlags(TraceFlags.SAMPLED), state)
+    assert built == made and type(built) is SpanContext
+    assert built.is_valid and not built.is_remote and built.trace_flags.sampled
+    remote = SpanContext(1, 2, True, TraceFlags(TraceFlags.DEFAULT), state)
+    assert tuple(remote) == (1, 2, True, TraceFlags.DEFAULT, state, True)
+    assert tuple(SpanContext(0, 0, False))[5] is False
