@@ -45,6 +45,7 @@ from chatqna.pipeline.record import Fusion, RerankRecord, RetrievalReport, TurnR
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from chatqna.telemetry import attributes, names
+from chatqna.telemetry.spans import current_span
 from chatqna.telemetry.tracing import as_current, tracer
 
 
@@ -286,7 +287,7 @@ async def _retrieve_and_rerank(
         )
     mark = clock.record("embed", mark)
     attributes.orchestrate(
-        trace.get_current_span(),
+        current_span(),
         plan.report,
         options.k,
         options.top_n,

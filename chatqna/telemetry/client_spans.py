@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from chatqna.telemetry.spans import current_span
 from chatqna.telemetry.tracing import tracing_installed
 
 TRACER_NAME = "chatqna.http"
@@ -79,7 +80,7 @@ class _TracedCall:
         self._span: trace.Span | None = None
 
     def __enter__(self) -> _TracedCall:
-        context = trace.get_current_span().get_span_context()
+        context = current_span().get_span_context()
         if context[5] and not context[3] & TraceFlags.SAMPLED:  # valid, not sampled
             write_trace_context(self._headers, context)  # a dropped trace: no span
             return self

@@ -17,18 +17,20 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import StatusCode
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from chatqna.telemetry.spans import Event, RecordedSpan, Scope
 
 CACHE_LIMIT = 8192
+# Whole attribute sets kept encoded (most spans of a kind repeat theirs turn after turn).
+ATTRIBUTE_SET_LIMIT = 4096
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Span.flags: the parent's is-remote bit is known (0x100) and set (0x200).
 FLAG_HAS_IS_REMOTE = 0x100
 FLAG_IS_REMOTE = 0x200
 STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
-# OTLP's span kinds start at 1 (0 is "unspecified").
-SPAN_KINDS = {kind: kind.value + 1 for kind in SpanKind}
+
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
 # Span fields 1 and 2 (trace id, span id: big-endian bytes), and 6-8 (kind, start, end).
@@ -153,6 +155,7 @@ class SpanEncoder:
     def __init__(self, resource_attributes: Mapping[str, Any]) -> None:
         self._span_attributes = AttributeCache(b"\x4a")  # Span.attributes = 9
         self._event_attributes = AttributeCache(b"\x1a")  # Event.attributes = 3
+        self._attribute_sets: dict[tuple[Any, ...], bytes] = {}
         self._names: dict[str, bytes] = {}
         self._scopes: dict[Scope, bytes] = {}
         resource = b"".join(
@@ -166,12 +169,16 @@ class SpanEncoder:
 
     def request_of(self, encoded: Iterable[tuple[Scope, bytes]]) -> bytes:
         """The request for spans encoded one by one (`(scope, span(...))` pairs)."""
-        by_scope: dict[Scope, list[bytes]] = defaultdict(list)
+        # Grouped by the scope object (a provider keeps one per tracer): `id` is a C call,
+        # the dataclass's hash a Python one.
+        scopes: dict[int, Scope] = {}
+        by_scope: dict[int, list[bytes]] = defaultdict(list)
         for scope, span in encoded:
-            by_scope[scope].append(span)
+            by_scope[id(scope)].append(span)
+            scopes[id(scope)] = scope
         scope_spans = b"".join(
-            length_delimited(b"\x12", self._scope(scope) + b"".join(spans))
-            for scope, spans in by_scope.items()
+            length_delimited(b"\x12", self._scope(scopes[key]) + b"".join(spans))
+            for key, spans in by_scope.items()
         )
         return length_delimited(b"\x0a", self._resource + scope_spans)
 
@@ -197,7 +204,7 @@ class SpanEncoder:
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         parts = [_IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)]
-        if trace_state:
+        if trace_state is not DEFAULT_TRACE_STATE and trace_state:
             parts.append(string_field(b"\x1a", trace_state.to_header()))
         flags = FLAG_HAS_IS_REMOTE | trace_flags
         parent = span.parent
@@ -208,25 +215,13 @@ class SpanEncoder:
         name = self._names.get(span.name)
         parts.append(name if name is not None else self._name(span.name))
         start = span.start_time
+        # OTLP's span kinds start at 1 (0 is "unspecified"); `_value_` skips Enum's property.
         parts.append(
-            _KIND_TIMES.pack(0x30, SPAN_KINDS[span.kind], 0x39, start, 0x41, span.end_time or start)
+            _KIND_TIMES.pack(0x30, span.kind._value_ + 1, 0x39, start, 0x41, span.end_time or start)
         )
-        cache = self._span_attributes
-        by_type = cache.by_type
-        for key, value in span.attributes.items():
-            # The cache's hit, inline; floats, lists and misses go through `field`.
-            by_key = by_type.get(type(value))
-            if by_key is not None:
-                by_value = by_key.get(key)
-                if by_value is not None:
-                    try:
-                        encoded = by_value.get(value)
-                    except TypeError:  # unhashable
-                        encoded = None
-                    if encoded is not None:
-                        parts.append(encoded)
-                        continue
-            parts.append(cache.field(key, value))
+        attributes = span.attributes
+        if attributes:
+            parts.append(self._attributes(attributes))
         for event in span.events:
             parts.append(length_delimited(b"\x5a", self._event(event)))
         status = span.status
@@ -238,6 +233,26 @@ class SpanEncoder:
             parts.append(length_delimited(b"\x7a", body))
         parts.append(_FLAGS.pack(0x85, 0x01, flags))
         return length_delimited(b"\x12", b"".join(parts))
+
+    def _attributes(self, attributes: Mapping[str, Any]) -> bytes:
+        """A span's attribute fields. A set seen before (the same keys, values and value
+        types: `True` and `1` are equal, their encodings not) is one lookup of a key built
+        in C; a new one is encoded attribute by attribute."""
+        try:
+            key = (tuple(attributes.items()), tuple(map(type, attributes.values())))
+            encoded = self._attribute_sets.get(key)
+        except TypeError:  # an unhashable value (a list set on the dict directly)
+            return self._each_attribute(attributes)
+        if encoded is None:
+            encoded = self._each_attribute(attributes)
+            if len(self._attribute_sets) >= ATTRIBUTE_SET_LIMIT:
+                self._attribute_sets.clear()
+            self._attribute_sets[key] = encoded
+        return encoded
+
+    def _each_attribute(self, attributes: Mapping[str, Any]) -> bytes:
+        field = self._span_attributes.field
+        return b"".join([field(key, value) for key, value in attributes.items()])
 
     def _event(self, event: Event) -> bytes:
         field = self._event_attributes.field

@@ -10,8 +10,8 @@ span is recording it has the stable HTTP semantic-convention attributes
 `error.type` and the ERROR status; the request headers an operator names
 (`OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST`) are recorded as
 `http.request.header.<name>`, credentials as `[REDACTED]`. The status code is read once,
-from `http.response.start`, and the span ends after the last body frame, so a streamed
-answer lies inside it.
+from `http.response.start`, and the span ends when the app returns, after the last body
+frame, so a streamed answer lies inside it.
 
 When the sampler drops the trace, the middleware only makes the dropped span's context
 current (for `X-Trace-Id` and the `traceparent` sent upstream): no attribute is built and
@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from opentelemetry import context, trace
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -31,6 +31,7 @@ from opentelemetry.util.types import AttributeValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna import __version__
+from chatqna.telemetry.spans import attach_span, detach
 
 TRACER_NAME = "chatqna.http"
 # The probes and the scrape: frequent, and nobody looks for them in a trace.
@@ -160,14 +161,14 @@ class ServerSpanMiddleware:
         span = self._tracer.start_span(
             "HTTP" if method == "_OTHER" else method, parent, SpanKind.SERVER
         )
-        token = context.attach(trace.set_span_in_context(span, parent))
+        token = attach_span(span, parent)
         try:
             if span.is_recording():
                 await self._recorded(span, method, scope, receive, send)
             else:
                 await self.app(scope, receive, send)
         finally:
-            context.detach(token)
+            detach(token)
 
     async def _recorded(
         self, span: Span, method: str, scope: Scope, receive: Receive, send: Send
@@ -177,21 +178,18 @@ class ServerSpanMiddleware:
             span.set_attributes(self._capture.attributes(scope["headers"]))
         exchange = Exchange(span, "HTTP" if method == "_OTHER" else method, scope)
 
-        async def send_then_end(message: Message) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
+        async def send_reading_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
                 exchange.status = message["status"]
             await send(message)
-            if kind == "http.response.body" and not message.get("more_body", False):
-                exchange.end()
 
         try:
-            await self.app(scope, receive, send_then_end)
+            await self.app(scope, receive, send_reading_status)
         except Exception as exc:
             exchange.failed(exc)
             raise
         finally:
-            exchange.end()  # no last frame: an exception, or the client went away
+            exchange.end()  # the app returns after its last body frame (or failed)
 
 
 class Exchange:

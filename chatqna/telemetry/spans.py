@@ -31,7 +31,9 @@ from typing import Any, Protocol
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import (
+    INVALID_SPAN,
     NonRecordingSpan,
     SpanContext,
     SpanKind,
@@ -39,6 +41,7 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
 )
+from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE, TraceState
 from opentelemetry.util.types import AttributeValue
 
@@ -78,6 +81,45 @@ class SpanSink(Protocol):
     """Where ended spans go: called once per span, on the thread that ended it."""
 
     def __call__(self, span: RecordedSpan) -> None: ...
+
+
+# The API keeps the current context in one ContextVar (unless OTEL_PYTHON_CONTEXT names
+# another runtime context); reading and setting it directly skips four layers of calls.
+_runtime_context = getattr(context_api, "_RUNTIME_CONTEXT", None)
+_CONTEXT_VAR = (
+    _runtime_context._current_context
+    if isinstance(_runtime_context, ContextVarsRuntimeContext)
+    else None
+)
+
+
+def current_span() -> trace.Span:
+    """`trace.get_current_span()`, read straight from the API's context variable."""
+    if _CONTEXT_VAR is None:
+        return trace.get_current_span()
+    span = _CONTEXT_VAR.get().get(_SPAN_KEY)
+    return INVALID_SPAN if span is None else span  # type: ignore[return-value]
+
+
+def attach_span(span: trace.Span, context: Context | None = None) -> object:
+    """`context.attach(trace.set_span_in_context(span, context))`: the current context (or
+    `context`) with `span` in it becomes current; returns the token for `detach`."""
+    if _CONTEXT_VAR is None:
+        return context_api.attach(trace.set_span_in_context(span, context))
+    values = Context(_CONTEXT_VAR.get() if context is None else context)
+    dict.__setitem__(values, _SPAN_KEY, span)  # a Context refuses item assignment
+    return _CONTEXT_VAR.set(values)
+
+
+def detach(token: Any) -> None:
+    """Undo `attach_span`; a failure is the API's to report (it logs it)."""
+    if _CONTEXT_VAR is None:
+        context_api.detach(token)
+        return
+    try:
+        _CONTEXT_VAR.reset(token)
+    except Exception:  # a token of another context: let the API log it, as it would
+        context_api.detach(token)
 
 
 def local_context(
@@ -166,7 +208,9 @@ class RecordedSpan(trace.Span):
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         if self.end_time is None:
-            self.attributes[key] = value
+            # A list is kept as a tuple, as the SDK keeps it: immutable, and hashable for the
+            # encoder's cache.
+            self.attributes[key] = tuple(value) if type(value) is list else value
 
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
         if self.end_time is None:
@@ -244,7 +288,8 @@ class Tracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        return self._start(name, trace.get_current_span(context), kind, attributes, start_time)
+        parent = current_span() if context is None else trace.get_current_span(context)
+        return self._start(name, parent, kind, attributes, start_time)
 
     def _start(
         self,
@@ -270,7 +315,7 @@ class Tracer(trace.Tracer):
             return NonRecordingSpan(local_context(trace_id, span_id, NOT_SAMPLED, trace_state))
         return RecordedSpan(
             name,
-            local_context(trace_id, span_id, SAMPLED, trace_state),
+            _new_tuple(SpanContext, (trace_id, span_id, False, SAMPLED, trace_state, True)),
             parent,
             kind,
             self._scope,
@@ -292,7 +337,7 @@ class Tracer(trace.Tracer):
         set_status_on_exception: bool = True,
         end_on_exit: bool = True,
     ) -> AbstractContextManager[trace.Span]:
-        parent_span = trace.get_current_span(context)
+        parent_span = current_span() if context is None else trace.get_current_span(context)
         span = self._start(name, parent_span, kind, attributes, start_time)
         if span is parent_span and context is None:
             return nullcontext(span)  # a dropped trace's span, already current
@@ -319,11 +364,11 @@ class current:
         self._end = end_on_exit
 
     def __enter__(self) -> trace.Span:
-        self._token = context_api.attach(trace.set_span_in_context(self._span))
+        self._token = attach_span(self._span)
         return self._span
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback_: Any) -> None:
-        context_api.detach(self._token)
+        detach(self._token)
         span = self._span
         if isinstance(exc, Exception) and span.is_recording():
             if self._record:

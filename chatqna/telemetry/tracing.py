@@ -26,7 +26,7 @@ from opentelemetry.sdk.resources import Resource
 from chatqna import __version__
 from chatqna.settings import Settings
 from chatqna.telemetry.span_export import BatchExporter, ConsoleSender, OtlpHttpSender
-from chatqna.telemetry.spans import Sampler, ServiceTracerProvider, current
+from chatqna.telemetry.spans import Sampler, ServiceTracerProvider, current, current_span
 
 logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
@@ -146,7 +146,7 @@ def install_tracer_provider(provider: trace.TracerProvider) -> None:
 
 def current_trace_id() -> str | None:
     """The 32-hex trace id of the active span, if a real (sampled or not) trace is running."""
-    context = trace.get_current_span().get_span_context()
+    context = current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
 
 

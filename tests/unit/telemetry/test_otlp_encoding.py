@@ -170,3 +170,36 @@ def test_an_int_beyond_int64_goes_as_its_digits() -> None:
     (proto,) = decode(encode_request(RESOURCE, [span])).resource_spans[0].scope_spans[0].spans
     values = {a.key: value_of(a.value) for a in proto.attributes}
     assert values == {"big": str(1 << 70), "small": -(1 << 63)}
+
+
+def test_attribute_sets_equal_in_value_but_not_in_type_keep_their_own_encodings() -> None:
+    # `{"x": 1}`, `{"x": True}` and `{"x": 1.0}` are equal dicts; the set cache must not
+    # hand one's bytes to another.
+    store = InMemorySpans()
+    tracer = ServiceTracerProvider(store).get_tracer("t")
+    values: list[object] = [1, True, 1.0, 1, True, ("a",), ["a"]]
+    for value in values:
+        span = tracer.start_span("s")
+        span.attributes["x"] = value  # as set directly, lists included
+        span.end()
+    encoder = SpanEncoder(RESOURCE)
+    decoded = []
+    for span in store.get_finished_spans():
+        (proto,) = decode(encoder.request([span])).resource_spans[0].scope_spans[0].spans
+        (attribute,) = proto.attributes
+        decoded.append((attribute.value.WhichOneof("value"), value_of(attribute.value)))
+    assert decoded == [
+        ("int_value", 1),
+        ("bool_value", True),
+        ("double_value", 1.0),
+        ("int_value", 1),
+        ("bool_value", True),
+        ("array_value", ["a"]),
+        ("array_value", ["a"]),
+    ]
+
+
+def test_a_list_attribute_is_kept_as_a_tuple() -> None:
+    span = ServiceTracerProvider(InMemorySpans()).get_tracer("t").start_span("s")
+    span.set_attribute("ids", ["a", "b"])
+    assert span.attributes["ids"] == ("a", "b")  # type: ignore[union-attr]
