@@ -20,7 +20,7 @@ from typing import Any
 from opentelemetry.trace import StatusCode
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
-from chatqna.telemetry.spans import Event, RecordedSpan, Scope
+from chatqna.telemetry.spans import UNSET, Event, RecordedSpan, Scope
 
 CACHE_LIMIT = 8192
 # Whole attribute sets kept encoded (most spans of a kind repeat theirs turn after turn).
@@ -37,6 +37,7 @@ _DOUBLE = struct.Struct("<d")
 _IDS = struct.Struct(">BBQQBBQ")
 _KIND_TIMES = struct.Struct("<BBBQBQ")
 _PARENT = struct.Struct(">BBQ")
+_IDS_PARENT = struct.Struct(">BBQQBBQBBQ")
 _FLAGS = struct.Struct("<BBI")
 _LOW64 = (1 << 64) - 1
 
@@ -203,15 +204,34 @@ class SpanEncoder:
         """One `Span`, tagged as a field of `ScopeSpans` (spans = 2)."""
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
-        parts = [_IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)]
-        if trace_state is not DEFAULT_TRACE_STATE and trace_state:
-            parts.append(string_field(b"\x1a", trace_state.to_header()))
         flags = FLAG_HAS_IS_REMOTE | trace_flags
         parent = span.parent
-        if parent is not None:
-            parts.append(_PARENT.pack(0x22, 8, parent[1]))
-            if parent[2]:
-                flags |= FLAG_IS_REMOTE
+        if trace_state is not DEFAULT_TRACE_STATE and trace_state:
+            parts = [
+                _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id),
+                string_field(b"\x1a", trace_state.to_header()),
+            ]
+            if parent is not None:
+                parts.append(_PARENT.pack(0x22, 8, parent[1]))
+        elif parent is not None:  # the usual span: ids and parent id in one pack
+            parts = [
+                _IDS_PARENT.pack(
+                    0x0A,
+                    16,
+                    trace_id >> 64,
+                    trace_id & _LOW64,
+                    0x12,
+                    8,
+                    span_id,
+                    0x22,
+                    8,
+                    parent[1],
+                )
+            ]
+        else:
+            parts = [_IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)]
+        if parent is not None and parent[2]:
+            flags |= FLAG_IS_REMOTE
         name = self._names.get(span.name)
         parts.append(name if name is not None else self._name(span.name))
         start = span.start_time
@@ -225,7 +245,7 @@ class SpanEncoder:
         for event in span.events:
             parts.append(length_delimited(b"\x5a", self._event(event)))
         status = span.status
-        if status.status_code is not StatusCode.UNSET:
+        if status is not UNSET and status.status_code is not StatusCode.UNSET:
             body = b""
             if status.description:
                 body = string_field(b"\x12", status.description)

@@ -302,16 +302,22 @@ class Tracer(trace.Tracer):
         parent: SpanContext | None = parent_span.get_span_context()
         provider = self._provider
         # A SpanContext is a tuple: one unpacking instead of a property call per field.
+        sampler = provider.sampler
         if parent is not None and parent[5]:  # (trace id, span id, remote, flags, state, valid)
             trace_id, _, _, flags, trace_state, _ = parent
-            if not flags & SAMPLED and kind is not SpanKind.SERVER:
-                return parent_span  # a dropped trace: no child span
+            if not flags & SAMPLED:
+                if kind is not SpanKind.SERVER:
+                    return parent_span  # a dropped trace: no child span
+                sampled = sampler.sampled(parent, trace_id)
+            else:  # a parent-based sampler follows a sampled parent without asking
+                sampled = sampler.parent_based or sampler.sampled(parent, trace_id)
         else:
             parent = None
             trace_id = provider.new_trace_id()
             trace_state = DEFAULT_TRACE_STATE
+            sampled = sampler.sampled(None, trace_id)
         span_id = random.getrandbits(64) or 1
-        if not provider.sampler.sampled(parent, trace_id):
+        if not sampled:
             return NonRecordingSpan(local_context(trace_id, span_id, NOT_SAMPLED, trace_state))
         return RecordedSpan(
             name,

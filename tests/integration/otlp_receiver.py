@@ -34,6 +34,16 @@ class ReceivedSpans:
             self.content_types.append(headers.get("content-type", ""))
             self.headers.append(headers)
 
+    def span_count(self) -> int:
+        """How many spans arrived (without decoding each into a dict)."""
+        with self._lock:
+            return sum(
+                len(scope_spans.spans)
+                for request in self.requests
+                for resource_spans in request.resource_spans
+                for scope_spans in resource_spans.scope_spans
+            )
+
     def spans(self) -> list[dict[str, Any]]:
         found = []
         with self._lock:
