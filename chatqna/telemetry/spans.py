@@ -6,7 +6,7 @@ What it leaves out of the SDK's span machinery is what the service never uses: s
 processors chained per span, attribute validation and limits on every `set_attribute`,
 locks per span, links. A recorded span is a plain object with an attribute dict; ending it
 hands it to the provider's sink (a batch exporter, or a list in tests) with one call.
-Measured apart (`tests/rag-benchmarks/span_cost.py`), that is about a seventh of the SDK's
+Measured apart (`tests/rag-benchmarks/span_cost.py`), that is about a tenth of the SDK's
 cost per span.
 
 Sampling follows the six `OTEL_TRACES_SAMPLER` choices with the specification's rules:

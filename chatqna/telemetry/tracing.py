@@ -4,7 +4,7 @@ Tracing is on when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) or `OTEL_TRACES_EXPORTER=console`, and off with
 `OTEL_TRACES_EXPORTER=none` or nothing configured. Off, the tracer does nothing and no
 instrumentation is installed, so it costs nothing measurable. On, spans are recorded by the
-service's own provider (`chatqna.telemetry.spans`, OpenTelemetry's API at a seventh of the
+service's own provider (`chatqna.telemetry.spans`, OpenTelemetry's API at a tenth of the
 SDK's cost per span) and leave in batches from one thread (`chatqna.telemetry.span_export`),
 over OTLP/HTTP (protobuf) or as JSON lines on the console.
 
