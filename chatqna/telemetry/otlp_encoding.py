@@ -109,7 +109,7 @@ class AttributeCache:
         self._tag = tag
         self._limit = limit
         self._size = 0
-        self.by_type: dict[type, dict[str, dict[Any, bytes]]] = {}
+        self._by_type: dict[type, dict[str, dict[Any, bytes]]] = {}
         self._double_prefixes: dict[str, bytes] = {}
 
     def field(self, key: str, value: Any) -> bytes:
@@ -124,9 +124,9 @@ class AttributeCache:
         if kind is list:
             value = tuple(value)
             kind = tuple
-        by_key = self.by_type.get(kind)
+        by_key = self._by_type.get(kind)
         if by_key is None:
-            by_key = self.by_type[kind] = {}
+            by_key = self._by_type[kind] = {}
         by_value = by_key.get(key)
         if by_value is None:
             by_value = by_key[key] = {}
@@ -138,9 +138,9 @@ class AttributeCache:
             return self._encode(key, value)
         encoded = self._encode(key, value)
         if self._size >= self._limit:
-            self.by_type.clear()
+            self._by_type.clear()
             self._size = 0
-            by_value = self.by_type.setdefault(kind, {}).setdefault(key, {})
+            by_value = self._by_type.setdefault(kind, {}).setdefault(key, {})
         by_value[value] = encoded
         self._size += 1
         return encoded

@@ -259,13 +259,9 @@ class BatchExporter:
             self.failed += 1
             self._log.warning("a span could not be encoded and was dropped: %r", exc)
             return
-        if len(queue) >= self._max_batch or self._thread is None:
-            self._batch_ready_or_first()
-
-    def _batch_ready_or_first(self) -> None:
         if self._thread is None:
             self._start()
-        if len(self._queue) >= self._max_batch:
+        if len(queue) >= self._max_batch:
             self._wake.set()
 
     def _start(self) -> None:
