@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
 from chatqna.backends.bundle import Backends
@@ -46,7 +45,7 @@ from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from chatqna.telemetry import attributes, names
 from chatqna.telemetry.spans import current_span
-from chatqna.telemetry.tracing import as_current, tracer
+from chatqna.telemetry.tracing import as_current, start_child, tracer
 
 
 @dataclass(frozen=True)
@@ -342,7 +341,7 @@ async def _retrieve_and_rerank(
 
 
 def _generation_span(turn: PreparedTurn, backends: Backends) -> Span:
-    span = tracer().start_span(names.SPAN_GENERATE, context=trace.set_span_in_context(turn.span))
+    span = start_child(turn.span, names.SPAN_GENERATE)
     span.set_attribute(names.GEN_AI_OPERATION, "chat")
     span.set_attribute(names.GEN_AI_REQUEST_MODEL, backends.llm.model)
     params = turn.options.params

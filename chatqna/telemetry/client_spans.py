@@ -19,9 +19,10 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanKind, Status, StatusCode, TraceFlags
 
-from chatqna.telemetry.spans import current_span
+from chatqna import __version__
+from chatqna.telemetry.spans import DroppedSpan, current_span, write_trace_context
 from chatqna.telemetry.tracing import tracing_installed
 
 TRACER_NAME = "chatqna.http"
@@ -53,18 +54,6 @@ class _Untraced:
 
 
 UNTRACED = _Untraced()
-
-
-def write_trace_context(headers: dict[str, str], context: SpanContext) -> None:
-    """W3C `traceparent` (and `tracestate`) for `context`, as the API's propagator writes
-    them, without its carrier and getter layers (this runs on every upstream call)."""
-    # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
-    trace_id, span_id, _, flags, trace_state, valid = context
-    if not valid:
-        return
-    headers["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
-    if trace_state:
-        headers["tracestate"] = trace_state.to_header()
 
 
 class _TracedCall:
@@ -131,7 +120,7 @@ class ClientSpans:
         self.prefix = url_full(base_url).rstrip("/")
         self.host = parts.hostname or ""
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.tracer = trace.get_tracer(TRACER_NAME)
+        self.tracer = trace.get_tracer(TRACER_NAME, __version__)
         # Decided once, as the client is built at start-up after tracing is set up: asking
         # the API for its provider reads the environment on every call while none is set.
         self.enabled = tracing_installed()
@@ -139,5 +128,9 @@ class ClientSpans:
     def call(self, method: str, path: str, headers: dict[str, str]) -> _TracedCall | _Untraced:
         """A context for one call: a span around it, the trace context added to `headers`."""
         if not self.enabled:
+            return UNTRACED
+        span = current_span()
+        if type(span) is DroppedSpan:  # a dropped trace (most, when sampled): no span
+            headers.update(span.trace_headers())
             return UNTRACED
         return _TracedCall(self, method, path, headers)

@@ -13,8 +13,9 @@ own classes.
 from __future__ import annotations
 
 import struct
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from opentelemetry.trace import StatusCode
@@ -33,13 +34,15 @@ STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
-# Span fields 1 and 2 (trace id, span id: big-endian bytes), and 6-8 (kind, start, end).
+# Span fields 1, 2 and 4 (trace id, span id, parent span id: big-endian bytes).
 _IDS = struct.Struct(">BBQQBBQ")
-_KIND_TIMES = struct.Struct("<BBBQBQ")
 _PARENT = struct.Struct(">BBQ")
 _IDS_PARENT = struct.Struct(">BBQQBBQBBQ")
-_FLAGS = struct.Struct("<BBI")
+# Span fields 6-8 (kind, start, end) and 16 (flags, fixed32).
+_KIND_TIMES_FLAGS = struct.Struct("<BBBQBQBBI")
 _LOW64 = (1 << 64) - 1
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
 
 
 def varint(value: int) -> bytes:
@@ -170,16 +173,13 @@ class SpanEncoder:
 
     def request_of(self, encoded: Iterable[tuple[Scope, bytes]]) -> bytes:
         """The request for spans encoded one by one (`(scope, span(...))` pairs)."""
-        # Grouped by the scope object (a provider keeps one per tracer): `id` is a C call,
-        # the dataclass's hash a Python one.
-        scopes: dict[int, Scope] = {}
-        by_scope: dict[int, list[bytes]] = defaultdict(list)
-        for scope, span in encoded:
-            by_scope[id(scope)].append(span)
-            scopes[id(scope)] = scope
+        # Sorted and grouped by scope (a tuple) in C: no Python step per span.
+        ordered = sorted(encoded, key=_FIRST)
         scope_spans = b"".join(
-            length_delimited(b"\x12", self._scope(scopes[key]) + b"".join(spans))
-            for key, spans in by_scope.items()
+            [
+                length_delimited(b"\x12", self._scope(scope) + b"".join(map(_SECOND, group)))
+                for scope, group in groupby(ordered, _FIRST)
+            ]
         )
         return length_delimited(b"\x0a", self._resource + scope_spans)
 
@@ -201,58 +201,62 @@ class SpanEncoder:
         return encoded
 
     def span(self, span: RecordedSpan) -> bytes:
-        """One `Span`, tagged as a field of `ScopeSpans` (spans = 2)."""
+        """One `Span`, tagged as a field of `ScopeSpans` (spans = 2). Its fields are written
+        in the order that packs best, which protobuf readers accept: the ids, then kind,
+        times and flags in one pack, the name, the attributes, events and status."""
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
-        flags = FLAG_HAS_IS_REMOTE | trace_flags
         parent = span.parent
-        if trace_state is not DEFAULT_TRACE_STATE and trace_state:
-            parts = [
-                _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id),
-                string_field(b"\x1a", trace_state.to_header()),
-            ]
-            if parent is not None:
-                parts.append(_PARENT.pack(0x22, 8, parent[1]))
-        elif parent is not None:  # the usual span: ids and parent id in one pack
-            parts = [
-                _IDS_PARENT.pack(
-                    0x0A,
-                    16,
-                    trace_id >> 64,
-                    trace_id & _LOW64,
-                    0x12,
-                    8,
-                    span_id,
-                    0x22,
-                    8,
-                    parent[1],
-                )
-            ]
+        flags = FLAG_HAS_IS_REMOTE | trace_flags
+        if parent is None:
+            ids = self._ids(trace_id, span_id, trace_state)
         else:
-            parts = [_IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)]
-        if parent is not None and parent[2]:
-            flags |= FLAG_IS_REMOTE
-        name = self._names.get(span.name)
-        parts.append(name if name is not None else self._name(span.name))
+            if parent[2]:
+                flags |= FLAG_IS_REMOTE
+            if trace_state is DEFAULT_TRACE_STATE:  # the usual span: ids and parent in one
+                ids = _IDS_PARENT.pack(
+                    0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id,
+                    0x22, 8, parent[1],
+                )  # fmt: skip
+            else:
+                ids = self._ids(trace_id, span_id, trace_state) + _PARENT.pack(0x22, 8, parent[1])
         start = span.start_time
         # OTLP's span kinds start at 1 (0 is "unspecified"); `_value_` skips Enum's property.
-        parts.append(
-            _KIND_TIMES.pack(0x30, span.kind._value_ + 1, 0x39, start, 0x41, span.end_time or start)
-        )
+        kind_times_flags = _KIND_TIMES_FLAGS.pack(
+            0x30, span.kind._value_ + 1, 0x39, start, 0x41, span.end_time or start, 0x85, 1, flags
+        )  # fmt: skip
+        name = self._names.get(span.name)
         attributes = span.attributes
-        if attributes:
-            parts.append(self._attributes(attributes))
-        for event in span.events:
-            parts.append(length_delimited(b"\x5a", self._event(event)))
+        body = b"".join(
+            (
+                ids,
+                kind_times_flags,
+                name if name is not None else self._name(span.name),
+                self._attributes(attributes) if attributes else b"",
+            )
+        )
+        if span.events or span.status is not UNSET:
+            body += self._events_and_status(span)
+        size = len(body)
+        return b"\x12" + (_SHORT_VARINTS[size] if size < 16384 else varint(size)) + body
+
+    @staticmethod
+    def _ids(trace_id: int, span_id: int, trace_state: Any) -> bytes:
+        ids = _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)
+        if trace_state is not DEFAULT_TRACE_STATE and trace_state:
+            ids += string_field(b"\x1a", trace_state.to_header())
+        return ids
+
+    def _events_and_status(self, span: RecordedSpan) -> bytes:
+        parts = [length_delimited(b"\x5a", self._event(event)) for event in span.events]
         status = span.status
-        if status is not UNSET and status.status_code is not StatusCode.UNSET:
+        if status.status_code is not StatusCode.UNSET:
             body = b""
             if status.description:
                 body = string_field(b"\x12", status.description)
             body += b"\x18" + bytes((STATUS_CODES[status.status_code],))
             parts.append(length_delimited(b"\x7a", body))
-        parts.append(_FLAGS.pack(0x85, 0x01, flags))
-        return length_delimited(b"\x12", b"".join(parts))
+        return b"".join(parts)
 
     def _attributes(self, attributes: Mapping[str, Any]) -> bytes:
         """A span's attribute fields. A set seen before (the same keys, values and value

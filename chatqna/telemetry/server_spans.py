@@ -106,8 +106,46 @@ class HeaderCapture:
         }
 
 
+# Request attributes by what they are built from: a client sends the same ones request
+# after request. Bounded: emptied when full.
+REQUEST_ATTRIBUTE_SETS = 1024
+_request_attribute_sets: dict[tuple[object, ...], dict[str, AttributeValue]] = {}
+
+
 def request_attributes(scope: Scope, method: str) -> dict[str, AttributeValue]:
-    """The request's attributes, built only for a recording span."""
+    """The request's attributes, built only for a recording span (kept, and shared: the
+    caller copies them)."""
+    host = user_agent = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value
+        elif name == b"user-agent":
+            user_agent = value
+    client = scope.get("client")
+    server = scope.get("server")
+    key = (
+        method,
+        scope["method"],
+        scope.get("scheme"),
+        scope["path"],
+        host,
+        user_agent,
+        client[0] if client else None,
+        scope.get("http_version"),
+        tuple(server) if server else None,
+    )
+    attributes = _request_attribute_sets.get(key)
+    if attributes is None:
+        attributes = build_request_attributes(scope, method, host, user_agent)
+        if len(_request_attribute_sets) >= REQUEST_ATTRIBUTE_SETS:
+            _request_attribute_sets.clear()
+        _request_attribute_sets[key] = attributes
+    return attributes
+
+
+def build_request_attributes(
+    scope: Scope, method: str, host: bytes | None, user_agent: bytes | None
+) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {
         "http.request.method": method,
         "url.scheme": scope.get("scheme", "http"),
@@ -115,13 +153,7 @@ def request_attributes(scope: Scope, method: str) -> dict[str, AttributeValue]:
     }
     if method != scope["method"]:
         attributes["http.request.method_original"] = scope["method"]
-    host = user_agent = None
-    for name, value in scope["headers"]:
-        if name == b"host":
-            host = value.decode("latin-1")
-        elif name == b"user-agent":
-            user_agent = value.decode("latin-1")
-    address, port = server_address(host, scope)
+    address, port = server_address(None if host is None else host.decode("latin-1"), scope)
     if address:
         attributes["server.address"] = address
     if port is not None:
@@ -132,7 +164,7 @@ def request_attributes(scope: Scope, method: str) -> dict[str, AttributeValue]:
     if scope.get("http_version"):
         attributes["network.protocol.version"] = scope["http_version"]
     if user_agent:
-        attributes["user_agent.original"] = user_agent
+        attributes["user_agent.original"] = user_agent.decode("latin-1")
     return attributes
 
 

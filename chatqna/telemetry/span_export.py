@@ -33,6 +33,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 FIRST_BACKOFF_SECONDS = 0.5
 LOG_EVERY_SECONDS = 60.0
+_NEVER = object()  # a sentinel `popleft` never returns
 
 
 class SpanSender(Protocol):
@@ -309,14 +311,11 @@ class BatchExporter:
                     self._log.warning("span export failed, %d spans lost: %s", len(batch), exc)
 
     def _next_batch(self) -> list[Any]:
-        batch: list[Any] = []
+        # Only this thread takes from the queue, so `count` items are there: `popleft`
+        # called from C, not once per span from Python.
         queue = self._queue
-        try:
-            while len(batch) < self._max_batch:
-                batch.append(queue.popleft())
-        except IndexError:
-            pass
-        return batch
+        count = min(len(queue), self._max_batch)
+        return list(islice(iter(queue.popleft, _NEVER), count))
 
     def force_flush(self) -> None:
         """Export what is queued now, on the calling thread."""

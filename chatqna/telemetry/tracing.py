@@ -26,7 +26,13 @@ from opentelemetry.sdk.resources import Resource
 from chatqna import __version__
 from chatqna.settings import Settings
 from chatqna.telemetry.span_export import BatchExporter, ConsoleSender, OtlpHttpSender
-from chatqna.telemetry.spans import Sampler, ServiceTracerProvider, current, current_span
+from chatqna.telemetry.spans import (
+    DroppedSpan,
+    Sampler,
+    ServiceTracerProvider,
+    current,
+    current_span,
+)
 
 logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
@@ -61,21 +67,39 @@ NO_TRACER = NoTracer()
 
 def as_current(span: trace.Span) -> AbstractContextManager[Any]:
     """`use_span(span, end_on_exit=False)`; nothing to do for the invalid span of a
-    service with tracing off."""
+    service with tracing off, or for a dropped trace's span that is current already."""
     if span is trace.INVALID_SPAN:
         return nullcontext(span)
+    if type(span) is DroppedSpan and current_span() is span:
+        return span.entered
     return current(span)
 
 
+def start_child(parent: trace.Span, name: str) -> trace.Span:
+    """`tracer().start_span(name, context=trace.set_span_in_context(parent))`: a span under
+    `parent` wherever the caller runs; a dropped trace's span stands in for it."""
+    if type(parent) is DroppedSpan:
+        return parent
+    return tracer().start_span(name, context=trace.set_span_in_context(parent))
+
+
 @lru_cache(maxsize=4)
-def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
+def _tracer_of(provider: trace.TracerProvider | None) -> trace.Tracer:
     if not isinstance(provider, ServiceTracerProvider):
         return NO_TRACER
     return provider.get_tracer(TRACER_NAME, __version__)
 
 
+# The API's global provider. Read directly: while none is set, `get_tracer_provider` looks
+# up `OTEL_PYTHON_TRACER_PROVIDER` in the environment on every call (the service's provider
+# is only ever set in code, so the lookup cannot find it).
+_HAS_PROVIDER_SLOT = hasattr(trace, "_TRACER_PROVIDER")
+
+
 def tracer() -> trace.Tracer:
     """The service's tracer (one that does nothing until a provider is installed)."""
+    if _HAS_PROVIDER_SLOT:
+        return _tracer_of(trace._TRACER_PROVIDER)
     return _tracer_of(trace.get_tracer_provider())
 
 

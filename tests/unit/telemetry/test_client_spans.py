@@ -8,10 +8,12 @@ import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import TraceState
 
 from chatqna.backends.upstream import UpstreamClient
 from chatqna.telemetry.client_spans import url_full
-from chatqna.telemetry.spans import InMemorySpans
+from chatqna.telemetry.spans import NOT_SAMPLED, DroppedSpan, InMemorySpans, local_context
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +86,28 @@ async def test_a_dropped_trace_gets_no_client_span_but_its_context_goes_along(
     assert spans.get_finished_spans() == ()
     traceparent = seen[0].headers["traceparent"]
     assert traceparent == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+async def test_calls_under_a_dropped_span_of_ours_send_the_propagators_headers(
+    spans: InMemorySpans,
+) -> None:
+    state = TraceState([("vendor", "v1")])
+    context = local_context(
+        0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, NOT_SAMPLED, state
+    )
+    dropped = DroppedSpan(context)
+    expected: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(expected, trace.set_span_in_context(dropped))
+    seen: list[httpx.Request] = []
+    upstream = client(200, seen)
+    with trace.use_span(dropped):
+        await upstream.post("/v1/embeddings", {"input": ["q"]})
+        await upstream.post("/rerank", {"query": "q"})
+    assert spans.get_finished_spans() == ()
+    for request in seen:
+        sent = {name: request.headers[name] for name in ("traceparent", "tracestate")}
+        assert sent == expected
+    assert expected["traceparent"] == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
 
 
 @pytest.mark.parametrize(

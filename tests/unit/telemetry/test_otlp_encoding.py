@@ -112,6 +112,35 @@ def test_a_request_decodes_with_every_field() -> None:
     assert server.status.code == ProtoStatus.STATUS_CODE_UNSET
 
 
+def test_a_batch_interleaving_scopes_is_grouped_by_scope_name_and_version() -> None:
+    store = InMemorySpans()
+    provider = ServiceTracerProvider(store)
+    tracers = [
+        provider.get_tracer("chatqna.http"),
+        provider.get_tracer("chatqna.http", "1.0"),
+        provider.get_tracer("chatqna"),
+    ]
+    for turn in range(3):
+        for tracer in tracers:
+            tracer.start_span(f"span {turn}").end()
+    encoder = SpanEncoder(RESOURCE)
+    body = encoder.request_of(
+        [(s.instrumentation_scope, encoder.span(s)) for s in store.get_finished_spans()]
+    )
+    (resource_spans,) = decode(body).resource_spans
+    grouped = {
+        (group.scope.name, group.scope.version): [span.name for span in group.spans]
+        for group in resource_spans.scope_spans
+    }
+    names = ["span 0", "span 1", "span 2"]
+    assert grouped == {
+        ("chatqna.http", ""): names,
+        ("chatqna.http", "1.0"): names,
+        ("chatqna", ""): names,
+    }
+    assert len(resource_spans.scope_spans) == 3, "one group per scope"
+
+
 def test_a_remote_parent_and_trace_state_are_carried() -> None:
     store = InMemorySpans()
     tracer = ServiceTracerProvider(store).get_tracer("chatqna.http")

@@ -97,6 +97,38 @@ async def test_a_request_is_one_server_span_named_by_its_route_with_its_stages_i
     assert server.status.status_code == StatusCode.UNSET
 
 
+async def test_each_request_records_its_own_client_and_host_though_sets_are_kept(
+    spans: InMemorySpans,
+) -> None:
+    asked = [
+        ("http://chatqna.test:8888", "probe/1"),
+        ("http://chatqna.test:8888", "probe/2"),
+        ("http://other.test:9000", "probe/1"),
+        ("http://chatqna.test:8888", "probe/1"),
+    ]
+    for base_url, agent in asked:
+        transport = httpx.ASGITransport(app=service(), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url=base_url) as http:
+            await http.get("/items/7", headers={"user-agent": agent})
+    recorded = [
+        (
+            s.attributes["server.address"],
+            s.attributes["server.port"],
+            s.attributes["user_agent.original"],
+        )
+        for s in server_spans(spans)
+    ]
+    assert recorded == [
+        ("chatqna.test", 8888, "probe/1"),
+        ("chatqna.test", 8888, "probe/2"),
+        ("other.test", 9000, "probe/1"),
+        ("chatqna.test", 8888, "probe/1"),
+    ]
+    first, _, _, last = server_spans(spans)
+    last.attributes["user_agent.original"] = "changed"
+    assert first.attributes["user_agent.original"] == "probe/1", "each span has its own copy"
+
+
 async def test_the_callers_traceparent_is_continued(spans: InMemorySpans) -> None:
     traceparent = f"00-{TRACE_ID}-{PARENT_ID}-01"
     async with client(service()) as http:

@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE as DEFAULT_STATE
 
 from chatqna.settings import Settings
 from chatqna.telemetry.span_export import BatchExporter, ConsoleSender, OtlpHttpSender
-from chatqna.telemetry.spans import InMemorySpans, ServiceTracerProvider
-from chatqna.telemetry.tracing import build_tracer_provider, dropped, tracer
+from chatqna.telemetry.spans import (
+    NOT_SAMPLED,
+    DroppedSpan,
+    InMemorySpans,
+    ServiceTracerProvider,
+    local_context,
+)
+from chatqna.telemetry.tracing import (
+    NO_TRACER,
+    _tracer_of,
+    as_current,
+    build_tracer_provider,
+    dropped,
+    start_child,
+    tracer,
+)
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 
@@ -45,6 +60,43 @@ def test_under_a_dropped_span_no_span_is_made(spans: InMemorySpans) -> None:
     context = trace.set_span_in_context(parent)
     assert tracer().start_span("chatqna.generate", context=context) is parent
     assert spans.get_finished_spans() == ()
+
+
+def ours_dropped() -> DroppedSpan:
+    return DroppedSpan(local_context(TRACE_ID, 0x00F067AA0BA902B7, NOT_SAMPLED, DEFAULT_STATE))
+
+
+def test_a_dropped_span_of_ours_stands_in_for_its_children_by_the_short_path(
+    spans: InMemorySpans,
+) -> None:
+    root = ours_dropped()
+    assert dropped(root)
+    with as_current(root) as entered:
+        assert entered is root and trace.get_current_span() is root, "made current"
+        with as_current(root), tracer().start_as_current_span("chatqna.embed") as embed:
+            assert embed is root and trace.get_current_span() is root
+        assert tracer().start_span("chatqna.generate") is root
+        assert start_child(root, "chatqna.generate") is root
+        server = tracer().start_span("POST", kind=SpanKind.SERVER)
+        assert server is not root, "a server span is always the sampler's to decide"
+    assert trace.get_current_span() is not root, "left current only inside the block"
+    assert spans.get_finished_spans() == ()
+
+
+def test_start_child_makes_a_real_span_under_a_recorded_parent(spans: InMemorySpans) -> None:
+    parent = tracer().start_span("chatqna.orchestrate")
+    child = start_child(parent, "chatqna.generate")
+    child.end()
+    parent.end()
+    (done, _) = spans.get_finished_spans()
+    assert done.name == "chatqna.generate"
+    assert done.parent is not None and done.parent.span_id == parent.get_span_context().span_id
+
+
+def test_tracer_follows_the_installed_provider() -> None:
+    assert _tracer_of(None) is NO_TRACER, "no provider installed: the tracer that does nothing"
+    assert tracer() is _tracer_of(trace.get_tracer_provider())
+    assert not isinstance(tracer(), type(NO_TRACER)), "the tests' provider is installed"
 
 
 def test_under_a_recorded_span_children_are_real(spans: InMemorySpans) -> None:
