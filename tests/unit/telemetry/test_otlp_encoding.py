@@ -161,6 +161,43 @@ def test_a_remote_parent_and_trace_state_are_carried() -> None:
     assert proto.flags & 0x300 == 0x300, "the parent is remote"
 
 
+def test_spans_alike_but_for_ids_times_parents_and_kinds_keep_their_own() -> None:
+    store = InMemorySpans()
+    tracer = ServiceTracerProvider(store).get_tracer("chatqna.http")
+    local = tracer.start_span("root")
+    remote = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1)
+    )
+    made = []
+    for turn in range(2):
+        for parent, kind in (
+            (local, SpanKind.CLIENT),
+            (NonRecordingSpan(remote), SpanKind.CLIENT),
+            (local, SpanKind.SERVER),
+        ):
+            with trace.use_span(parent):
+                span = tracer.start_span("POST", kind=kind, start_time=1000 + turn)
+            span.set_attribute("server.port", 8080)
+            span.end(end_time=2000 + turn)
+            made.append(span)
+    local.end()
+    encoder = SpanEncoder(RESOURCE)
+    body = encoder.request_of([(s.instrumentation_scope, encoder.span(s)) for s in made])
+    decoded = decode(body).resource_spans[0].scope_spans[0].spans
+    assert len(decoded) == len(made)
+    for proto, span in zip(decoded, made, strict=True):
+        assert proto.span_id == span.context.span_id.to_bytes(8, "big")
+        assert proto.trace_id == span.context.trace_id.to_bytes(16, "big")
+        assert proto.parent_span_id == span.parent.span_id.to_bytes(8, "big")
+        assert (proto.start_time_unix_nano, proto.end_time_unix_nano) == (
+            span.start_time,
+            span.end_time,
+        )
+        assert proto.kind == span.kind.value + 1
+        assert bool(proto.flags & 0x200) == span.parent.is_remote
+        assert {a.key: value_of(a.value) for a in proto.attributes} == {"server.port": 8080}
+
+
 def test_a_value_otlp_cannot_carry_is_left_out() -> None:
     store = InMemorySpans()
     span = ServiceTracerProvider(store).get_tracer("t").start_span("s")
