@@ -3,6 +3,9 @@ span at all under one the sampler dropped."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
@@ -81,6 +84,27 @@ def test_a_dropped_span_of_ours_stands_in_for_its_children_by_the_short_path(
         assert server is not root, "a server span is always the sampler's to decide"
     assert trace.get_current_span() is not root, "left current only inside the block"
     assert spans.get_finished_spans() == ()
+
+
+def test_a_dropped_span_lets_exceptions_through_and_is_freed_without_the_collector(
+    spans: InMemorySpans,
+) -> None:
+    root = ours_dropped()
+    with (
+        trace.use_span(root),
+        pytest.raises(ValueError),
+        tracer().start_as_current_span("chatqna.embed"),
+    ):
+        raise ValueError("not swallowed")
+    alive = weakref.ref(root)
+    gc.disable()
+    try:
+        with trace.use_span(root), tracer().start_as_current_span("chatqna.embed"):
+            pass
+        del root
+        assert alive() is None, "no reference cycle keeps a dropped request's span"
+    finally:
+        gc.enable()
 
 
 def test_start_child_makes_a_real_span_under_a_recorded_parent(spans: InMemorySpans) -> None:
