@@ -134,21 +134,15 @@ def local_context(
 
 
 class DroppedSpan(NonRecordingSpan):
-    """The span of a trace the sampler dropped here: it stands in for every span below it.
-    It is its own context manager for a stage's block (entering yields it and changes
-    nothing: it is current already; leaving does nothing), and it keeps the W3C headers
-    every upstream call below it carries."""
+    """The span of a trace the sampler dropped here: it stands in for every span below it,
+    and keeps what each of them would otherwise rebuild: a context manager that leaves it
+    current (it already is), and the W3C headers every upstream call carries."""
 
     def __init__(self, context: SpanContext) -> None:
         super().__init__(context)
         self.context = context
+        self.entered = nullcontext(self)
         self._headers: dict[str, str] | None = None
-
-    def __enter__(self) -> DroppedSpan:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
     def trace_headers(self) -> dict[str, str]:
         """`traceparent` (and `tracestate`), as the API's propagator writes them."""
@@ -388,7 +382,7 @@ class Tracer(trace.Tracer):
         if context is None:
             parent_span = current_span()
             if type(parent_span) is DroppedSpan and kind is not SpanKind.SERVER:
-                return parent_span  # a dropped trace's span, already current
+                return parent_span.entered  # a dropped trace's span, already current
         else:
             parent_span = trace.get_current_span(context)
         span = self._start(name, parent_span, kind, attributes, start_time)

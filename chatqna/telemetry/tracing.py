@@ -71,7 +71,7 @@ def as_current(span: trace.Span) -> AbstractContextManager[Any]:
     if span is trace.INVALID_SPAN:
         return nullcontext(span)
     if type(span) is DroppedSpan and current_span() is span:
-        return span
+        return span.entered
     return current(span)
 
 

