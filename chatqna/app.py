@@ -150,11 +150,14 @@ def create_app(
     install_error_handlers(app)
     install_guards(app, settings)
     if tracer_provider is not None:
-        # Outermost of our middleware, so the metrics middleware sees the trace id.
+        # Outermost of our middleware, so the metrics middleware sees the trace id. That
+        # one reports each response's status to the span, unless CORS, between the two,
+        # answers preflights itself.
         app.add_middleware(
             ServerSpanMiddleware,
             tracer_provider=tracer_provider,
             capture_request_headers=settings.otel_instrumentation_http_capture_headers_server_request,
+            status_reported_inside=not settings.chatqna_cors_origins,
         )
     app.include_router(health.router)
     if role == "megaservice":

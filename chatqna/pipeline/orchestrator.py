@@ -341,15 +341,11 @@ async def _retrieve_and_rerank(
 
 
 def _generation_span(turn: PreparedTurn, backends: Backends) -> Span:
-    span = start_child(turn.span, names.SPAN_GENERATE)
-    span.set_attribute(names.GEN_AI_OPERATION, "chat")
-    span.set_attribute(names.GEN_AI_REQUEST_MODEL, backends.llm.model)
-    params = turn.options.params
-    if params.max_tokens is not None:
-        span.set_attribute(names.GEN_AI_REQUEST_MAX_TOKENS, params.max_tokens)
-    if params.temperature is not None:
-        span.set_attribute(names.GEN_AI_REQUEST_TEMPERATURE, params.temperature)
-    return span
+    return start_child(
+        turn.span,
+        names.SPAN_GENERATE,
+        attributes.generation(turn.span, backends.llm.model, turn.options.params),
+    )
 
 
 def _finish(

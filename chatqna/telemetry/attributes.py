@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from chatqna.backends.protocols import GenerationParams
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.condense import CondenseOutcome
@@ -92,11 +93,33 @@ def reranker_selection(
 ) -> None:
     if not span.is_recording():
         return
-    span.set_attribute(names.RERANKER_NAME, reranker or "none")
-    span.set_attribute(names.RERANKER_QUERY_KIND, query.kind if reranker else "none")
+    values: dict[str, AttributeValue] = {
+        names.RERANKER_NAME: reranker or "none",
+        names.RERANKER_QUERY_KIND: query.kind if reranker else "none",
+    }
     if reranker and record_content:
-        span.set_attribute(names.RERANKER_QUERY, query.text)
-    span.set_attribute(names.RERANKER_CANDIDATES, candidates)
-    span.set_attribute(names.RERANKER_KEPT_IDS, [item.chunk.id for item in kept])
-    span.set_attribute(names.RERANKER_KEPT_SOURCES, [item.chunk.source for item in kept])
-    span.set_attribute(names.RERANKER_KEPT_SCORES, [float(item.score) for item in kept])
+        values[names.RERANKER_QUERY] = query.text
+    values[names.RERANKER_CANDIDATES] = candidates
+    # Tuples, as a span keeps a list it is given.
+    values[names.RERANKER_KEPT_IDS] = tuple([item.chunk.id for item in kept])
+    values[names.RERANKER_KEPT_SOURCES] = tuple([item.chunk.source for item in kept])
+    values[names.RERANKER_KEPT_SCORES] = tuple([float(item.score) for item in kept])
+    span.set_attributes(values)
+
+
+def generation(
+    parent: Span, model: str, params: GenerationParams
+) -> dict[str, AttributeValue] | None:
+    """The attributes `chatqna.generate` starts with (GenAI conventions), or None when
+    `parent` records nothing (no span will be made to hold them)."""
+    if not parent.is_recording():
+        return None
+    values: dict[str, AttributeValue] = {
+        names.GEN_AI_OPERATION: "chat",
+        names.GEN_AI_REQUEST_MODEL: model,
+    }
+    if params.max_tokens is not None:
+        values[names.GEN_AI_REQUEST_MAX_TOKENS] = params.max_tokens
+    if params.temperature is not None:
+        values[names.GEN_AI_REQUEST_TEMPERATURE] = params.temperature
+    return values

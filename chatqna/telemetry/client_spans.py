@@ -20,12 +20,14 @@ from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util.types import AttributeValue
 
 from chatqna import __version__
-from chatqna.telemetry.spans import DroppedSpan, current_span, write_trace_context
+from chatqna.telemetry.spans import DroppedSpan, Tracer, current_span, write_trace_context
 from chatqna.telemetry.tracing import tracing_installed
 
 TRACER_NAME = "chatqna.http"
+CALL_ATTRIBUTE_SETS = 256
 
 
 def url_full(url: str) -> str:
@@ -59,33 +61,43 @@ UNTRACED = _Untraced()
 class _TracedCall:
     """One call's span; the trace context is written into `headers` on entry."""
 
-    __slots__ = ("_headers", "_method", "_path", "_span", "_spans")
+    __slots__ = ("_headers", "_method", "_parent", "_path", "_span", "_spans")
 
-    def __init__(self, spans: ClientSpans, method: str, path: str, headers: dict[str, str]):
+    def __init__(
+        self,
+        spans: ClientSpans,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        parent: trace.Span,
+    ):
         self._spans = spans
         self._method = method
         self._path = path
         self._headers = headers
+        self._parent = parent  # the current span when the call was made
         self._span: trace.Span | None = None
 
     def __enter__(self) -> _TracedCall:
-        context = current_span().get_span_context()
+        parent = self._parent
+        context = parent.get_span_context()
         if context[5] and not context[3] & TraceFlags.SAMPLED:  # valid, not sampled
             write_trace_context(self._headers, context)  # a dropped trace: no span
             return self
         spans = self._spans
-        span = spans.tracer.start_span(self._method, kind=SpanKind.CLIENT)
+        method = self._method
+        tracer = spans.tracer
+        if isinstance(tracer, Tracer):  # the service's: no second look at the current span
+            span = tracer.start_span_under(
+                parent, method, SpanKind.CLIENT, spans.attributes(method, self._path)
+            )
+        else:
+            span = tracer.start_span(
+                method, kind=SpanKind.CLIENT, attributes=spans.attributes(method, self._path)
+            )
         write_trace_context(self._headers, span.get_span_context())
         if span.is_recording():
             self._span = span
-            span.set_attributes(
-                {
-                    "http.request.method": self._method,
-                    "url.full": spans.prefix + self._path.partition("?")[0],
-                    "server.address": spans.host,
-                    "server.port": spans.port,
-                }
-            )
         return self
 
     def status(self, code: int) -> None:
@@ -121,9 +133,27 @@ class ClientSpans:
         self.host = parts.hostname or ""
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.tracer = trace.get_tracer(TRACER_NAME, __version__)
+        self._attributes: dict[tuple[str, str], dict[str, AttributeValue]] = {}
         # Decided once, as the client is built at start-up after tracing is set up: asking
         # the API for its provider reads the environment on every call while none is set.
         self.enabled = tracing_installed()
+
+    def attributes(self, method: str, path: str) -> dict[str, AttributeValue]:
+        """A call's request attributes, built once per method and path (shared: the span
+        copies them). Bounded: emptied when full."""
+        key = (method, path)
+        attributes = self._attributes.get(key)
+        if attributes is None:
+            attributes = {
+                "http.request.method": method,
+                "url.full": self.prefix + path.partition("?")[0],
+                "server.address": self.host,
+                "server.port": self.port,
+            }
+            if len(self._attributes) >= CALL_ATTRIBUTE_SETS:
+                self._attributes.clear()
+            self._attributes[key] = attributes
+        return attributes
 
     def call(self, method: str, path: str, headers: dict[str, str]) -> _TracedCall | _Untraced:
         """A context for one call: a span around it, the trace context added to `headers`."""
@@ -133,4 +163,4 @@ class ClientSpans:
         if type(span) is DroppedSpan:  # a dropped trace (most, when sampled): no span
             headers.update(span.trace_headers())
             return UNTRACED
-        return _TracedCall(self, method, path, headers)
+        return _TracedCall(self, method, path, headers, span)

@@ -18,6 +18,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+import orjson
 from opentelemetry.trace import StatusCode
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
@@ -30,6 +31,7 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Span.flags: the parent's is-remote bit is known (0x100) and set (0x200).
 FLAG_HAS_IS_REMOTE = 0x100
 FLAG_IS_REMOTE = 0x200
+_REMOTE_PARENT = FLAG_HAS_IS_REMOTE | FLAG_IS_REMOTE
 STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 
 _FIXED64 = struct.Struct("<Q")
@@ -40,6 +42,7 @@ _PARENT = struct.Struct(">BBQ")
 _IDS_PARENT = struct.Struct(">BBQQBBQBBQ")
 # Span fields 6-8 (kind, start, end) and 16 (flags, fixed32).
 _KIND_TIMES_FLAGS = struct.Struct("<BBBQBQBBI")
+_KIND_TIMES_FLAGS_SIZE = _KIND_TIMES_FLAGS.size
 _LOW64 = (1 << 64) - 1
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
@@ -159,7 +162,7 @@ class SpanEncoder:
     def __init__(self, resource_attributes: Mapping[str, Any]) -> None:
         self._span_attributes = AttributeCache(b"\x4a")  # Span.attributes = 9
         self._event_attributes = AttributeCache(b"\x1a")  # Event.attributes = 3
-        self._attribute_sets: dict[tuple[Any, ...], bytes] = {}
+        self._attribute_sets: dict[bytes, bytes] = {}
         self._names: dict[str, bytes] = {}
         self._scopes: dict[Scope, bytes] = {}
         resource = b"".join(
@@ -201,51 +204,68 @@ class SpanEncoder:
         return encoded
 
     def span(self, span: RecordedSpan) -> bytes:
-        """One `Span`, tagged as a field of `ScopeSpans` (spans = 2). Its fields are written
-        in the order that packs best, which protobuf readers accept: the ids, then kind,
-        times and flags in one pack, the name, the attributes, events and status."""
+        """One `Span`, tagged as a field of `ScopeSpans` (spans = 2)."""
+        return self.scoped(span)[1]
+
+    def scoped(self, span: RecordedSpan) -> tuple[Scope, bytes]:
+        """A span's scope and its `Span` field (`span`): what the exporter queues as the span
+        ends. The fields are written in the order that packs best, which protobuf readers
+        accept: the ids, then kind, times and flags in one pack, the name, the attributes,
+        events and status; the whole in one join."""
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         parent = span.parent
-        flags = FLAG_HAS_IS_REMOTE | trace_flags
-        if parent is None:
-            ids = self._ids(trace_id, span_id, trace_state)
+        if parent is not None and trace_state is DEFAULT_TRACE_STATE:  # the usual span
+            ids = _IDS_PARENT.pack(
+                0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id,
+                0x22, 8, parent[1],
+            )  # fmt: skip
+            flags = trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE)
         else:
-            if parent[2]:
-                flags |= FLAG_IS_REMOTE
-            if trace_state is DEFAULT_TRACE_STATE:  # the usual span: ids and parent in one
-                ids = _IDS_PARENT.pack(
-                    0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id,
-                    0x22, 8, parent[1],
-                )  # fmt: skip
-            else:
-                ids = self._ids(trace_id, span_id, trace_state) + _PARENT.pack(0x22, 8, parent[1])
+            ids, flags = self._ids_and_flags(span)
         start = span.start_time
         # OTLP's span kinds start at 1 (0 is "unspecified"); `_value_` skips Enum's property.
         kind_times_flags = _KIND_TIMES_FLAGS.pack(
             0x30, span.kind._value_ + 1, 0x39, start, 0x41, span.end_time or start, 0x85, 1, flags
         )  # fmt: skip
-        name = self._names.get(span.name)
+        name = self._names.get(span.name) or self._name(span.name)
         attributes = span.attributes
-        body = b"".join(
+        if attributes:
+            # A set seen before is one lookup by its JSON text (see `_attribute_set`).
+            try:
+                key = orjson.dumps(attributes)
+            except TypeError:  # orjson's JSONEncodeError: bytes, big ints, surrogates
+                encoded = self._each_attribute(attributes)
+            else:
+                encoded = self._attribute_sets.get(key) or self._attribute_set(key, attributes)
+        else:
+            encoded = b""
+        if span.events or span.status is not UNSET:
+            encoded += self._events_and_status(span)
+        size = len(ids) + _KIND_TIMES_FLAGS_SIZE + len(name) + len(encoded)
+        return span.instrumentation_scope, b"".join(
             (
+                b"\x12",
+                _SHORT_VARINTS[size] if size < 16384 else varint(size),
                 ids,
                 kind_times_flags,
-                name if name is not None else self._name(span.name),
-                self._attributes(attributes) if attributes else b"",
+                name,
+                encoded,
             )
         )
-        if span.events or span.status is not UNSET:
-            body += self._events_and_status(span)
-        size = len(body)
-        return b"\x12" + (_SHORT_VARINTS[size] if size < 16384 else varint(size)) + body
 
     @staticmethod
-    def _ids(trace_id: int, span_id: int, trace_state: Any) -> bytes:
+    def _ids_and_flags(span: RecordedSpan) -> tuple[bytes, int]:
+        """The ids (with the trace state) and flags of a root span, or of one with state."""
+        trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         ids = _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)
         if trace_state is not DEFAULT_TRACE_STATE and trace_state:
             ids += string_field(b"\x1a", trace_state.to_header())
-        return ids
+        parent = span.parent
+        if parent is None:
+            return ids, trace_flags | FLAG_HAS_IS_REMOTE
+        ids += _PARENT.pack(0x22, 8, parent[1])
+        return ids, trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE)
 
     def _events_and_status(self, span: RecordedSpan) -> bytes:
         parts = [length_delimited(b"\x5a", self._event(event)) for event in span.events]
@@ -258,17 +278,14 @@ class SpanEncoder:
             parts.append(length_delimited(b"\x7a", body))
         return b"".join(parts)
 
-    def _attributes(self, attributes: Mapping[str, Any]) -> bytes:
-        """A span's attribute fields. A set seen before (the same keys, values and value
-        types: `True` and `1` are equal, their encodings not) is one lookup of a key built
-        in C; a new one is encoded attribute by attribute."""
-        try:
-            key = (tuple(attributes.items()), tuple(map(type, attributes.values())))
-            encoded = self._attribute_sets.get(key)
-        except TypeError:  # an unhashable value (a list set on the dict directly)
-            return self._each_attribute(attributes)
-        if encoded is None:
-            encoded = self._each_attribute(attributes)
+    def _attribute_set(self, key: bytes, attributes: Mapping[str, Any]) -> bytes:
+        """A span's attribute fields, encoded one by one and kept by the set's JSON text
+        (orjson, in C): the same keys, values and value types, in order (`true`, `1` and
+        `1.0` differ as their encodings do). A set JSON cannot tell apart (a non-finite
+        float and None are both `null`) is not kept; one JSON cannot write (bytes, an int
+        beyond 64 bits) never gets here."""
+        encoded = self._each_attribute(attributes)
+        if b"null" not in key:
             if len(self._attribute_sets) >= ATTRIBUTE_SET_LIMIT:
                 self._attribute_sets.clear()
             self._attribute_sets[key] = encoded

@@ -11,7 +11,10 @@ span is recording it has the stable HTTP semantic-convention attributes
 (`OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST`) are recorded as
 `http.request.header.<name>`, credentials as `[REDACTED]`. The status code is read once,
 from `http.response.start`, and the span ends when the app returns, after the last body
-frame, so a streamed answer lies inside it.
+frame, so a streamed answer lies inside it. Where a middleware inside reads that message
+anyway (the service's metrics middleware, with nothing between the two that answers on its
+own), it hands the status to the request's `Exchange` (`report_status`) and `send` is not
+wrapped a second time: a stream's every frame would otherwise pass through both.
 
 When the sampler drops the trace, the middleware only makes the dropped span's context
 current (for `X-Trace-Id` and the `traceparent` sent upstream): no attribute is built and
@@ -21,7 +24,7 @@ current (for `X-Trace-Id` and the `traceparent` sent upstream): no attribute is 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -168,8 +171,23 @@ def build_request_attributes(
     return attributes
 
 
+# Where the request's `Exchange` waits in the ASGI scope for `report_status`.
+EXCHANGE_KEY = "chatqna.exchange"
+
+
+def report_status(scope: Scope, status: int) -> None:
+    """Give a recorded request's span its response status (from `http.response.start`)."""
+    exchange = scope.get(EXCHANGE_KEY)
+    if exchange is not None:
+        exchange.status = status
+
+
 class ServerSpanMiddleware:
-    """A SERVER span around every HTTP request but those to `excluded_paths`."""
+    """A SERVER span around every HTTP request but those to `excluded_paths`.
+
+    With `status_reported_inside`, a middleware inside calls `report_status` for every
+    response (so nothing between the two answers a request itself), and `send` is passed
+    on unwrapped."""
 
     def __init__(
         self,
@@ -178,8 +196,10 @@ class ServerSpanMiddleware:
         *,
         excluded_paths: Iterable[str] = EXCLUDED_PATHS,
         capture_request_headers: Sequence[str] = (),
+        status_reported_inside: bool = False,
     ) -> None:
         self.app = app
+        self._status_reported_inside = status_reported_inside
         self._tracer = tracer_provider.get_tracer(TRACER_NAME, __version__)
         self._excluded = frozenset(excluded_paths)
         self._capture = HeaderCapture(capture_request_headers)
@@ -209,19 +229,26 @@ class ServerSpanMiddleware:
         if self._capture:
             span.set_attributes(self._capture.attributes(scope["headers"]))
         exchange = Exchange(span, "HTTP" if method == "_OTHER" else method, scope)
+        if self._status_reported_inside:
+            scope[EXCHANGE_KEY] = exchange
+            inner_send = send
+        else:
+            # A plain function handing back `send`'s awaitable: no coroutine of its own
+            # for each of a stream's frames.
+            def send_reading_status(message: Message) -> Awaitable[None]:
+                if message["type"] == "http.response.start":
+                    exchange.status = message["status"]
+                return send(message)
 
-        async def send_reading_status(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                exchange.status = message["status"]
-            await send(message)
-
+            inner_send = send_reading_status
         try:
-            await self.app(scope, receive, send_reading_status)
+            await self.app(scope, receive, inner_send)
         except Exception as exc:
             exchange.failed(exc)
             raise
         finally:
             exchange.end()  # the app returns after its last body frame (or failed)
+            scope.pop(EXCHANGE_KEY, None)  # no cycle left between scope and exchange
 
 
 class Exchange:

@@ -52,6 +52,8 @@ NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 UNSET = Status(StatusCode.UNSET)
 TRACE_ID_LOW_BITS = (1 << 64) - 1
 _new_tuple = tuple.__new__
+_getrandbits = random.getrandbits
+_NOT_CURRENT = object()  # the token of a span that `with` does not make current
 SAMPLER_NAMES = (
     "always_on",
     "always_off",
@@ -195,7 +197,8 @@ class RecordedSpan(trace.Span):
     """
 
     __slots__ = (
-        "_sink",
+        "_provider",
+        "_token",
         "attributes",
         "context",
         "end_time",
@@ -204,7 +207,6 @@ class RecordedSpan(trace.Span):
         "kind",
         "name",
         "parent",
-        "resource",
         "start_time",
         "status",
     )
@@ -216,8 +218,7 @@ class RecordedSpan(trace.Span):
         parent: SpanContext | None,
         kind: SpanKind,
         scope: Scope,
-        resource: Any,
-        sink: SpanSink,
+        provider: ServiceTracerProvider,
         attributes: Mapping[str, AttributeValue] | None = None,
         start_time: int | None = None,
     ) -> None:
@@ -231,8 +232,12 @@ class RecordedSpan(trace.Span):
         self.start_time = start_time or time.time_ns()
         self.end_time: int | None = None
         self.instrumentation_scope = scope
-        self.resource = resource
-        self._sink = sink
+        self._provider = provider  # its resource, and its sink for the ended span
+        self._token: Any = _NOT_CURRENT
+
+    @property
+    def resource(self) -> Any:
+        return self._provider.resource
 
     def get_span_context(self) -> SpanContext:
         return self.context
@@ -298,7 +303,36 @@ class RecordedSpan(trace.Span):
         if self.end_time is not None:
             return
         self.end_time = end_time or time.time_ns()
-        self._sink(self)
+        self._provider.sink(self)
+
+    def __enter__(self) -> RecordedSpan:
+        # A span of `start_as_current_span` (with the API's defaults) is its own context
+        # manager: current for the block. Any other is the API's `with span:` (ended on
+        # exit, not made current).
+        if self._token is not _NOT_CURRENT:
+            if _CONTEXT_VAR is None:
+                self._token = attach_span(self)
+            else:  # `attach_span`, inlined
+                values = Context(_CONTEXT_VAR.get())
+                dict.__setitem__(values, _SPAN_KEY, self)
+                self._token = _CONTEXT_VAR.set(values)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback_: Any) -> None:
+        token = self._token
+        if token is not _NOT_CURRENT:
+            self._token = _NOT_CURRENT
+            if _CONTEXT_VAR is None:
+                detach(token)
+            else:  # `detach`, inlined
+                try:
+                    _CONTEXT_VAR.reset(token)
+                except Exception:
+                    context_api.detach(token)
+            if isinstance(exc, Exception) and self.end_time is None:
+                self.record_exception(exc)
+                self.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self.end()
 
     def __repr__(self) -> str:
         return f"RecordedSpan({self.name!r}, span_id={self.context.span_id:016x})"
@@ -310,6 +344,8 @@ class Tracer(trace.Tracer):
     def __init__(self, provider: ServiceTracerProvider, scope: Scope) -> None:
         self._provider = provider
         self._scope = scope
+        # A parent-based sampler follows a parent recorded here (so sampled) without a call.
+        self._follows_parent = provider.sampler.parent_based
 
     def start_span(
         self,
@@ -327,6 +363,19 @@ class Tracer(trace.Tracer):
             return parent  # what `_start` decides for it, without the call
         return self._start(name, parent, kind, attributes, start_time)
 
+    def start_span_under(
+        self,
+        parent: trace.Span,
+        name: str,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> trace.Span:
+        """`start_span(name, context=set_span_in_context(parent), kind=kind, ...)` for a
+        parent at hand, without building a context to read it back from."""
+        if type(parent) is DroppedSpan and kind is not SpanKind.SERVER:
+            return parent
+        return self._start(name, parent, kind, attributes, None)
+
     def _start(
         self,
         name: str,
@@ -335,6 +384,23 @@ class Tracer(trace.Tracer):
         attributes: Mapping[str, AttributeValue] | None,
         start_time: int | None,
     ) -> trace.Span:
+        if type(parent_span) is RecordedSpan and self._follows_parent:
+            # The usual span: a child of one recorded here. Its trace id and state are the
+            # parent's; sampled, as the parent is.
+            context = parent_span.context
+            return RecordedSpan(
+                name,
+                _new_tuple(
+                    SpanContext,
+                    (context[0], _getrandbits(64) or 1, False, SAMPLED, context[4], True),
+                ),
+                context,
+                kind,
+                self._scope,
+                self._provider,
+                attributes,
+                start_time,
+            )
         parent: SpanContext | None = parent_span.get_span_context()
         provider = self._provider
         # A SpanContext is a tuple: one unpacking instead of a property call per field.
@@ -352,7 +418,7 @@ class Tracer(trace.Tracer):
             trace_id = provider.new_trace_id()
             trace_state = DEFAULT_TRACE_STATE
             sampled = sampler.sampled(None, trace_id)
-        span_id = random.getrandbits(64) or 1
+        span_id = _getrandbits(64) or 1
         if not sampled:
             return DroppedSpan(local_context(trace_id, span_id, NOT_SAMPLED, trace_state))
         return RecordedSpan(
@@ -361,8 +427,7 @@ class Tracer(trace.Tracer):
             parent,
             kind,
             self._scope,
-            provider.resource,
-            provider.sink,
+            provider,
             attributes,
             start_time,
         )
@@ -386,6 +451,14 @@ class Tracer(trace.Tracer):
         else:
             parent_span = trace.get_current_span(context)
         span = self._start(name, parent_span, kind, attributes, start_time)
+        if (
+            type(span) is RecordedSpan
+            and record_exception
+            and set_status_on_exception
+            and end_on_exit
+        ):
+            span._token = None  # its own context manager: current on entry
+            return span
         if span is parent_span and context is None:
             return nullcontext(span)  # a dropped trace's span, already current
         return current(span, record_exception, set_status_on_exception, end_on_exit)
@@ -411,11 +484,23 @@ class current:
         self._end = end_on_exit
 
     def __enter__(self) -> trace.Span:
-        self._token = attach_span(self._span)
-        return self._span
+        span = self._span
+        if _CONTEXT_VAR is None:
+            self._token = attach_span(span)
+        else:  # `attach_span`, inlined: this runs for every span made current
+            values = Context(_CONTEXT_VAR.get())
+            dict.__setitem__(values, _SPAN_KEY, span)
+            self._token = _CONTEXT_VAR.set(values)
+        return span
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback_: Any) -> None:
-        detach(self._token)
+        if _CONTEXT_VAR is None:
+            detach(self._token)
+        else:  # `detach`, inlined
+            try:
+                _CONTEXT_VAR.reset(self._token)  # type: ignore[arg-type]
+            except Exception:
+                context_api.detach(self._token)  # type: ignore[arg-type]
         span = self._span
         if isinstance(exc, Exception) and span.is_recording():
             if self._record:
@@ -445,7 +530,7 @@ class ServiceTracerProvider(trace.TracerProvider):
 
     @staticmethod
     def new_trace_id() -> int:
-        return random.getrandbits(128) or 1
+        return _getrandbits(128) or 1
 
     def get_tracer(
         self,

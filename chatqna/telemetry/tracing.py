@@ -15,6 +15,7 @@ span stands in for it (see `chatqna.telemetry.spans`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import lru_cache
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.util.types import AttributeValue
 
 from chatqna import __version__
 from chatqna.settings import Settings
@@ -30,6 +32,7 @@ from chatqna.telemetry.spans import (
     DroppedSpan,
     Sampler,
     ServiceTracerProvider,
+    Tracer,
     current,
     current_span,
 )
@@ -75,12 +78,19 @@ def as_current(span: trace.Span) -> AbstractContextManager[Any]:
     return current(span)
 
 
-def start_child(parent: trace.Span, name: str) -> trace.Span:
-    """`tracer().start_span(name, context=trace.set_span_in_context(parent))`: a span under
-    `parent` wherever the caller runs; a dropped trace's span stands in for it."""
+def start_child(
+    parent: trace.Span, name: str, attributes: Mapping[str, AttributeValue] | None = None
+) -> trace.Span:
+    """`tracer().start_span(name, context=trace.set_span_in_context(parent), attributes=...)`:
+    a span under `parent` wherever the caller runs; a dropped trace's span stands in for it."""
     if type(parent) is DroppedSpan:
         return parent
-    return tracer().start_span(name, context=trace.set_span_in_context(parent))
+    service_tracer = tracer()
+    if isinstance(service_tracer, Tracer):
+        return service_tracer.start_span_under(parent, name, attributes=attributes)
+    return service_tracer.start_span(
+        name, context=trace.set_span_in_context(parent), attributes=attributes
+    )
 
 
 @lru_cache(maxsize=4)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 import respx
 from opentelemetry.trace import SpanKind, StatusCode
+from pydantic import SecretStr
 
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
@@ -265,3 +266,37 @@ async def test_metrics_count_blend_and_upstream_errors(
     assert 'chatqna_blend_total{executed="false",reason="no_history"} 1.0' in text
     # The stream failed after it started (an error event) and is counted too.
     assert 'chatqna_upstream_errors_total{backend="llm",error="upstream_error"} 1.0' in text
+
+
+@pytest.mark.parametrize("cors", [False, True], ids=["metrics-reports", "cors-between"])
+async def test_the_server_span_has_the_status_of_every_answer(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpans, cors: bool
+) -> None:
+    # The metrics middleware reports the status to the span; with CORS between the two
+    # (answering preflights itself) the span's middleware reads it from `send`.
+    origin = "https://chat.example.com"
+    chosen = settings.model_copy(
+        update={
+            "chatqna_api_key": SecretStr("ck-test-key"),
+            "chatqna_cors_origins": [origin] if cors else [],
+        }
+    )
+    client = await client_for(None, chosen)
+    refused = await client.get("/v1/models")
+    assert refused.status_code == 401
+    served = await client.get("/v1/models", headers={"Authorization": "Bearer ck-test-key"})
+    assert served.status_code == 200
+    expected = [401, 200]
+    if cors:
+        preflight = await client.options(
+            "/v1/chatqna",
+            headers={"Origin": origin, "Access-Control-Request-Method": "POST"},
+        )
+        assert preflight.status_code == 200
+        expected.append(200)
+    statuses = [
+        (span.attributes or {}).get("http.response.status_code")
+        for span in spans.get_finished_spans()
+        if span.kind == SpanKind.SERVER
+    ]
+    assert statuses == expected

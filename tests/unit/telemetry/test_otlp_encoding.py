@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -263,6 +265,27 @@ def test_attribute_sets_equal_in_value_but_not_in_type_keep_their_own_encodings(
         ("array_value", ["a"]),
         ("array_value", ["a"]),
     ]
+
+
+def test_sets_json_writes_alike_keep_their_own_encodings() -> None:
+    # JSON writes None, NaN and the infinities all as null: the set cache, keyed by JSON
+    # text, must not hand one's bytes to another.
+    store = InMemorySpans()
+    tracer = ServiceTracerProvider(store).get_tracer("t")
+    values: list[object] = [None, float("nan"), None, float("inf"), float("-inf")]
+    for value in values:
+        span = tracer.start_span("s")
+        span.attributes["x"] = value  # type: ignore[assignment]
+        span.attributes["y"] = "null"
+        span.end()
+    encoder = SpanEncoder(RESOURCE)
+    decoded = []
+    for span in store.get_finished_spans():
+        (proto,) = decode(encoder.request([span])).resource_spans[0].scope_spans[0].spans
+        decoded.append({a.key: value_of(a.value) for a in proto.attributes})
+    assert [sorted(d) for d in decoded] == [["y"], ["x", "y"], ["y"], ["x", "y"], ["x", "y"]]
+    assert math.isnan(decoded[1]["x"])
+    assert decoded[3]["x"] == math.inf and decoded[4]["x"] == -math.inf
 
 
 def test_a_list_attribute_is_kept_as_a_tuple() -> None:

@@ -16,7 +16,13 @@ from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import Message, Receive, Scope, Send
 
 from chatqna.app import NO_FASTAPI_TELEMETRY
-from chatqna.telemetry.server_spans import ServerSpanMiddleware, incoming_context, server_address
+from chatqna.telemetry.server_spans import (
+    EXCHANGE_KEY,
+    ServerSpanMiddleware,
+    incoming_context,
+    report_status,
+    server_address,
+)
 from chatqna.telemetry.spans import InMemorySpans, RecordedSpan, Sampler, ServiceTracerProvider
 from chatqna.telemetry.tracing import tracer
 from tests.unit.conftest import TRACER_PROVIDER
@@ -330,3 +336,41 @@ def test_server_address_from_the_host_header_or_the_socket(
     host: str | None, address: str, port: int
 ) -> None:
     assert server_address(host, scope_of("/")) == (address, port)
+
+
+async def test_a_status_reported_inside_reaches_the_span_and_send_is_not_wrapped(
+    spans: InMemorySpans,
+) -> None:
+    seen: dict[str, object] = {}
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen["send"] = send
+        report_status(scope, 429)  # as the metrics middleware does on `http.response.start`
+        await send({"type": "http.response.start", "status": 429, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def send(message: Message) -> None:
+        pass
+
+    scope = scope_of("/v1/chatqna")
+    middleware = ServerSpanMiddleware(app, TRACER_PROVIDER, status_reported_inside=True)
+    await middleware(scope, requests(), send)
+    assert seen["send"] is send, "send is passed on as it came"
+    (server,) = server_spans(spans)
+    assert (server.attributes or {})["http.response.status_code"] == 429
+    assert EXCHANGE_KEY not in scope, "the scope keeps no reference to the ended exchange"
+
+
+async def test_without_a_report_inside_the_middleware_reads_the_status_itself(
+    spans: InMemorySpans,
+) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def send(message: Message) -> None:
+        pass
+
+    await ServerSpanMiddleware(app, TRACER_PROVIDER)(scope_of("/v1/chatqna"), requests(), send)
+    (server,) = server_spans(spans)
+    assert (server.attributes or {})["http.response.status_code"] == 404

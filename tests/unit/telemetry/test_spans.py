@@ -3,6 +3,8 @@ the SDK's do where the service relies on it, and the API working on top of it.""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import (
@@ -206,6 +208,41 @@ def test_a_cancellation_is_not_recorded_as_an_error() -> None:
     with pytest.raises(KeyboardInterrupt), current(span):
         raise KeyboardInterrupt
     assert span.events == [] and span.status.status_code is StatusCode.UNSET  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("failure", [None, ValueError("boom"), KeyboardInterrupt()])
+def test_start_as_current_span_is_current_for_the_block_and_ends_with_it(
+    failure: BaseException | None,
+) -> None:
+    p = provider()
+    tracer = p.get_tracer("t")
+    outer = trace.get_current_span()
+    with (
+        contextlib.suppress(ValueError, KeyboardInterrupt),
+        tracer.start_as_current_span("s") as span,
+    ):
+        assert trace.get_current_span() is span
+        with tracer.start_as_current_span("child") as child:
+            assert trace.get_current_span() is child
+        assert trace.get_current_span() is span, "the child's block restored its parent"
+        if failure is not None:
+            raise failure
+    assert trace.get_current_span() is outer
+    assert not span.is_recording() and not child.is_recording(), "both ended"
+    assert child.parent == span.get_span_context()  # type: ignore[attr-defined]
+    recorded = isinstance(failure, Exception)
+    assert [e.name for e in span.events] == (["exception"] if recorded else [])  # type: ignore[attr-defined]
+    expected = StatusCode.ERROR if recorded else StatusCode.UNSET
+    assert span.status.status_code is expected  # type: ignore[attr-defined]
+
+
+def test_with_a_started_span_ends_it_without_making_it_current() -> None:
+    # The API's `with span:` for a span of `start_span`: ended on exit, never current.
+    tracer = provider().get_tracer("t")
+    outer = trace.get_current_span()
+    with tracer.start_span("s") as span:
+        assert trace.get_current_span() is outer
+    assert not span.is_recording()
 
 
 def test_one_tracer_per_scope() -> None:
