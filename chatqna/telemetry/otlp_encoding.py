@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -37,15 +35,18 @@ STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
 # Span fields 1, 2 and 4 (trace id, span id, parent span id: big-endian bytes).
-_IDS = struct.Struct(">BBQQBBQ")
-_PARENT = struct.Struct(">BBQ")
-_IDS_PARENT = struct.Struct(">BBQQBBQBBQ")
+# A field's tag and length go as one 16-bit value: fewer values to convert per span.
+_IDS = struct.Struct(">HQQHQ")
+_PARENT = struct.Struct(">HQ")
+_IDS_PARENT = struct.Struct(">HQQHQHQ")
+_TRACE_ID_TAG, _SPAN_ID_TAG, _PARENT_ID_TAG = 0x0A10, 0x1208, 0x2208
 # Span fields 6-8 (kind, start, end) and 16 (flags, fixed32).
-_KIND_TIMES_FLAGS = struct.Struct("<BBBQBQBBI")
+_KIND_TIMES_FLAGS = struct.Struct("<HBQBQHI")
+# Span.kind (6) with its value, by the API's SpanKind value (OTLP's kinds start at 1).
+_KIND_FIELDS = tuple(0x30 | (value + 1) << 8 for value in range(5))
+_FLAGS_TAG = 0x0185  # field 16, fixed32, as little-endian bytes 0x85 0x01
 _KIND_TIMES_FLAGS_SIZE = _KIND_TIMES_FLAGS.size
 _LOW64 = (1 << 64) - 1
-_FIRST = itemgetter(0)
-_SECOND = itemgetter(1)
 
 
 def varint(value: int) -> bytes:
@@ -171,20 +172,14 @@ class SpanEncoder:
         self._resource = length_delimited(b"\x0a", resource)  # ResourceSpans.resource = 1
 
     def request(self, spans: Iterable[RecordedSpan]) -> bytes:
-        """An `ExportTraceServiceRequest` holding `spans`, grouped by scope."""
-        return self.request_of([(span.instrumentation_scope, self.span(span)) for span in spans])
+        """An `ExportTraceServiceRequest` holding `spans`."""
+        return self.request_of([self.scope_spans(span) for span in spans])
 
-    def request_of(self, encoded: Iterable[tuple[Scope, bytes]]) -> bytes:
-        """The request for spans encoded one by one (`(scope, span(...))` pairs)."""
-        # Sorted and grouped by scope (a tuple) in C: no Python step per span.
-        ordered = sorted(encoded, key=_FIRST)
-        scope_spans = b"".join(
-            [
-                length_delimited(b"\x12", self._scope(scope) + b"".join(map(_SECOND, group)))
-                for scope, group in groupby(ordered, _FIRST)
-            ]
-        )
-        return length_delimited(b"\x0a", self._resource + scope_spans)
+    def request_of(self, scope_spans: Sequence[bytes]) -> bytes:
+        """The request for spans encoded one by one (`scope_spans(...)`): one join."""
+        total = len(self._resource) + sum(map(len, scope_spans))
+        # ExportTraceServiceRequest.resource_spans = 1
+        return b"".join([b"\x0a", varint(total), self._resource, *scope_spans])
 
     def _scope(self, scope: Scope) -> bytes:
         encoded = self._scopes.get(scope)
@@ -205,28 +200,35 @@ class SpanEncoder:
 
     def span(self, span: RecordedSpan) -> bytes:
         """One `Span`, tagged as a field of `ScopeSpans` (spans = 2)."""
-        return self.scoped(span)[1]
+        field = self.scope_spans(span)
+        at = 1  # past the tag, then past the length's varint and the scope field
+        while field[at] & 0x80:
+            at += 1
+        return field[at + 1 + len(self._scope(span.instrumentation_scope)) :]
 
-    def scoped(self, span: RecordedSpan) -> tuple[Scope, bytes]:
-        """A span's scope and its `Span` field (`span`): what the exporter queues as the span
-        ends. The fields are written in the order that packs best, which protobuf readers
-        accept: the ids, then kind, times and flags in one pack, the name, the attributes,
-        events and status; the whole in one join."""
+    def scope_spans(self, span: RecordedSpan) -> bytes:
+        """A `ScopeSpans` field of `ResourceSpans` (scope_spans = 2) holding `span` and its
+        scope: what the exporter queues as the span ends, so that a batch is one join with
+        no grouping (a request may hold many `ScopeSpans` of one scope). The span's fields
+        are written in the order that packs best, which protobuf readers accept: the ids,
+        then kind, times and flags in one pack, the name, the attributes, events and
+        status; the whole in one join."""
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         parent = span.parent
         if parent is not None and trace_state is DEFAULT_TRACE_STATE:  # the usual span
             ids = _IDS_PARENT.pack(
-                0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id,
-                0x22, 8, parent[1],
+                _TRACE_ID_TAG, trace_id >> 64, trace_id & _LOW64, _SPAN_ID_TAG, span_id,
+                _PARENT_ID_TAG, parent[1],
             )  # fmt: skip
             flags = trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE)
         else:
             ids, flags = self._ids_and_flags(span)
         start = span.start_time
-        # OTLP's span kinds start at 1 (0 is "unspecified"); `_value_` skips Enum's property.
+        # `_value_` skips Enum's property.
         kind_times_flags = _KIND_TIMES_FLAGS.pack(
-            0x30, span.kind._value_ + 1, 0x39, start, 0x41, span.end_time or start, 0x85, 1, flags
+            _KIND_FIELDS[span.kind._value_], 0x39, start, 0x41, span.end_time or start,
+            _FLAGS_TAG, flags,
         )  # fmt: skip
         name = self._names.get(span.name) or self._name(span.name)
         attributes = span.attributes
@@ -243,10 +245,18 @@ class SpanEncoder:
         if span.events or span.status is not UNSET:
             encoded += self._events_and_status(span)
         size = len(ids) + _KIND_TIMES_FLAGS_SIZE + len(name) + len(encoded)
-        return span.instrumentation_scope, b"".join(
+        size_varint = _SHORT_VARINTS[size] if size < 16384 else varint(size)
+        scope = self._scopes.get(span.instrumentation_scope) or self._scope(
+            span.instrumentation_scope
+        )
+        outer = len(scope) + 1 + len(size_varint) + size
+        return b"".join(
             (
                 b"\x12",
-                _SHORT_VARINTS[size] if size < 16384 else varint(size),
+                _SHORT_VARINTS[outer] if outer < 16384 else varint(outer),
+                scope,
+                b"\x12",  # ScopeSpans.spans = 2
+                size_varint,
                 ids,
                 kind_times_flags,
                 name,
@@ -258,13 +268,13 @@ class SpanEncoder:
     def _ids_and_flags(span: RecordedSpan) -> tuple[bytes, int]:
         """The ids (with the trace state) and flags of a root span, or of one with state."""
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
-        ids = _IDS.pack(0x0A, 16, trace_id >> 64, trace_id & _LOW64, 0x12, 8, span_id)
+        ids = _IDS.pack(_TRACE_ID_TAG, trace_id >> 64, trace_id & _LOW64, _SPAN_ID_TAG, span_id)
         if trace_state is not DEFAULT_TRACE_STATE and trace_state:
             ids += string_field(b"\x1a", trace_state.to_header())
         parent = span.parent
         if parent is None:
             return ids, trace_flags | FLAG_HAS_IS_REMOTE
-        ids += _PARENT.pack(0x22, 8, parent[1])
+        ids += _PARENT.pack(_PARENT_ID_TAG, parent[1])
         return ids, trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE)
 
     def _events_and_status(self, span: RecordedSpan) -> bytes:

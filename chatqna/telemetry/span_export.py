@@ -8,13 +8,16 @@ batch is full (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`) and hands each batch to the sen
 - `OtlpHttpSender`: OTLP/HTTP with protobuf bodies (`otlp_encoding`). Each span is encoded
   as it ends (about 5 µs), so the queue holds bytes, not span objects: the span is freed at
   once, the garbage collector never walks a queue of them, and no export holds the
-  interpreter for a whole batch's encoding. The batches go over one keep-alive
-  connection (`http.client`, TLS for https with `OTEL_EXPORTER_OTLP_CERTIFICATE` as the CA),
-  with the headers of `OTEL_EXPORTER_OTLP_HEADERS` / `OTEL_EXPORTER_OTLP_TRACES_HEADERS`,
-  gzip when `OTEL_EXPORTER_OTLP_COMPRESSION=gzip`, and `OTEL_EXPORTER_OTLP_TIMEOUT` (ms) per
-  batch. Answers 429, 502, 503 and 504 and connection failures are retried with a doubling
-  backoff within that time; other failures drop the batch. Failures are logged, at most once
-  a minute with a count.
+  interpreter for a whole batch's encoding. Each span is queued as a `ScopeSpans` of its
+  own (its scope and itself), so a batch is one join, with no grouping per scope (a request
+  may carry many `ScopeSpans` of one scope; receivers read them alike). The batches go
+  over one keep-alive connection (`http.client`, TLS for https with
+  `OTEL_EXPORTER_OTLP_CERTIFICATE` as the CA), with the headers of
+  `OTEL_EXPORTER_OTLP_HEADERS` / `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, gzip when
+  `OTEL_EXPORTER_OTLP_COMPRESSION=gzip`, and `OTEL_EXPORTER_OTLP_TIMEOUT` (ms) per batch.
+  Answers 429, 502, 503 and 504 and connection failures are retried with a doubling
+  backoff within that time; other failures drop the batch. Failures are logged, at most
+  once a minute with a count.
 - `ConsoleSender`: one JSON line per span on standard output.
 
 At shutdown the queue is drained before the thread stops (within the export timeout).
@@ -41,7 +44,7 @@ import orjson
 
 from chatqna import __version__
 from chatqna.telemetry.otlp_encoding import SpanEncoder
-from chatqna.telemetry.spans import RecordedSpan, Scope
+from chatqna.telemetry.spans import RecordedSpan
 
 logger = logging.getLogger(__name__)
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -124,9 +127,9 @@ class OtlpHttpSender:
         self._encoder = SpanEncoder(resource_attributes)
         self._connection: http.client.HTTPConnection | None = None
         # The encoder's own method, not a wrapper: one call less per span.
-        self.prepare: Callable[[RecordedSpan], tuple[Scope, bytes]] = self._encoder.scoped
+        self.prepare: Callable[[RecordedSpan], bytes] = self._encoder.scope_spans
 
-    def send(self, batch: Sequence[tuple[Scope, bytes]]) -> None:
+    def send(self, batch: Sequence[bytes]) -> None:
         body = self._encoder.request_of(batch)
         if self._gzip:
             body = gzip.compress(body, compresslevel=6)

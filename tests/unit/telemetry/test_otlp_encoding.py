@@ -21,7 +21,7 @@ from opentelemetry.trace import (
 )
 
 from chatqna.telemetry.otlp_encoding import AttributeCache, SpanEncoder, encode_request, varint
-from chatqna.telemetry.spans import InMemorySpans, RecordedSpan, ServiceTracerProvider
+from chatqna.telemetry.spans import InMemorySpans, RecordedSpan, Scope, ServiceTracerProvider
 
 RESOURCE = {"service.name": "chatqna-test", "service.version": "1.2.3"}
 
@@ -114,7 +114,7 @@ def test_a_request_decodes_with_every_field() -> None:
     assert server.status.code == ProtoStatus.STATUS_CODE_UNSET
 
 
-def test_a_batch_interleaving_scopes_is_grouped_by_scope_name_and_version() -> None:
+def test_a_batch_interleaving_scopes_carries_each_span_with_its_scope() -> None:
     store = InMemorySpans()
     provider = ServiceTracerProvider(store)
     tracers = [
@@ -126,21 +126,21 @@ def test_a_batch_interleaving_scopes_is_grouped_by_scope_name_and_version() -> N
         for tracer in tracers:
             tracer.start_span(f"span {turn}").end()
     encoder = SpanEncoder(RESOURCE)
-    body = encoder.request_of(
-        [(s.instrumentation_scope, encoder.span(s)) for s in store.get_finished_spans()]
-    )
+    body = encoder.request_of([encoder.scope_spans(s) for s in store.get_finished_spans()])
     (resource_spans,) = decode(body).resource_spans
-    grouped = {
-        (group.scope.name, group.scope.version): [span.name for span in group.spans]
+    arrived = [
+        (group.scope.name, group.scope.version, span.name)
         for group in resource_spans.scope_spans
-    }
-    names = ["span 0", "span 1", "span 2"]
-    assert grouped == {
-        ("chatqna.http", ""): names,
-        ("chatqna.http", "1.0"): names,
-        ("chatqna", ""): names,
-    }
-    assert len(resource_spans.scope_spans) == 3, "one group per scope"
+        for span in group.spans
+    ]
+    scopes = [Scope("chatqna.http"), Scope("chatqna.http", "1.0"), Scope("chatqna")]
+    assert arrived == [
+        (scope.name, scope.version, f"span {turn}") for turn in range(3) for scope in scopes
+    ]
+    # `span()` is the span's own field, as it sits inside its `ScopeSpans`.
+    first = store.get_finished_spans()[0]
+    assert encoder.scope_spans(first).endswith(encoder.span(first))
+    assert ProtoSpan.FromString(encoder.span(first)[2:]).name == "span 0"
 
 
 def test_a_remote_parent_and_trace_state_are_carried() -> None:
@@ -184,8 +184,8 @@ def test_spans_alike_but_for_ids_times_parents_and_kinds_keep_their_own() -> Non
             made.append(span)
     local.end()
     encoder = SpanEncoder(RESOURCE)
-    body = encoder.request_of([(s.instrumentation_scope, encoder.span(s)) for s in made])
-    decoded = decode(body).resource_spans[0].scope_spans[0].spans
+    body = encoder.request_of([encoder.scope_spans(s) for s in made])
+    decoded = [span for group in decode(body).resource_spans[0].scope_spans for span in group.spans]
     assert len(decoded) == len(made)
     for proto, span in zip(decoded, made, strict=True):
         assert proto.span_id == span.context.span_id.to_bytes(8, "big")
