@@ -27,7 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from types import MappingProxyType, MethodType
 from typing import Any, NamedTuple, Protocol
 
 from opentelemetry import context as context_api
@@ -73,13 +73,13 @@ class Scope(NamedTuple):
     version: str = ""
 
 
-@dataclass(frozen=True)
-class Event:
-    """A span event (`exception`, `chatqna.first_token`)."""
+class Event(NamedTuple):
+    """A span event (`exception`, `chatqna.first_token`): a tuple, made in C (a frozen
+    dataclass sets each field through `object.__setattr__`)."""
 
     name: str
     timestamp: int
-    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    attributes: Mapping[str, AttributeValue] = MappingProxyType({})
 
 
 class SpanSink(Protocol):
@@ -303,7 +303,7 @@ class RecordedSpan(trace.Span):
         if self.end_time is not None:
             return
         self.end_time = end_time or time.time_ns()
-        self._provider.sink(self)
+        self._provider.span_ended(self)
 
     def __enter__(self) -> RecordedSpan:
         # A span of `start_as_current_span` (with the API's defaults) is its own context
@@ -445,7 +445,12 @@ class Tracer(trace.Tracer):
         end_on_exit: bool = True,
     ) -> AbstractContextManager[trace.Span]:
         if context is None:
-            parent_span = current_span()
+            # `current_span()`, inlined: this runs for every stage span.
+            parent_span: trace.Span = (
+                _CONTEXT_VAR.get().get(_SPAN_KEY, INVALID_SPAN)  # type: ignore[assignment]
+                if _CONTEXT_VAR is not None
+                else trace.get_current_span()
+            )
             if type(parent_span) is DroppedSpan and kind is not SpanKind.SERVER:
                 return parent_span.entered  # a dropped trace's span, already current
         else:
@@ -523,6 +528,10 @@ class ServiceTracerProvider(trace.TracerProvider):
         shutdown: Callable[[], None] | None = None,
     ) -> None:
         self.sink = sink
+        # What ending a span calls: a sink object's bound `__call__`, since calling the
+        # object goes through its type's call slot (about twice a method's overhead).
+        call = sink.__call__
+        self.span_ended: SpanSink = call if isinstance(call, MethodType) else sink
         self.sampler = sampler or Sampler("parentbased_always_on")
         self.resource = resource
         self._shutdown = shutdown

@@ -103,12 +103,29 @@ def test_spans_short_of_a_batch_leave_after_the_schedule_delay() -> None:
 
 
 def test_a_full_queue_drops_new_spans_and_counts_them(caplog: pytest.LogCaptureFixture) -> None:
+    # The export thread is held inside its first send, so nothing leaves the queue while
+    # the next spans arrive: the queue's bound alone decides what is dropped.
     sent = Sent()
+    sending, release = threading.Event(), threading.Event()
+    keep = sent.send
+
+    def held_send(batch: Sequence[str]) -> None:
+        sending.set()
+        release.wait(5)
+        keep(batch)
+
+    sent.send = held_send  # type: ignore[method-assign]
     exporter = BatchExporter(sent, max_queue_size=5, max_batch_size=512, schedule_delay=30)
-    record(exporter, 8)
+    tracer = ServiceTracerProvider(exporter).get_tracer("t")
+    for n in range(5):
+        tracer.start_span(f"s{n}").end()
+    assert sending.wait(5), "a full queue wakes the thread"
+    for n in range(5, 13):
+        tracer.start_span(f"s{n}").end()
+    release.set()
     exporter.shutdown()
     assert exporter.dropped == 3
-    assert sent.batches == [["s0", "s1", "s2", "s3", "s4"]]
+    assert sent.batches == [["s0", "s1", "s2", "s3", "s4"], ["s5", "s6", "s7", "s8", "s9"]]
     assert "span queue full" in caplog.text
 
 
