@@ -165,6 +165,7 @@ class SpanEncoder:
         self._event_attributes = AttributeCache(b"\x1a")  # Event.attributes = 3
         self._attribute_sets: dict[bytes, bytes] = {}
         self._names: dict[str, bytes] = {}
+        self._shapes: dict[tuple[Scope, str, bytes], tuple[bytes, bytes]] = {}
         self._scopes: dict[Scope, bytes] = {}
         resource = b"".join(
             length_delimited(b"\x0a", key_value(k, v)) for k, v in resource_attributes.items()
@@ -212,8 +213,70 @@ class SpanEncoder:
         no grouping (a request may hold many `ScopeSpans` of one scope). The span's fields
         are written in the order that packs best, which protobuf readers accept: the ids,
         then kind, times and flags in one pack, the name, the attributes, events and
-        status; the whole in one join."""
+        status.
+
+        Most spans repeat a shape turn after turn: the same scope, name and attribute set
+        (keyed by its JSON text, see `_attribute_set`), a parent, no trace state, events or
+        status. Everything of such a span but its ids, kind, times and flags is kept
+        encoded, lengths included, so it is two packs and one join."""
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
+        trace_id, span_id, _, trace_flags, trace_state, _ = span.context
+        parent = span.parent
+        attributes = span.attributes
+        if (
+            parent is not None
+            and trace_state is DEFAULT_TRACE_STATE
+            and not span.events
+            and span.status is UNSET
+        ):
+            try:
+                key = orjson.dumps(attributes) if attributes else b""
+            except TypeError:  # orjson's JSONEncodeError: bytes, big ints, surrogates
+                return self._any_scope_spans(span)
+            head, tail = self._shapes.get(
+                (span.instrumentation_scope, span.name, key)
+            ) or self._shape(span, key)
+            start = span.start_time
+            return b"".join(
+                (
+                    head,
+                    _IDS_PARENT.pack(
+                        _TRACE_ID_TAG, trace_id >> 64, trace_id & _LOW64, _SPAN_ID_TAG,
+                        span_id, _PARENT_ID_TAG, parent[1],
+                    ),
+                    _KIND_TIMES_FLAGS.pack(
+                        _KIND_FIELDS[span.kind._value_], 0x39, start, 0x41,
+                        span.end_time or start, _FLAGS_TAG,
+                        trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE),
+                    ),
+                    tail,
+                )
+            )  # fmt: skip
+        return self._any_scope_spans(span)
+
+    def _shape(self, span: RecordedSpan, key: bytes) -> tuple[bytes, bytes]:
+        """The kept bytes of a span's shape (see `scope_spans`): what goes before its ids
+        (the tags and lengths, the scope) and after its kind, times and flags (the name and
+        attributes). Not kept for a set JSON cannot tell apart (`null`)."""
+        attributes = (
+            (self._attribute_sets.get(key) or self._attribute_set(key, span.attributes))
+            if key
+            else b""
+        )
+        tail = self._name(span.name) + attributes
+        size = _IDS_PARENT.size + _KIND_TIMES_FLAGS_SIZE + len(tail)
+        size_varint = varint(size)
+        scope = self._scope(span.instrumentation_scope)
+        outer = len(scope) + 1 + len(size_varint) + size
+        shape = (b"\x12" + varint(outer) + scope + b"\x12" + size_varint, tail)
+        if b"null" not in key:
+            if len(self._shapes) >= CACHE_LIMIT:
+                self._shapes.clear()
+            self._shapes[(span.instrumentation_scope, span.name, key)] = shape
+        return shape
+
+    def _any_scope_spans(self, span: RecordedSpan) -> bytes:
+        """`scope_spans` for any span: a root, one with trace state, events or a status."""
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         parent = span.parent
         if parent is not None and trace_state is DEFAULT_TRACE_STATE:  # the usual span

@@ -200,6 +200,58 @@ def test_spans_alike_but_for_ids_times_parents_and_kinds_keep_their_own() -> Non
         assert {a.key: value_of(a.value) for a in proto.attributes} == {"server.port": 8080}
 
 
+def test_a_kept_shape_serves_only_spans_of_that_scope_name_and_attributes() -> None:
+    # A span's encoding but its ids, kind, times and flags is kept by scope, name and
+    # attribute set; spans that differ in any of those, or carry events or a status, must
+    # come out as themselves.
+    store = InMemorySpans()
+    provider = ServiceTracerProvider(store)
+    tracers = [provider.get_tracer("chatqna", "1"), provider.get_tracer("chatqna", "2")]
+    root = tracers[0].start_span("root")
+    expected = []
+    with trace.use_span(root):
+        for _ in range(2):
+            for tracer in tracers:
+                for name in ("chatqna.embed", "chatqna.rerank"):
+                    for attributes in ({}, {"k": 1}, {"k": True}, {"k": "1"}):
+                        span = tracer.start_span(name, attributes=attributes)
+                        span.end()
+                        expected.append((tracer, name, attributes, [], "UNSET"))
+            evented = tracers[0].start_span("chatqna.embed")
+            evented.add_event("first_token", {"elapsed_ms": 1.5})
+            evented.end()
+            expected.append((tracers[0], "chatqna.embed", {}, ["first_token"], "UNSET"))
+            failed = tracers[0].start_span("chatqna.embed", attributes={"k": 1})
+            failed.set_status(Status(StatusCode.ERROR, "broken"))
+            failed.end()
+            expected.append((tracers[0], "chatqna.embed", {"k": 1}, [], "ERROR"))
+    made = [s for s in store.get_finished_spans() if s.name != "root"]
+    encoder = SpanEncoder(RESOURCE)
+    groups = decode(encoder.request_of([encoder.scope_spans(s) for s in made]))
+    arrived = [
+        (group.scope.version, span)
+        for group in groups.resource_spans[0].scope_spans
+        for span in group.spans
+    ]
+    assert len(arrived) == len(expected) == len(made)
+    for (version, proto), span, (tracer, name, attributes, events, status) in zip(
+        arrived, made, expected, strict=True
+    ):
+        assert version == tracer._scope.version
+        assert proto.name == name
+        assert proto.span_id == span.context.span_id.to_bytes(8, "big")
+        assert proto.parent_span_id == root.get_span_context().span_id.to_bytes(8, "big")
+        decoded = {
+            a.key: (a.value.WhichOneof("value"), value_of(a.value)) for a in proto.attributes
+        }
+        assert decoded == {
+            key: ({bool: "bool_value", int: "int_value", str: "string_value"}[type(v)], v)
+            for key, v in attributes.items()
+        }
+        assert [event.name for event in proto.events] == events
+        assert ProtoStatus.StatusCode.Name(proto.status.code) == f"STATUS_CODE_{status}"
+
+
 def test_a_value_otlp_cannot_carry_is_left_out() -> None:
     store = InMemorySpans()
     span = ServiceTracerProvider(store).get_tracer("t").start_span("s")
