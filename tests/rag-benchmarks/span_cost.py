@@ -101,7 +101,7 @@ def encode_ours(spans: Sequence[RecordedSpan]) -> float:
     then one request per batch from the encoded spans."""
     encoder = SpanEncoder({"service.name": "chatqna"})
     started = time.process_time()
-    encoded = [(span.instrumentation_scope, encoder.span(span)) for span in spans]
+    encoded = [encoder.scope_spans(span) for span in spans]
     for start in range(0, len(encoded), BATCH):
         encoder.request_of(encoded[start : start + BATCH])
     return (time.process_time() - started) / len(spans)
