@@ -41,6 +41,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -72,6 +73,49 @@ CHAT = [
     {"role": "assistant", "content": "Open Settings > Workspace > Export."},
     {"role": "user", "content": "Is that possible after I cancel?"},
 ]
+
+
+def throughput_ratios(
+    results: dict[str, list[dict[str, Any]]], rounds: range | list[int]
+) -> dict[str, float]:
+    """Both measures of the run over the rounds `rounds` (indices, repeats allowed): for each
+    traced setting, the ratio of its median requests/s to the untraced one's, and the median
+    of each round's ratio to the untraced round beside it."""
+    off = [results["off"][n]["rps"] for n in rounds]
+    ratios: dict[str, float] = {}
+    for setting in ("on", "sampled"):
+        traced = [results[setting][n]["rps"] for n in rounds]
+        ratios[f"ratio_{setting}_off"] = statistics.median(traced) / statistics.median(off)
+        ratios[f"paired_ratio_{setting}_off"] = statistics.median(
+            t / o for t, o in zip(traced, off, strict=True)
+        )
+    return ratios
+
+
+def replica_bootstrap(
+    results: dict[str, list[dict[str, Any]]], replicas: int, draws: int = 2000
+) -> dict[str, list[float]]:
+    """A 95% interval for each measure of `throughput_ratios`, from resampling replicas.
+
+    Round `n` of every setting ran on replica `n % replicas`, and a server process is the
+    largest source of spread here (identical untraced processes differ by up to 8%), so
+    the rounds of one replica are not independent: the bootstrap draws whole replicas with
+    replacement, with all their rounds, and takes the 2.5th and 97.5th percentiles of each
+    measure over `draws` draws (seeded: the same results give the same interval)."""
+    by_replica = [
+        [n for n in range(len(results["off"])) if n % replicas == r] for r in range(replicas)
+    ]
+    draw = random.Random(0)
+    samples: dict[str, list[float]] = {}
+    for _ in range(draws):
+        chosen = [n for _ in range(replicas) for n in draw.choice(by_replica)]
+        for name, value in throughput_ratios(results, chosen).items():
+            samples.setdefault(name, []).append(value)
+    interval: dict[str, list[float]] = {}
+    for name, values in samples.items():
+        values.sort()
+        interval[name] = [values[int(0.025 * draws)], values[int(0.975 * draws) - 1]]
+    return interval
 
 
 def wait_ready(url: str, path: str = "/v1/ready", timeout: float = 60) -> None:
@@ -279,14 +323,10 @@ def main() -> None:
         for setting, rounds in results.items()
     }
     loads = [r["load_average"] for rounds in results.values() for r in rounds]
-    ratio = summary["on"]["rps_median"] / summary["off"]["rps_median"]
-    sampled = summary["sampled"]["rps_median"] / summary["off"]["rps_median"]
-    paired = {
-        setting: statistics.median(
-            r["rps"] / o["rps"] for r, o in zip(results[setting], results["off"], strict=True)
-        )
-        for setting in ("on", "sampled")
-    }
+    measures = throughput_ratios(results, range(args.rounds))
+    ratio, sampled = measures["ratio_on_off"], measures["ratio_sampled_off"]
+    paired = {setting: measures[f"paired_ratio_{setting}_off"] for setting in ("on", "sampled")}
+    interval = replica_bootstrap(results, min(args.replicas, args.rounds))
     print(
         f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} alternating "
         f"rounds of {args.seconds:.0f} s on {args.replicas} replicas per setting"
@@ -307,6 +347,10 @@ def main() -> None:
     print(
         f"throughput vs off, ratio of medians: on {ratio:.3f}, 10% sampled {sampled:.3f}; "
         f"median of paired rounds: on {paired['on']:.3f}, 10% sampled {paired['sampled']:.3f}"
+    )
+    print(
+        "95% intervals over replicas (bootstrap): "
+        + "; ".join(f"{name} {low:.3f}-{high:.3f}" for name, (low, high) in interval.items())
     )
     print(f"spans received: {spans_received}; load average {min(loads):.1f} to {max(loads):.1f}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -329,6 +373,7 @@ def main() -> None:
                 "ratio_on_off": ratio,
                 "paired_ratio_on_off": paired["on"],
                 "paired_ratio_sampled_off": paired["sampled"],
+                "interval_95_over_replicas": interval,
                 "spans_received": spans_received,
                 "load_average": {"min": min(loads), "max": max(loads)},
             },
