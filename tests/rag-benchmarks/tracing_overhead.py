@@ -1,7 +1,7 @@
 """What tracing costs: requests per second with tracing off vs on, in one run.
 
     .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 2] [--rounds 24]
-        [--replicas 3] [--aa]
+        [--replicas 3] [--aa]       # the documented run: --replicas 16 --rounds 48
 
 Starts the stand-in TEI + OpenAI upstreams (instant answers, 20 streamed tokens; the cheap
 `tests.standins.fast_servers` unless `--standins app`) and ChatQnA server processes on
@@ -10,7 +10,8 @@ receiver started here, and 10% of traces sampled. All get the sample corpus (the
 index). Then it alternates rounds of `--concurrency` streaming two-turn chats against each
 setting for `--seconds`, and prints requests/s, latency percentiles and the server's CPU
 time per request per setting, and the ratios: of the medians, and the median of each
-round's ratio to the untraced round next to it.
+round's ratio to the untraced round next to it, each with a 95% interval from a bootstrap
+over replicas (`replica_bootstrap`): how precisely the run pins the cost down.
 
 Two things this machine does to such a comparison, and what the script does about them:
 - Two processes of the same code differ, by up to a quarter when each ingested the corpus
