@@ -1,0 +1,85 @@
+"""The statistics of `tests/rag-benchmarks/tracing_overhead.py`: its two measures, and the
+95% interval of each from a bootstrap over replicas."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "tests" / "rag-benchmarks"
+RESULTS = BENCHMARKS / "results"
+MEASURES = ("ratio_on_off", "paired_ratio_on_off", "ratio_sampled_off", "paired_ratio_sampled_off")
+
+
+@pytest.fixture(scope="module")
+def harness() -> ModuleType:
+    # The folder name has a hyphen, and the script imports its siblings by their names.
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "tracing_overhead", BENCHMARKS / "tracing_overhead.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def rounds_of(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {setting: figures["rounds"] for setting, figures in report["summary"].items()}
+
+
+def run(rps: dict[str, list[float]]) -> dict[str, list[dict[str, Any]]]:
+    return {setting: [{"rps": value} for value in values] for setting, values in rps.items()}
+
+
+@pytest.mark.parametrize(
+    "name", ["tracing_overhead.json", "tracing_overhead_16_replicas_second.json"]
+)
+def test_measures_match_what_the_committed_runs_printed(harness: ModuleType, name: str) -> None:
+    report = json.loads((RESULTS / name).read_text())
+    measures = harness.throughput_ratios(
+        rounds_of(report), range(len(report["summary"]["off"]["rounds"]))
+    )
+    for measure in MEASURES:
+        assert measures[measure] == pytest.approx(report[measure])
+
+
+def test_interval_holds_the_runs_own_measures_and_is_repeatable(harness: ModuleType) -> None:
+    report = json.loads((RESULTS / "tracing_overhead_16_replicas.json").read_text())
+    results = rounds_of(report)
+    interval = harness.replica_bootstrap(results, report["replicas"])
+    assert interval == harness.replica_bootstrap(results, report["replicas"])  # seeded
+    assert interval == report["interval_95_over_replicas"]
+    for measure in MEASURES:
+        low, high = interval[measure]
+        assert low <= report[measure] <= high
+
+
+def test_no_spread_gives_a_point(harness: ModuleType) -> None:
+    results = run({"off": [100.0] * 12, "on": [90.0] * 12, "sampled": [100.0] * 12})
+    interval = harness.replica_bootstrap(results, 4, draws=200)
+    assert interval["ratio_on_off"] == pytest.approx([0.9, 0.9])
+    assert interval["paired_ratio_sampled_off"] == pytest.approx([1.0, 1.0])
+
+
+def test_replicas_are_drawn_whole(harness: ModuleType) -> None:
+    # Replica 0 of the traced setting is slow in every one of its rounds. Drawn whole, it
+    # is in some draws three times and in others not at all, so the interval of the paired
+    # measure reaches both the slow and the usual ratio; drawn round by round, the median
+    # would hardly move.
+    replicas, per_replica = 4, 6
+    on = [60.0 if n % replicas == 0 else 95.0 for n in range(replicas * per_replica)]
+    results = run({"off": [100.0] * len(on), "on": on, "sampled": [100.0] * len(on)})
+    low, high = harness.replica_bootstrap(results, replicas, draws=500)["paired_ratio_on_off"]
+    assert low == pytest.approx(0.6)
+    assert high == pytest.approx(0.95)
