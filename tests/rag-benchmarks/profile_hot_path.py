@@ -20,7 +20,6 @@ stacks (large) are kept only with `--raw-dir`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ from typing import Any
 
 from load_chats import free_port, load_average, load_conversations, standin_argv
 from load_chats import start_process as start
-from opea_overhead import STANDIN_MODULES, closed_loop, orchestrator_env, system_call
+from opea_overhead import STANDIN_MODULES, closed_loop, drive, orchestrator_env, system_call
 
 from tests.integration.otlp_receiver import otlp_receiver
 
@@ -103,6 +102,7 @@ def profile_point(
     seconds: float,
     out: Path,
     gil_only: bool = False,
+    native: bool = False,
 ) -> dict[str, Any]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     record = subprocess.Popen(
@@ -119,13 +119,14 @@ def profile_point(
             "raw",
             "--output",
             str(out),
-            "--nonblocking",
+            # C frames need the process paused while its stack is read.
+            *(["--native"] if native else ["--nonblocking"]),
             *(["--gil"] if gil_only else []),
         ],
         stdout=subprocess.DEVNULL,
     )
     questions = [question for question, _ in load_conversations()]
-    load = asyncio.run(closed_loop(url, system_call(stream), concurrency, seconds, questions))
+    load = drive(closed_loop(url, system_call(stream), concurrency, seconds, questions))
     record.wait(timeout=60)
     counts: Counter[str] = Counter()
     frames: Counter[str] = Counter()
@@ -162,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         "--gil",
         action="store_true",
         help="count only samples holding the GIL (a thread waiting on a socket is not busy)",
+    )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="include C frames (uvloop, the kernel's socket calls); pauses the server per sample",
     )
     parser.add_argument(
         "--tracing",
@@ -218,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             questions = [question for question, _ in load_conversations()]
             for stream in (True, False):  # warm-up
-                asyncio.run(closed_loop(server.url, system_call(stream), 4, 2, questions))
+                drive(closed_loop(server.url, system_call(stream), 4, 2, questions))
             for stream in (True, False):
                 for c in args.concurrency:
                     key = f"{'stream' if stream else 'non-stream'} c={c}"
@@ -226,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"profile_hot_path_{key.replace(' ', '_').replace('=', '')}.txt"
                     )
                     results[key] = profile_point(
-                        server.pid, server.url, stream, c, args.seconds, raw, args.gil
+                        server.pid, server.url, stream, c, args.seconds, raw, args.gil, args.native
                     )
                     print(f"{key}: {results[key]['load']['rps']} req/s", file=sys.stderr)
         finally:
@@ -242,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": load_average(),
         "tracing": args.tracing,
         "gil_only": args.gil,
+        "native": args.native,
         "points": results,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
