@@ -9,9 +9,11 @@ chunks read line by line) with each client, at `--concurrency` calls in flight, 
 keep-alive pool. The clients: httpx with its own transport, httpx over the `httpx-aiohttp`
 package's transport when it is installed (it is not a dependency), aiohttp directly, and
 the service's own `UpstreamClient` (`chatqna.backends.upstream`, on its httptools engine)
-with the SSE decoder the LLM client uses. (Before it, the service ran httpx over an aiohttp
-transport of its own, then `UpstreamClient` on aiohttp, the "aiohttp directly" row; the
-first is in the git history of `results/http_client_cost.json`.)
+with the SSE decoder the LLM client uses; and the overhead benchmarks' load generator
+(`load_client.py`, which reads a stream whole without decoding it, here on the same stdlib
+event loop as the others; `opea_overhead.py` runs it on uvloop). (Before it, the service
+ran httpx over an aiohttp transport of its own, then `UpstreamClient` on aiohttp, the
+"aiohttp directly" row; the first is in the git history of `results/http_client_cost.json`.)
 They alternate within each round. What is measured is this process's CPU time per call
 (`time.process_time`), which the stand-ins' own work does not touch, and calls per second.
 Writes `results/http_client_cost.json`.
@@ -32,6 +34,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import load_client
 from load_chats import free_port, load_average, standin_argv, start_process
 from opea_overhead import orchestrator_env
 
@@ -77,6 +80,22 @@ def aiohttp_calls(session: aiohttp.ClientSession, base: str) -> tuple[Call, Call
             response.raise_for_status()
             lines = [line async for line in response.content if line.startswith(b"data:")]
         assert lines[-1].strip() == b"data: [DONE]"
+
+    return embed, chat
+
+
+def load_client_calls(session: load_client.LoadSession) -> tuple[Call, Call]:
+    """The overhead benchmarks' load generator: bodies in, whole answers out."""
+
+    async def embed() -> None:
+        status, body = await session.post("/v1/embeddings", json.dumps(EMBED).encode())
+        assert status == 200
+        assert len(json.loads(body)["data"][0]["embedding"]) == 64
+
+    async def chat() -> None:
+        status, body = await session.post("/v1/chat/completions", json.dumps(CHAT).encode())
+        assert status == 200
+        assert body.endswith(b"data: [DONE]\n\n")
 
     return embed, chat
 
@@ -140,6 +159,8 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
         pass
     clients["aiohttp directly"] = aiohttp_calls(session, base)
     clients["the service's UpstreamClient (httptools engine)"] = upstream_calls(ours)
+    load = load_client.LoadSession(base, timeout=30)
+    clients["the benchmarks' load generator (load_client.py)"] = load_client_calls(load)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"embed": [], "chat": []} for name in clients
     }
@@ -158,6 +179,7 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
         for client in others:
             await client.aclose()
         await session.close()
+        load.close()
     return {
         name: {
             kind: {
