@@ -44,7 +44,7 @@ from chatqna.pipeline.record import Fusion, RerankRecord, RetrievalReport, TurnR
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from chatqna.telemetry import attributes, names
-from chatqna.telemetry.spans import current_span
+from chatqna.telemetry.spans import current_span, trace_hex
 from chatqna.telemetry.tracing import as_current, start_child, tracer
 
 
@@ -122,7 +122,7 @@ class PreparedTurn:
     @property
     def trace_id(self) -> str | None:
         context = self.span.get_span_context()
-        return format(context.trace_id, "032x") if context.is_valid else None
+        return trace_hex(context[0]) if context[5] else None  # (trace id, ..., valid)
 
 
 async def plan_retrieval(

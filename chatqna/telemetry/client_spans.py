@@ -59,51 +59,18 @@ UNTRACED = _Untraced()
 
 
 class _TracedCall:
-    """One call's span; the trace context is written into `headers` on entry."""
+    """One call's recording span: its status and its end (made by `ClientSpans.call`)."""
 
-    __slots__ = ("_headers", "_method", "_parent", "_path", "_span", "_spans")
+    __slots__ = ("_span",)
 
-    def __init__(
-        self,
-        spans: ClientSpans,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        parent: trace.Span,
-    ):
-        self._spans = spans
-        self._method = method
-        self._path = path
-        self._headers = headers
-        self._parent = parent  # the current span when the call was made
-        self._span: trace.Span | None = None
+    def __init__(self, span: trace.Span) -> None:
+        self._span = span
 
     def __enter__(self) -> _TracedCall:
-        parent = self._parent
-        context = parent.get_span_context()
-        if context[5] and not context[3] & TraceFlags.SAMPLED:  # valid, not sampled
-            write_trace_context(self._headers, context)  # a dropped trace: no span
-            return self
-        spans = self._spans
-        method = self._method
-        tracer = spans.tracer
-        if type(tracer) is Tracer:  # the service's: no second look at the current span
-            span = tracer.start_span_under(
-                parent, method, SpanKind.CLIENT, spans.attributes(method, self._path)
-            )
-        else:
-            span = tracer.start_span(
-                method, kind=SpanKind.CLIENT, attributes=spans.attributes(method, self._path)
-            )
-        write_trace_context(self._headers, span.get_span_context())
-        if span.is_recording():
-            self._span = span
         return self
 
     def status(self, code: int) -> None:
         span = self._span
-        if span is None:
-            return
         span.set_attribute("http.response.status_code", code)
         if code >= 400:
             span.set_attribute("error.type", str(code))
@@ -116,8 +83,6 @@ class _TracedCall:
         traceback: TracebackType | None,
     ) -> None:
         span = self._span
-        if span is None:
-            return
         if exc_type is not None and issubclass(exc_type, Exception):
             span.set_attribute("error.type", exc_type.__qualname__)
             span.set_status(Status(StatusCode.ERROR, exc_type.__qualname__))
@@ -156,11 +121,25 @@ class ClientSpans:
         return attributes
 
     def call(self, method: str, path: str, headers: dict[str, str]) -> _TracedCall | _Untraced:
-        """A context for one call: a span around it, the trace context added to `headers`."""
+        """A context for one call: its span (started now), the trace context added to
+        `headers`."""
         if not self.enabled:
             return UNTRACED
-        span = current_span()
-        if type(span) is DroppedSpan:  # a dropped trace (most, when sampled): no span
-            headers.update(span.trace_headers())
+        parent = current_span()
+        if type(parent) is DroppedSpan:  # a dropped trace (most, when sampled): no span
+            headers.update(parent.trace_headers())
             return UNTRACED
-        return _TracedCall(self, method, path, headers, span)
+        context = parent.get_span_context()
+        if context[5] and not context[3] & TraceFlags.SAMPLED:  # valid, not sampled
+            write_trace_context(headers, context)  # a dropped trace: no span
+            return UNTRACED
+        attributes = self._attributes.get((method, path)) or self.attributes(method, path)
+        tracer = self.tracer
+        if type(tracer) is Tracer:  # the service's: no second look at the current span
+            span = tracer.start_span_under(parent, method, SpanKind.CLIENT, attributes)
+        else:
+            span = tracer.start_span(method, kind=SpanKind.CLIENT, attributes=attributes)
+        write_trace_context(headers, span.get_span_context())
+        if not span.is_recording():
+            return UNTRACED
+        return _TracedCall(span)

@@ -166,6 +166,7 @@ class SpanEncoder:
         self._attribute_sets: dict[bytes, bytes] = {}
         self._names: dict[str, bytes] = {}
         self._shapes: dict[tuple[Scope, str, bytes], tuple[bytes, bytes]] = {}
+        self._root_shapes: dict[tuple[Scope, str, bytes], tuple[bytes, bytes]] = {}  # no parent
         self._scopes: dict[Scope, bytes] = {}
         resource = b"".join(
             length_delimited(b"\x0a", key_value(k, v)) for k, v in resource_attributes.items()
@@ -216,27 +217,41 @@ class SpanEncoder:
         status.
 
         Most spans repeat a shape turn after turn: the same scope, name and attribute set
-        (keyed by its JSON text, see `_attribute_set`), a parent, no trace state, events or
-        status. Everything of such a span but its ids, kind, times and flags is kept
-        encoded, lengths included, so it is two packs and one join."""
+        (keyed by its JSON text, see `_attribute_set`), no trace state, events or status.
+        Everything of such a span but its ids, kind, times and flags is kept encoded,
+        lengths included (roots, with no parent id, apart), so it is two packs and one
+        join."""
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         parent = span.parent
         attributes = span.attributes
-        if (
-            parent is not None
-            and trace_state is DEFAULT_TRACE_STATE
-            and not span.events
-            and span.status is UNSET
-        ):
+        if trace_state is DEFAULT_TRACE_STATE and not span.events and span.status is UNSET:
             try:
                 key = orjson.dumps(attributes) if attributes else b""
             except TypeError:  # orjson's JSONEncodeError: bytes, big ints, surrogates
                 return self._any_scope_spans(span)
+            start = span.start_time
+            if parent is None:  # a root: the request's server span, mostly
+                head, tail = self._root_shapes.get(
+                    (span.instrumentation_scope, span.name, key)
+                ) or self._shape(span, key)
+                return b"".join(
+                    (
+                        head,
+                        _IDS.pack(
+                            _TRACE_ID_TAG, trace_id >> 64, trace_id & _LOW64, _SPAN_ID_TAG,
+                            span_id,
+                        ),
+                        _KIND_TIMES_FLAGS.pack(
+                            _KIND_FIELDS[span.kind._value_], 0x39, start, 0x41,
+                            span.end_time or start, _FLAGS_TAG, trace_flags | FLAG_HAS_IS_REMOTE,
+                        ),
+                        tail,
+                    )
+                )  # fmt: skip
             head, tail = self._shapes.get(
                 (span.instrumentation_scope, span.name, key)
             ) or self._shape(span, key)
-            start = span.start_time
             return b"".join(
                 (
                     head,
@@ -264,15 +279,17 @@ class SpanEncoder:
             else b""
         )
         tail = self._name(span.name) + attributes
-        size = _IDS_PARENT.size + _KIND_TIMES_FLAGS_SIZE + len(tail)
+        root = span.parent is None
+        size = (_IDS if root else _IDS_PARENT).size + _KIND_TIMES_FLAGS_SIZE + len(tail)
         size_varint = varint(size)
         scope = self._scope(span.instrumentation_scope)
         outer = len(scope) + 1 + len(size_varint) + size
         shape = (b"\x12" + varint(outer) + scope + b"\x12" + size_varint, tail)
         if b"null" not in key:
-            if len(self._shapes) >= CACHE_LIMIT:
-                self._shapes.clear()
-            self._shapes[(span.instrumentation_scope, span.name, key)] = shape
+            shapes = self._root_shapes if root else self._shapes
+            if len(shapes) >= CACHE_LIMIT:
+                shapes.clear()
+            shapes[(span.instrumentation_scope, span.name, key)] = shape
         return shape
 
     def _any_scope_spans(self, span: RecordedSpan) -> bytes:

@@ -24,7 +24,7 @@ current (for `X-Trace-Id` and the `traceparent` sent upstream): no attribute is 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -55,18 +55,19 @@ KNOWN_METHODS = frozenset(
 )
 DEFAULT_PORTS = {"http": 80, "https": 443}
 W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
-TRACE_HEADERS = (b"traceparent", b"tracestate")
 
 
-def incoming_context(headers: Iterable[tuple[bytes, bytes]]) -> Context:
+def incoming_context(headers: Mapping[bytes, bytes]) -> Context:
     """The caller's trace from a request's W3C `traceparent` (and `tracestate`), or an empty
-    context, so that the request's span is a root, when there is none or it is malformed."""
-    carrier: dict[str, str] = {}
-    for name, value in headers:
-        if name in TRACE_HEADERS:
-            carrier[name.decode("latin-1")] = value.decode("latin-1")
-    if "traceparent" not in carrier:
+    context, so that the request's span is a root, when there is none or it is malformed.
+    `headers` are the request's, by lower-case name (`dict(scope["headers"])`)."""
+    traceparent = headers.get(b"traceparent")
+    if traceparent is None:
         return Context()
+    carrier = {"traceparent": traceparent.decode("latin-1")}
+    tracestate = headers.get(b"tracestate")
+    if tracestate is not None:
+        carrier["tracestate"] = tracestate.decode("latin-1")
     return W3C_TRACE_CONTEXT.extract(carrier, Context())
 
 
@@ -115,15 +116,13 @@ REQUEST_ATTRIBUTE_SETS = 1024
 _request_attribute_sets: dict[tuple[object, ...], dict[str, AttributeValue]] = {}
 
 
-def request_attributes(scope: Scope, method: str) -> dict[str, AttributeValue]:
+def request_attributes(
+    scope: Scope, method: str, headers: Mapping[bytes, bytes]
+) -> dict[str, AttributeValue]:
     """The request's attributes, built only for a recording span (kept, and shared: the
-    caller copies them)."""
-    host = user_agent = None
-    for name, value in scope["headers"]:
-        if name == b"host":
-            host = value
-        elif name == b"user-agent":
-            user_agent = value
+    caller copies them). `headers` as for `incoming_context`."""
+    host = headers.get(b"host")
+    user_agent = headers.get(b"user-agent")
     client = scope.get("client")
     server = scope.get("server")
     key = (
@@ -209,46 +208,45 @@ class ServerSpanMiddleware:
             await self.app(scope, receive, send)
             return
         method = scope["method"] if scope["method"] in KNOWN_METHODS else "_OTHER"
-        parent = incoming_context(scope["headers"])
-        span = self._tracer.start_span(
-            "HTTP" if method == "_OTHER" else method, parent, SpanKind.SERVER
-        )
+        # By name, in one pass in C (a repeated name keeps its last value, as the W3C
+        # propagator and the attributes would).
+        headers = dict(scope["headers"])
+        parent = incoming_context(headers)
+        name = "HTTP" if method == "_OTHER" else method
+        span = self._tracer.start_span(name, parent, SpanKind.SERVER)
         token = attach_span(span, parent)
+        # One coroutine for both cases: every step of a streamed answer resumes each
+        # coroutine it is awaited through.
         try:
-            if span.is_recording():
-                await self._recorded(span, method, scope, receive, send)
-            else:
+            if not span.is_recording():
                 await self.app(scope, receive, send)
+                return
+            span.set_attributes(request_attributes(scope, method, headers))
+            if self._capture:
+                span.set_attributes(self._capture.attributes(scope["headers"]))
+            exchange = Exchange(span, name, scope)
+            if self._status_reported_inside:
+                scope[EXCHANGE_KEY] = exchange
+                inner_send = send
+            else:
+                # A plain function handing back `send`'s awaitable: no coroutine of its own
+                # for each of a stream's frames.
+                def send_reading_status(message: Message) -> Awaitable[None]:
+                    if message["type"] == "http.response.start":
+                        exchange.status = message["status"]
+                    return send(message)
+
+                inner_send = send_reading_status
+            try:
+                await self.app(scope, receive, inner_send)
+            except Exception as exc:
+                exchange.failed(exc)
+                raise
+            finally:
+                exchange.end()  # the app returns after its last body frame (or failed)
+                scope.pop(EXCHANGE_KEY, None)  # no cycle left between scope and exchange
         finally:
             detach(token)
-
-    async def _recorded(
-        self, span: Span, method: str, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        span.set_attributes(request_attributes(scope, method))
-        if self._capture:
-            span.set_attributes(self._capture.attributes(scope["headers"]))
-        exchange = Exchange(span, "HTTP" if method == "_OTHER" else method, scope)
-        if self._status_reported_inside:
-            scope[EXCHANGE_KEY] = exchange
-            inner_send = send
-        else:
-            # A plain function handing back `send`'s awaitable: no coroutine of its own
-            # for each of a stream's frames.
-            def send_reading_status(message: Message) -> Awaitable[None]:
-                if message["type"] == "http.response.start":
-                    exchange.status = message["status"]
-                return send(message)
-
-            inner_send = send_reading_status
-        try:
-            await self.app(scope, receive, inner_send)
-        except Exception as exc:
-            exchange.failed(exc)
-            raise
-        finally:
-            exchange.end()  # the app returns after its last body frame (or failed)
-            scope.pop(EXCHANGE_KEY, None)  # no cycle left between scope and exchange
 
 
 class Exchange:

@@ -52,7 +52,9 @@ NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 UNSET = Status(StatusCode.UNSET)
 TRACE_ID_LOW_BITS = (1 << 64) - 1
 _new_tuple = tuple.__new__
+_new_object = object.__new__
 _getrandbits = random.getrandbits
+_time_ns = time.time_ns
 _NOT_CURRENT = object()  # the token of a span that `with` does not make current
 SAMPLER_NAMES = (
     "always_on",
@@ -155,13 +157,30 @@ class DroppedSpan(NonRecordingSpan):
         return headers
 
 
+# The 32 hex digits of a trace id, kept per trace: a request writes them several times
+# (`traceparent` on each upstream call, `X-Trace-Id`, the metadata event). Bounded.
+TRACE_HEX_LIMIT = 1024
+_trace_hex: dict[int, str] = {}
+_FLAGS_HEX = tuple(f"{flags:02x}" for flags in range(256))
+
+
+def trace_hex(trace_id: int) -> str:
+    """`format(trace_id, "032x")`, formatted once per trace."""
+    text = _trace_hex.get(trace_id)
+    if text is None:
+        if len(_trace_hex) >= TRACE_HEX_LIMIT:
+            _trace_hex.clear()
+        text = _trace_hex[trace_id] = format(trace_id, "032x")
+    return text
+
+
 def write_trace_context(headers: dict[str, str], context: SpanContext) -> None:
     """W3C `traceparent` (and `tracestate`) for `context`, as the API's propagator writes
     them, without its carrier and getter layers (this runs on every upstream call)."""
     trace_id, span_id, _, flags, trace_state, valid = context
     if not valid:
         return
-    headers["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    headers["traceparent"] = f"00-{trace_hex(trace_id)}-{span_id:016x}-{_FLAGS_HEX[flags & 0xFF]}"
     if trace_state is not DEFAULT_TRACE_STATE and trace_state:
         headers["tracestate"] = trace_state.to_header()
 
@@ -332,7 +351,9 @@ class RecordedSpan(trace.Span):
             if isinstance(exc, Exception) and self.end_time is None:
                 self.record_exception(exc)
                 self.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        self.end()
+        if self.end_time is None:  # `end()`, inlined
+            self.end_time = _time_ns()
+            self._provider.span_ended(self)
 
     def __repr__(self) -> str:
         return f"RecordedSpan({self.name!r}, span_id={self.context.span_id:016x})"
@@ -386,21 +407,26 @@ class Tracer(trace.Tracer):
     ) -> trace.Span:
         if type(parent_span) is RecordedSpan and self._follows_parent:
             # The usual span: a child of one recorded here. Its trace id and state are the
-            # parent's; sampled, as the parent is.
+            # parent's; sampled, as the parent is. Its fields are set here, as `__init__`
+            # sets them: calling the class goes through its type's call and `__init__`
+            # slot, which costs more than the stores.
             context = parent_span.context
-            return RecordedSpan(
-                name,
-                _new_tuple(
-                    SpanContext,
-                    (context[0], _getrandbits(64) or 1, False, SAMPLED, context[4], True),
-                ),
-                context,
-                kind,
-                self._scope,
-                self._provider,
-                attributes,
-                start_time,
+            span = _new_object(RecordedSpan)
+            span.name = name
+            span.context = _new_tuple(
+                SpanContext, (context[0], _getrandbits(64) or 1, False, SAMPLED, context[4], True)
             )
+            span.parent = context
+            span.kind = kind
+            span.attributes = dict(attributes) if attributes else {}
+            span.events = []
+            span.status = UNSET
+            span.start_time = start_time or _time_ns()
+            span.end_time = None
+            span.instrumentation_scope = self._scope
+            span._provider = self._provider
+            span._token = _NOT_CURRENT
+            return span
         parent: SpanContext | None = parent_span.get_span_context()
         provider = self._provider
         # A SpanContext is a tuple: one unpacking instead of a property call per field.

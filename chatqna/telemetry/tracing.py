@@ -35,6 +35,7 @@ from chatqna.telemetry.spans import (
     Tracer,
     current,
     current_span,
+    trace_hex,
 )
 
 logger = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ def install_tracer_provider(provider: trace.TracerProvider) -> None:
 def current_trace_id() -> str | None:
     """The 32-hex trace id of the active span, if a real (sampled or not) trace is running."""
     context = current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else None
+    return trace_hex(context[0]) if context[5] else None  # (trace id, ..., valid)
 
 
 def tracing_installed() -> bool:

@@ -175,9 +175,10 @@ def test_spans_alike_but_for_ids_times_parents_and_kinds_keep_their_own() -> Non
         for parent, kind in (
             (local, SpanKind.CLIENT),
             (NonRecordingSpan(remote), SpanKind.CLIENT),
+            (None, SpanKind.SERVER),  # a root, shaped like the others
             (local, SpanKind.SERVER),
         ):
-            with trace.use_span(parent):
+            with trace.use_span(parent or trace.INVALID_SPAN):
                 span = tracer.start_span("POST", kind=kind, start_time=1000 + turn)
             span.set_attribute("server.port", 8080)
             span.end(end_time=2000 + turn)
@@ -190,13 +191,15 @@ def test_spans_alike_but_for_ids_times_parents_and_kinds_keep_their_own() -> Non
     for proto, span in zip(decoded, made, strict=True):
         assert proto.span_id == span.context.span_id.to_bytes(8, "big")
         assert proto.trace_id == span.context.trace_id.to_bytes(16, "big")
-        assert proto.parent_span_id == span.parent.span_id.to_bytes(8, "big")
+        parent_id = span.parent.span_id.to_bytes(8, "big") if span.parent else b""
+        assert proto.parent_span_id == parent_id
         assert (proto.start_time_unix_nano, proto.end_time_unix_nano) == (
             span.start_time,
             span.end_time,
         )
         assert proto.kind == span.kind.value + 1
-        assert bool(proto.flags & 0x200) == span.parent.is_remote
+        assert proto.flags & 0x100  # whether the parent is remote is known
+        assert bool(proto.flags & 0x200) == bool(span.parent and span.parent.is_remote)
         assert {a.key: value_of(a.value) for a in proto.attributes} == {"server.port": 8080}
 
 

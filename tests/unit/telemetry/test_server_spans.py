@@ -161,7 +161,7 @@ async def test_the_tracestate_comes_along() -> None:
         (b"traceparent", f"00-{TRACE_ID}-{PARENT_ID}-01".encode()),
         (b"tracestate", b"vendor=abc"),
     ]
-    parent = trace.get_current_span(incoming_context(headers)).get_span_context()
+    parent = trace.get_current_span(incoming_context(dict(headers))).get_span_context()
     assert parent.is_remote and parent.trace_state.get("vendor") == "abc"
 
 

@@ -18,6 +18,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.span import TraceState
 
+from chatqna.telemetry import spans as spans_module
 from chatqna.telemetry.spans import (
     SAMPLER_NAMES,
     InMemorySpans,
@@ -26,6 +27,8 @@ from chatqna.telemetry.spans import (
     ServiceTracerProvider,
     current,
     local_context,
+    trace_hex,
+    write_trace_context,
 )
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -190,6 +193,28 @@ def test_the_w3c_propagator_reads_the_current_span() -> None:
         TraceContextTextMapPropagator().inject(carrier)
     context = span.get_span_context()
     assert carrier["traceparent"] == f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
+
+
+@pytest.mark.parametrize("flags", [0x00, 0x01, 0xFF])
+@pytest.mark.parametrize("trace_id", [1, TRACE_ID, (1 << 128) - 1])
+def test_traceparent_is_written_as_the_w3c_propagator_writes_it(trace_id: int, flags: int) -> None:
+    context = SpanContext(trace_id, 0x00F067AA0BA902B7, False, TraceFlags(flags))
+    ours: dict[str, str] = {}
+    write_trace_context(ours, context)
+    write_trace_context(ours, context)  # the trace's digits, kept, come out the same
+    theirs: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(
+        theirs, trace.set_span_in_context(NonRecordingSpan(context))
+    )
+    assert ours == theirs
+
+
+def test_trace_digits_are_kept_per_trace_and_the_store_stays_bounded() -> None:
+    spans_module._trace_hex.clear()
+    for trace_id in range(1, spans_module.TRACE_HEX_LIMIT + 50):
+        assert trace_hex(trace_id) == format(trace_id, "032x")
+        assert len(spans_module._trace_hex) <= spans_module.TRACE_HEX_LIMIT
+    assert trace_hex(TRACE_ID) is trace_hex(TRACE_ID)  # formatted once
 
 
 @pytest.mark.parametrize("record", [True, False])
