@@ -318,7 +318,9 @@ async def _retrieve_and_rerank(
         clock.record("rerank", mark)
     else:
         sources = candidates[: options.top_n]
-    with tracer().start_as_current_span(names.SPAN_RERANKER_SELECTION) as selection:
+    # Nothing runs under this span (it only records what was kept), so it is not made
+    # current: `with span` ends it.
+    with tracer().start_span(names.SPAN_RERANKER_SELECTION) as selection:
         attributes.reranker_selection(
             selection,
             reranker.name if reranker else None,

@@ -46,6 +46,7 @@ _KIND_TIMES_FLAGS = struct.Struct("<HBQBQHI")
 _KIND_FIELDS = tuple(0x30 | (value + 1) << 8 for value in range(5))
 _FLAGS_TAG = 0x0185  # field 16, fixed32, as little-endian bytes 0x85 0x01
 _KIND_TIMES_FLAGS_SIZE = _KIND_TIMES_FLAGS.size
+_IDS_PARENT_SIZE = _IDS_PARENT.size
 _LOW64 = (1 << 64) - 1
 
 
@@ -165,6 +166,7 @@ class SpanEncoder:
         self._event_attributes = AttributeCache(b"\x1a")  # Event.attributes = 3
         self._attribute_sets: dict[bytes, bytes] = {}
         self._names: dict[str, bytes] = {}
+        self._event_names: dict[str, bytes] = {}
         self._shapes: dict[tuple[Scope, str, bytes], tuple[bytes, bytes]] = {}
         self._root_shapes: dict[tuple[Scope, str, bytes], tuple[bytes, bytes]] = {}  # no parent
         self._scopes: dict[Scope, bytes] = {}
@@ -225,13 +227,16 @@ class SpanEncoder:
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         parent = span.parent
         attributes = span.attributes
-        if trace_state is DEFAULT_TRACE_STATE and not span.events and span.status is UNSET:
+        if trace_state is DEFAULT_TRACE_STATE and span.status is UNSET:
             try:
                 key = orjson.dumps(attributes) if attributes else b""
             except TypeError:  # orjson's JSONEncodeError: bytes, big ints, surrogates
                 return self._any_scope_spans(span)
             start = span.start_time
+            events = span.events
             if parent is None:  # a root: the request's server span, mostly
+                if events:
+                    return self._any_scope_spans(span)
                 head, tail = self._root_shapes.get(
                     (span.instrumentation_scope, span.name, key)
                 ) or self._shape(span, key)
@@ -252,21 +257,38 @@ class SpanEncoder:
             head, tail = self._shapes.get(
                 (span.instrumentation_scope, span.name, key)
             ) or self._shape(span, key)
+            ids = _IDS_PARENT.pack(
+                _TRACE_ID_TAG, trace_id >> 64, trace_id & _LOW64, _SPAN_ID_TAG, span_id,
+                _PARENT_ID_TAG, parent[1],
+            )  # fmt: skip
+            kind_times_flags = _KIND_TIMES_FLAGS.pack(
+                _KIND_FIELDS[span.kind._value_], 0x39, start, 0x41, span.end_time or start,
+                _FLAGS_TAG, trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE),
+            )  # fmt: skip
+            if not events:
+                return b"".join((head, ids, kind_times_flags, tail))
+            # Events (`chatqna.first_token`) change the lengths the kept head holds: the
+            # span's tags and lengths are written here, around the kept name and attributes.
+            encoded = self._events(events)
+            size = _IDS_PARENT_SIZE + _KIND_TIMES_FLAGS_SIZE + len(tail) + len(encoded)
+            size_varint = _SHORT_VARINTS[size] if size < 16384 else varint(size)
+            scope = self._scopes.get(span.instrumentation_scope) or self._scope(
+                span.instrumentation_scope
+            )
+            outer = len(scope) + 1 + len(size_varint) + size
             return b"".join(
                 (
-                    head,
-                    _IDS_PARENT.pack(
-                        _TRACE_ID_TAG, trace_id >> 64, trace_id & _LOW64, _SPAN_ID_TAG,
-                        span_id, _PARENT_ID_TAG, parent[1],
-                    ),
-                    _KIND_TIMES_FLAGS.pack(
-                        _KIND_FIELDS[span.kind._value_], 0x39, start, 0x41,
-                        span.end_time or start, _FLAGS_TAG,
-                        trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE),
-                    ),
+                    b"\x12",
+                    _SHORT_VARINTS[outer] if outer < 16384 else varint(outer),
+                    scope,
+                    b"\x12",  # ScopeSpans.spans = 2
+                    size_varint,
+                    ids,
+                    kind_times_flags,
                     tail,
+                    encoded,
                 )
-            )  # fmt: skip
+            )
         return self._any_scope_spans(span)
 
     def _shape(self, span: RecordedSpan, key: bytes) -> tuple[bytes, bytes]:
@@ -358,7 +380,7 @@ class SpanEncoder:
         return ids, trace_flags | (_REMOTE_PARENT if parent[2] else FLAG_HAS_IS_REMOTE)
 
     def _events_and_status(self, span: RecordedSpan) -> bytes:
-        parts = [length_delimited(b"\x5a", self._event(event)) for event in span.events]
+        parts = [self._events(span.events)] if span.events else []
         status = span.status
         if status.status_code is not StatusCode.UNSET:
             body = b""
@@ -385,15 +407,31 @@ class SpanEncoder:
         field = self._span_attributes.field
         return b"".join([field(key, value) for key, value in attributes.items()])
 
-    def _event(self, event: Event) -> bytes:
+    def _events(self, events: Sequence[Event]) -> bytes:
+        """A span's `events` fields (Span.events = 11), each with its timestamp, name and
+        attributes (a name is encoded once and kept)."""
         field = self._event_attributes.field
-        return b"".join(
-            [
-                b"\x09" + _FIXED64.pack(event.timestamp),
-                string_field(b"\x12", event.name),
-                *(field(key, value) for key, value in event.attributes.items()),
-            ]
-        )
+        names = self._event_names
+        parts = []
+        for name, timestamp, attributes in events:
+            body = b"".join(
+                [
+                    b"\x09",
+                    _FIXED64.pack(timestamp),
+                    names.get(name) or self._event_name(name),
+                    *[field(key, value) for key, value in attributes.items()],
+                ]
+            )
+            size = len(body)
+            parts.append(b"\x5a" + (_SHORT_VARINTS[size] if size < 16384 else varint(size)))
+            parts.append(body)
+        return b"".join(parts)
+
+    def _event_name(self, name: str) -> bytes:
+        if len(self._event_names) >= CACHE_LIMIT:
+            self._event_names.clear()
+        encoded = self._event_names[name] = string_field(b"\x12", name)
+        return encoded
 
 
 def encode_request(resource_attributes: Mapping[str, Any], spans: Sequence[RecordedSpan]) -> bytes:

@@ -246,7 +246,7 @@ class RecordedSpan(trace.Span):
         self.parent = parent
         self.kind = kind
         self.attributes: dict[str, AttributeValue] = dict(attributes) if attributes else {}
-        self.events: list[Event] = []
+        self.events: tuple[Event, ...] = ()  # a tuple, as the SDK's: no list for most spans
         self.status = UNSET
         self.start_time = start_time or time.time_ns()
         self.end_time: int | None = None
@@ -281,7 +281,8 @@ class RecordedSpan(trace.Span):
         timestamp: int | None = None,
     ) -> None:
         if self.end_time is None:
-            self.events.append(Event(name, timestamp or time.time_ns(), dict(attributes or {})))
+            event = Event(name, timestamp or time.time_ns(), dict(attributes or {}))
+            self.events = (*self.events, event)
 
     def add_link(self, context: SpanContext, attributes: Any = None) -> None:
         return None  # the service makes no links
@@ -419,7 +420,7 @@ class Tracer(trace.Tracer):
             span.parent = context
             span.kind = kind
             span.attributes = dict(attributes) if attributes else {}
-            span.events = []
+            span.events = ()
             span.status = UNSET
             span.start_time = start_time or _time_ns()
             span.end_time = None

@@ -347,3 +347,35 @@ def test_a_list_attribute_is_kept_as_a_tuple() -> None:
     span = ServiceTracerProvider(InMemorySpans()).get_tracer("t").start_span("s")
     span.set_attribute("ids", ["a", "b"])
     assert span.attributes["ids"] == ("a", "b")  # type: ignore[union-attr]
+
+
+def test_events_on_a_span_of_a_kept_shape_carry_their_times_names_and_attributes() -> None:
+    store = InMemorySpans()
+    tracer = ServiceTracerProvider(store).get_tracer("chatqna")
+    root = tracer.start_span("root")
+    made = []
+    with trace.use_span(root):
+        for turn in range(3):  # the shape is kept after the first
+            span = tracer.start_span(
+                "chatqna.generate", attributes={"gen_ai.operation.name": "chat"}
+            )
+            span.add_event("chatqna.first_token", {"elapsed_ms": 12.5 + turn}, timestamp=10 + turn)
+            if turn:
+                span.add_event("chatqna.done", timestamp=20 + turn)
+            span.end(end_time=100 + turn)
+            made.append(span)
+    encoder = SpanEncoder(RESOURCE)
+    groups = decode(encoder.request_of([encoder.scope_spans(s) for s in made]))
+    arrived = [span for group in groups.resource_spans[0].scope_spans for span in group.spans]
+    assert len(arrived) == len(made)
+    for proto, span in zip(arrived, made, strict=True):
+        assert proto.span_id == span.context.span_id.to_bytes(8, "big")
+        assert proto.parent_span_id == root.get_span_context().span_id.to_bytes(8, "big")
+        assert proto.end_time_unix_nano == span.end_time
+        assert {a.key: value_of(a.value) for a in proto.attributes} == {
+            "gen_ai.operation.name": "chat"
+        }
+        assert [
+            (e.name, e.time_unix_nano, {a.key: value_of(a.value) for a in e.attributes})
+            for e in proto.events
+        ] == [(e.name, e.timestamp, dict(e.attributes)) for e in span.events]
