@@ -219,10 +219,10 @@ class SpanEncoder:
         status.
 
         Most spans repeat a shape turn after turn: the same scope, name and attribute set
-        (keyed by its JSON text, see `_attribute_set`), no trace state, events or status.
+        (keyed by its JSON text, see `_attribute_set`), no trace state or status.
         Everything of such a span but its ids, kind, times and flags is kept encoded,
         lengths included (roots, with no parent id, apart), so it is two packs and one
-        join."""
+        join; a child's events are encoded apart and its lengths written around them."""
         # A SpanContext is a tuple: (trace id, span id, remote, flags, state, valid).
         trace_id, span_id, _, trace_flags, trace_state, _ = span.context
         parent = span.parent

@@ -19,7 +19,11 @@ Two things this machine does to such a comparison, and what the script does abou
   is ingested once (`chatqna ingest`) and the index copied for every server, every server
   gets the same hash seed and runs without address-space randomization (`setarch -R`),
   each setting gets `--replicas` processes, and round `n` of every setting runs on replica
-  `n % replicas`. `--aa` starts every setting untraced, which
+  `n % replicas`. Without randomization the environment's size sets where the stack
+  starts, so the settings' environments (which differ in their OTEL_ variables) are
+  padded to one size per replica, plus an offset drawn per replica (`same_layout`): the
+  settings of a replica share one layout, and each replica draws another. The JSON
+  keeps each server's start of stack. `--aa` starts every setting untraced, which
   measures what is left of that floor.
 - The machine's speed drifts from minute to minute; short rounds (`--seconds`), many of
   them, alternating (the order reversed every other round) keep the settings side by side.
@@ -117,6 +121,71 @@ def replica_bootstrap(
         values.sort()
         interval[name] = [values[int(0.025 * draws)], values[int(0.975 * draws) - 1]]
     return interval
+
+
+def replica_envs(
+    replica: int,
+    aa: bool,
+    root: Path,
+    template: Path,
+    base_env: dict[str, str],
+    standin: str,
+    receiver: str,
+) -> list[dict[str, str]]:
+    """The environment of each setting's server of `replica` (in `SETTINGS` order), each
+    with a port and a copy of the `template` index of its own."""
+    envs: list[dict[str, str]] = []
+    for setting in SETTINGS:
+        traced = setting != "off" and not aa
+        data_dir = root / f"{setting}-{replica}"
+        shutil.copytree(template, data_dir)
+        env = {
+            **base_env,
+            "PYTHONHASHSEED": "0",
+            "MEGA_SERVICE_PORT": str(free_port()),
+            "CHATQNA_DATA_DIR": str(data_dir),
+            "CHATQNA_LOG_LEVEL": "WARNING",
+            "TEI_EMBEDDING_ENDPOINT": standin,
+            "TEI_RERANKING_ENDPOINT": standin,
+            "LLM_ENDPOINT": standin,
+            "LLM_MODEL_ID": "standin",
+            "OTEL_TRACES_EXPORTER": "otlp" if traced else "none",
+        }
+        if traced:
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver
+        if traced and setting == "sampled":
+            env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+            env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
+        envs.append(env)
+    return envs
+
+
+def same_layout(envs: list[dict[str, str]], offset: int) -> list[dict[str, str]]:
+    """`envs`, each padded with `LAYOUT_PAD<n>` variables to the same number of variables
+    and the same size in bytes, plus `offset` bytes.
+
+    A process's environment sits at the top of its stack, so without address-space
+    randomization its size decides where the stack starts, and so how the interpreter's C
+    frames fall on cache lines and pages. Servers whose settings add different variables
+    would each keep one layout for the whole run, and a layout can be worth a few percent
+    either way: a bias per setting that no number of rounds averages out. Padded, the
+    settings of a replica share one layout, and `offset` gives each replica another."""
+    most = max(len(env) for env in envs)
+    padded = [{**env, **{f"LAYOUT_PAD{n}": "" for n in range(most - len(env) + 1)}} for env in envs]
+
+    def size(env: dict[str, str]) -> int:
+        return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+
+    target = max(size(env) for env in padded) + offset
+    for original, env in zip(envs, padded, strict=True):
+        env[f"LAYOUT_PAD{most - len(original)}"] = "x" * (target - size(env))
+    return padded
+
+
+def start_of_stack(pid: int) -> int:
+    """Where the process's stack starts (`startstack` in `/proc/<pid>/stat`)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[25])
 
 
 def wait_ready(url: str, path: str = "/v1/ready", timeout: float = 60) -> None:
@@ -218,6 +287,7 @@ def main() -> None:
     os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
     processes: list[subprocess.Popen[bytes]] = []
     servers: dict[str, list[subprocess.Popen[bytes]]] = {setting: [] for setting in SETTINGS}
+    stacks: dict[str, list[int]] = {setting: [] for setting in SETTINGS}
     with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as (receiver, received):
         root = Path(tmp)
         standin_port = free_port()
@@ -252,29 +322,16 @@ def main() -> None:
             timeout=300,
         )
         try:
+            offsets = random.Random(1)
             for replica in range(args.replicas):
-                for setting in SETTINGS:
-                    port = free_port()
-                    traced = setting != "off" and not args.aa
-                    data_dir = root / f"{setting}-{replica}"
-                    shutil.copytree(template, data_dir)
-                    env = {
-                        **base_env,
-                        "PYTHONHASHSEED": "0",
-                        "MEGA_SERVICE_PORT": str(port),
-                        "CHATQNA_DATA_DIR": str(data_dir),
-                        "CHATQNA_LOG_LEVEL": "WARNING",
-                        "TEI_EMBEDDING_ENDPOINT": standin,
-                        "TEI_RERANKING_ENDPOINT": standin,
-                        "LLM_ENDPOINT": standin,
-                        "LLM_MODEL_ID": "standin",
-                        "OTEL_TRACES_EXPORTER": "otlp" if traced else "none",
-                    }
-                    if traced:
-                        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver
-                    if traced and setting == "sampled":
-                        env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
-                        env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
+                envs = replica_envs(replica, args.aa, root, template, base_env, standin, receiver)
+                for setting, env in zip(SETTINGS, envs, strict=True):
+                    urls[setting].append(f"http://127.0.0.1:{env['MEGA_SERVICE_PORT']}")
+                # The settings' environments padded to one size, plus an offset drawn for
+                # this replica: one stack layout for every setting of a replica, another
+                # for the next replica.
+                padded = same_layout(envs, 16 * offsets.randrange(256))
+                for setting, env in zip(SETTINGS, padded, strict=True):
                     server = start(
                         ["-m", "chatqna", "serve"],
                         env,
@@ -284,9 +341,19 @@ def main() -> None:
                     )
                     processes.append(server)
                     servers[setting].append(server)
-                    url = f"http://127.0.0.1:{port}"
-                    urls[setting].append(url)
-                    wait_ready(url)
+                for setting in SETTINGS:
+                    wait_ready(urls[setting][replica])
+                    stacks[setting].append(start_of_stack(servers[setting][replica].pid))
+            layouts_match = all(
+                len({stacks[setting][r] for setting in SETTINGS}) == 1 for r in range(args.replicas)
+            )
+            print(
+                f"stack layout the same for every setting of a replica: {layouts_match}; "
+                f"{len({stacks['off'][r] for r in range(args.replicas)})} layouts over "
+                f"{args.replicas} replicas",
+                file=sys.stderr,
+                flush=True,
+            )
             print(f"{len(processes) - 1} servers ready", file=sys.stderr, flush=True)
             results: dict[str, list[dict[str, Any]]] = {setting: [] for setting in SETTINGS}
             helpers = [processes[0].pid]
@@ -376,6 +443,8 @@ def main() -> None:
                 "paired_ratio_sampled_off": paired["sampled"],
                 "interval_95_over_replicas": interval,
                 "spans_received": spans_received,
+                "start_of_stack": stacks,
+                "stack_layout_same_within_replica": layouts_match,
                 "load_average": {"min": min(loads), "max": max(loads)},
             },
             indent=1,

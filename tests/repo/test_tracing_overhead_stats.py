@@ -43,7 +43,12 @@ def run(rps: dict[str, list[float]]) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.mark.parametrize(
-    "name", ["tracing_overhead.json", "tracing_overhead_16_replicas_second.json"]
+    "name",
+    [
+        "tracing_overhead.json",
+        "tracing_overhead_16_replicas_second.json",
+        "tracing_overhead_same_layout_96_rounds.json",
+    ],
 )
 def test_measures_match_what_the_committed_runs_printed(harness: ModuleType, name: str) -> None:
     report = json.loads((RESULTS / name).read_text())
@@ -83,3 +88,42 @@ def test_replicas_are_drawn_whole(harness: ModuleType) -> None:
     low, high = harness.replica_bootstrap(results, replicas, draws=500)["paired_ratio_on_off"]
     assert low == pytest.approx(0.6)
     assert high == pytest.approx(0.95)
+
+
+def environment_bytes(env: dict[str, str]) -> int:
+    return sum(len(key.encode()) + len(value.encode()) + 2 for key, value in env.items())
+
+
+def test_padded_environments_are_one_size_and_keep_every_setting(harness: ModuleType) -> None:
+    envs = [
+        {"PYTHONHASHSEED": "0", "OTEL_TRACES_EXPORTER": "none"},
+        {"PYTHONHASHSEED": "0", "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "x"},
+        {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER_ARG": "0.1", "A": "é", "B": "2"},
+    ]
+    padded = harness.same_layout(envs, 48)
+    assert len({len(env) for env in padded}) == 1
+    assert len({environment_bytes(env) for env in padded}) == 1
+    assert (
+        environment_bytes(padded[0])
+        == max(map(environment_bytes, padded))
+        >= max(map(environment_bytes, envs)) + 48
+    )
+    for original, env in zip(envs, padded, strict=True):
+        assert {k: v for k, v in env.items() if not k.startswith("LAYOUT_PAD")} == original
+    assert envs[0] == {"PYTHONHASHSEED": "0", "OTEL_TRACES_EXPORTER": "none"}  # not changed
+
+
+def test_the_offset_moves_every_setting_alike(harness: ModuleType) -> None:
+    envs = [{"A": "1"}, {"A": "1", "B": "22"}]
+    near, far = harness.same_layout(envs, 0), harness.same_layout(envs, 160)
+    assert environment_bytes(far[0]) - environment_bytes(near[0]) == 160
+    assert environment_bytes(far[1]) - environment_bytes(near[1]) == 160
+
+
+def test_the_run_with_padded_environments_kept_one_stack_per_replica() -> None:
+    report = json.loads((RESULTS / "tracing_overhead_same_layout_96_rounds.json").read_text())
+    stacks = report["start_of_stack"]
+    assert report["stack_layout_same_within_replica"] is True
+    for replica in range(report["replicas"]):
+        assert len({stacks[setting][replica] for setting in ("off", "on", "sampled")}) == 1
+    assert len(set(stacks["off"])) > 1  # the replicas do not all share one layout
