@@ -1,7 +1,8 @@
 """What tracing costs: requests per second with tracing off vs on, in one run.
 
     .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 2] [--rounds 24]
-        [--replicas 3] [--aa]       # the documented run: --replicas 16 --rounds 48
+        [--replicas 3] [--aa] [--together]
+        # the documented run: --together --replicas 16 --rounds 96
 
 Starts the stand-in TEI + OpenAI upstreams (instant answers, 20 streamed tokens; the cheap
 `tests.standins.fast_servers` unless `--standins app`) and ChatQnA server processes on
@@ -25,8 +26,16 @@ Two things this machine does to such a comparison, and what the script does abou
   settings of a replica share one layout, and each replica draws another. The JSON
   keeps each server's start of stack. `--aa` starts every setting untraced, which
   measures what is left of that floor.
-- The machine's speed drifts from minute to minute; short rounds (`--seconds`), many of
-  them, alternating (the order reversed every other round) keep the settings side by side.
+- The machine's speed drifts from minute to minute, and from one second to the next: it is
+  a VM whose vCPUs the host takes away at times. Short rounds (`--seconds`), many of them,
+  alternating (the order reversed every other round) keep the settings side by side, but
+  a round's requests/s still moved by about 15% from the untraced round beside it in A/A
+  runs. `--together` loads every setting's server of a replica at once instead, all on
+  the one server core, so whatever the machine does in those seconds it does to every
+  setting; each server starts in a session of its own, and so an autogroup of its own,
+  and the scheduler splits the core evenly between the processes (the JSON keeps each
+  server's share, and how much of the core was idle or taken by the host). With equal
+  shares, the ratio of requests/s is the inverse ratio of CPU per request.
 A pause between rounds lets a traced server's last export finish before the next server's
 round starts (the server's CPU is counted through the pause), and half a second of
 unmeasured load before each round warms a server that sat idle while the others ran (in an
@@ -214,6 +223,9 @@ def start(
         env=env,
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
+        # A session of its own is an autogroup of its own: servers sharing a core get equal
+        # shares of it per process, whatever threads each runs (the exporter's, for one).
+        start_new_session=True,
     )
 
 
@@ -268,6 +280,98 @@ def measured_round(
     return result
 
 
+def core_times(cpus: str) -> tuple[int, int, int]:
+    """Clock ticks the cores `cpus` (a taskset list of numbers) spent in all, idle (or
+    waiting on I/O) and stolen by the host so far, from `/proc/stat`."""
+    wanted = {f"cpu{cpu}" for cpu in cpus.split(",")}
+    total = idle = steal = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *ticks = line.split()
+        if name in wanted:
+            values = [int(t) for t in ticks[:8]]
+            total += sum(values)
+            idle += values[3] + values[4]
+            steal += values[7]
+    return total, idle, steal
+
+
+def together_round(
+    urls: list[str],
+    servers: list[subprocess.Popen[bytes]],
+    helpers: list[int],
+    args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """One round of `--together`: every setting's server of a replica under load at once,
+    on the one server core, so that whatever the machine does to its speed in those seconds
+    it does to every setting alike. Each server's result also holds its share of the core
+    in the round (`server_cpu_share`; equal shares mean the scheduler split the core
+    evenly, so the ratio of requests/s is the inverse ratio of CPU per request) and the
+    servers' summed share (`server_core_share`), and how much of the server core's time
+    in the round was idle (`server_core_idle`; near 0 the server core was the limit) or
+    taken by the host (`server_core_steal`: a vCPU's time the servers could not run)."""
+
+    async def load(seconds: float) -> list[dict[str, Any]]:
+        return list(
+            await asyncio.gather(*(round_of_load(u, seconds, args.concurrency) for u in urls))
+        )
+
+    asyncio.run(load(WARM_SECONDS))  # caches back, not counted
+    before = [cpu_seconds(server.pid) for server in servers]
+    client_before = time.process_time() + sum(cpu_seconds(pid) for pid in helpers)
+    ticks_before = core_times(args.server_cpu)
+    started = time.perf_counter()
+    results = asyncio.run(load(args.seconds))
+    elapsed = time.perf_counter() - started
+    total, idle, steal = (
+        after - before
+        for after, before in zip(core_times(args.server_cpu), ticks_before, strict=True)
+    )
+    in_round = [cpu_seconds(server.pid) - b for server, b in zip(servers, before, strict=True)]
+    client_cpu = time.process_time() + sum(cpu_seconds(pid) for pid in helpers) - client_before
+    time.sleep(PAUSE_SECONDS)
+    for result, server, b, cpu in zip(results, servers, before, in_round, strict=True):
+        result["server_cpu_ms_per_request"] = (
+            (cpu_seconds(server.pid) - b) * 1000 / max(result["requests"], 1)
+        )
+        result["server_cpu_share"] = cpu / elapsed
+        result["server_core_share"] = sum(in_round) / elapsed
+        result["server_core_idle"] = idle / max(total, 1)
+        result["server_core_steal"] = steal / max(total, 1)
+        result["client_core_share"] = client_cpu / elapsed
+    return results
+
+
+def run_rounds(
+    results: dict[str, list[dict[str, Any]]],
+    urls: dict[str, list[str]],
+    servers: dict[str, list[subprocess.Popen[bytes]]],
+    helpers: list[int],
+    args: argparse.Namespace,
+) -> None:
+    """Every round of the run into `results`: round `n` on replica `n % replicas`, the
+    settings in turn (the order reversed every other round) or, with `--together`, at once
+    (the order their clients start in turning with the round)."""
+    for number in range(args.rounds):
+        replica = number % args.replicas
+        if args.together:
+            turn = [SETTINGS[(number + k) % len(SETTINGS)] for k in range(len(SETTINGS))]
+            together = together_round(
+                [urls[setting][replica] for setting in turn],
+                [servers[setting][replica] for setting in turn],
+                helpers,
+                args,
+            )
+            for setting, result in zip(turn, together, strict=True):
+                results[setting].append(result)
+        else:
+            for setting in SETTINGS if number % 2 == 0 else SETTINGS[::-1]:
+                results[setting].append(
+                    measured_round(urls[setting][replica], servers[setting][replica], helpers, args)
+                )
+        if (number + 1) % 6 == 0:
+            print(f"round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2)
@@ -275,6 +379,11 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=3, help="server processes per setting")
     parser.add_argument(
         "--aa", action="store_true", help="every setting untraced: the harness's own floor"
+    )
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="load every setting's server of a replica at once (the core shared), not in turn",
     )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--standins", choices=sorted(STANDIN_MODULES), default="fast")
@@ -360,17 +469,7 @@ def main() -> None:
             for setting in SETTINGS:  # warm-up: first-request paths, pools, the tracer
                 for url in urls[setting]:
                     asyncio.run(round_of_load(url, 1, args.concurrency))
-            for number in range(args.rounds):
-                order = SETTINGS if number % 2 == 0 else SETTINGS[::-1]
-                replica = number % args.replicas
-                for setting in order:
-                    results[setting].append(
-                        measured_round(
-                            urls[setting][replica], servers[setting][replica], helpers, args
-                        )
-                    )
-                if (number + 1) % 6 == 0:
-                    print(f"round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            run_rounds(results, urls, servers, helpers, args)
         finally:
             for process in processes:
                 process.terminate()
@@ -396,8 +495,9 @@ def main() -> None:
     paired = {setting: measures[f"paired_ratio_{setting}_off"] for setting in ("on", "sampled")}
     interval = replica_bootstrap(results, min(args.replicas, args.rounds))
     print(
-        f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f} s on {args.replicas} replicas per setting"
+        f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} "
+        f"{'rounds with every setting at once' if args.together else 'alternating rounds'}"
+        f" of {args.seconds:.0f} s on {args.replicas} replicas per setting"
         f"{' (A/A: all untraced)' if args.aa else ''}, stand-in upstreams:"
     )
     print(
@@ -420,6 +520,20 @@ def main() -> None:
         "95% intervals over replicas (bootstrap): "
         + "; ".join(f"{name} {low:.3f}-{high:.3f}" for name, (low, high) in interval.items())
     )
+    if args.together:
+        for setting in SETTINGS:
+            shares = [r["server_cpu_share"] for r in results[setting]]
+            summary[setting]["server_cpu_share_median"] = statistics.median(shares)
+        core = [r["server_core_share"] for r in results["off"]]
+        idle = [r["server_core_idle"] for r in results["off"]]
+        steal = [r["server_core_steal"] for r in results["off"]]
+        print(
+            "share of the server core per server (median): "
+            + ", ".join(f"{s} {summary[s]['server_cpu_share_median']:.3f}" for s in SETTINGS)
+            + f"; the servers together {min(core):.2f} to {max(core):.2f} of it; the core "
+            f"idle {min(idle):.3f} to {max(idle):.3f} of a round, taken by the host "
+            f"{min(steal):.3f} to {max(steal):.3f}"
+        )
     print(f"spans received: {spans_received}; load average {min(loads):.1f} to {max(loads):.1f}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
@@ -434,6 +548,7 @@ def main() -> None:
                 "seconds": args.seconds,
                 "replicas": args.replicas,
                 "aa": args.aa,
+                "together": args.together,
                 "pause_seconds": PAUSE_SECONDS,
                 "warm_seconds": WARM_SECONDS,
                 "summary": summary,

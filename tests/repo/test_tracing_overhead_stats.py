@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -127,3 +129,54 @@ def test_the_run_with_padded_environments_kept_one_stack_per_replica() -> None:
     for replica in range(report["replicas"]):
         assert len({stacks[setting][replica] for setting in ("off", "on", "sampled")}) == 1
     assert len(set(stacks["off"])) > 1  # the replicas do not all share one layout
+
+
+def test_together_rounds_file_each_result_under_its_own_setting(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The clients of a --together round start in an order that turns with the round; each
+    # result must still land under the setting whose server it measured, on the round's
+    # replica.
+    def together_round(urls: list[str], servers: list[Any], helpers: Any, args: Any) -> list:
+        assert servers == [f"process {url}" for url in urls]
+        return [{"rps": 1.0, "url": url} for url in urls]
+
+    monkeypatch.setattr(harness, "together_round", together_round)
+    replicas, rounds = 2, 5
+    urls = {s: [f"{s}-{r}" for r in range(replicas)] for s in harness.SETTINGS}
+    servers = {s: [f"process {u}" for u in urls[s]] for s in harness.SETTINGS}
+    results: dict[str, list[dict[str, Any]]] = {s: [] for s in harness.SETTINGS}
+    args = argparse.Namespace(rounds=rounds, replicas=replicas, together=True)
+    harness.run_rounds(results, urls, servers, [], args)
+    for setting in harness.SETTINGS:
+        assert [r["url"] for r in results[setting]] == [
+            f"{setting}-{n % replicas}" for n in range(rounds)
+        ]
+
+
+def test_servers_start_in_sessions_of_their_own(harness: ModuleType, tmp_path: Path) -> None:
+    # A session of its own is an autogroup of its own: servers sharing a core in a
+    # --together round get equal shares of it per process.
+    process = harness.start(
+        ["-c", "import time; time.sleep(30)"],
+        dict(os.environ),
+        tmp_path / "log",
+        ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0))),
+    )
+    try:
+        assert os.getsid(process.pid) == process.pid != os.getsid(0)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_the_together_run_split_the_server_core_evenly() -> None:
+    # Equal shares are what make the ratio of requests/s the inverse ratio of CPU per
+    # request; a server core left idle would let a costlier server keep up.
+    report = json.loads((RESULTS / "tracing_overhead_together.json").read_text())
+    assert report["together"] is True and report["aa"] is False
+    shares = [report["summary"][s]["server_cpu_share_median"] for s in ("off", "on", "sampled")]
+    assert max(shares) / min(shares) < 1.02
+    for setting in ("off", "on", "sampled"):
+        assert report["summary"][setting]["errors"] == 0
+    assert max(r["server_core_idle"] for r in report["summary"]["off"]["rounds"]) < 0.05
