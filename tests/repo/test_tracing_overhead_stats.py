@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -184,3 +185,25 @@ def test_the_together_runs_split_the_server_core_evenly(name: str) -> None:
     for setting in ("off", "on", "sampled"):
         assert report["summary"][setting]["errors"] == 0
     assert max(r["server_core_idle"] for r in report["summary"]["off"]["rounds"]) < 0.05
+
+
+def test_core_times_count_a_busy_core(harness: ModuleType) -> None:
+    # The ticks of the named cores only, never going back, and a core kept busy is not idle
+    # for the whole of that time.
+    allowed = os.sched_getaffinity(0)
+    cpu = str(min(allowed))
+    os.sched_setaffinity(0, {int(cpu)})  # the busy loop on the core measured
+    try:
+        before = harness.core_times(cpu)
+        deadline = time.process_time() + 0.3
+        while time.process_time() < deadline:
+            pass
+        after = harness.core_times(cpu)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    total, idle, steal = (a - b for a, b in zip(after, before, strict=True))
+    assert total > 0
+    assert 0 <= idle < total and 0 <= steal <= total
+    assert harness.core_times(f"{cpu},{cpu}")[0] == pytest.approx(
+        harness.core_times(cpu)[0], rel=0.01
+    )  # a core named twice is counted once
