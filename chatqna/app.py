@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager, suppress
 from typing import Literal
 
 from fastapi import FastAPI
+from opentelemetry.trace import TracerProvider
+from starlette.types import Scope
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 
@@ -27,22 +29,33 @@ from chatqna.backends.factory import build_backends, build_retrieval_backends
 from chatqna.heap import HeapTrimmer, freeze_startup_objects, trim_available
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
-from chatqna.telemetry.server_spans import ServerSpanMiddleware
-from chatqna.telemetry.spans import ServiceTracerProvider
-from chatqna.telemetry.tracing import build_tracer_provider, install_tracer_provider
+from chatqna.telemetry.tracing import configure_tracing
 
 logger = logging.getLogger("chatqna")
 
 
-# FastAPI's own OpenTelemetry support stays off: the server span is ours
-# (`chatqna.telemetry.server_spans`), and metrics are Prometheus's.
-NO_FASTAPI_TELEMETRY: TelemetryConfig = {
-    "tracing": False,
-    "metrics": False,
-    "logs": False,
-    "operation_spans": False,
-    "auto_configure": False,
-}
+# The probes and the scrape: frequent, and nobody looks for them in a trace.
+UNTRACED_PATHS = frozenset({"/metrics", "/v1/health_check", "/v1/ready"})
+
+
+def untraced(scope: Scope) -> bool:
+    return scope.get("path") in UNTRACED_PATHS
+
+
+def fastapi_telemetry(tracer_provider: TracerProvider | None) -> TelemetryConfig:
+    """FastAPI's own OpenTelemetry support makes the request's SERVER span (with the global
+    provider unless one is given; nothing while none is installed). Metrics stay
+    Prometheus's, exporters are set up by `configure_tracing`, and per-operation spans
+    (dependencies, serialisation) are left out."""
+    return {
+        "tracer_provider": tracer_provider,
+        "tracing": True,
+        "metrics": False,
+        "logs": False,
+        "operation_spans": False,
+        "auto_configure": False,
+        "exclude": untraced,
+    }
 
 
 def install_guards(app: FastAPI, settings: Settings) -> None:
@@ -101,20 +114,16 @@ async def heap_housekeeping(
 def create_app(
     settings: Settings,
     backends: Backends | None = None,
-    tracer_provider: ServiceTracerProvider | None = None,
+    tracer_provider: TracerProvider | None = None,
     *,
     role: Literal["megaservice", "retriever"] = "megaservice",
 ) -> FastAPI:
     """Build the app; tests may inject `backends` (not closed here) and a tracer provider.
 
-    Without an injected provider, tracing is configured from the `OTEL_*` settings and,
-    when on, installed as the process's global provider.
+    Without an injected provider, tracing is configured from the `OTEL_*` variables and,
+    when on, installed as the process's global provider (unless one is installed already).
     """
-    owned_provider = None
-    if tracer_provider is None:
-        owned_provider = tracer_provider = build_tracer_provider(settings)
-        if owned_provider is not None:
-            install_tracer_provider(owned_provider)
+    owned_provider = configure_tracing(settings) if tracer_provider is None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -143,22 +152,12 @@ def create_app(
         version=__version__,
         description="Retrieval-augmented chat with multi-turn retrieval.",
         lifespan=lifespan,
-        telemetry=NO_FASTAPI_TELEMETRY,
+        telemetry=fastapi_telemetry(tracer_provider),
     )
     app.state.settings = settings
     app.state.metrics = ServiceMetrics()
     install_error_handlers(app)
     install_guards(app, settings)
-    if tracer_provider is not None:
-        # Outermost of our middleware, so the metrics middleware sees the trace id. That
-        # one reports each response's status to the span, unless CORS, between the two,
-        # answers preflights itself.
-        app.add_middleware(
-            ServerSpanMiddleware,
-            tracer_provider=tracer_provider,
-            capture_request_headers=settings.otel_instrumentation_http_capture_headers_server_request,
-            status_reported_inside=not settings.chatqna_cors_origins,
-        )
     app.include_router(health.router)
     if role == "megaservice":
         app.include_router(chat.router)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import unquote
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -118,11 +117,7 @@ class Settings(BaseSettings):
     condense_timeout_seconds: float = Field(10.0, gt=0)
     condense_max_query_chars: int = Field(500, ge=20)
 
-    @field_validator(
-        "chatqna_cors_origins",
-        "otel_instrumentation_http_capture_headers_server_request",
-        mode="before",
-    )
+    @field_validator("chatqna_cors_origins", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         # One comma-separated variable (`https://a.example,https://b.example`), not JSON.
@@ -130,14 +125,16 @@ class Settings(BaseSettings):
             return [origin.strip() for origin in value.split(",") if origin.strip()]
         return value
 
-    @field_validator(
-        "otel_exporter_otlp_headers", "otel_exporter_otlp_traces_headers", mode="before"
-    )
+    @field_validator("otel_traces_exporter", mode="before")
     @classmethod
-    def _otlp_headers(cls, value: object) -> object:
-        if isinstance(value, str):
-            return parse_otlp_headers(value)
-        return value
+    def _exporter_names(cls, value: object) -> object:
+        # `otlp,console`; blank is unset, and `none` (alone or not) exports nothing.
+        if not isinstance(value, str):
+            return value
+        names = [name.strip().lower() for name in value.split(",") if name.strip()]
+        if not names:
+            return None
+        return [] if "none" in names else names
 
     @field_validator(
         "tei_embedding_endpoint",
@@ -148,7 +145,8 @@ class Settings(BaseSettings):
         "retriever_endpoint",
         "otel_exporter_otlp_endpoint",
         "otel_exporter_otlp_traces_endpoint",
-        "otel_exporter_otlp_certificate",
+        "otel_exporter_otlp_protocol",
+        "otel_exporter_otlp_traces_protocol",
         "chatqna_api_key",
         "openai_api_key",
         "chatqna_llm_gguf",
@@ -196,39 +194,15 @@ class Settings(BaseSettings):
             raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
         return self
 
-    # --- observability (the standard OpenTelemetry variables) ----------------------------
-    otel_service_name: str = "chatqna"
+    # --- observability -------------------------------------------------------------------
+    # The OpenTelemetry variables the service itself acts on; the SDK reads every other
+    # `OTEL_*` variable on its own (see chatqna/telemetry/tracing.py).
+    otel_sdk_disabled: bool = False
+    otel_traces_exporter: Annotated[list[str] | None, NoDecode] = None
     otel_exporter_otlp_endpoint: str | None = None
     otel_exporter_otlp_traces_endpoint: str | None = None
-    otel_traces_exporter: Literal["otlp", "console", "none"] = "otlp"
-    otel_traces_sampler: Literal[
-        "always_on",
-        "always_off",
-        "traceidratio",
-        "parentbased_always_on",
-        "parentbased_always_off",
-        "parentbased_traceidratio",
-    ] = "parentbased_always_on"
-    otel_traces_sampler_arg: float = Field(1.0, ge=0.0, le=1.0)
-    # The OTLP/HTTP exporter: `name=value` pairs (comma-separated, percent-encoded values),
-    # the time per batch in milliseconds, gzip bodies, a CA file for an https endpoint.
-    otel_exporter_otlp_headers: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
-    otel_exporter_otlp_traces_headers: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict
-    )
-    otel_exporter_otlp_timeout: int = Field(10000, gt=0)
-    otel_exporter_otlp_compression: Literal["none", "gzip"] = "none"
-    otel_exporter_otlp_certificate: str | None = None
-    # The batches: exported at least once per delay (ms), or as soon as one is full; a
-    # full queue drops new spans.
-    otel_bsp_schedule_delay: int = Field(1000, gt=0)
-    otel_bsp_max_queue_size: int = Field(2048, ge=1)
-    otel_bsp_max_export_batch_size: int = Field(512, ge=1)
-    # Request headers recorded on server spans (names or regular expressions); credentials
-    # are recorded as [REDACTED].
-    otel_instrumentation_http_capture_headers_server_request: Annotated[list[str], NoDecode] = (
-        Field(default_factory=list)
-    )
+    otel_exporter_otlp_protocol: Literal["grpc", "http/protobuf"] | None = None
+    otel_exporter_otlp_traces_protocol: Literal["grpc", "http/protobuf"] | None = None
     chatqna_trace_content: bool = False
 
     @field_validator("chatqna_workers", mode="before")
@@ -308,20 +282,6 @@ class Settings(BaseSettings):
         if self.blend_active and self.multi_turn_history_turns == 0:
             warnings.append("MULTI_TURN_HISTORY_TURNS=0: the blend is enabled but will never run")
         return warnings
-
-
-def parse_otlp_headers(text: str) -> dict[str, str]:
-    """`OTEL_EXPORTER_OTLP_HEADERS`: `name1=value1,name2=value2`, percent-encoded; names
-    lower-cased."""
-    headers: dict[str, str] = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"each header must be name=value, got {item.strip()!r}")
-        headers[unquote(name.strip()).lower()] = unquote(value.strip())
-    return headers
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -105,6 +105,18 @@ def all_setting_variables() -> set[str]:
     return set().union(*settings_env_names().values())
 
 
+def sdk_variables() -> set[str]:
+    """The `OTEL_*` variables the OpenTelemetry SDK reads itself (a container may set them)."""
+    import opentelemetry.sdk.environment_variables as sdk_environment
+
+    return {name for name in dir(sdk_environment) if name.startswith("OTEL_")}
+
+
+def container_variables() -> set[str]:
+    """What a ChatQnA container may be given: the settings and the SDK's variables."""
+    return all_setting_variables() | sdk_variables()
+
+
 # --- .env.example --------------------------------------------------------------------------
 
 
@@ -474,7 +486,7 @@ def url_problems(
 def _chatqna_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """ChatQnA containers: their role's port, known settings, URLs into the stack."""
     problems = []
-    settings = all_setting_variables()
+    settings = container_variables()
     for name, service in chatqna_services(doc).items():
         where = f"services.{name}"
         port = role_port(service)

@@ -42,7 +42,11 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tests.deploy_checks import Problem, all_setting_variables, parse_env_example
+from tests.deploy_checks import (
+    Problem,
+    container_variables,
+    parse_env_example,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "chatqna"
@@ -298,7 +302,7 @@ def probe_problems(docs: list[Manifest]) -> list[Problem]:
 
 def settings_problems(docs: list[Manifest]) -> list[Problem]:
     """ChatQnA containers get only settings, and secrets only from a Secret."""
-    known = all_setting_variables()
+    known = container_variables()
     problems = []
     for workload in workloads(docs):
         for container in containers(workload):
@@ -520,8 +524,9 @@ def values_doc_problems(values: Mapping[str, Any], readme: str) -> list[Problem]
 
 
 def config_problems(values: Mapping[str, Any], env_example: str) -> list[Problem]:
-    """values.yaml's `config` keys are settings, with the defaults .env.example gives them."""
-    known = all_setting_variables()
+    """values.yaml's `config` keys are settings (or the OpenTelemetry SDK's variables), with
+    the defaults .env.example gives them."""
+    known = container_variables()
     documented = parse_env_example(env_example).settings
     problems = []
     for key, value in (values.get("config") or {}).items():

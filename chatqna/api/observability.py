@@ -11,7 +11,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna.api.deps import require_api_key
 from chatqna.telemetry.metrics import ServiceMetrics
-from chatqna.telemetry.server_spans import report_status
 from chatqna.telemetry.tracing import current_trace_id
 
 router = APIRouter(tags=["observability"], dependencies=[Depends(require_api_key)])
@@ -42,7 +41,6 @@ class RequestMetricsMiddleware:
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
-                report_status(scope, message["status"])  # to the server span, if recording
                 if trace_id is not None:
                     headers = list(message.get("headers", []))
                     headers.append((TRACE_HEADER, trace_id.encode()))

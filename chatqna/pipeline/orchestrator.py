@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
+from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
 from chatqna.backends.bundle import Backends
@@ -44,8 +46,7 @@ from chatqna.pipeline.record import Fusion, RerankRecord, RetrievalReport, TurnR
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from chatqna.telemetry import attributes, names
-from chatqna.telemetry.spans import current_span, trace_hex
-from chatqna.telemetry.tracing import as_current, start_child, tracer
+from chatqna.telemetry.tracing import tracer
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class PreparedTurn:
     @property
     def trace_id(self) -> str | None:
         context = self.span.get_span_context()
-        return trace_hex(context[0]) if context[5] else None  # (trace id, ..., valid)
+        return trace.format_trace_id(context.trace_id) if context.is_valid else None
 
 
 async def plan_retrieval(
@@ -234,7 +235,7 @@ async def handle_request(
 
     span = tracer().start_span(names.SPAN_ORCHESTRATE)
     try:
-        with as_current(span):
+        with current(span):
             turn = await _retrieve_and_rerank(
                 conversation, condensed, options, backends, settings, clock
             )
@@ -245,6 +246,13 @@ async def handle_request(
         raise
     turn.span = span
     return turn
+
+
+def current(span: Span) -> AbstractContextManager[Span]:
+    """`span` current for the block, which ends, records and sets no status itself."""
+    return trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
 
 
 async def condense_traced(
@@ -286,7 +294,7 @@ async def _retrieve_and_rerank(
         )
     mark = clock.record("embed", mark)
     attributes.orchestrate(
-        current_span(),
+        trace.get_current_span(),
         plan.report,
         options.k,
         options.top_n,
@@ -343,10 +351,10 @@ async def _retrieve_and_rerank(
 
 
 def _generation_span(turn: PreparedTurn, backends: Backends) -> Span:
-    return start_child(
-        turn.span,
+    return tracer().start_span(
         names.SPAN_GENERATE,
-        attributes.generation(turn.span, backends.llm.model, turn.options.params),
+        context=trace.set_span_in_context(turn.span),
+        attributes=attributes.generation(turn.span, backends.llm.model, turn.options.params),
     )
 
 
@@ -380,7 +388,7 @@ async def generate(turn: PreparedTurn, backends: Backends) -> AsyncIterator[Delt
     finish: str | None = None
     error: BaseException | None = None
     try:
-        with as_current(span):
+        with current(span):
             async for delta in backends.llm.stream(turn.prompt, turn.options.params):
                 if first and delta.text:
                     elapsed = round((time.perf_counter() - started) * 1000, 3)
@@ -403,7 +411,7 @@ async def complete(turn: PreparedTurn, backends: Backends) -> Completion:
     span = _generation_span(turn, backends)
     started = time.perf_counter()
     try:
-        with as_current(span):
+        with current(span):
             completion = await backends.llm.complete(turn.prompt, turn.options.params)
     except BaseException as exc:
         span.record_exception(exc)

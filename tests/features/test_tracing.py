@@ -8,6 +8,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 import respx
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import SecretStr
 
@@ -15,7 +17,6 @@ from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.settings import Settings
 from chatqna.telemetry import names
-from chatqna.telemetry.spans import InMemorySpans, RecordedSpan
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -28,21 +29,21 @@ CHAT = [
 ]
 
 
-def by_name(spans: InMemorySpans) -> dict[str, RecordedSpan]:
+def by_name(spans: InMemorySpanExporter) -> dict[str, ReadableSpan]:
     finished = spans.get_finished_spans()
     return {span.name: span for span in finished}
 
 
-def server_span(found: dict[str, RecordedSpan]) -> RecordedSpan:
+def server_span(found: dict[str, ReadableSpan]) -> ReadableSpan:
     (server,) = [s for s in found.values() if s.kind == SpanKind.SERVER]
     return server
 
 
-def parent_id(span: RecordedSpan) -> int | None:
+def parent_id(span: ReadableSpan) -> int | None:
     return span.parent.span_id if span.parent is not None else None
 
 
-def span_id(span: RecordedSpan) -> int:
+def span_id(span: ReadableSpan) -> int:
     assert span.context is not None
     return span.context.span_id
 
@@ -72,7 +73,7 @@ def completion(content: str) -> httpx.Response:
 
 
 async def test_blend_executed_spans(
-    client_for: ClientFactory, settings: Settings, spans: InMemorySpans
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
 ) -> None:
     blend = settings.model_copy(update={"multi_turn_blend_enabled": True})
     client = await _client(client_for, blend)
@@ -132,7 +133,7 @@ async def test_blend_executed_spans(
 async def test_blend_skipped_spans(
     client_for: ClientFactory,
     settings: Settings,
-    spans: InMemorySpans,
+    spans: InMemorySpanExporter,
     update: dict[str, object],
     messages: list[dict[str, str]],
     reason: str,
@@ -147,7 +148,7 @@ async def test_blend_skipped_spans(
 
 
 async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
-    client_for: ClientFactory, settings: Settings, spans: InMemorySpans
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
 ) -> None:
     condense = settings.model_copy(
         update={"multi_turn_mode": "condense", "chatqna_trace_content": True}
@@ -181,7 +182,7 @@ async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
 
 
 async def test_condense_skipped_without_history(
-    client_for: ClientFactory, settings: Settings, spans: InMemorySpans
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
 ) -> None:
     condense = settings.model_copy(update={"multi_turn_mode": "condense"})
     client = await _client(client_for, condense, rewriter=True)
@@ -212,7 +213,7 @@ FAILURES: list[tuple[str, Callable[[httpx.Request], httpx.Response]]] = [
 async def test_condense_failed_spans(
     client_for: ClientFactory,
     settings: Settings,
-    spans: InMemorySpans,
+    spans: InMemorySpanExporter,
     reason: str,
     handler: Callable[[httpx.Request], httpx.Response],
 ) -> None:
@@ -270,10 +271,9 @@ async def test_metrics_count_blend_and_upstream_errors(
 
 @pytest.mark.parametrize("cors", [False, True], ids=["metrics-reports", "cors-between"])
 async def test_the_server_span_has_the_status_of_every_answer(
-    client_for: ClientFactory, settings: Settings, spans: InMemorySpans, cors: bool
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter, cors: bool
 ) -> None:
-    # The metrics middleware reports the status to the span; with CORS between the two
-    # (answering preflights itself) the span's middleware reads it from `send`.
+    # The server span is outermost: it sees the status of what the guards and CORS answer.
     origin = "https://chat.example.com"
     chosen = settings.model_copy(
         update={

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,8 +60,11 @@ def start_server(
     timeout: float = 90.0,
     ready_path: str = "/v1/ready",
     command: str = "serve",
+    launcher: Sequence[str] = (),
     **env: str,
 ) -> ServerProcess:
+    """`chatqna <command>` on a free port (run by `launcher`, e.g. `opentelemetry-instrument`,
+    when given), once it answers `ready_path`."""
     port = free_port()
     full_env = clean_env(
         CHATQNA_DATA_DIR=str(data_dir),
@@ -73,7 +76,7 @@ def start_server(
     )
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "chatqna", command],
+        [*launcher, sys.executable, "-m", "chatqna", command],
         cwd=REPO,
         env=full_env,
         stdout=log,

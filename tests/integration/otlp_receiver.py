@@ -1,16 +1,19 @@
-"""A minimal OTLP/HTTP traces receiver on loopback that decodes what it is sent (protobuf,
-gzip or not) over keep-alive connections, which it counts; it can answer its first
-requests with error statuses."""
+"""Minimal OTLP traces receivers on loopback: over HTTP (protobuf, gzip or not, over
+keep-alive connections, which it counts; it can answer its first requests with error
+statuses) and over gRPC (opentelemetry-proto's service on grpcio)."""
 
 from __future__ import annotations
 
 import gzip
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent import futures
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -127,3 +130,30 @@ def otlp_receiver(refuse_with: Sequence[int] = ()) -> Iterator[tuple[str, Receiv
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, received: ReceivedSpans) -> None:
+        self.received = received
+
+    def Export(  # noqa: N802 (the generated service's method name)
+        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
+    ) -> ExportTraceServiceResponse:
+        metadata = {key: str(value) for key, value in context.invocation_metadata()}
+        self.received.add(request, {"content-type": "application/grpc", **metadata})
+        return ExportTraceServiceResponse()
+
+
+@contextmanager
+def otlp_grpc_receiver() -> Iterator[tuple[str, ReceivedSpans]]:
+    """Serve OTLP/gRPC's TraceService on a free loopback port; yields `http://host:port` and
+    the store."""
+    received = ReceivedSpans()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(received), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}", received
+    finally:
+        server.stop(grace=None)

@@ -648,7 +648,7 @@ def test_undocumented_and_stale_values_are_reported() -> None:
 
 def test_config_keys_are_settings_with_the_documented_defaults() -> None:
     env_example = (REPO / ".env.example").read_text()
-    known = checks.all_setting_variables()
+    known = checks.container_variables()
     assert set(chart_values()["config"]) <= known
     assert checks.config_problems(chart_values(), env_example) == []
     values = chart_values()

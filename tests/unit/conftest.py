@@ -1,9 +1,9 @@
 """Unit tests never touch the network, and record every span in memory.
 
-Any attempt to open an internet socket fails. One of the service's tracer providers, keeping
-spans in memory, is the process's global provider for the whole run (OpenTelemetry allows
-one), so every test sees the same instrumented code paths; `spans` hands a test a cleared
-store.
+Any attempt to open an internet socket fails. The SDK's tracer provider, handing every
+ended span to an in-memory exporter, is the process's global provider for the whole run
+(OpenTelemetry allows one), so every test sees the same instrumented code paths; `spans`
+hands a test a cleared exporter.
 """
 
 from __future__ import annotations
@@ -14,19 +14,22 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chatqna.backends import upstream
 from chatqna.settings import Settings
-from chatqna.telemetry.spans import InMemorySpans, ServiceTracerProvider
+from chatqna.telemetry.tracing import service_resource
 
-SPAN_EXPORTER = InMemorySpans()
-TRACER_PROVIDER = ServiceTracerProvider(SPAN_EXPORTER, resource=Resource.create())
+SPAN_EXPORTER = InMemorySpanExporter()
+TRACER_PROVIDER = TracerProvider(resource=service_resource())
+TRACER_PROVIDER.add_span_processor(SimpleSpanProcessor(SPAN_EXPORTER))
 trace.set_tracer_provider(TRACER_PROVIDER)
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpans]:
+def spans() -> Iterator[InMemorySpanExporter]:
     SPAN_EXPORTER.clear()
     yield SPAN_EXPORTER
     SPAN_EXPORTER.clear()

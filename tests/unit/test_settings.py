@@ -139,18 +139,19 @@ def test_workers_must_be_a_positive_count_or_auto(monkeypatch: pytest.MonkeyPatc
     assert Settings().chatqna_workers == 1
 
 
-def test_otlp_headers_are_parsed_and_percent_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Api-Key=a%20b, x-tenant=blue ,")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "")
-    settings = Settings()
-    assert settings.otel_exporter_otlp_headers == {"api-key": "a b", "x-tenant": "blue"}
-    assert settings.otel_exporter_otlp_traces_headers == {}
+def test_the_traces_exporter_list_is_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp, Console")
+    assert Settings().otel_traces_exporter == ["otlp", "console"]
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert Settings().otel_traces_exporter == []
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "")
+    assert Settings().otel_traces_exporter is None
 
 
-def test_a_malformed_otlp_header_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "just-a-name")
+def test_an_unsupported_otlp_protocol_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
     with pytest.raises(ValidationError) as failure:
         Settings()
     message = describe_validation_error(failure.value)
-    assert "OTEL_EXPORTER_OTLP_TRACES_HEADERS" in message
-    assert "name=value" in message
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" in message
+    assert "http/protobuf" in message

@@ -1,188 +1,139 @@
-"""The service's tracer: one per provider, real spans in a recorded or a new trace, and no
-span at all under one the sampler dropped."""
+"""Tracing set-up: which exporters the settings ask for, where they send, the resource, and
+nothing installed over a provider that is there already (the tests' own, here)."""
 
 from __future__ import annotations
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE as DEFAULT_STATE
-
-from chatqna.settings import Settings
-from chatqna.telemetry.span_export import BatchExporter, ConsoleSender, OtlpHttpSender
-from chatqna.telemetry.spans import (
-    NOT_SAMPLED,
-    DroppedSpan,
-    InMemorySpans,
-    ServiceTracerProvider,
-    local_context,
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
 )
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpSpanExporter,
+)
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from chatqna import __version__
+from chatqna.settings import Settings
 from chatqna.telemetry.tracing import (
-    NO_TRACER,
-    _tracer_of,
-    as_current,
-    build_tracer_provider,
-    dropped,
-    start_child,
+    build_exporter,
+    configure_tracing,
+    current_trace_id,
+    exporter_names,
+    service_resource,
     tracer,
 )
+from tests.unit.conftest import TRACER_PROVIDER
 
-TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
-
-
-def foreign(sampled: bool, remote: bool = False) -> NonRecordingSpan:
-    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-    return NonRecordingSpan(SpanContext(TRACE_ID, 0xB7AD6B7169203331, remote, flags))
+COLLECTOR = "http://collector.test:4318"
 
 
-def test_one_tracer_per_provider() -> None:
-    assert tracer() is tracer()
-
-
-def test_dropped_is_a_real_trace_not_sampled() -> None:
-    assert dropped(foreign(sampled=False))
-    assert not dropped(foreign(sampled=True, remote=True))
-    assert not dropped(trace.INVALID_SPAN), "no trace at all is not a dropped one"
-    recording = tracer().start_span("recording")
-    assert not dropped(recording)
-    recording.end()
-
-
-def test_under_a_dropped_span_no_span_is_made(spans: InMemorySpans) -> None:
-    parent = foreign(sampled=False)
-    with trace.use_span(parent):
-        with tracer().start_as_current_span("chatqna.embed") as embed:
-            assert embed is parent
-            assert trace.get_current_span() is parent
-        generate = tracer().start_span("chatqna.generate")
-        generate.end()
-    assert generate is parent
-    context = trace.set_span_in_context(parent)
-    assert tracer().start_span("chatqna.generate", context=context) is parent
-    assert spans.get_finished_spans() == ()
-
-
-def ours_dropped() -> DroppedSpan:
-    return DroppedSpan(local_context(TRACE_ID, 0x00F067AA0BA902B7, NOT_SAMPLED, DEFAULT_STATE))
-
-
-def test_a_dropped_span_of_ours_stands_in_for_its_children_by_the_short_path(
-    spans: InMemorySpans,
+@pytest.mark.parametrize(
+    ("values", "names"),
+    [
+        ({}, []),  # nothing configured: off
+        ({"otel_exporter_otlp_endpoint": COLLECTOR}, ["otlp_proto_http"]),
+        ({"otel_exporter_otlp_traces_endpoint": f"{COLLECTOR}/v1/traces"}, ["otlp_proto_http"]),
+        ({"otel_traces_exporter": "none", "otel_exporter_otlp_endpoint": COLLECTOR}, []),
+        ({"otel_traces_exporter": "console"}, ["console"]),
+        ({"otel_traces_exporter": "otlp,console"}, ["otlp_proto_http", "console"]),
+        (
+            {"otel_traces_exporter": "otlp", "otel_exporter_otlp_protocol": "grpc"},
+            ["otlp_proto_grpc"],
+        ),
+        (
+            {
+                "otel_traces_exporter": "otlp",
+                "otel_exporter_otlp_protocol": "grpc",
+                "otel_exporter_otlp_traces_protocol": "http/protobuf",
+            },
+            ["otlp_proto_http"],
+        ),
+    ],
+)
+def test_exporters_follow_the_specifications_variables(
+    values: dict[str, str], names: list[str]
 ) -> None:
-    root = ours_dropped()
-    assert dropped(root)
-    with as_current(root) as entered:
-        assert entered is root and trace.get_current_span() is root, "made current"
-        with as_current(root), tracer().start_as_current_span("chatqna.embed") as embed:
-            assert embed is root and trace.get_current_span() is root
-        assert tracer().start_span("chatqna.generate") is root
-        assert start_child(root, "chatqna.generate") is root
-        server = tracer().start_span("POST", kind=SpanKind.SERVER)
-        assert server is not root, "a server span is always the sampler's to decide"
-    assert trace.get_current_span() is not root, "left current only inside the block"
-    assert spans.get_finished_spans() == ()
+    assert exporter_names(Settings(**values)) == names  # type: ignore[arg-type]
 
 
-def test_a_dropped_span_lets_exceptions_through(spans: InMemorySpans) -> None:
-    root = ours_dropped()
-    with (
-        trace.use_span(root),
-        pytest.raises(ValueError),
-        tracer().start_as_current_span("chatqna.embed"),
-    ):
-        raise ValueError("not swallowed")
-    assert spans.get_finished_spans() == ()
+def test_http_json_is_refused_when_settings_load() -> None:
+    with pytest.raises(ValueError, match="otel_exporter_otlp_protocol"):
+        Settings(otel_exporter_otlp_protocol="http/json")  # type: ignore[arg-type]
 
 
-def test_start_child_makes_a_real_span_under_a_recorded_parent(spans: InMemorySpans) -> None:
-    parent = tracer().start_span("chatqna.orchestrate")
-    child = start_child(parent, "chatqna.generate")
-    child.end()
-    parent.end()
-    (done, _) = spans.get_finished_spans()
-    assert done.name == "chatqna.generate"
-    assert done.parent is not None and done.parent.span_id == parent.get_span_context().span_id
+def test_the_http_exporter_sends_to_the_traces_path_of_the_base_endpoint() -> None:
+    settings = Settings(otel_exporter_otlp_endpoint=f"{COLLECTOR}/")
+    exporter = build_exporter("otlp_proto_http", settings)
+    assert isinstance(exporter, HttpSpanExporter)
+    assert exporter._endpoint == f"{COLLECTOR}/v1/traces"
+    exporter.shutdown()
 
 
-def test_tracer_follows_the_installed_provider() -> None:
-    assert _tracer_of(None) is NO_TRACER, "no provider installed: the tracer that does nothing"
-    assert tracer() is _tracer_of(trace.get_tracer_provider())
-    assert not isinstance(tracer(), type(NO_TRACER)), "the tests' provider is installed"
-
-
-def test_under_a_recorded_span_children_are_real(spans: InMemorySpans) -> None:
-    with tracer().start_as_current_span("chatqna.orchestrate") as orchestrate:
-        with tracer().start_as_current_span("chatqna.embed"):
-            pass
-        generate = tracer().start_span(
-            "chatqna.generate", context=trace.set_span_in_context(orchestrate)
-        )
-        generate.end()
-    finished = {s.name: s for s in spans.get_finished_spans()}
-    parent_id = orchestrate.get_span_context().span_id
-    for name in ("chatqna.embed", "chatqna.generate"):
-        parent = finished[name].parent
-        assert parent is not None and parent.span_id == parent_id, name
-
-
-def test_a_sampled_remote_parent_gets_real_children(spans: InMemorySpans) -> None:
-    with (
-        trace.use_span(foreign(sampled=True, remote=True)),
-        tracer().start_as_current_span("chatqna.orchestrate"),
-    ):
-        pass
-    (span,) = spans.get_finished_spans()
-    assert span.context is not None and span.context.trace_id == TRACE_ID
-
-
-def test_an_exception_is_recorded_only_when_asked(spans: InMemorySpans) -> None:
-    for record in (True, False):
-        with (
-            pytest.raises(ValueError),
-            tracer().start_as_current_span(f"record={record}", record_exception=record),
-        ):
-            raise ValueError("x")
-    events = {s.name: [e.name for e in s.events] for s in spans.get_finished_spans()}
-    assert events == {"record=True": ["exception"], "record=False": []}
-
-
-def test_no_provider_when_tracing_is_off() -> None:
-    assert build_tracer_provider(Settings(otel_traces_exporter="none")) is None
-    assert build_tracer_provider(Settings()) is None, "no endpoint: off"
-
-
-def test_an_otlp_provider_sends_where_and_how_the_settings_say() -> None:
-    provider = build_tracer_provider(
-        Settings(
-            otel_exporter_otlp_endpoint="http://collector.test:4318/",
-            otel_exporter_otlp_headers="api-key=one,x-tenant=blue",  # type: ignore[arg-type]
-            otel_exporter_otlp_traces_headers="api-key=two",  # type: ignore[arg-type]
-            otel_exporter_otlp_timeout=2500,
-            otel_exporter_otlp_compression="gzip",
-            otel_traces_sampler="traceidratio",
-            otel_traces_sampler_arg=0.25,
-            otel_bsp_max_export_batch_size=64,
-        )
+def test_the_traces_endpoint_is_taken_as_it_is() -> None:
+    full = "http://traces.test:10428/insert/opentelemetry/v1/traces"
+    settings = Settings(
+        otel_exporter_otlp_endpoint=COLLECTOR, otel_exporter_otlp_traces_endpoint=full
     )
-    assert isinstance(provider, ServiceTracerProvider)
-    exporter = provider.sink
-    assert isinstance(exporter, BatchExporter)
-    sender = exporter.sender
-    assert isinstance(sender, OtlpHttpSender)
-    assert sender.endpoint == "http://collector.test:4318/v1/traces"
-    assert sender._headers["api-key"] == "two", "the traces variable wins"
-    assert sender._headers["x-tenant"] == "blue"
-    assert sender._headers["Content-Encoding"] == "gzip"
-    assert sender._timeout == 2.5
-    assert exporter._max_batch == 64
-    assert provider.sampler.name == "traceidratio"
-    assert provider.resource.attributes["service.name"] == "chatqna"
-    provider.shutdown()
+    exporter = build_exporter("otlp_proto_http", settings)
+    assert exporter._endpoint == full  # type: ignore[attr-defined]
+    exporter.shutdown()
 
 
-def test_the_console_exporter_needs_no_endpoint() -> None:
-    provider = build_tracer_provider(Settings(otel_traces_exporter="console"))
-    assert provider is not None
-    assert isinstance(provider.sink, BatchExporter)
-    assert isinstance(provider.sink.sender, ConsoleSender)
-    provider.shutdown()
+def test_the_grpc_exporter_and_the_console_one_are_the_sdks() -> None:
+    settings = Settings(otel_exporter_otlp_endpoint="http://collector.test:4317")
+    grpc_exporter = build_exporter("otlp_proto_grpc", settings)
+    assert isinstance(grpc_exporter, GrpcSpanExporter)
+    grpc_exporter.shutdown()
+    assert isinstance(build_exporter("console", settings), ConsoleSpanExporter)
+
+
+def test_an_unknown_exporter_name_is_refused() -> None:
+    with pytest.raises(ValueError, match="zipkin-nope"):
+        build_exporter("zipkin-nope", Settings())
+
+
+def test_the_service_name_defaults_to_chatqna(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+    attributes = service_resource().attributes
+    assert attributes["service.name"] == "chatqna"
+    assert attributes["service.version"] == __version__
+    assert attributes["deployment.environment"] == "test"
+
+
+@pytest.mark.parametrize(
+    ("variables", "name"),
+    [
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=rag-eu,team=search"}, "rag-eu"),
+        ({"OTEL_SERVICE_NAME": "rag-us", "OTEL_RESOURCE_ATTRIBUTES": "service.name=x"}, "rag-us"),
+    ],
+)
+def test_a_service_name_from_the_environment_is_kept(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], name: str
+) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    assert service_resource().attributes["service.name"] == name
+
+
+def test_nothing_is_installed_over_a_provider_already_there() -> None:
+    settings = Settings(otel_traces_exporter="console")
+    assert configure_tracing(settings) is None
+    assert trace.get_tracer_provider() is TRACER_PROVIDER
+
+
+def test_nothing_is_installed_when_the_sdk_is_disabled() -> None:
+    settings = Settings(otel_sdk_disabled=True, otel_exporter_otlp_endpoint=COLLECTOR)
+    assert configure_tracing(settings) is None
+
+
+def test_the_trace_id_is_the_current_spans(spans: InMemorySpanExporter) -> None:
+    assert current_trace_id() is None
+    with tracer().start_as_current_span("work") as span:
+        assert current_trace_id() == format(span.get_span_context().trace_id, "032x")
+    (finished,) = spans.get_finished_spans()
+    assert finished.instrumentation_scope is not None
+    assert finished.instrumentation_scope.name == "chatqna"
