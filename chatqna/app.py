@@ -13,10 +13,10 @@ from contextlib import asynccontextmanager, suppress
 from typing import Literal
 
 from fastapi import FastAPI
-from opentelemetry.trace import TracerProvider
-from starlette.types import Scope
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
+from opentelemetry.trace import TracerProvider
+from starlette.types import Scope
 
 from chatqna import __version__
 from chatqna.api import chat, dataprep, health, observability, retrieval, ui

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from chatqna import __version__
 
@@ -71,7 +72,7 @@ class ClientSpans:
     def call(self, method: str, path: str, headers: dict[str, str]) -> Iterator[ClientCall]:
         """A span for one call, current for the block; the trace context goes into
         `headers` (the dict then sent)."""
-        attributes = {
+        attributes: dict[str, AttributeValue] = {
             "http.request.method": method,
             "url.full": self.prefix + path.partition("?")[0],
             "server.address": self.host,

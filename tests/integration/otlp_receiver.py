@@ -76,9 +76,12 @@ class ReceivedSpans:
 
 
 @contextmanager
-def otlp_receiver(refuse_with: Sequence[int] = ()) -> Iterator[tuple[str, ReceivedSpans]]:
-    """Serve `POST /v1/traces` on a free loopback port; yields its base URL and the store.
-    The first requests are answered with the statuses of `refuse_with`, one each."""
+def otlp_receiver(
+    refuse_with: Sequence[int] = (), port: int = 0
+) -> Iterator[tuple[str, ReceivedSpans]]:
+    """Serve `POST /v1/traces` on loopback (a free port unless given); yields its base URL
+    and the store. The first requests are answered with the statuses of `refuse_with`, one
+    each. `GET /` answers how many spans have arrived."""
     received = ReceivedSpans()
     refusals = list(refuse_with)
 
@@ -90,6 +93,13 @@ def otlp_receiver(refuse_with: Sequence[int] = ()) -> Iterator[tuple[str, Receiv
             super().setup()
             with received._lock:
                 received.connections += 1
+
+        def do_GET(self) -> None:  # how many spans have arrived (a readiness probe too)
+            count = str(received.span_count()).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(count)))
+            self.end_headers()
+            self.wfile.write(count)
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -122,7 +132,7 @@ def otlp_receiver(refuse_with: Sequence[int] = ()) -> Iterator[tuple[str, Receiv
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -136,7 +146,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, received: ReceivedSpans) -> None:
         self.received = received
 
-    def Export(  # noqa: N802 (the generated service's method name)
+    def Export(  # the generated service's method name
         self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
     ) -> ExportTraceServiceResponse:
         metadata = {key: str(value) for key, value in context.invocation_metadata()}
@@ -157,3 +167,10 @@ def otlp_grpc_receiver() -> Iterator[tuple[str, ReceivedSpans]]:
         yield f"http://127.0.0.1:{port}", received
     finally:
         server.stop(grace=None)
+
+
+if __name__ == "__main__":  # python -m tests.integration.otlp_receiver PORT: serve until killed
+    import sys
+
+    with otlp_receiver(port=int(sys.argv[1])):
+        threading.Event().wait()

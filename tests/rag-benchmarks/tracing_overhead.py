@@ -1,572 +1,276 @@
-"""What tracing costs: requests per second with tracing off vs on, in one run.
+"""What tracing costs: ChatQnA's CPU per turn with tracing off, 10% sampled and every span
+exported, beside OPEA's whole CPU per turn.
 
-    .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 2] [--rounds 24]
-        [--replicas 3] [--aa] [--together]
-        # the documented run: --together --replicas 16 --rounds 96
+    tests/rag-benchmarks/opea/setup-venv     # not needed: OPEA's figures are read from
+                                             # results/opea-overhead/opea_overhead.json
+    .venv/bin/python tests/rag-benchmarks/tracing_overhead.py [--seconds 8] [--rounds 2]
 
-Starts the stand-in TEI + OpenAI upstreams (instant answers, 20 streamed tokens; the cheap
-`tests.standins.fast_servers` unless `--standins app`) and ChatQnA server processes on
-loopback that differ only in tracing: off, every span exported over OTLP/HTTP to a local
-receiver started here, and 10% of traces sampled. All get the sample corpus (the embedded
-index). Then it alternates rounds of `--concurrency` streaming two-turn chats against each
-setting for `--seconds`, and prints requests/s, latency percentiles and the server's CPU
-time per request per setting, and the ratios: of the medians, and the median of each
-round's ratio to the untraced round next to it, each with a 95% interval from a bootstrap
-over replicas (`replica_bootstrap`): how precisely the run pins the cost down.
-
-Two things this machine does to such a comparison, and what the script does about them:
-- Two processes of the same code differ, by up to a quarter when each ingested the corpus
-  itself (their indexes differ in segments, and so in what a search costs). So the corpus
-  is ingested once (`chatqna ingest`) and the index copied for every server, every server
-  gets the same hash seed and runs without address-space randomization (`setarch -R`),
-  each setting gets `--replicas` processes, and round `n` of every setting runs on replica
-  `n % replicas`. Without randomization the environment's size sets where the stack
-  starts, so the settings' environments (which differ in their OTEL_ variables) are
-  padded to one size per replica, plus an offset drawn per replica (`same_layout`): the
-  settings of a replica share one layout, and each replica draws another. The JSON
-  keeps each server's start of stack. `--aa` starts every setting untraced, which
-  measures what is left of that floor.
-- The machine's speed drifts from minute to minute, and from one second to the next: it is
-  a VM whose vCPUs the host takes away at times. Short rounds (`--seconds`), many of them,
-  alternating (the order reversed every other round) keep the settings side by side, but
-  a round's requests/s still moved by about 15% from the untraced round beside it in A/A
-  runs. `--together` loads every setting's server of a replica at once instead, all on
-  the one server core, so whatever the machine does in those seconds it does to every
-  setting; each server starts in a session of its own, and so an autogroup of its own,
-  and the scheduler splits the core evenly between the processes (the JSON keeps each
-  server's share, and how much of the core was idle or taken by the host). With equal
-  shares, the ratio of requests/s is the inverse ratio of CPU per request.
-A pause between rounds lets a traced server's last export finish before the next server's
-round starts (the server's CPU is counted through the pause), and half a second of
-unmeasured load before each round warms a server that sat idle while the others ran (in an
-A/A run without it, the setting that never came first in a round measured 3-9% faster).
-
-As in `opea_overhead.py`, the servers are pinned to `--server-cpu` and the stand-ins, the
-receiver and this aiohttp load generator to `--client-cpu`, so what is measured is the
-server's cost, not the collector's; the client core's share is reported (near 1.0 it is
-the limit). Each round also records the 1-minute load average at its end. Writes
-`results/tracing_overhead.json`.
+The same stand-ins and requests as `opea_overhead.py` (one process with TEI embeddings and
+rerank, an OpenAI chat server streaming `--tokens` tokens and an OPEA `/v1/retrieval`
+retriever; single-turn OPEA ChatCompletionRequests, streamed and not), in front of three
+`chatqna serve` processes that differ only in tracing: off (no endpoint), 10% of traces
+sampled (`OTEL_TRACES_SAMPLER=parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`)
+and every span, both exporting over OTLP/HTTP to a receiver process on loopback. The
+servers are pinned to `--orchestrator-cpu`, the stand-ins, the receiver and this load
+generator to `--client-cpu`. Each point (mode x concurrency) is a closed loop of
+`--seconds` per setting, the settings' order rotating from point to point and round to
+round; a setting's CPU ms per request is the median over rounds of its server's CPU time
+over the requests answered. OPEA's CPU ms per request at the same point comes from the
+last `opea_overhead.py` run. Writes `results/tracing_overhead.json`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import platform
-import random
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+import httpx
+from load_chats import (
+    REPO,
+    Process,
+    free_port,
+    load_average,
+    load_conversations,
+    standin_argv,
+    start_process,
+)
+from opea_overhead import (
+    LOAD_CLIENTS,
+    MODES,
+    STANDIN_MODULES,
+    closed_loop,
+    drive,
+    measure_point,
+    orchestrator_env,
+    request_body,
+    system_call,
+)
 
-import aiohttp  # noqa: E402
-import httpx  # noqa: E402
-from load_chats import cpu_seconds  # noqa: E402
-from opea_overhead import STANDIN_MODULES  # noqa: E402
-
-from tests.integration.otlp_receiver import otlp_receiver  # noqa: E402
-from tests.standins.servers import free_port  # noqa: E402
-
-# off: OTEL_TRACES_EXPORTER=none; on: every span exported; sampled: 10% of traces.
-SETTINGS = ("off", "on", "sampled")
-# Longer than the exporter's schedule delay (1 s): a round's last spans leave in the pause.
-PAUSE_SECONDS = 1.5
-# Unmeasured load before each round: a server idle while the others ran starts cold.
-WARM_SECONDS = 0.5
-CHAT = [
-    {"role": "user", "content": "How do I export my data?"},
-    {"role": "assistant", "content": "Open Settings > Workspace > Export."},
-    {"role": "user", "content": "Is that possible after I cancel?"},
-]
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUTPUT = HERE / "results" / "tracing_overhead.json"
+OPEA_RESULTS = HERE / "results" / "opea-overhead" / "opea_overhead.json"
+SETTINGS: dict[str, dict[str, str]] = {
+    "off": {},
+    "sampled_10pct": {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+    },
+    "every_span": {"OTEL_TRACES_SAMPLER": "parentbased_always_on"},
+}
 
 
-def throughput_ratios(
-    results: dict[str, list[dict[str, Any]]], rounds: range | list[int]
-) -> dict[str, float]:
-    """Both measures of the run over the rounds `rounds` (indices, repeats allowed): for each
-    traced setting, the ratio of its median requests/s to the untraced one's, and the median
-    of each round's ratio to the untraced round beside it."""
-    off = [results["off"][n]["rps"] for n in rounds]
-    ratios: dict[str, float] = {}
-    for setting in ("on", "sampled"):
-        traced = [results[setting][n]["rps"] for n in rounds]
-        ratios[f"ratio_{setting}_off"] = statistics.median(traced) / statistics.median(off)
-        ratios[f"paired_ratio_{setting}_off"] = statistics.median(
-            t / o for t, o in zip(traced, off, strict=True)
+def git_commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
+@contextmanager
+def services(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Process]]:
+    started: dict[str, Process] = {}
+    try:
+        port = free_port()
+        started["upstreams"] = start_process(
+            "upstreams",
+            standin_argv(port, {"delay": 0.0, "tokens": args.tokens}, STANDIN_MODULES["fast"]),
+            orchestrator_env(),
+            port,
+            root,
+            ready_path="/health",
+            cpus=args.client_cpu,
         )
-    return ratios
-
-
-def replica_bootstrap(
-    results: dict[str, list[dict[str, Any]]], replicas: int, draws: int = 2000
-) -> dict[str, list[float]]:
-    """A 95% interval for each measure of `throughput_ratios`, from resampling replicas.
-
-    Round `n` of every setting ran on replica `n % replicas`, and a server process is the
-    largest source of spread here (identical untraced processes differ by up to 8%), so
-    the rounds of one replica are not independent: the bootstrap draws whole replicas with
-    replacement, with all their rounds, and takes the 2.5th and 97.5th percentiles of each
-    measure over `draws` draws (seeded: the same results give the same interval)."""
-    by_replica = [
-        [n for n in range(len(results["off"])) if n % replicas == r] for r in range(replicas)
-    ]
-    draw = random.Random(0)
-    samples: dict[str, list[float]] = {}
-    for _ in range(draws):
-        chosen = [n for _ in range(replicas) for n in draw.choice(by_replica)]
-        for name, value in throughput_ratios(results, chosen).items():
-            samples.setdefault(name, []).append(value)
-    interval: dict[str, list[float]] = {}
-    for name, values in samples.items():
-        values.sort()
-        interval[name] = [values[int(0.025 * draws)], values[int(0.975 * draws) - 1]]
-    return interval
-
-
-def replica_envs(
-    replica: int,
-    aa: bool,
-    root: Path,
-    template: Path,
-    base_env: dict[str, str],
-    standin: str,
-    receiver: str,
-) -> list[dict[str, str]]:
-    """The environment of each setting's server of `replica` (in `SETTINGS` order), each
-    with a port and a copy of the `template` index of its own."""
-    envs: list[dict[str, str]] = []
-    for setting in SETTINGS:
-        traced = setting != "off" and not aa
-        data_dir = root / f"{setting}-{replica}"
-        shutil.copytree(template, data_dir)
-        env = {
-            **base_env,
-            "PYTHONHASHSEED": "0",
-            "MEGA_SERVICE_PORT": str(free_port()),
-            "CHATQNA_DATA_DIR": str(data_dir),
-            "CHATQNA_LOG_LEVEL": "WARNING",
-            "TEI_EMBEDDING_ENDPOINT": standin,
-            "TEI_RERANKING_ENDPOINT": standin,
-            "LLM_ENDPOINT": standin,
-            "LLM_MODEL_ID": "standin",
-            "OTEL_TRACES_EXPORTER": "otlp" if traced else "none",
-        }
-        if traced:
-            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver
-        if traced and setting == "sampled":
-            env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
-            env["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
-        envs.append(env)
-    return envs
-
-
-def same_layout(envs: list[dict[str, str]], offset: int) -> list[dict[str, str]]:
-    """`envs`, each padded with `LAYOUT_PAD<n>` variables to the same number of variables
-    and the same size in bytes, plus `offset` bytes.
-
-    A process's environment sits at the top of its stack, so without address-space
-    randomization its size decides where the stack starts, and so how the interpreter's C
-    frames fall on cache lines and pages. Servers whose settings add different variables
-    would each keep one layout for the whole run, and a layout can be worth a few percent
-    either way: a bias per setting that no number of rounds averages out. Padded, the
-    settings of a replica share one layout, and `offset` gives each replica another."""
-    most = max(len(env) for env in envs)
-    padded = [{**env, **{f"LAYOUT_PAD{n}": "" for n in range(most - len(env) + 1)}} for env in envs]
-
-    def size(env: dict[str, str]) -> int:
-        return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
-
-    target = max(size(env) for env in padded) + offset
-    for original, env in zip(envs, padded, strict=True):
-        env[f"LAYOUT_PAD{most - len(original)}"] = "x" * (target - size(env))
-    return padded
-
-
-def start_of_stack(pid: int) -> int:
-    """Where the process's stack starts (`startstack` in `/proc/<pid>/stat`)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[25])
-
-
-def wait_ready(url: str, path: str = "/v1/ready", timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready")
-
-
-def start(
-    args: list[str], env: dict[str, str], log: Path, cpus: str, *, fixed_layout: bool = False
-) -> subprocess.Popen[bytes]:
-    """Start a process pinned to `cpus`; with `fixed_layout`, without address-space
-    randomization (`setarch -R`), so that every server lays out its memory the same way."""
-    prefix = (
-        ["setarch", platform.machine(), "-R"] if fixed_layout and shutil.which("setarch") else []
-    )
-    return subprocess.Popen(
-        [*prefix, "taskset", "-c", cpus, sys.executable, *args],
-        cwd=REPO,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        # A session of its own is an autogroup of its own: servers sharing a core get equal
-        # shares of it per process, whatever threads each runs (the exporter's, for one).
-        start_new_session=True,
-    )
-
-
-async def round_of_load(url: str, seconds: float, concurrency: int) -> dict[str, Any]:
-    latencies: list[float] = []
-    errors = 0
-    deadline = time.perf_counter() + seconds
-    body = {"messages": CHAT, "max_tokens": 20}
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
-
-        async def worker() -> None:
-            nonlocal errors
-            while time.perf_counter() < deadline:
-                started = time.perf_counter()
-                async with client.post("/v1/chatqna", json=body) as response:
-                    text = await response.read()
-                if response.status != 200 or not text.endswith(b"[DONE]\n\n"):
-                    errors += 1
-                latencies.append((time.perf_counter() - started) * 1000)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    latencies.sort()
-    return {
-        "requests": len(latencies),
-        "errors": errors,
-        "rps": len(latencies) / elapsed,
-        "elapsed_s": elapsed,
-        "p50_ms": latencies[len(latencies) // 2],
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1],
-        "load_average": os.getloadavg()[0],
-    }
-
-
-def measured_round(
-    url: str, server: subprocess.Popen[bytes], helpers: list[int], args: argparse.Namespace
-) -> dict[str, Any]:
-    """One round, with the server's CPU per request (through the pause after it, where its
-    last export lands) and the client core's busy share."""
-    asyncio.run(round_of_load(url, WARM_SECONDS, args.concurrency))  # caches back, not counted
-    server_before = cpu_seconds(server.pid)
-    client_before = time.process_time() + sum(cpu_seconds(pid) for pid in helpers)
-    result = asyncio.run(round_of_load(url, args.seconds, args.concurrency))
-    client_cpu = time.process_time() + sum(cpu_seconds(pid) for pid in helpers) - client_before
-    time.sleep(PAUSE_SECONDS)
-    server_cpu = cpu_seconds(server.pid) - server_before
-    result["server_cpu_ms_per_request"] = server_cpu * 1000 / max(result["requests"], 1)
-    result["client_core_share"] = client_cpu / result["elapsed_s"]
-    return result
-
-
-def core_times(cpus: str) -> tuple[int, int, int]:
-    """Clock ticks the cores `cpus` (a taskset list of numbers) spent in all, idle (or
-    waiting on I/O) and stolen by the host so far, from `/proc/stat`."""
-    wanted = {f"cpu{cpu}" for cpu in cpus.split(",")}
-    total = idle = steal = 0
-    for line in Path("/proc/stat").read_text().splitlines():
-        name, *ticks = line.split()
-        if name in wanted:
-            values = [int(t) for t in ticks[:8]]
-            total += sum(values)
-            idle += values[3] + values[4]
-            steal += values[7]
-    return total, idle, steal
-
-
-def together_round(
-    urls: list[str],
-    servers: list[subprocess.Popen[bytes]],
-    helpers: list[int],
-    args: argparse.Namespace,
-) -> list[dict[str, Any]]:
-    """One round of `--together`: every setting's server of a replica under load at once,
-    on the one server core, so that whatever the machine does to its speed in those seconds
-    it does to every setting alike. Each server's result also holds its share of the core
-    in the round (`server_cpu_share`; equal shares mean the scheduler split the core
-    evenly, so the ratio of requests/s is the inverse ratio of CPU per request) and the
-    servers' summed share (`server_core_share`), and how much of the server core's time
-    in the round was idle (`server_core_idle`; near 0 the server core was the limit) or
-    taken by the host (`server_core_steal`: a vCPU's time the servers could not run)."""
-
-    async def load(seconds: float) -> list[dict[str, Any]]:
-        return list(
-            await asyncio.gather(*(round_of_load(u, seconds, args.concurrency) for u in urls))
+        upstream = started["upstreams"].url
+        port = free_port()
+        started["receiver"] = start_process(
+            "receiver",
+            [sys.executable, "-m", "tests.integration.otlp_receiver", str(port)],
+            orchestrator_env(),
+            port,
+            root,
+            ready_path="/",
+            cpus=args.client_cpu,
         )
-
-    asyncio.run(load(WARM_SECONDS))  # caches back, not counted
-    before = [cpu_seconds(server.pid) for server in servers]
-    client_before = time.process_time() + sum(cpu_seconds(pid) for pid in helpers)
-    ticks_before = core_times(args.server_cpu)
-    started = time.perf_counter()
-    results = asyncio.run(load(args.seconds))
-    elapsed = time.perf_counter() - started
-    total, idle, steal = (
-        after - before
-        for after, before in zip(core_times(args.server_cpu), ticks_before, strict=True)
-    )
-    in_round = [cpu_seconds(server.pid) - b for server, b in zip(servers, before, strict=True)]
-    client_cpu = time.process_time() + sum(cpu_seconds(pid) for pid in helpers) - client_before
-    time.sleep(PAUSE_SECONDS)
-    for result, server, b, cpu in zip(results, servers, before, in_round, strict=True):
-        result["server_cpu_ms_per_request"] = (
-            (cpu_seconds(server.pid) - b) * 1000 / max(result["requests"], 1)
-        )
-        result["server_cpu_share"] = cpu / elapsed
-        result["server_core_share"] = sum(in_round) / elapsed
-        result["server_core_idle"] = idle / max(total, 1)
-        result["server_core_steal"] = steal / max(total, 1)
-        result["client_core_share"] = client_cpu / elapsed
-    return results
-
-
-def run_rounds(
-    results: dict[str, list[dict[str, Any]]],
-    urls: dict[str, list[str]],
-    servers: dict[str, list[subprocess.Popen[bytes]]],
-    helpers: list[int],
-    args: argparse.Namespace,
-) -> None:
-    """Every round of the run into `results`: round `n` on replica `n % replicas`, the
-    settings in turn (the order reversed every other round) or, with `--together`, at once
-    (the order their clients start in turning with the round)."""
-    for number in range(args.rounds):
-        replica = number % args.replicas
-        if args.together:
-            turn = [SETTINGS[(number + k) % len(SETTINGS)] for k in range(len(SETTINGS))]
-            together = together_round(
-                [urls[setting][replica] for setting in turn],
-                [servers[setting][replica] for setting in turn],
-                helpers,
-                args,
+        receiver = started["receiver"].url
+        for name, tracing in SETTINGS.items():
+            port = free_port()
+            exporting = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver} if tracing else {}
+            started[name] = start_process(
+                name,
+                [sys.executable, "-m", "chatqna", "serve"],
+                {
+                    **orchestrator_env(),
+                    "MEGA_SERVICE_PORT": str(port),
+                    "CHATQNA_HOST": "127.0.0.1",
+                    "CHATQNA_DATA_DIR": str(root / "data"),
+                    "CHATQNA_LOG_LEVEL": "WARNING",
+                    "TEI_EMBEDDING_ENDPOINT": upstream,
+                    "TEI_RERANKING_ENDPOINT": upstream,
+                    "RETRIEVER_ENDPOINT": upstream,
+                    "LLM_ENDPOINT": upstream,
+                    "LLM_MODEL_ID": "standin",
+                    **exporting,
+                    **tracing,
+                },
+                port,
+                root,
+                ready_path="/v1/ready",
+                cpus=args.orchestrator_cpu,
             )
-            for setting, result in zip(turn, together, strict=True):
-                results[setting].append(result)
-        else:
-            for setting in SETTINGS if number % 2 == 0 else SETTINGS[::-1]:
-                results[setting].append(
-                    measured_round(urls[setting][replica], servers[setting][replica], helpers, args)
-                )
-        if (number + 1) % 6 == 0:
-            print(f"round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
+        yield started
+    finally:
+        for process in reversed(started.values()):
+            process.stop()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=2)
-    parser.add_argument("--rounds", type=int, default=24)
-    parser.add_argument("--replicas", type=int, default=3, help="server processes per setting")
-    parser.add_argument(
-        "--aa", action="store_true", help="every setting untraced: the harness's own floor"
+def run_all(procs: dict[str, Process], args: argparse.Namespace) -> dict[str, Any]:
+    helpers = [procs["upstreams"], procs["receiver"]]
+    names = list(SETTINGS)
+    for name in names:  # warm-up: imports, connection pools, first-request paths
+        for mode in args.modes:
+            call = system_call(mode == "stream")
+            drive(closed_loop(procs[name].url, call, 4, args.warmup, args.questions))
+    points: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    turn = 0
+    for _ in range(args.rounds):
+        for mode in args.modes:
+            for c in args.concurrency:
+                key = f"{mode} c={c}"
+                point = points.setdefault(key, {name: [] for name in names})
+                order = names[turn % len(names) :] + names[: turn % len(names)]
+                turn += 1
+                for name in order:
+                    call = system_call(mode == "stream")
+                    measured = measure_point(procs[name], helpers, call, args, c)
+                    point[name].append(measured)
+                    print(f"  {key} {name}: {measured['rps']} req/s", file=sys.stderr)
+                time.sleep(1.5)  # the traced servers' last batches leave before the next point
+    return points
+
+
+def cpu_ms(rounds: Sequence[dict[str, Any]]) -> float:
+    return round(
+        statistics.median(
+            r["orchestrator_cpu_share"] * 1000 / r["rps"] for r in rounds if r["rps"]
+        ),
+        2,
     )
-    parser.add_argument(
-        "--together",
-        action="store_true",
-        help="load every setting's server of a replica at once (the core shared), not in turn",
-    )
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--standins", choices=sorted(STANDIN_MODULES), default="fast")
-    parser.add_argument("--server-cpu", default="0", help="taskset list for the servers")
-    parser.add_argument("--client-cpu", default="1", help="stand-ins, receiver and load")
-    parser.add_argument(
-        "--output", type=Path, default=Path(__file__).parent / "results" / "tracing_overhead.json"
-    )
-    args = parser.parse_args()
-    os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
-    processes: list[subprocess.Popen[bytes]] = []
-    servers: dict[str, list[subprocess.Popen[bytes]]] = {setting: [] for setting in SETTINGS}
-    stacks: dict[str, list[int]] = {setting: [] for setting in SETTINGS}
-    with tempfile.TemporaryDirectory() as tmp, otlp_receiver() as (receiver, received):
-        root = Path(tmp)
-        standin_port = free_port()
-        base_env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TEI_", "LLM_"))
-        }
-        processes.append(
-            start(
-                ["-m", STANDIN_MODULES[args.standins], "--port", str(standin_port)],
-                base_env,
-                root / "standin.log",
-                args.client_cpu,
-            )
-        )
-        standin = f"http://127.0.0.1:{standin_port}"
-        wait_ready(standin, "/health")
-        urls: dict[str, list[str]] = {setting: [] for setting in SETTINGS}
-        # One index, copied for every server: indexes ingested one by one differ in their
-        # segments, and so in what a search costs.
-        template = root / "template"
-        subprocess.run(
-            [sys.executable, "-m", "chatqna", "ingest", str(REPO / "chatqna" / "sample_corpus")],
-            cwd=REPO,
-            env={
-                **base_env,
-                "CHATQNA_DATA_DIR": str(template),
-                "CHATQNA_LOG_LEVEL": "WARNING",
-                "TEI_EMBEDDING_ENDPOINT": standin,  # the servers' embedder
-            },
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-        try:
-            offsets = random.Random(1)
-            for replica in range(args.replicas):
-                envs = replica_envs(replica, args.aa, root, template, base_env, standin, receiver)
-                for setting, env in zip(SETTINGS, envs, strict=True):
-                    urls[setting].append(f"http://127.0.0.1:{env['MEGA_SERVICE_PORT']}")
-                # The settings' environments padded to one size, plus an offset drawn for
-                # this replica: one stack layout for every setting of a replica, another
-                # for the next replica.
-                padded = same_layout(envs, 16 * offsets.randrange(256))
-                for setting, env in zip(SETTINGS, padded, strict=True):
-                    server = start(
-                        ["-m", "chatqna", "serve"],
-                        env,
-                        root / f"{setting}-{replica}.log",
-                        args.server_cpu,
-                        fixed_layout=True,
-                    )
-                    processes.append(server)
-                    servers[setting].append(server)
-                for setting in SETTINGS:
-                    wait_ready(urls[setting][replica])
-                    stacks[setting].append(start_of_stack(servers[setting][replica].pid))
-            layouts_match = all(
-                len({stacks[setting][r] for setting in SETTINGS}) == 1 for r in range(args.replicas)
-            )
-            print(
-                f"stack layout the same for every setting of a replica: {layouts_match}; "
-                f"{len({stacks['off'][r] for r in range(args.replicas)})} layouts over "
-                f"{args.replicas} replicas",
-                file=sys.stderr,
-                flush=True,
-            )
-            print(f"{len(processes) - 1} servers ready", file=sys.stderr, flush=True)
-            results: dict[str, list[dict[str, Any]]] = {setting: [] for setting in SETTINGS}
-            helpers = [processes[0].pid]
-            for setting in SETTINGS:  # warm-up: first-request paths, pools, the tracer
-                for url in urls[setting]:
-                    asyncio.run(round_of_load(url, 1, args.concurrency))
-            run_rounds(results, urls, servers, helpers, args)
-        finally:
-            for process in processes:
-                process.terminate()
-                process.wait(timeout=20)
-        spans_received = received.span_count()
-    summary = {
-        setting: {
-            "rps_median": statistics.median(r["rps"] for r in rounds),
-            "p50_ms_median": statistics.median(r["p50_ms"] for r in rounds),
-            "p99_ms_median": statistics.median(r["p99_ms"] for r in rounds),
-            "server_cpu_ms_per_request_median": statistics.median(
-                r["server_cpu_ms_per_request"] for r in rounds
-            ),
-            "client_core_share_max": max(r["client_core_share"] for r in rounds),
-            "errors": sum(r["errors"] for r in rounds),
-            "rounds": rounds,
-        }
-        for setting, rounds in results.items()
-    }
-    loads = [r["load_average"] for rounds in results.values() for r in rounds]
-    measures = throughput_ratios(results, range(args.rounds))
-    ratio, sampled = measures["ratio_on_off"], measures["ratio_sampled_off"]
-    paired = {setting: measures[f"paired_ratio_{setting}_off"] for setting in ("on", "sampled")}
-    interval = replica_bootstrap(results, min(args.replicas, args.rounds))
+
+
+def summarise(points: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    opea = {}
+    if OPEA_RESULTS.exists():
+        for row in json.loads(OPEA_RESULTS.read_text())["summary"]:
+            opea[(row["mode"], row["concurrency"])] = row["opea"]["cpu_ms_per_request"]
+    rows = []
+    for key, by_setting in points.items():
+        mode, c = key.split(" c=")
+        row: dict[str, Any] = {"mode": mode, "concurrency": int(c)}
+        for name, rounds in by_setting.items():
+            row[name] = {
+                "cpu_ms_per_request": cpu_ms(rounds),
+                "rps": round(statistics.median(r["rps"] for r in rounds), 1),
+                "errors": sum(sum(r["errors"].values()) for r in rounds),
+            }
+        off = row["off"]["cpu_ms_per_request"]
+        for name in SETTINGS:
+            if name != "off":
+                row[name]["added_cpu_ms"] = round(row[name]["cpu_ms_per_request"] - off, 2)
+        theirs = opea.get((mode, int(c)))
+        row["opea_cpu_ms_per_request"] = theirs
+        if theirs:
+            row["ratio_to_opea"] = {
+                name: round(row[name]["cpu_ms_per_request"] / theirs, 2) for name in SETTINGS
+            }
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
     print(
-        f"streaming two-turn chats, concurrency {args.concurrency}, {args.rounds} "
-        f"{'rounds with every setting at once' if args.together else 'alternating rounds'}"
-        f" of {args.seconds:.0f} s on {args.replicas} replicas per setting"
-        f"{' (A/A: all untraced)' if args.aa else ''}, stand-in upstreams:"
-    )
-    print(
-        "| tracing | req/s (median) | p50 ms | p99 ms | server CPU ms/request "
-        "| client core (max) | errors |"
+        "| mode | conc. | CPU ms/turn off | 10% sampled | every span | OPEA (untraced) "
+        "| ratio to OPEA: off / 10% / every |"
     )
     print("|---|---|---|---|---|---|---|")
-    for setting in SETTINGS:
-        s = summary[setting]
+    for row in rows:
+        ratios = row.get("ratio_to_opea", {})
         print(
-            f"| {setting} | {s['rps_median']:.1f} | {s['p50_ms_median']:.1f} | "
-            f"{s['p99_ms_median']:.1f} | {s['server_cpu_ms_per_request_median']:.2f} | "
-            f"{s['client_core_share_max']:.2f} | {s['errors']} |"
+            f"| {row['mode']} | {row['concurrency']} "
+            f"| {row['off']['cpu_ms_per_request']:.2f} "
+            f"| {row['sampled_10pct']['cpu_ms_per_request']:.2f} "
+            f"| {row['every_span']['cpu_ms_per_request']:.2f} "
+            f"| {row['opea_cpu_ms_per_request'] or '-'} "
+            f"| {' / '.join(str(ratios.get(name, '-')) for name in SETTINGS)} |"
         )
-    print(
-        f"throughput vs off, ratio of medians: on {ratio:.3f}, 10% sampled {sampled:.3f}; "
-        f"median of paired rounds: on {paired['on']:.3f}, 10% sampled {paired['sampled']:.3f}"
-    )
-    print(
-        "95% intervals over replicas (bootstrap): "
-        + "; ".join(f"{name} {low:.3f}-{high:.3f}" for name, (low, high) in interval.items())
-    )
-    if args.together:
-        for setting in SETTINGS:
-            shares = [r["server_cpu_share"] for r in results[setting]]
-            summary[setting]["server_cpu_share_median"] = statistics.median(shares)
-        core = [r["server_core_share"] for r in results["off"]]
-        idle = [r["server_core_idle"] for r in results["off"]]
-        steal = [r["server_core_steal"] for r in results["off"]]
-        print(
-            "share of the server core per server (median): "
-            + ", ".join(f"{s} {summary[s]['server_cpu_share_median']:.3f}" for s in SETTINGS)
-            + f"; the servers together {min(core):.2f} to {max(core):.2f} of it; the core "
-            f"idle {min(idle):.3f} to {max(idle):.3f} of a round, taken by the host "
-            f"{min(steal):.3f} to {max(steal):.3f}"
-        )
-    print(f"spans received: {spans_received}; load average {min(loads):.1f} to {max(loads):.1f}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8, help="per point and setting")
+    parser.add_argument("--warmup", type=float, default=2, help="seconds per setting and mode")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--tokens", type=int, default=20, help="tokens per streamed answer")
+    parser.add_argument("--orchestrator-cpu", default="0", help="taskset list for the servers")
+    parser.add_argument("--client-cpu", default="1", help="stand-ins, receiver and client")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    args.load_client = LOAD_CLIENTS[0]  # measure_point's client: the lean one
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.questions = [question for question, _ in load_conversations()]
+    os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
+    load_start = load_average()
+    with tempfile.TemporaryDirectory() as tmp, services(args, Path(tmp)) as procs:
+        points = run_all(procs, args)
+        time.sleep(2)
+        exported = int(httpx.get(procs["receiver"].url, timeout=5).text)
+    rows = summarise(points)
+    print_table(rows)
+    print(f"spans received: {exported}")
+    report = {
+        "benchmark": "tracing_overhead",
+        "commit": git_commit(),
+        "command": "tests/rag-benchmarks/tracing_overhead.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "settings": {
+            "seconds": args.seconds,
+            "warmup_s": args.warmup,
+            "rounds": args.rounds,
+            "tokens": args.tokens,
+            "standins_module": STANDIN_MODULES["fast"],
+            "orchestrator_cpu": args.orchestrator_cpu,
+            "client_cpu": args.client_cpu,
+            "tracing": SETTINGS,
+            "exporter": "OTLP/HTTP (protobuf) to a receiver process on loopback",
+            "request": request_body("<question>", True) | {"stream": "true | false"},
+            "opea_figures": str(OPEA_RESULTS.relative_to(REPO)),
+        },
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "spans_received": exported,
+        "summary": rows,
+        "points": points,
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(
-        json.dumps(
-            {
-                "benchmark": "tracing_overhead",
-                "command": "tests/rag-benchmarks/tracing_overhead.py " + " ".join(sys.argv[1:]),
-                "standins": STANDIN_MODULES[args.standins],
-                "server_cpu": args.server_cpu,
-                "client_cpu": args.client_cpu,
-                "concurrency": args.concurrency,
-                "seconds": args.seconds,
-                "replicas": args.replicas,
-                "aa": args.aa,
-                "together": args.together,
-                "pause_seconds": PAUSE_SECONDS,
-                "warm_seconds": WARM_SECONDS,
-                "summary": summary,
-                "ratio_sampled_off": sampled,
-                "ratio_on_off": ratio,
-                "paired_ratio_on_off": paired["on"],
-                "paired_ratio_sampled_off": paired["sampled"],
-                "interval_95_over_replicas": interval,
-                "spans_received": spans_received,
-                "start_of_stack": stacks,
-                "stack_layout_same_within_replica": layouts_match,
-                "load_average": {"min": min(loads), "max": max(loads)},
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    errors = sum(row[name]["errors"] for row in rows for name in SETTINGS)
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
