@@ -300,3 +300,21 @@ async def test_the_server_span_has_the_status_of_every_answer(
         if span.kind == SpanKind.SERVER
     ]
     assert statuses == expected
+
+
+async def test_the_server_span_continues_the_callers_trace_and_skips_the_probes(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    client = await client_for(None, settings)
+    for probe in ("/v1/health_check", "/metrics"):
+        assert (await client.get(probe)).status_code == 200
+    assert spans.get_finished_spans() == (), "no span for the probes and the scrape"
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    response = await client.get("/v1/models", headers={"traceparent": caller})
+    (server,) = spans.get_finished_spans()
+    assert server.kind == SpanKind.SERVER and server.name == "GET /v1/models"
+    assert server.parent is not None and server.parent.span_id == 0xB7AD6B7169203331
+    assert response.headers["x-trace-id"] == "0af7651916cd43dd8448eb211c80319c"
+    attributes = server.attributes or {}
+    assert attributes["http.route"] == "/v1/models"
+    assert attributes["http.response.status_code"] == 200
