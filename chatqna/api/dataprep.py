@@ -25,7 +25,7 @@ from chatqna.api.schemas import (
     SourceEntry,
 )
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
-from chatqna.retrieval.dataprep import IngestFile, ingest_files
+from chatqna.retrieval.dataprep import IngestFile, ingest_files, load_limits
 
 router = APIRouter(
     dependencies=[Depends(require_api_key)],
@@ -75,6 +75,7 @@ async def ingest(
         state.backends.retriever,
         chunk_size=size,
         chunk_overlap=overlap,
+        limits=load_limits(settings),
     )
     return {
         "status": 200,

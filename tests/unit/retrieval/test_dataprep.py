@@ -8,6 +8,7 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -72,7 +73,7 @@ def test_collect_files_from_a_tree(tmp_path: Path) -> None:
     (root / "sub" / "b.txt").write_bytes(b"beta")
     (root / "sub" / "deeper" / "c.HTML").write_bytes(b"<p>gamma</p>")
     (root / "tool.exe").write_bytes(b"MZ")
-    (root / "sub" / "report.docx").write_bytes(b"PK")
+    (root / "sub" / "report.doc").write_bytes(b"PK")
     (root / "README").write_bytes(b"no suffix")
     files = collect_files([root])
     assert [(f.source, f.data) for f in files] == [
@@ -261,12 +262,12 @@ async def test_loading_and_chunking_run_off_the_event_loop(
     loader_threads: list[threading.Thread] = []
     real_load = dataprep.load_document
 
-    def blocking_load(source: str, data: bytes) -> LoadedDocument:
+    def blocking_load(source: str, data: bytes, **options: Any) -> LoadedDocument:
         loader_threads.append(threading.current_thread())
         # On the loop, the coroutine that sets the event could never run: give up after a
         # while rather than hang the suite, and fail below.
         assert release.wait(timeout=5), "the loader blocked the event loop"
-        return real_load(source, data)
+        return real_load(source, data, **options)
 
     monkeypatch.setattr(dataprep, "load_document", blocking_load)
 
