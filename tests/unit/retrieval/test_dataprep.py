@@ -15,7 +15,7 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
-from chatqna.errors import DocumentLoadError, UnsupportedFileType
+from chatqna.errors import DocumentLoadError, InvalidRequest, UnsupportedFileType
 from chatqna.retrieval.chunk_store import STORE_FILE
 from chatqna.retrieval.dataprep import IngestFile, IngestResult, collect_files, ingest_files
 from chatqna.retrieval.dataprep import content_hash as file_hash
@@ -185,6 +185,32 @@ async def test_unsupported_file_fails_before_any_embedding(
         await ingest_files([*corpus(), IngestFile("x.exe", b"MZ\x90\x00")], embedder, store)
     assert embedder.batches == []
     assert await snapshot(store) == before
+
+
+@pytest.mark.parametrize("name", ["nul\x00.md", "tab\tname.md", "sub/\x7fdel.md", "a\u2066b.md"])
+async def test_control_characters_in_a_name_fail_before_any_embedding(
+    store: InMemoryHybridIndex, embedder: HashingEmbedder, name: str
+) -> None:
+    before = await snapshot(store)
+    with pytest.raises(InvalidRequest, match="control characters") as info:
+        await ingest_files([*corpus(), IngestFile(name, b"# T\n\ntext")], embedder, store)
+    assert info.value.reason == "bad_file_name" and info.value.status_code == 400
+    assert embedder.batches == []
+    assert await snapshot(store) == before
+
+
+async def test_names_in_any_script_are_accepted(
+    store: InMemoryHybridIndex, embedder: HashingEmbedder
+) -> None:
+    # Zero-width non-joiner (U+200C) is part of ordinary Persian spelling, not a control.
+    names = [
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.md",
+        "r\u00e9sum\u00e9.txt",
+        "\u8bf4\u660e.md",
+    ]
+    files = [IngestFile(name, b"# T\n\nsome text") for name in names]
+    results = await ingest_files(files, embedder, store)
+    assert [r.status for r in results] == ["ingested"] * 3
 
 
 @pytest.mark.parametrize(
