@@ -114,6 +114,7 @@ class Settings(BaseSettings):
     chatqna_dataprep_link_max_bytes: int = Field(10 * 1024 * 1024, ge=1)
     chatqna_dataprep_link_max_redirects: int = Field(5, ge=0, le=20)
     chatqna_dataprep_link_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    chatqna_dataprep_link_proxy: str | None = None
 
     # --- multi-turn --------------------------------------------------------------------
     multi_turn_mode: Literal["blend", "condense"] = "blend"
@@ -182,6 +183,7 @@ class Settings(BaseSettings):
         "chatqna_llm_gguf",
         "chatqna_llm_threads",
         "condense_llm_model_id",
+        "chatqna_dataprep_link_proxy",
         mode="before",
     )
     @classmethod
@@ -197,6 +199,7 @@ class Settings(BaseSettings):
         "llm_endpoint",
         "condense_llm_endpoint",
         "retriever_endpoint",
+        "chatqna_dataprep_link_proxy",
     )
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:

@@ -2,8 +2,9 @@
 
 Each message detected as confidently non-English (`chatqna.multiturn.language`, a
 language-identification model) is translated by the chat LLM at most once: translations
-are cached by the SHA-256 of the message text in a bounded LRU cache. A failed translation (timeout, upstream error, empty reply) is logged,
-the original text is used, and the outcome says so; it never fails the turn.
+are cached by the SHA-256 of the message text in a bounded LRU cache. A failed translation
+(timeout, upstream error, empty reply) is logged, the original text is used, and the
+outcome says so; it never fails the turn.
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
 """Fetching `link_list` URLs for dataprep: bounded, checked, all or nothing.
 
-Each URL is fetched with httpx (`trust_env`, so the standard proxy variables apply) within
-one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`) and one size cap
-(`CHATQNA_DATAPREP_LINK_MAX_BYTES`). Redirects are followed by hand, at most
-`CHATQNA_DATAPREP_LINK_MAX_REDIRECTS` times, and every hop's host goes through the
-`LinkPolicy` before it is contacted. The response's content type picks the loader; one this
-service cannot read is refused (415). Each page becomes an `IngestFile` named by the URL as
-given, so ingesting the same link again replaces its chunks. Any failure fails the whole
-request before anything is ingested.
+Each URL is fetched with httpx within one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`)
+and one size cap (`CHATQNA_DATAPREP_LINK_MAX_BYTES`, counted after content decoding).
+Redirects are followed by hand, at most `CHATQNA_DATAPREP_LINK_MAX_REDIRECTS` times, and
+every hop's host goes through the `LinkPolicy` before it is contacted. The response's
+content type picks the loader; one this service cannot read is refused (415). Each page
+becomes an `IngestFile` named by the URL as given, so ingesting the same link again
+replaces its chunks. Any failure fails the whole request before anything is ingested.
+
+Direct connections go through `PinnedBackend`. httpx leaves the environment's proxy
+variables aside when a client is given its own transport, so a proxy for links is named
+explicitly (`CHATQNA_DATAPREP_LINK_PROXY`); through it, the proxy resolves and connects,
+after the service has checked every hop's addresses itself.
 """
 
 from __future__ import annotations
@@ -124,14 +128,17 @@ class LinkFetcher:
         self._timeout = settings.chatqna_dataprep_link_timeout_seconds
         self._max_bytes = settings.chatqna_dataprep_link_max_bytes
         self._max_redirects = settings.chatqna_dataprep_link_max_redirects
+        self._proxy = settings.chatqna_dataprep_link_proxy
         self._transport = transport
 
     def _client(self) -> httpx.AsyncClient:
         transport = self._transport
-        if transport is None:
+        if transport is None and self._proxy is None:
             transport = _PinnedTransport(PinnedBackend(self._policy, self._resolver))
         return httpx.AsyncClient(
             transport=transport,
+            proxy=self._proxy if transport is None else None,
+            # Certificate bundles from SSL_CERT_FILE / SSL_CERT_DIR, as for any httpx client.
             trust_env=True,
             follow_redirects=False,
             timeout=httpx.Timeout(self._timeout),
@@ -192,9 +199,16 @@ class LinkFetcher:
                     details={"url": url},
                 ) from exc
             except LinkRefused as exc:
-                # Raised at connect time when the name now resolves elsewhere (rebinding).
+                if exc.details.get("url") == url:
+                    raise
+                # From the pinned connection: the name resolved, a moment after the check,
+                # to an address that is not allowed (DNS rebinding).
+                address = exc.details.get("address")
                 raise LinkRefused(
-                    f"{url}: {exc.message}", reason=exc.reason, details={"url": url}
+                    f"{url}: {current.host} resolved to {address} when connecting, a "
+                    f"{str(exc.reason).replace('_', ' ')}; the connection was not made",
+                    reason=exc.reason,
+                    details={**exc.details, "url": url},
                 ) from exc
         raise LinkUnreadable(
             f"{url}: more than {self._max_redirects} redirects "

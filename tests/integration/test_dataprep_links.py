@@ -84,9 +84,7 @@ async def fake_resolver(host: str, port: int) -> list[str]:
     raise OSError(f"unknown host {host}")
 
 
-async def service(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> Any:
-    # Loopback must not be sent to a proxy the environment may name.
-    monkeypatch.setenv("NO_PROXY", "*")
+async def service(tmp_path: Any, **overrides: Any) -> Any:
     settings = Settings(chatqna_data_dir=tmp_path / "data", **overrides)
     app = create_app(settings, await make_backends(settings), tracer_provider=TRACER_PROVIDER)
     app.dependency_overrides[link_fetcher] = lambda: LinkFetcher(settings, resolver=fake_resolver)
@@ -119,10 +117,8 @@ def links(*urls: str) -> dict[str, str]:
     return {"link_list": json.dumps(list(urls))}
 
 
-async def test_allow_listed_pages_are_ingested_and_replaced(
-    pages: Pages, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = await service(tmp_path, monkeypatch, chatqna_dataprep_link_allowlist=["127.0.0.1"])
+async def test_allow_listed_pages_are_ingested_and_replaced(pages: Pages, tmp_path: Any) -> None:
+    app = await service(tmp_path, chatqna_dataprep_link_allowlist=["127.0.0.1"])
     guide = f"http://127.0.0.1:{pages.port}/guide.html"
     prices = f"http://127.0.0.1:{pages.port}/prices.csv"
     first, top, listing = await run(
@@ -154,13 +150,12 @@ async def test_allow_listed_pages_are_ingested_and_replaced(
 async def test_refused_addresses_change_nothing(
     pages: Pages,
     tmp_path: Any,
-    monkeypatch: pytest.MonkeyPatch,
     path: str,
     host: str,
     allow: list[str],
     reason: str,
 ) -> None:
-    app = await service(tmp_path, monkeypatch, chatqna_dataprep_link_allowlist=allow)
+    app = await service(tmp_path, chatqna_dataprep_link_allowlist=allow)
     url = f"http://{host}:{pages.port}{path}"
     before, refused, after = await run(app, {}, links(url), {})
     assert refused.status_code == 403, refused.text
@@ -172,17 +167,15 @@ async def test_refused_addresses_change_nothing(
 
 
 async def test_a_name_resolving_to_loopback_is_fetched_once_allow_listed(
-    pages: Pages, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    pages: Pages, tmp_path: Any
 ) -> None:
     url = f"http://pages.test:{pages.port}/to-intranet"
-    refused_app = await service(
-        tmp_path / "a", monkeypatch, chatqna_dataprep_link_allowlist=["pages.test"]
-    )
+    refused_app = await service(tmp_path / "a", chatqna_dataprep_link_allowlist=["pages.test"])
     (refused,) = await run(refused_app, links(url))
     assert refused.status_code == 403 and refused.json()["reason"] == "loopback_address"
     assert refused.json()["details"]["host"] == "intranet.test"
     allowed_app = await service(
-        tmp_path / "b", monkeypatch, chatqna_dataprep_link_allowlist=["pages.test", "intranet.test"]
+        tmp_path / "b", chatqna_dataprep_link_allowlist=["pages.test", "intranet.test"]
     )
     (allowed,) = await run(allowed_app, links(url))
     assert allowed.status_code == 200, allowed.text
@@ -200,18 +193,35 @@ async def test_a_name_resolving_to_loopback_is_fetched_once_allow_listed(
 async def test_links_that_never_end_or_fail_change_nothing(
     pages: Pages,
     tmp_path: Any,
-    monkeypatch: pytest.MonkeyPatch,
     path: str,
     settings: dict[str, Any],
     status: int,
     error: str,
 ) -> None:
-    app = await service(
-        tmp_path, monkeypatch, chatqna_dataprep_link_allowlist=["127.0.0.0/8"], **settings
-    )
+    app = await service(tmp_path, chatqna_dataprep_link_allowlist=["127.0.0.0/8"], **settings)
     good = f"http://127.0.0.1:{pages.port}/guide.html"
     bad = f"http://127.0.0.1:{pages.port}{path}"
     before, failed, after = await run(app, {}, links(good, bad), {})
     assert failed.status_code == status, failed.text
     assert failed.json()["error"] == error and failed.json()["details"]["url"] == bad
     assert after == before and good not in after
+
+
+async def test_links_go_through_the_named_proxy_after_the_address_check(
+    pages: Pages, tmp_path: Any
+) -> None:
+    # `pages` plays the forward proxy: an absolute-form request for a .test name arrives
+    # there, and the proxy (not the service) resolves and connects.
+    proxy = f"http://127.0.0.1:{pages.port}"
+    app = await service(
+        tmp_path,
+        chatqna_dataprep_link_allowlist=["pages.test"],
+        chatqna_dataprep_link_proxy=proxy,
+    )
+    good = "http://pages.test/guide.html"
+    private = "http://corp.test/guide.html"
+    refused, fetched, listing = await run(app, links(private), links(good), {})
+    assert refused.status_code == 403 and refused.json()["reason"] == "private_address"
+    assert fetched.status_code == 200, fetched.text
+    assert listing[good] == 1 and private not in listing
+    assert pages.hits == ["/guide.html"]  # only the allowed page reached the proxy

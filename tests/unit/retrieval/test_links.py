@@ -174,4 +174,9 @@ async def test_a_name_that_rebinds_between_check_and_connect_is_refused() -> Non
     with pytest.raises(LinkRefused) as info:
         await real.fetch_all(["http://rebind.test/page"])
     assert info.value.reason == "private_address"
-    assert info.value.details == {"url": "http://rebind.test/page"}
+    assert info.value.details == {
+        "url": "http://rebind.test/page",
+        "host": "rebind.test",
+        "address": "10.0.0.9",
+    }
+    assert "when connecting" in info.value.message
