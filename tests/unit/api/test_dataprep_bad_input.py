@@ -16,10 +16,10 @@ from tests.unit.api.conftest import ClientFactory, make_backends
 from tests.unit.retrieval.office_files import (
     handbook_docx,
     million_cell_xlsx,
+    ole_file,
     price_list_xlsx,
     zip_bomb,
 )
-from tests.unit.retrieval.test_office import ole_file
 
 pytestmark = pytest.mark.anyio
 

@@ -116,3 +116,10 @@ def million_cell_xlsx(rows: int = 50_000, columns: int = 20, dimension: bool = T
             )
             target.writestr(item.filename, body)
     return buffer.getvalue()
+
+
+def ole_file(streams: list[str]) -> bytes:
+    """The header and directory names of an OLE2 compound file, as Office encrypts into."""
+    header = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 504
+    names = b"".join(name.encode("utf-16-le") + b"\0" * (128 - 2 * len(name)) for name in streams)
+    return header + names

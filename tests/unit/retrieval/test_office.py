@@ -12,6 +12,7 @@ from chatqna.retrieval.loaders import LoadLimits, load_document
 from tests.unit.retrieval.office_files import (
     handbook_docx,
     million_cell_xlsx,
+    ole_file,
     onboarding_pptx,
     price_list_xlsx,
     zip_bomb,
@@ -100,13 +101,6 @@ def test_a_zip_without_the_office_parts_is_unreadable() -> None:
         archive.writestr("hello.txt", "hi")
     with pytest.raises(DocumentLoadError, match="not a readable Word file"):
         load_document("empty.docx", buffer.getvalue())
-
-
-def ole_file(streams: list[str]) -> bytes:
-    """The header and directory names of an OLE2 compound file, as Office encrypts into."""
-    header = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 504
-    names = b"".join(name.encode("utf-16-le") + b"\0" * (128 - 2 * len(name)) for name in streams)
-    return header + names
 
 
 def test_password_protected_office_file_is_named_as_such() -> None:
