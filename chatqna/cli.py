@@ -142,7 +142,8 @@ def ingest(
         typer.Option(help="Delete the embedded index first and build it anew from these paths"),
     ] = False,
 ) -> None:
-    """Ingest txt, md, html and pdf files into the index, with a progress bar."""
+    """Ingest txt, md, html, pdf, docx, pptx, xlsx, csv, json and jsonl files into the index,
+    with a progress bar."""
     settings = load_settings(chatqna_data_dir=data_dir)
     configure_logging(settings)
     if rebuild:
@@ -162,7 +163,7 @@ async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
     from tqdm import tqdm
 
     from chatqna.backends.factory import build_embedder, build_retriever
-    from chatqna.retrieval.dataprep import collect_files, ingest_files
+    from chatqna.retrieval.dataprep import collect_files, ingest_files, load_limits
 
     files = collect_files(paths)
     embedder = await build_embedder(settings)
@@ -181,6 +182,7 @@ async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
             chunk_size=settings.chunk_size,
             chunk_overlap=settings.chunk_overlap,
             force=force,
+            limits=load_limits(settings),
             on_plan=on_plan,
             on_chunks_embedded=bar.update,
         )

@@ -5,6 +5,8 @@
     |   +-- PayloadTooLarge       413 a message or upload is beyond the configured limit
     |   +-- UnsupportedFileType   415 an ingested file has a type we cannot read
     |   +-- DocumentLoadError     422 a supported file that yields no usable text
+    |   |   +-- LinkUnreadable    422 a link that cannot be fetched (timeout, HTTP error...)
+    |   +-- LinkRefused           403 a link to an address that is not allowed
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
     +-- TooManyRequests           429 every chat slot is taken; retry after `Retry-After`
@@ -87,6 +89,21 @@ class DocumentLoadError(InvalidRequest):
 
     status_code = 422
     code = "document_unreadable"
+
+
+class LinkUnreadable(DocumentLoadError):
+    """A `link_list` URL that could not be fetched; `reason` says why, `details` names it."""
+
+    code = "link_unreadable"
+
+
+class LinkRefused(InvalidRequest):
+    """A `link_list` URL (or a redirect) that leads to an address the service does not
+    fetch from: loopback, private, link-local, a cloud metadata address, or an unusable
+    scheme. `CHATQNA_DATAPREP_LINK_ALLOWLIST` opens named hosts and networks."""
+
+    status_code = 403
+    code = "link_refused"
 
 
 class NotFound(ChatQnAError):

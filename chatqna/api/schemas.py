@@ -120,12 +120,13 @@ class DataprepDeleteRequest(BaseModel):
 
 # A form field is either absent or a string: `null` is not something a client can send.
 IngestFiles = Annotated[
-    list[UploadFile], File(min_length=1, description="one or more files to ingest")
+    list[UploadFile] | None,
+    File(description="files to ingest (txt, md, html, pdf, docx, pptx, xlsx, csv, json, jsonl)"),
 ]
 LinkList = Annotated[
     str | None,
-    Form(description="OPEA's URL list; only an empty list is accepted (upload the files)"),
-    WithJsonSchema({"type": "string", "enum": ["", "[]"]}),
+    Form(description="OPEA's URL list: a JSON list of http(s) URLs to fetch and ingest"),
+    WithJsonSchema({"type": "string"}),
 ]
 ChunkSize = Annotated[
     int | None,

@@ -1,9 +1,10 @@
 """Normalising history to English before it is embedded (blend mode).
 
-Each message detected as non-English (`chatqna.multiturn.language`) is translated by the
-chat LLM at most once: translations are cached by the SHA-256 of the message text in a
-bounded LRU cache. A failed translation (timeout, upstream error, empty reply) is logged,
-the original text is used, and the outcome says so; it never fails the turn.
+Each message detected as confidently non-English (`chatqna.multiturn.language`, a
+language-identification model) is translated by the chat LLM at most once: translations
+are cached by the SHA-256 of the message text in a bounded LRU cache. A failed translation
+(timeout, upstream error, empty reply) is logged, the original text is used, and the
+outcome says so; it never fails the turn.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from chatqna.backends.protocols import ChatLLM, GenerationParams
 from chatqna.errors import ChatQnAError
 from chatqna.multiturn.history import Message
-from chatqna.multiturn.language import detect_language
+from chatqna.multiturn.language import detect_language, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class HistoryTranslator:
         self._timeout = timeout_seconds
         self._max_tokens = max_tokens
         self.llm_calls = 0
+        warm_up()  # load the language model at start-up, not on the first chat turn
 
     @staticmethod
     def key(text: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,17 +23,58 @@ from chatqna.backends.protocols import Embedder, Retriever, SourceBatch
 from chatqna.documents import Chunk
 from chatqna.errors import InvalidRequest, UnsupportedFileType
 from chatqna.retrieval.chunking import chunk_document
-from chatqna.retrieval.loaders import SUPPORTED_SUFFIXES, load_document
+from chatqna.retrieval.loaders import SUPPORTED_SUFFIXES, LoadLimits, format_of, load_document
+from chatqna.settings import Settings
 
 ProgressCallback = Callable[[int], None]
 
 
 @dataclass(frozen=True)
 class IngestFile:
-    """A file to ingest: the name it will be known by (`source`) and its bytes."""
+    """A file to ingest: the name it will be known by (`source`) and its bytes.
+
+    `kind` is the format when the name does not tell it (a fetched link, read by its
+    content type), `charset` an HTML page's charset from its HTTP header.
+    """
 
     source: str
     data: bytes
+    kind: str | None = None
+    charset: str | None = None
+
+
+def load_limits(settings: Settings) -> LoadLimits:
+    """The `CHATQNA_DATAPREP_MAX_*` bounds on what one file may unpack to."""
+    return LoadLimits(
+        max_unpacked_bytes=settings.chatqna_dataprep_max_unpacked_bytes,
+        max_cells=settings.chatqna_dataprep_max_cells,
+        max_text_chars=settings.chatqna_dataprep_max_text_chars,
+    )
+
+
+# Bidirectional overrides and isolates make a name display as something it is not.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def check_source_name(source: str) -> None:
+    """Refuse a name with control characters (a NUL, a newline, an escape, a bidi override).
+
+    Such a name would be stored, listed and matched for deletion byte for byte, and it
+    can forge log lines; no file a person means to upload is called that.
+    """
+    bad = sorted(
+        {
+            f"U+{ord(c):04X}"
+            for c in source
+            if unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS
+        }
+    )
+    if bad:
+        raise InvalidRequest(
+            f"file name {source!r} contains control characters ({', '.join(bad)})",
+            reason="bad_file_name",
+            details={"source": source, "characters": bad},
+        )
 
 
 @dataclass(frozen=True)
@@ -78,6 +120,7 @@ def _load_and_chunk(
     chunk_size: int,
     chunk_overlap: int,
     force: bool,
+    limits: LoadLimits,
 ) -> tuple[Pending, dict[str, IngestResult]]:
     """The files to embed (with their hash and chunks), and the unchanged ones' results."""
     pending: Pending = []
@@ -87,7 +130,9 @@ def _load_and_chunk(
         if not force and known.get(item.source) == digest:
             results[item.source] = IngestResult(item.source, "unchanged", 0)
             continue
-        document = load_document(item.source, item.data)
+        document = load_document(
+            item.source, item.data, kind=item.kind, charset=item.charset, limits=limits
+        )
         chunks = chunk_document(document, max_chars=chunk_size, overlap_chars=chunk_overlap)
         pending.append((item, digest, chunks))
     return pending, results
@@ -101,6 +146,7 @@ async def ingest_files(
     chunk_size: int = 1200,
     chunk_overlap: int = 150,
     force: bool = False,
+    limits: LoadLimits | None = None,
     on_chunks_embedded: ProgressCallback | None = None,
     on_plan: Callable[[int], None] | None = None,
 ) -> list[IngestResult]:
@@ -110,8 +156,9 @@ async def ingest_files(
     if duplicates:
         raise InvalidRequest(f"files given more than once: {', '.join(duplicates)}")
     for item in files:
-        suffix = Path(item.source).suffix.lower()
-        if suffix not in SUPPORTED_SUFFIXES:
+        check_source_name(item.source)
+        if item.kind is None and format_of(item.source) is None:
+            suffix = Path(item.source).suffix.lower()
             raise UnsupportedFileType(
                 f"{item.source}: unsupported file type {suffix or '(none)'}; supported: "
                 + ", ".join(SUPPORTED_SUFFIXES)
@@ -120,7 +167,13 @@ async def ingest_files(
     # Hashing, parsing (a PDF can take seconds) and chunking are CPU-bound: a worker thread
     # does them, so other requests keep being served meanwhile.
     pending, results = await asyncio.to_thread(
-        _load_and_chunk, files, known, chunk_size, chunk_overlap, force
+        _load_and_chunk,
+        files,
+        known,
+        chunk_size,
+        chunk_overlap,
+        force,
+        limits if limits is not None else LoadLimits(),
     )
 
     total = sum(len(chunks) for _, _, chunks in pending)

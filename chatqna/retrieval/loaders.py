@@ -3,25 +3,36 @@
 Each supported format is reduced to a title plus `(heading, text)` sections in reading
 order, so the chunker can keep passages inside one section and label them with the nearest
 heading. Everything here is a pure function of `(source, data)`; the caller reads the file
-(or receives the upload) and decides what `source` is called.
+(or receives the upload, or fetches the link) and decides what `source` is called. The
+format follows the suffix of `source`, or `kind` when the caller knows better (a link's
+content type). `LoadLimits` bounds what one file may unpack to.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from html.parser import HTMLParser
 from pathlib import PurePosixPath
 
 from pypdf import PdfReader
 
 from chatqna.documents import LoadedDocument
-from chatqna.errors import DocumentLoadError, UnsupportedFileType
+from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileType
+from chatqna.retrieval.html_text import decode_html, html_sections
+from chatqna.retrieval.office import load_docx, load_pptx, load_xlsx
+from chatqna.retrieval.structured import load_csv, load_json, load_jsonl
+from chatqna.retrieval.tables import LoadLimits
 
 # Callers import the error types from chatqna.errors, where they map to HTTP statuses.
-__all__ = ["SUPPORTED_SUFFIXES", "load_document"]
+__all__ = ["SUPPORTED_SUFFIXES", "LoadLimits", "format_of", "load_document"]
 
-SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
+# Suffix -> format. The format names are also what a fetched link's content type maps to.
+FORMATS = {
+    ".txt": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
+    ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx",
+    ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
+}  # fmt: skip
+SUPPORTED_SUFFIXES = tuple(FORMATS)
 
 _MD_TITLE = re.compile(r"^#[ \t]+(.*)$")
 _MD_SECTION = re.compile(r"^##[ \t]+(.*)$")
@@ -30,40 +41,75 @@ _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _ATX_CLOSING = re.compile(r"[ \t]+#+[ \t]*$")
 
 
-def load_document(source: str, data: bytes) -> LoadedDocument:
+def format_of(source: str) -> str | None:
+    """The format a file named `source` is read as, or None for an unsupported suffix."""
+    return FORMATS.get(PurePosixPath(source.replace("\\", "/")).suffix.lower())
+
+
+def load_document(
+    source: str,
+    data: bytes,
+    *,
+    kind: str | None = None,
+    charset: str | None = None,
+    limits: LoadLimits | None = None,
+) -> LoadedDocument:
     """Parse `data`, the contents of the file named `source`, into a `LoadedDocument`.
 
-    Raises `UnsupportedFileType` for a suffix not in `SUPPORTED_SUFFIXES`, and
-    `DocumentLoadError` for a supported file that cannot be decoded or holds no text.
+    `kind` overrides the format the suffix implies; `charset` is an HTML page's declared
+    charset (from an HTTP header). Raises `UnsupportedFileType` for a suffix not in
+    `SUPPORTED_SUFFIXES`, `DocumentLoadError` for a supported file that cannot be read or
+    holds no text, and `PayloadTooLarge` for one beyond `limits`.
     """
     # Backslashes would otherwise leave a Windows-style upload name as one long "stem".
     path = PurePosixPath(source.replace("\\", "/"))
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
+    if kind is None:
+        kind = format_of(source)
+    if kind is None:
+        suffix = path.suffix.lower()
         shown = suffix or "(no suffix)"
         raise UnsupportedFileType(
             f"{source}: unsupported file type {shown!r}; "
             f"supported types are {', '.join(SUPPORTED_SUFFIXES)}",
             details={"suffix": suffix, "supported": list(SUPPORTED_SUFFIXES)},
         )
+    limits = limits if limits is not None else LoadLimits()
     stem = path.stem or source
     if not data.strip():
         raise DocumentLoadError(f"{source} contains no text")
 
-    if suffix == ".pdf":
-        doc = _load_pdf(source, stem, data)
-    else:
-        text = _decode(source, data)
-        if suffix in (".md", ".markdown"):
-            doc = _load_markdown(source, stem, text)
-        elif suffix in (".html", ".htm"):
-            doc = _load_html(source, stem, text)
-        else:
-            doc = LoadedDocument(source, stem, _nonempty([(stem, _tidy(text))]))
-
+    doc = _load(kind, source, stem, data, charset, limits)
     if not doc.sections:
         raise DocumentLoadError(f"{source} contains no text")
+    size = sum(len(text) for _, text in doc.sections)
+    if size > limits.max_text_chars:
+        raise PayloadTooLarge(
+            f"{source} holds {size} characters of text, more than {limits.max_text_chars} "
+            "(CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into smaller files",
+            details={"source": source, "chars": size},
+        )
     return doc
+
+
+def _load(
+    kind: str, source: str, stem: str, data: bytes, charset: str | None, limits: LoadLimits
+) -> LoadedDocument:
+    if kind == "pdf":
+        return _load_pdf(source, stem, data)
+    office = {"docx": load_docx, "pptx": load_pptx, "xlsx": load_xlsx}.get(kind)
+    if office is not None:
+        title, sections = office(source, stem, data, limits)
+        return LoadedDocument(source, title, _nonempty(sections))
+    if kind == "html":
+        title, sections = html_sections(decode_html(source, data, charset), stem)
+        return LoadedDocument(source, title, _nonempty(sections))
+    text = _decode(source, data)
+    if kind == "markdown":
+        return _load_markdown(source, stem, text)
+    tabular = {"csv": load_csv, "json": load_json, "jsonl": load_jsonl}.get(kind)
+    if tabular is not None:
+        return LoadedDocument(source, stem, _nonempty(tabular(source, stem, text, limits)))
+    return LoadedDocument(source, stem, _nonempty([(stem, _tidy(text))]))
 
 
 def _decode(source: str, data: bytes) -> str:
@@ -120,109 +166,6 @@ def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
     title = title or stem
     resolved = [(heading or title, _tidy("\n".join(lines))) for heading, lines in sections]
     return LoadedDocument(source, title, _nonempty(resolved))
-
-
-class _HTMLText(HTMLParser):
-    """Collects visible text per `<h2>` section, plus the `<title>` and first `<h1>`."""
-
-    SKIPPED = frozenset({"script", "style", "nav", "head"})
-    BLOCKS = frozenset(
-        {
-            "address", "article", "aside", "blockquote", "dd", "details", "div", "dl",
-            "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3",
-            "h4", "h5", "h6", "header", "hr", "li", "main", "ol", "p", "pre", "section",
-            "summary", "table", "td", "th", "tr", "ul",
-        }
-    )  # fmt: skip
-    # Private-use sentinels survive whitespace collapsing, unlike "\n"; stray ones in the
-    # input are removed before parsing.
-    PARA, LINE, H1_SLOT = "\ue000", "\ue001", "\ue002"
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.skipping: list[str] = []
-        self.capture: str | None = None  # "title", "h1" or "h2" while inside one
-        self.buffer: list[str] = []
-        self.title = ""
-        self.h1 = ""
-        self.seen_h1 = False
-        self.sections: list[tuple[str | None, list[str]]] = [(None, [])]
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "body" and "head" in self.skipping:
-            # </head> is optional in HTML; without this an unclosed head hides the page.
-            del self.skipping[self.skipping.index("head") :]
-        if tag in self.SKIPPED:
-            self.skipping.append(tag)
-        if tag == "title" and not self.title and self.capture is None:
-            self._begin("title")
-        if self.skipping:
-            return
-        if self.capture in ("h1", "h2") and tag in self.BLOCKS:
-            self._finish()  # an unclosed heading must not swallow the page
-        if tag == "h1" and not self.seen_h1:
-            self.seen_h1 = True
-            self.sections[-1][1].append(self.H1_SLOT)
-            self._begin("h1")
-        elif tag == "h2":
-            self._begin("h2")
-        elif tag == "br":
-            self.sections[-1][1].append(self.LINE)
-        elif tag in self.BLOCKS:
-            self.sections[-1][1].append(self.PARA)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == self.capture:
-            self._finish()
-        if tag in self.skipping:
-            del self.skipping[len(self.skipping) - 1 - self.skipping[::-1].index(tag) :]
-        elif not self.skipping and tag in self.BLOCKS:
-            self.sections[-1][1].append(self.PARA)
-
-    def handle_data(self, data: str) -> None:
-        if self.capture == "title" or (self.capture and not self.skipping):
-            self.buffer.append(data)
-        elif not self.skipping:
-            self.sections[-1][1].append(data)
-
-    def _begin(self, what: str) -> None:
-        self.capture, self.buffer = what, []
-
-    def _finish(self) -> None:
-        text = " ".join("".join(self.buffer).split())
-        if self.capture == "title":
-            self.title = text
-        elif self.capture == "h1":
-            self.h1 = text
-        elif self.capture == "h2":
-            self.sections.append((text or None, []))
-        self.capture, self.buffer = None, []
-
-    def result(self, stem: str) -> tuple[str, list[tuple[str, str]]]:
-        if self.capture:
-            self._finish()
-        title = self.title or self.h1 or stem
-        # The first <h1> is the title when there is no <title>; otherwise it is content.
-        h1_text = "" if self.title == "" or self.h1 == self.title else self.PARA + self.h1
-        sections = []
-        for heading, parts in self.sections:
-            raw = "".join(parts).replace(self.H1_SLOT, h1_text + self.PARA)
-            paragraphs = (_collapse(p, self.LINE) for p in raw.split(self.PARA))
-            sections.append((heading or title, "\n\n".join(p for p in paragraphs if p)))
-        return title, _nonempty(sections)
-
-
-def _collapse(paragraph: str, line_break: str) -> str:
-    lines = (" ".join(line.split()) for line in paragraph.split(line_break))
-    return "\n".join(line for line in lines if line)
-
-
-def _load_html(source: str, stem: str, text: str) -> LoadedDocument:
-    parser = _HTMLText()
-    parser.feed(re.sub("[\ue000-\ue002]", "", text))
-    parser.close()
-    title, sections = parser.result(stem)
-    return LoadedDocument(source, title, sections)
 
 
 def _load_pdf(source: str, stem: str, data: bytes) -> LoadedDocument:

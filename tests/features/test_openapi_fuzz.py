@@ -47,7 +47,7 @@ FUZZ_SETTINGS = settings(
 RULES_BEYOND_THE_SCHEMA = {
     "POST /v1/chatqna": "the last message must be a non-empty user message",
     "POST /v1/chat/completions": "the last message must be a non-empty user message",
-    "POST /v1/dataprep/ingest": "chunk_overlap < chunk_size; files must be readable text",
+    "POST /v1/dataprep/ingest": "a file or a link; chunk_overlap < chunk_size; readable files",
     "POST /v1/retrieval": "an embedding must have the index's dimension and be non-zero",
 }
 

@@ -67,15 +67,13 @@ async def test_unreadable_and_missing_files(client_for: ClientFactory) -> None:
         "/v1/dataprep/ingest", files=[("files", ("bad.txt", b"\xff\xfe\xfa", "text/plain"))]
     )
     assert bad.status_code == 422 and bad.json()["error"] == "document_unreadable"
-    none = await client.post("/v1/dataprep/ingest", data={"chunk_size": "500"})
-    assert none.status_code == 422 and none.json()["error"] == "invalid_request"
-    assert none.json()["details"][0]["field"] == "files"
-    links = await client.post(
-        "/v1/dataprep/ingest",
-        data={"link_list": '["http://x"]'},
-        files=[("files", ("a.md", b"# A\n\ntext", "text/markdown"))],
-    )
-    assert links.status_code == 400 and "link_list" in links.json()["message"]
+    for form in ({"chunk_size": "500"}, {"link_list": "[]"}, {"link_list": ""}):
+        none = await client.post("/v1/dataprep/ingest", data=form)
+        assert none.status_code == 400 and none.json()["error"] == "invalid_request"
+        assert "nothing to ingest" in none.json()["message"]
+    for bad in ("not json", '{"url": "http://x"}', "[1, 2]"):
+        links = await client.post("/v1/dataprep/ingest", data={"link_list": bad})
+        assert links.status_code == 400 and links.json()["reason"] == "bad_link_list"
 
 
 async def test_upload_size_limit(client_for: ClientFactory, settings: Settings) -> None:

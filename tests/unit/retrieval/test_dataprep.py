@@ -8,13 +8,14 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
-from chatqna.errors import DocumentLoadError, UnsupportedFileType
+from chatqna.errors import DocumentLoadError, InvalidRequest, UnsupportedFileType
 from chatqna.retrieval.chunk_store import STORE_FILE
 from chatqna.retrieval.dataprep import IngestFile, IngestResult, collect_files, ingest_files
 from chatqna.retrieval.dataprep import content_hash as file_hash
@@ -72,7 +73,7 @@ def test_collect_files_from_a_tree(tmp_path: Path) -> None:
     (root / "sub" / "b.txt").write_bytes(b"beta")
     (root / "sub" / "deeper" / "c.HTML").write_bytes(b"<p>gamma</p>")
     (root / "tool.exe").write_bytes(b"MZ")
-    (root / "sub" / "report.docx").write_bytes(b"PK")
+    (root / "sub" / "report.doc").write_bytes(b"PK")
     (root / "README").write_bytes(b"no suffix")
     files = collect_files([root])
     assert [(f.source, f.data) for f in files] == [
@@ -186,6 +187,32 @@ async def test_unsupported_file_fails_before_any_embedding(
     assert await snapshot(store) == before
 
 
+@pytest.mark.parametrize("name", ["nul\x00.md", "tab\tname.md", "sub/\x7fdel.md", "a\u2066b.md"])
+async def test_control_characters_in_a_name_fail_before_any_embedding(
+    store: InMemoryHybridIndex, embedder: HashingEmbedder, name: str
+) -> None:
+    before = await snapshot(store)
+    with pytest.raises(InvalidRequest, match="control characters") as info:
+        await ingest_files([*corpus(), IngestFile(name, b"# T\n\ntext")], embedder, store)
+    assert info.value.reason == "bad_file_name" and info.value.status_code == 400
+    assert embedder.batches == []
+    assert await snapshot(store) == before
+
+
+async def test_names_in_any_script_are_accepted(
+    store: InMemoryHybridIndex, embedder: HashingEmbedder
+) -> None:
+    # Zero-width non-joiner (U+200C) is part of ordinary Persian spelling, not a control.
+    names = [
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.md",
+        "r\u00e9sum\u00e9.txt",
+        "\u8bf4\u660e.md",
+    ]
+    files = [IngestFile(name, b"# T\n\nsome text") for name in names]
+    results = await ingest_files(files, embedder, store)
+    assert [r.status for r in results] == ["ingested"] * 3
+
+
 @pytest.mark.parametrize(
     "bad",
     [IngestFile("broken.txt", b"caf\xe9 \xff\xfe"), IngestFile("empty.md", b"")],
@@ -261,12 +288,12 @@ async def test_loading_and_chunking_run_off_the_event_loop(
     loader_threads: list[threading.Thread] = []
     real_load = dataprep.load_document
 
-    def blocking_load(source: str, data: bytes) -> LoadedDocument:
+    def blocking_load(source: str, data: bytes, **options: Any) -> LoadedDocument:
         loader_threads.append(threading.current_thread())
         # On the loop, the coroutine that sets the event could never run: give up after a
         # while rather than hang the suite, and fail below.
         assert release.wait(timeout=5), "the loader blocked the event loop"
-        return real_load(source, data)
+        return real_load(source, data, **options)
 
     monkeypatch.setattr(dataprep, "load_document", blocking_load)
 

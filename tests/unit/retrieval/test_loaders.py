@@ -142,10 +142,10 @@ def test_html_title_falls_back_to_first_h1() -> None:
     assert doc.sections == [("Getting started", "Hello."), ("Next", "Go.")]
 
 
-def test_html_h1_is_content_when_title_differs_and_head_may_be_unclosed() -> None:
+def test_html_h1_starts_a_section_and_head_may_be_unclosed() -> None:
     doc = load_document("p.html", b"<head><title>Site</title><body><h1>Page</h1><p>Text</p>")
     assert doc.title == "Site"
-    assert doc.sections == [("Site", "Page\n\nText")]
+    assert doc.sections == [("Page", "Text")]
 
 
 # --- plain text ---------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_pdf_without_text_is_rejected() -> None:
 # --- errors ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", ["report.docx", "archive.tar.gz", "README"])
+@pytest.mark.parametrize("source", ["report.doc", "archive.tar.gz", "README"])
 def test_unsupported_suffix(source: str) -> None:
     with pytest.raises(UnsupportedFileType) as info:
         load_document(source, b"whatever")

@@ -1,0 +1,179 @@
+"""Which addresses `link_list` may fetch from, and a connection that honours it.
+
+By default the service refuses loopback, private, link-local, cloud metadata and other
+non-public addresses: a URL handed to dataprep must not turn the service into a way to
+read its own network. `CHATQNA_DATAPREP_LINK_ALLOWLIST` opens named hosts (matched on the
+URL's host name) and networks (matched on the resolved address).
+
+A name is checked after it is resolved, and every address it resolves to must pass. To
+leave no gap between the check and the connection (DNS rebinding: a name that resolves to
+a public address for the check and to a private one for the connection), direct
+connections go through `PinnedBackend`, which resolves the name itself, checks each
+address again and connects only to an address it has checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import httpcore
+
+from chatqna.errors import LinkRefused, LinkUnreadable
+
+__all__ = ["LinkPolicy", "PinnedBackend", "Resolver", "system_resolver"]
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# (host, port) -> the addresses the host resolves to.
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+# Instance metadata services: AWS, GCP, Azure, OpenStack (169.254.169.254), AWS over IPv6,
+# Alibaba Cloud, Oracle Cloud.
+_METADATA = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "192.0.0.192")
+)
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """The host's addresses from the operating system's resolver (without blocking)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def _why_refused(address: Address) -> str | None:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address in _METADATA:
+        return "metadata_address"
+    checks = (
+        ("loopback_address", address.is_loopback),
+        ("unspecified_address", address.is_unspecified),
+        ("link_local_address", address.is_link_local),
+        ("private_address", address.is_private),
+        ("multicast_address", address.is_multicast),
+    )
+    for reason, hit in checks:
+        if hit:
+            return reason
+    # Shared (carrier-grade NAT), documentation, benchmarking and reserved ranges.
+    return None if address.is_global else "reserved_address"
+
+
+@dataclass(frozen=True)
+class LinkPolicy:
+    """The allow-list, and the check every resolved address of every hop goes through."""
+
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[Network, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[str]) -> LinkPolicy:
+        """Entries are host names or IP addresses/networks (`10.1.0.0/16`)."""
+        hosts: set[str] = set()
+        networks: list[Network] = []
+        for entry in entries:
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                hosts.add(entry.lower().rstrip("."))
+        return cls(frozenset(hosts), tuple(networks))
+
+    def host_allowed(self, host: str) -> bool:
+        return host.lower().rstrip(".") in self.hosts
+
+    def refusal(self, host: str, address: str) -> str | None:
+        """Why `address` (one that `host` resolved to) may not be fetched, or None."""
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])
+        if self.host_allowed(host) or any(parsed in network for network in self.networks):
+            return None
+        return _why_refused(parsed)
+
+    def check(self, url: str, host: str, addresses: Sequence[str]) -> None:
+        """Raise `LinkRefused` unless every address of `host` may be fetched."""
+        for address in addresses:
+            reason = self.refusal(host, address)
+            if reason is not None:
+                raise LinkRefused(
+                    f"{url}: {host} resolves to {address}, a {reason.replace('_', ' ')}; "
+                    "links to such addresses are refused unless "
+                    "CHATQNA_DATAPREP_LINK_ALLOWLIST names the host or network",
+                    reason=reason,
+                    details={"url": url, "host": host, "address": address},
+                )
+
+
+async def resolve_checked(
+    policy: LinkPolicy, resolver: Resolver, url: str, host: str, port: int
+) -> list[str]:
+    """`host`'s addresses, after the policy accepted every one of them."""
+    try:
+        ipaddress.ip_address(host)
+        addresses = [host]
+    except ValueError:
+        try:
+            addresses = await resolver(host, port)
+        except OSError as exc:
+            raise LinkUnreadable(
+                f"{url}: cannot resolve {host}: {exc}",
+                reason="dns_error",
+                details={"url": url, "host": host},
+            ) from exc
+    if not addresses:
+        raise LinkUnreadable(
+            f"{url}: {host} has no address", reason="dns_error", details={"url": url}
+        )
+    policy.check(url, host, addresses)
+    return addresses
+
+
+class PinnedBackend(httpcore.AsyncNetworkBackend):
+    """A network backend that connects only to addresses the policy has just accepted.
+
+    httpcore hands it the host name; it resolves the name once, checks every address, and
+    opens the TCP connection to one of those same addresses (TLS still verifies the
+    certificate against the host name, which httpcore passes on separately).
+    """
+
+    def __init__(self, policy: LinkPolicy, resolver: Resolver) -> None:
+        self._policy = policy
+        self._resolver = resolver
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await resolve_checked(
+            self._policy, self._resolver, f"//{host}:{port}", host, port
+        )
+        failure: httpcore.ConnectError | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("links are fetched over TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)

@@ -1,0 +1,39 @@
+"""`chatqna ingest` on a directory of Office, CSV and JSON files, in a process of its own."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ingest_cli
+from tests.unit.retrieval.office_files import handbook_docx, onboarding_pptx, price_list_xlsx
+
+pytestmark = pytest.mark.slow  # loads the embedded model in a new process
+
+
+def test_cli_ingests_every_new_format(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "handbook.docx").write_bytes(handbook_docx())
+    (docs / "onboarding.pptx").write_bytes(onboarding_pptx())
+    (docs / "sub" / "prices.xlsx").write_bytes(price_list_xlsx())
+    (docs / "vat.csv").write_text("Country,VAT rate\nGermany,19 %\n")
+    (docs / "plans.json").write_text('[{"plan": "Starter", "seats": 3}]')
+    (docs / "errors.jsonl").write_text('{"code": "E1"}\n{"code": "E2"}\n')
+    done = ingest_cli(tmp_path / "data", docs)
+    assert "6 file(s) ingested" in done.stdout, done.stdout + done.stderr
+
+
+def test_cli_refuses_a_name_with_a_newline_and_ingests_nothing(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("# Good\n\ntext")
+    (docs / "bad\nname.md").write_text("# Bad\n\ntext")
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        ingest_cli(tmp_path / "data", docs)
+    assert "control characters" in info.value.stderr
+    # Nothing of the failed run was stored: the good file is new to the index, not unchanged.
+    again = ingest_cli(tmp_path / "data", docs / "good.md")
+    assert "1 file(s) ingested" in again.stdout and "0 unchanged" in again.stdout

@@ -1,0 +1,139 @@
+"""Bad input through `POST /v1/dataprep/ingest`: a clear envelope, and nothing changed.
+
+Each request carries a good file next to the bad one: neither is ingested, and every
+source already in the index keeps its chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends
+from tests.unit.retrieval.office_files import (
+    handbook_docx,
+    million_cell_xlsx,
+    ole_file,
+    price_list_xlsx,
+    zip_bomb,
+)
+
+pytestmark = pytest.mark.anyio
+
+GOOD = ("fresh.md", b"# Fresh\n\n## New\nA brand new page that must not appear.\n")
+
+
+async def _sources(client: Any) -> dict[str, int]:
+    listing = (await client.post("/v1/dataprep/get")).json()
+    return {item["name"]: item["chunks"] for item in listing}
+
+
+def multipart(parts: list[tuple[str, bytes]]) -> tuple[bytes, str]:
+    """A multipart body written byte for byte, so a file name reaches the service exactly
+    as given (httpx would percent-encode control characters in it)."""
+    boundary = "chatqna-test-boundary"
+    body = b""
+    for name, data in parts:
+        body += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="files"; '
+                f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+            ).encode()
+            + data
+            + b"\r\n"
+        )
+    body += f"--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+async def _refused(client: Any, name: str, data: bytes) -> dict[str, Any]:
+    before = await _sources(client)
+    body, content_type = multipart([GOOD, (name, data)])
+    response = await client.post(
+        "/v1/dataprep/ingest", content=body, headers={"content-type": content_type}
+    )
+    assert await _sources(client) == before
+    assert GOOD[0] not in before
+    body: dict[str, Any] = response.json()
+    body["status"] = response.status_code
+    return body
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "status", "error", "reason"),
+    [
+        ("broken.docx", b"PK\x03\x04 truncated", 422, "document_unreadable", "corrupt"),
+        ("broken.xlsx", handbook_docx()[:2000], 422, "document_unreadable", "corrupt"),
+        (
+            "locked.xlsx",
+            ole_file(["Root Entry", "EncryptionInfo", "EncryptedPackage"]),
+            422,
+            "document_unreadable",
+            "encrypted",
+        ),
+        (
+            "locked.docx",
+            ole_file(["Root Entry", "EncryptionInfo", "EncryptedPackage"]),
+            422,
+            "document_unreadable",
+            "encrypted",
+        ),
+    ],
+)
+async def test_corrupt_and_password_protected_office_files(
+    client_for: ClientFactory, name: str, data: bytes, status: int, error: str, reason: str
+) -> None:
+    body = await _refused(await client_for(), name, data)
+    assert (body["status"], body["error"], body["reason"]) == (status, error, reason)
+    assert name in body["message"]
+
+
+async def test_a_million_cell_spreadsheet_is_413(client_for: ClientFactory) -> None:
+    body = await _refused(await client_for(), "million.xlsx", million_cell_xlsx())
+    assert (body["status"], body["error"]) == (413, "payload_too_large")
+    assert "CHATQNA_DATAPREP_MAX_CELLS" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "build", "part"),
+    [
+        ("bomb.xlsx", price_list_xlsx, "xl/media/zeros.bin"),
+        ("bomb.docx", handbook_docx, "word/media/zeros.bin"),
+    ],
+)
+async def test_a_zip_bomb_inside_an_office_file_is_413(
+    client_for: ClientFactory, settings: Settings, name: str, build: Any, part: str
+) -> None:
+    small = settings.model_copy(update={"chatqna_dataprep_max_unpacked_bytes": 16 << 20})
+    client = await client_for(await make_backends(small), small)
+    body = await _refused(client, name, zip_bomb(build(), part, 64 << 20))
+    assert (body["status"], body["error"]) == (413, "payload_too_large")
+    assert body["details"]["unpacked_bytes"] > 64 << 20
+
+
+async def test_a_json_file_that_is_one_huge_string_is_413(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    small = settings.model_copy(update={"chatqna_dataprep_max_text_chars": 1_000_000})
+    client = await client_for(await make_backends(small), small)
+    body = await _refused(client, "huge.json", json.dumps("lorem " * 400_000).encode())
+    assert (body["status"], body["error"]) == (413, "payload_too_large")
+    assert "CHATQNA_DATAPREP_MAX_TEXT_CHARS" in body["message"]
+
+
+@pytest.mark.parametrize(
+    "name", ["evil\x00.md", "two\nlines.md", "esc\x1b[31m.md", "rtl\u202egpj.md"]
+)
+async def test_a_file_name_with_control_characters_is_400(
+    client_for: ClientFactory, name: str
+) -> None:
+    body = await _refused(await client_for(), name, b"# Fine\n\nfine text")
+    assert (body["status"], body["error"], body["reason"]) == (
+        400,
+        "invalid_request",
+        "bad_file_name",
+    )
+    assert body["details"]["source"] == name

@@ -1,0 +1,125 @@
+"""Office files built by the tests themselves, with the libraries the loaders read them with."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import docx
+import openpyxl
+import pptx
+
+
+def handbook_docx() -> bytes:
+    """A Word handbook: a title, two headings, a table, body text."""
+    document = docx.Document()
+    document.add_paragraph("Employee Handbook", style="Title")
+    document.add_paragraph("Welcome to the company.")
+    document.add_heading("Travel expenses", level=1)
+    document.add_paragraph("Train tickets are reimbursed in second class only.")
+    document.add_heading("Per diem", level=2)
+    table = document.add_table(rows=3, cols=2)
+    rows = [("City", "Daily allowance"), ("Berlin", "42 EUR"), ("Lisbon", "37 EUR")]
+    for row, values in zip(table.rows, rows, strict=True):
+        for cell, value in zip(row.cells, values, strict=True):
+            cell.text = value
+    document.add_heading("Parental leave", level=1)
+    document.add_paragraph("Parents receive sixteen weeks of paid leave.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def onboarding_pptx() -> bytes:
+    """A deck: a title slide, a bulleted slide with speaker notes, a slide with a table."""
+    deck = pptx.Presentation()
+    first = deck.slides.add_slide(deck.slide_layouts[0])
+    first.shapes.title.text = "Onboarding"
+    first.placeholders[1].text = "Your first week"
+    second = deck.slides.add_slide(deck.slide_layouts[1])
+    second.shapes.title.text = "Laptop setup"
+    second.placeholders[1].text = "Collect your laptop from the IT desk on floor three."
+    second.notes_slide.notes_text_frame.text = "Remind them the VPN token expires after 90 days."
+    third = deck.slides.add_slide(deck.slide_layouts[5])
+    third.shapes.title.text = "Contacts"
+    shape = third.shapes.add_table(
+        2, 2, pptx.util.Inches(1), pptx.util.Inches(2), pptx.util.Inches(6), pptx.util.Inches(1)
+    )
+    for (row, col), value in {
+        (0, 0): "Team",
+        (0, 1): "Extension",
+        (1, 0): "Payroll",
+        (1, 1): "4471",
+    }.items():
+        shape.table.cell(row, col).text = value
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    return buffer.getvalue()
+
+
+def price_list_xlsx(extra_rows: int = 0) -> bytes:
+    """A workbook: a price sheet (with a formula) and a contacts sheet."""
+    workbook = openpyxl.Workbook()
+    prices = workbook.active
+    prices.title = "Prices"
+    prices.append(["Product", "Monthly price (EUR)", "Seats"])
+    prices.append(["Starter", 9, 3])
+    prices.append(["Business", 49.0, 50])
+    prices.append(["Enterprise", 199, 500])
+    for number in range(extra_rows):
+        prices.append([f"Item {number}", number, number])
+    contacts = workbook.create_sheet("Contacts")
+    contacts.append(["Region", "Sales contact"])
+    contacts.append(["Nordics", "Astrid Berg"])
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    return buffer.getvalue()
+
+
+def zip_bomb(like: bytes, part: str, size: int) -> bytes:
+    """`like` with one more part that inflates to `size` zero bytes."""
+    buffer = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(like)) as source,
+        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
+        for item in source.infolist():
+            target.writestr(item, source.read(item))
+        with target.open(part, "w") as stream:
+            chunk = b"\0" * (1 << 20)
+            for _ in range(size // len(chunk)):
+                stream.write(chunk)
+    return buffer.getvalue()
+
+
+def million_cell_xlsx(rows: int = 50_000, columns: int = 20, dimension: bool = True) -> bytes:
+    """A workbook whose first sheet holds `rows * columns` numeric cells (written as XML
+    directly: building a million cells through openpyxl takes far longer), declaring its
+    size in a `<dimension>` as Excel does, or not."""
+    row_xml = "<row>" + "<c><v>7</v></c>" * columns + "</row>"
+    sheet = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+        + (f'<dimension ref="A1:{chr(64 + columns)}{rows}"/>' if dimension else "")
+        + "<sheetData>"
+        + row_xml * rows
+        + "</sheetData></worksheet>"
+    )
+    buffer = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(price_list_xlsx())) as source,
+        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
+        for item in source.infolist():
+            body = (
+                sheet.encode() if item.filename == "xl/worksheets/sheet1.xml" else source.read(item)
+            )
+            target.writestr(item.filename, body)
+    return buffer.getvalue()
+
+
+def ole_file(streams: list[str]) -> bytes:
+    """The header and directory names of an OLE2 compound file, as Office encrypts into."""
+    header = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 504
+    names = b"".join(name.encode("utf-16-le") + b"\0" * (128 - 2 * len(name)) for name in streams)
+    return header + names
