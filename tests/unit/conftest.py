@@ -11,12 +11,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 
-from chatqna.backends import upstream
 from chatqna.settings import Settings
 from chatqna.telemetry.spans import InMemorySpans, ServiceTracerProvider
 
@@ -34,17 +32,6 @@ def spans() -> Iterator[InMemorySpans]:
 
 class NetworkBlocked(RuntimeError):
     """Raised when a unit test tries to open a network connection."""
-
-
-@pytest.fixture(autouse=True)
-def _httpx_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Upstream clients run on httpx's own transport here, where respx mocks them; the
-    service's httptools engine has its own tests, and the integration tests run it."""
-    monkeypatch.setattr(
-        upstream,
-        "default_engine",
-        lambda timeouts: upstream.HttpxEngine(httpx.AsyncHTTPTransport(), timeouts),
-    )
 
 
 @pytest.fixture(autouse=True)
