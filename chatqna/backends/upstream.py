@@ -11,10 +11,13 @@ of every upstream is built, so what httpx does is what every upstream call does:
 - `user:pass@` in an endpoint URL is sent as HTTP basic auth, and never shown: the client's
   `base_url` (what spans, logs and `describe()` name) has the credentials removed.
 
-Why httpx's own transport (see the Resilience page): per call it costs the caller more CPU
-than an aiohttp transport (`tests/rag-benchmarks/http_client_cost.py`), but a turn behind
-real models takes hundreds of milliseconds, and httpx's transport is the one its proxy
-support, respx and `httpx.MockTransport` (the tests' seam: `transport=`) are built for.
+Why httpx's own transport, and not an aiohttp one (`httpx-aiohttp`) that costs the caller
+about half the CPU per call (`tests/rag-benchmarks/http_client_cost.py`, the Resilience
+page): that transport reports a refused connection or a dropped one as a `ConnectTimeout`,
+which would turn a dead upstream into a timeout, and reads no proxy from the environment
+on a plain `AsyncClient`. A turn behind real models takes hundreds of milliseconds; the
+transport's CPU per call is small beside it. Tests pass `transport=` (`httpx.MockTransport`,
+respx).
 
 A failure is an httpx exception (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...),
 so `chatqna.backends.http` retries and translates one tree. With tracing on, each call gets
