@@ -26,6 +26,7 @@ from typing import Protocol
 MARKER = re.compile(rb"ask-(\w+)")
 EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
 
+
 async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, dict[bytes, bytes], bytes]:
     """One request: its request line, its headers (lower-cased names) and its body
     (`Content-Length` framed). Raises `asyncio.IncompleteReadError` at end of stream."""
