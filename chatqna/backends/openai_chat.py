@@ -82,6 +82,7 @@ class OpenAIChatLLM:
         generation_timeout_seconds: float | None = None,
         backend: str = "llm",
         transport: httpx.AsyncBaseTransport | None = None,
+        proxies_from_env: bool = True,
     ) -> None:
         self.endpoint = without_credentials(base_url_of(endpoint))
         self.model = model
@@ -95,6 +96,7 @@ class OpenAIChatLLM:
             connect_timeout_seconds=connect_timeout_seconds,
             headers=headers,
             transport=transport,
+            proxies_from_env=proxies_from_env,
         )
 
     def _payload(

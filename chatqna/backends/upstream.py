@@ -65,19 +65,21 @@ def http_client(
     *,
     auth: httpx.BasicAuth | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    proxies_from_env: bool = True,
 ) -> httpx.AsyncClient:
     """The `httpx.AsyncClient` of one upstream: the one place every upstream client is built.
 
     `timeouts.read` bounds each read and write and a wait for a free pooled connection,
     `timeouts.connect` a new connection's handshake. Without `transport`, httpx's own, with
-    the proxies the environment names (a given `transport`, the tests', is used as it is).
+    the proxies the environment names unless `proxies_from_env` is off (a given `transport`,
+    the tests', is used as it is).
     """
     return httpx.AsyncClient(
         auth=auth,
         timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         limits=LIMITS,
         transport=transport,
-        trust_env=True,
+        trust_env=proxies_from_env,
     )
 
 
@@ -104,6 +106,8 @@ class UpstreamClient:
     `base_url` is the upstream's root (`http://tei:80`, credentials allowed:
     `https://user:pass@llm.example`); `headers` go with every request (an API key).
     `transport` replaces httpx's own (tests: `httpx.MockTransport`, respx).
+    `proxies_from_env=False` ignores `HTTP_PROXY` and the like (the embedded LLM's
+    loopback server, which no proxy could reach).
     """
 
     def __init__(
@@ -114,10 +118,16 @@ class UpstreamClient:
         connect_timeout_seconds: float,
         headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        proxies_from_env: bool = True,
     ) -> None:
         self.base_url = without_credentials(base_url.rstrip("/"))
         timeouts = Timeouts(read=timeout_seconds, connect=connect_timeout_seconds)
-        self._client = http_client(timeouts, auth=credentials(base_url), transport=transport)
+        self._client = http_client(
+            timeouts,
+            auth=credentials(base_url),
+            transport=transport,
+            proxies_from_env=proxies_from_env,
+        )
         self._headers = {**JSON_HEADERS, **(headers or {})}
         self._bare_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         self._spans = ClientSpans(self.base_url)

@@ -203,3 +203,25 @@ async def test_an_idempotent_call_closed_under_it_is_retried_on_a_new_connection
         finally:
             await client.aclose()
     assert len(waits) == 1 and chat.connections == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("from_env", [True, False])
+async def test_the_proxy_in_the_environment_is_used_unless_turned_off(
+    monkeypatch: pytest.MonkeyPatch, from_env: bool
+) -> None:
+    proxy = ForwardProxy()
+    with running(HostileChat()) as url, running(proxy) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        llm = OpenAIChatLLM(
+            url, "hostile", timeout_seconds=2, proxies_from_env=from_env
+        )  # the embedded LLM's client turns it off
+        try:
+            assert await complete(llm, "zeta") == "Answer for zeta."
+        finally:
+            await llm.aclose()
+    assert [line.split(b" ")[1].decode() for line in proxy.seen] == (
+        [f"{url}/v1/chat/completions"] if from_env else []
+    )
