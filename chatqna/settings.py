@@ -51,7 +51,6 @@ class Settings(BaseSettings):
     chatqna_max_concurrent_chats: int = Field(256, ge=1)
     chatqna_queue_timeout_seconds: float = Field(5.0, ge=0)
     chatqna_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    chatqna_heap_trim_seconds: float = Field(10.0, ge=0)
     chatqna_workers: int | Literal["auto"] = 1
     chatqna_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
