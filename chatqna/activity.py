@@ -1,5 +1,4 @@
-"""Requests in flight and finished: kept by the request middleware, read by the metrics and
-the heap trimmer."""
+"""Requests in flight and finished: kept by the request middleware, read by the metrics."""
 
 from __future__ import annotations
 

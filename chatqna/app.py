@@ -6,10 +6,10 @@ shutdown; start-up warnings from the settings are logged once.
 
 from __future__ import annotations
 
-import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Literal
 
 from fastapi import FastAPI
@@ -26,7 +26,6 @@ from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.bundle import Backends
 from chatqna.backends.factory import build_backends, build_retrieval_backends
-from chatqna.heap import HeapTrimmer, freeze_startup_objects, trim_available
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import configure_tracing
@@ -84,31 +83,18 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
         )
 
 
-@asynccontextmanager
-async def heap_housekeeping(
-    settings: Settings, metrics: ServiceMetrics, *, freeze: bool
-) -> AsyncIterator[None]:
-    """While the app runs: the task that hands freed heap pages back to the OS (see
-    `chatqna.heap`; none with `CHATQNA_HEAP_TRIM_SECONDS=0` or without glibc's
-    `malloc_trim`), and with `freeze` the start-up objects moved out of the collector's way.
+def freeze_startup_objects() -> int:
+    """Collect once, then move every object alive now (modules, the app, the backends and
+    the index) out of the collector's reach for good (`gc.freeze`); returns how many.
+
+    Full collections then walk only what requests created, so those the collector starts
+    under load take a few milliseconds instead of tens. Frozen objects are still freed when
+    nothing refers to them; only reference cycles among them are never collected, which
+    start-up state does not form.
     """
-    if freeze:
-        freeze_startup_objects()
-    task = None
-    if settings.chatqna_heap_trim_seconds > 0 and not trim_available():
-        logger.info("heap trimming is off: this C library has no malloc_trim")
-    elif settings.chatqna_heap_trim_seconds > 0:
-        trimmer = HeapTrimmer(
-            metrics.activity, settings.chatqna_heap_trim_seconds, on_trim=metrics.record_heap_trim
-        )
-        task = asyncio.create_task(trimmer.run(), name="chatqna-heap-trim")
-    try:
-        yield
-    finally:
-        if task is not None:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def create_app(
@@ -138,9 +124,9 @@ def create_app(
             live = await build_backends(settings)
         app.state.service = ServiceState(settings, live, app.state.metrics)
         try:
-            # A served process (backends built here) keeps its start-up state for good.
-            async with heap_housekeeping(settings, app.state.metrics, freeze=owned):
-                yield
+            if owned:  # a served process (backends built here) keeps its start-up state
+                freeze_startup_objects()
+            yield
         finally:
             if owned:
                 await live.aclose()

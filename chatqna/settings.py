@@ -53,7 +53,6 @@ class Settings(BaseSettings):
     chatqna_max_concurrent_chats: int = Field(256, ge=1)
     chatqna_queue_timeout_seconds: float = Field(5.0, ge=0)
     chatqna_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    chatqna_heap_trim_seconds: float = Field(10.0, ge=0)
     chatqna_workers: int | Literal["auto"] = 1
     chatqna_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -203,8 +202,26 @@ class Settings(BaseSettings):
         if value is None:
             return None
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+            shown = re.sub(r"^([^/]*//)?[^/@]*@", r"\1", value)  # never a password
+            raise ValueError(f"must be an http:// or https:// URL, got {shown!r}")
         return value.rstrip("/")
+
+    @field_validator(
+        "tei_embedding_endpoint",
+        "tei_reranking_endpoint",
+        "llm_endpoint",
+        "condense_llm_endpoint",
+        "retriever_endpoint",
+        "chatqna_api_key",
+        "openai_api_key",
+    )
+    @classmethod
+    def _one_line(cls, value: str | SecretStr | None) -> str | SecretStr | None:
+        # These go into request lines and headers, where a CR or LF would end them.
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is not None and ("\r" in text or "\n" in text):
+            raise ValueError("contains a line break (CR or LF); it cannot be sent in HTTP")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

@@ -56,6 +56,7 @@ class LlamaCppLLM:
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
             generation_timeout_seconds=generation_timeout_seconds,
+            proxies_from_env=False,  # our own loopback server: no proxy can reach it
         )
         return cls(client, server, gguf)
 

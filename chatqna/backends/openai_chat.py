@@ -33,7 +33,7 @@ from chatqna.backends.http import (
 )
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
 from chatqna.backends.sse_client import SSEDecoder
-from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream import UpstreamClient, without_credentials
 from chatqna.backends.upstream_types import StreamReply
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 
@@ -82,19 +82,21 @@ class OpenAIChatLLM:
         generation_timeout_seconds: float | None = None,
         backend: str = "llm",
         transport: httpx.AsyncBaseTransport | None = None,
+        proxies_from_env: bool = True,
     ) -> None:
-        self.endpoint = base_url_of(endpoint)
+        self.endpoint = without_credentials(base_url_of(endpoint))
         self.model = model
         self.backend = backend
         self.calls = 0
         self._generation_timeout = generation_timeout_seconds
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = UpstreamClient(
-            self.endpoint,
+            base_url_of(endpoint),
             timeout_seconds=timeout_seconds,
             connect_timeout_seconds=connect_timeout_seconds,
             headers=headers,
             transport=transport,
+            proxies_from_env=proxies_from_env,
         )
 
     def _payload(

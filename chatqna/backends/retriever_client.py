@@ -25,7 +25,7 @@ from chatqna.backends.http import (
     translate_http_error,
 )
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
-from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream import UpstreamClient, without_credentials
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import NotSupported
 
@@ -51,7 +51,7 @@ class RemoteRetriever:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.endpoint = endpoint
+        self.endpoint = without_credentials(endpoint)
         self.calls = 0
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY

@@ -27,7 +27,7 @@ from chatqna.backends.http import (
     require,
     translate_http_error,
 )
-from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream import UpstreamClient, without_credentials
 from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import ScoredChunk
 from chatqna.errors import BadUpstreamResponse
@@ -52,10 +52,10 @@ class TEIEmbedder:
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        self.endpoint = endpoint
+        self.endpoint = without_credentials(endpoint)
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY
-        self.name = f"tei:{endpoint}"
+        self.name = f"tei:{self.endpoint}"
         self.max_batch = max_batch
         self.dimension: int | None = None
         self.calls = 0
@@ -171,8 +171,8 @@ class TEIReranker:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.name = f"tei:{endpoint}"
+        self.endpoint = without_credentials(endpoint)
+        self.name = f"tei:{self.endpoint}"
         self.calls = 0
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY

@@ -1,42 +1,91 @@
-"""One upstream's HTTP client: our httptools engine in the service, an httpx transport in tests.
+"""One upstream's HTTP client: an `httpx.AsyncClient` on httpx's own transport.
 
 Every remote backend keeps one `UpstreamClient` for its whole life. It sends JSON and
-returns the status and the raw body (`Reply`), or opens a streamed body (`StreamReply`);
-what a body means is the backend's business. Underneath is an `Engine`:
+returns the status and the body (`Reply`), or opens a streamed body (`StreamReply`); what a
+body means is the backend's business. `http_client` is the one place the `httpx.AsyncClient`
+of every upstream is built, so what httpx does is what every upstream call does:
 
-- `HttptoolsEngine` (the default, `chatqna.backends.httptools_engine`): keep-alive HTTP/1.1
-  connections whose responses httptools (the compiled parser uvicorn uses) parses. Per call
-  it costs the caller about a third of the CPU of an `aiohttp.ClientSession` and under a
-  tenth of httpx with its own transport (`tests/rag-benchmarks/http_client_cost.py`);
-  the upstream calls were the largest part of the megaservice's CPU per request.
-- `HttpxEngine`: an `httpx.AsyncClient` over any httpx transport. Passing `transport=`
-  (an `httpx.MockTransport`, respx's router) is the seam the unit and contract tests use;
-  the byte-moving engine is all they swap, the backends' wire handling is the same code.
-  The integration tests run the default engine against real servers.
+- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured (`trust_env`);
+- gzip and deflate bodies are decoded, streamed or not;
+- interim `1xx` responses (`103 Early Hints`) are skipped, the final response is read;
+- `user:pass@` in an endpoint URL is sent as HTTP basic auth, and never shown: the client's
+  `base_url` (what spans, logs and `describe()` name) has the credentials removed.
 
-Both engines raise the httpx exception for a failure (`ConnectError`, `ReadTimeout`,
-`RemoteProtocolError`, ...), so `chatqna.backends.http` retries and translates one tree.
-With tracing on, each call gets a CLIENT span (`chatqna.telemetry.client_spans`), and the
-trace context goes along in the request headers.
+Why httpx's own transport, and not an aiohttp one (`httpx-aiohttp`) that costs the caller
+about half the CPU per call (`tests/rag-benchmarks/http_client_cost.py`, the Resilience
+page): that transport reports a refused connection or a dropped one as a `ConnectTimeout`,
+which would turn a dead upstream into a timeout, and reads no proxy from the environment
+on a plain `AsyncClient`. A turn behind real models takes hundreds of milliseconds; the
+transport's CPU per call is small beside it. Tests pass `transport=` (`httpx.MockTransport`,
+respx).
+
+A failure is an httpx exception (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...),
+so `chatqna.backends.http` retries and translates one tree. With tracing on, each call gets
+a CLIENT span (`chatqna.telemetry.client_spans`), and the trace context goes along in the
+request headers.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 import orjson
 
-from chatqna.backends.httptools_engine import HttptoolsEngine
-from chatqna.backends.upstream_types import Engine, Reply, StreamReply, Timeouts
+from chatqna.backends.upstream_types import Reply, StreamReply, Timeouts
 from chatqna.telemetry.client_spans import ClientSpans
 
 NUMPY = orjson.OPT_SERIALIZE_NUMPY
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+# Per upstream. Idle connections are dropped after 3 s, before a uvicorn-style upstream's
+# own 5 s keep-alive closes them under a request.
+LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0)
 
 
-class _HttpxStream:
+def without_credentials(url: str) -> str:
+    """`url` without a `user:pass@` part (what may be logged or shown)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def credentials(url: str) -> httpx.BasicAuth | None:
+    """HTTP basic auth from the `user:pass@` part of `url`, if it has one."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return None
+    return httpx.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def http_client(
+    timeouts: Timeouts,
+    *,
+    auth: httpx.BasicAuth | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    proxies_from_env: bool = True,
+) -> httpx.AsyncClient:
+    """The `httpx.AsyncClient` of one upstream: the one place every upstream client is built.
+
+    `timeouts.read` bounds each read and write and a wait for a free pooled connection,
+    `timeouts.connect` a new connection's handshake. Without `transport`, httpx's own, with
+    the proxies the environment names unless `proxies_from_env` is off (a given `transport`,
+    the tests', is used as it is).
+    """
+    return httpx.AsyncClient(
+        auth=auth,
+        timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+        limits=LIMITS,
+        transport=transport,
+        trust_env=proxies_from_env,
+    )
+
+
+class _Stream:
+    """A streamed response (`StreamReply`): its body decoded as it arrives."""
+
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.status = response.status_code
@@ -51,41 +100,14 @@ class _HttpxStream:
         await self._response.aclose()
 
 
-class HttpxEngine:
-    """An `httpx.AsyncClient` over `transport` (tests' `MockTransport`, respx)."""
-
-    def __init__(self, transport: httpx.AsyncBaseTransport, timeouts: Timeouts) -> None:
-        self._client = httpx.AsyncClient(
-            transport=transport,
-            timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
-        )
-
-    async def send(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> Reply:
-        response = await self._client.request(method, url, headers=headers, content=body)
-        return Reply(response.status_code, response.content)
-
-    async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> StreamReply:
-        request = self._client.build_request(method, url, headers=headers, content=body)
-        return _HttpxStream(await self._client.send(request, stream=True))
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-def default_engine(timeouts: Timeouts) -> Engine:
-    """The engine of a client built without a transport: httptools (see the module)."""
-    return HttptoolsEngine(timeouts)
-
-
 class UpstreamClient:
     """The one client a remote backend keeps for its whole life.
 
-    `base_url` is the upstream's root (`http://tei:80`); `headers` go with every request
-    (an API key). Without a `transport`, `default_engine` moves the bytes.
+    `base_url` is the upstream's root (`http://tei:80`, credentials allowed:
+    `https://user:pass@llm.example`); `headers` go with every request (an API key).
+    `transport` replaces httpx's own (tests: `httpx.MockTransport`, respx).
+    `proxies_from_env=False` ignores `HTTP_PROXY` and the like (the embedded LLM's
+    loopback server, which no proxy could reach).
     """
 
     def __init__(
@@ -96,11 +118,15 @@ class UpstreamClient:
         connect_timeout_seconds: float,
         headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        proxies_from_env: bool = True,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = without_credentials(base_url.rstrip("/"))
         timeouts = Timeouts(read=timeout_seconds, connect=connect_timeout_seconds)
-        self._engine = (
-            default_engine(timeouts) if transport is None else HttpxEngine(transport, timeouts)
+        self._client = http_client(
+            timeouts,
+            auth=credentials(base_url),
+            transport=transport,
+            proxies_from_env=proxies_from_env,
         )
         self._headers = {**JSON_HEADERS, **(headers or {})}
         self._bare_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
@@ -110,12 +136,13 @@ class UpstreamClient:
     async def request(self, method: str, path: str, payload: Any = None) -> Reply:
         """Send `payload` (None: no body) as JSON; the whole reply, whatever its status."""
         body = None if payload is None else orjson.dumps(payload, option=NUMPY)
-        url = self.base_url + path
         headers = dict(self._headers if body is not None else self._bare_headers)
         with self._spans.call(method, path, headers) as span:
-            reply = await self._engine.send(method, url, headers, body)
-            span.status(reply.status)
-        return reply
+            response = await self._client.request(
+                method, self.base_url + path, headers=headers, content=body
+            )
+            span.status(response.status_code)
+        return Reply(response.status_code, response.content)
 
     async def post(self, path: str, payload: Any) -> Reply:
         return await self.request("POST", path, payload)
@@ -126,14 +153,16 @@ class UpstreamClient:
     async def open_stream(self, path: str, payload: Any) -> StreamReply:
         """POST `payload` and return once the status and headers are in; the caller reads
         the body and must `aclose` the reply."""
-        url = self.base_url + path
         headers = {**self._headers, "Accept": "text/event-stream"}
         body = orjson.dumps(payload, option=NUMPY)
         with self._spans.call("POST", path, headers) as span:
-            reply = await self._engine.open("POST", url, headers, body)
-            span.status(reply.status)
-        return reply
+            request = self._client.build_request(
+                "POST", self.base_url + path, headers=headers, content=body
+            )
+            response = await self._client.send(request, stream=True)
+            span.status(response.status_code)
+        return _Stream(response)
 
     async def aclose(self) -> None:
         self.is_closed = True
-        await self._engine.aclose()
+        await self._client.aclose()

@@ -1,12 +1,12 @@
-"""What an upstream client and its engines exchange: timeouts, replies, the engine's shape.
+"""What an upstream client gives its backends: timeouts, whole replies, streamed replies.
 
-Beside `chatqna.backends.upstream` (the client) and its engines (`httptools_engine`, and
-the httpx one in `upstream`), so that each imports these without importing the others.
+Beside `chatqna.backends.upstream` (the client), so that the backends and `http` import
+these without importing the client.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,7 +15,7 @@ import orjson
 
 @dataclass(frozen=True)
 class Timeouts:
-    """`read` bounds connecting from the pool and each read or write, `connect` a new
+    """`read` bounds a wait for a pooled connection and each read or write, `connect` a new
     connection's handshake (httpx's `Timeout(read, connect=connect)`)."""
 
     read: float
@@ -52,17 +52,3 @@ class StreamReply(Protocol):
         """Release the connection: back to the pool when the body was read to its end,
         closed (ending the upstream's work, e.g. a generation) when it was not."""
         ...
-
-
-class Engine(Protocol):
-    """Moves one request's bytes; the two implementations are in this package."""
-
-    async def send(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> Reply: ...
-
-    async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> StreamReply: ...
-
-    async def aclose(self) -> None: ...

@@ -1,16 +1,14 @@
 """Feature suites: the whole app driven through `httpx.ASGITransport` on in-process backends.
 
 They reuse the unit tests' fixtures (the app client, settings, the in-memory span exporter)
-and their guards: no network, no ChatQnA variable leaking in from the environment, and
-httpx's own transport under the upstream clients (so respx and `MockTransport` intercept).
+and their guards: no network, and no ChatQnA variable leaking in from the environment.
 """
 
 from tests.unit.api.conftest import client_for, settings
-from tests.unit.conftest import _clean_environment, _httpx_transport, _no_network, spans
+from tests.unit.conftest import _clean_environment, _no_network, spans
 
 __all__ = [
     "_clean_environment",
-    "_httpx_transport",
     "_no_network",
     "client_for",
     "settings",

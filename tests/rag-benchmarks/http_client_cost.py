@@ -1,22 +1,20 @@
-"""What one upstream call costs the caller's CPU: httpx, httpx over aiohttp, aiohttp, ours.
+"""What one upstream call costs the caller's CPU: httpx, httpx over aiohttp, aiohttp.
 
     .venv/bin/python tests/rag-benchmarks/http_client_cost.py [--calls 2000] [--rounds 3]
 
 Starts the stand-in upstreams (`python -m tests.standins.servers`, their own process) and,
 in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON body in, a
-64-float vector out, as the service makes them) and as many streamed chat calls (20 SSE
-chunks read line by line) with each client, at `--concurrency` calls in flight, over a
-keep-alive pool. The clients: httpx with its own transport, httpx over the `httpx-aiohttp`
-package's transport when it is installed (it is not a dependency), aiohttp directly, and
-the service's own `UpstreamClient` (`chatqna.backends.upstream`, on its httptools engine)
-with the SSE decoder the LLM client uses; and the overhead benchmarks' load generator
-(`load_client.py`, which reads a stream whole without decoding it, here on the same stdlib
-event loop as the others; `opea_overhead.py` runs it on uvloop). (Before it, the service
-ran httpx over an aiohttp transport of its own, then `UpstreamClient` on aiohttp, the
-"aiohttp directly" row; the first is in the git history of `results/http_client_cost.json`.)
-They alternate within each round. What is measured is this process's CPU time per call
-(`time.process_time`), which the stand-ins' own work does not touch, and calls per second.
-Writes `results/http_client_cost.json`.
+64-float vector out, as the service makes them) and a quarter as many streamed chat calls
+(20 SSE chunks read line by line) with each client, at `--concurrency` calls in flight, over
+a keep-alive pool. The candidates: httpx on its own transport, httpx over the
+`httpx-aiohttp` package's transport (when it is installed; it is not a dependency), and
+aiohttp directly; then the service's `UpstreamClient` (`chatqna.backends.upstream`, an httpx
+client, with the SSE decoder the LLM client uses), and the overhead benchmarks' load
+generator (`load_client.py`, which reads a stream whole without decoding it; here on the
+same stdlib event loop as the others). They alternate within each round. What is measured
+is this process's CPU time per call (`time.process_time`), which the stand-ins' own work
+does not touch, and calls per second. Writes `results/http_client_cost.json` with the
+commit and the command.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,7 +157,7 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
     except ImportError:
         pass
     clients["aiohttp directly"] = aiohttp_calls(session, base)
-    clients["the service's UpstreamClient (httptools engine)"] = upstream_calls(ours)
+    clients["the service's UpstreamClient (httpx)"] = upstream_calls(ours)
     load = load_client.LoadSession(base, timeout=30)
     clients["the benchmarks' load generator (load_client.py)"] = load_client_calls(load)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
@@ -224,8 +223,12 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {embed['cpu_us_per_call']:.0f} | {embed['calls_per_s']:.0f} "
             f"| {chat['cpu_us_per_call']:.0f} |"
         )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+    ).stdout.strip()
     report = {
         "benchmark": "http_client_cost",
+        "commit": commit,
         "command": "tests/rag-benchmarks/http_client_cost.py " + " ".join(argv or sys.argv[1:]),
         "calls": args.calls,
         "concurrency": args.concurrency,

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/rag-benchmarks/load_chats.py [--concurrency 200] [--duration 30]
         [--runs 2] [--warmup 60] [--pause 5] [--delay 0.02] [--tokens 20]
-        [--token-interval 0.02] [--heap-trim-seconds N] [--workers N --remote-retriever]
+        [--token-interval 0.02] [--workers N --remote-retriever]
 
 Starts the stand-in TEI + OpenAI upstreams (`python -m tests.standins.servers`, their own
 process) and `python -m chatqna serve` on loopback with the embedded index in a temporary
@@ -15,7 +15,7 @@ reported but not counted) brings the server to its working size, which it reache
 few thousand chats at the defaults (see the soak runs in the benchmarks docs). Then `--runs`
 runs follow each other against the same server process, `--pause` idle seconds apart, with
 the server's RSS sampled from /proc throughout and once more at the end of each pause
-("settled": the server is idle and its heap trimmer has run). Growth across runs shows in
+("settled": the server is idle, its idle connections expired). Growth across runs shows in
 the settled RSS.
 
 With `--remote-retriever` the server searches the stand-in's OPEA retriever instead of the
@@ -162,7 +162,6 @@ def server_env(
     data_dir: Path,
     port: int,
     concurrency: int,
-    heap_trim_seconds: float | None,
     workers: int = 1,
     remote_retriever: bool = False,
 ) -> dict[str, str]:
@@ -182,8 +181,6 @@ def server_env(
         MULTI_TURN_BLEND_ENABLED="true",
         OTEL_TRACES_EXPORTER="none",
     )
-    if heap_trim_seconds is not None:
-        env["CHATQNA_HEAP_TRIM_SECONDS"] = str(heap_trim_seconds)
     env["CHATQNA_WORKERS"] = str(workers)
     if remote_retriever:
         env["RETRIEVER_ENDPOINT"] = standin
@@ -462,7 +459,7 @@ async def one_run(
         stop.set()
         await sampler
     cpu = (cpu_seconds(pid) - cpu_before, time.process_time() - loadgen_before)
-    await asyncio.sleep(args.pause)  # idle: connections expire, the heap trimmer runs
+    await asyncio.sleep(args.pause)  # idle: connections expire
     settled = rss_kib(pid)
     return summarise_run(record, elapsed, cpu, load_before, settled)
 
@@ -577,12 +574,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--token-interval", type=float, default=0.02, help="seconds between streamed tokens"
     )
-    parser.add_argument(
-        "--heap-trim-seconds",
-        type=float,
-        default=None,
-        help="the server's CHATQNA_HEAP_TRIM_SECONDS (default: the service's default; 0: off)",
-    )
     parser.add_argument("--workers", type=int, default=1, help="server processes (CHATQNA_WORKERS)")
     parser.add_argument(
         "--remote-retriever",
@@ -623,7 +614,6 @@ def running_services(args: argparse.Namespace, root: Path) -> Iterator[tuple[Pro
                 root / "data",
                 port,
                 args.concurrency,
-                args.heap_trim_seconds,
                 args.workers,
                 args.remote_retriever,
             ),
@@ -682,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "multi_turn_blend_enabled": True,
             "tracing": "off",
             "log_level": "WARNING",
-            "heap_trim_seconds": args.heap_trim_seconds,
+            "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX"),
             "workers": args.workers,
             "retriever": "stand-in (RETRIEVER_ENDPOINT)" if args.remote_retriever else "embedded",
         },

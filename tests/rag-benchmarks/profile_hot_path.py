@@ -41,9 +41,8 @@ DEFAULT_OUTPUT = HERE / "results" / "profile" / "profile_hot_path.json"
 # (group, path fragments); the innermost frame's file decides. Order matters.
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "upstream HTTP client (the service's engine; httpx, aiohttp)",
+        "upstream HTTP client (httpx, httpcore, h11)",
         (
-            "(chatqna/backends/httptools_engine.py",
             "(chatqna/backends/upstream.py",
             "(httpx/",
             "(httpcore/",

@@ -11,14 +11,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from chatqna.backends import upstream
 from chatqna.settings import Settings
 from chatqna.telemetry.tracing import service_resource
 
@@ -37,17 +35,6 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 class NetworkBlocked(RuntimeError):
     """Raised when a unit test tries to open a network connection."""
-
-
-@pytest.fixture(autouse=True)
-def _httpx_transport(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Upstream clients run on httpx's own transport here, where respx mocks them; the
-    service's httptools engine has its own tests, and the integration tests run it."""
-    monkeypatch.setattr(
-        upstream,
-        "default_engine",
-        lambda timeouts: upstream.HttpxEngine(httpx.AsyncHTTPTransport(), timeouts),
-    )
 
 
 @pytest.fixture(autouse=True)

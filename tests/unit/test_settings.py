@@ -155,3 +155,28 @@ def test_an_unsupported_otlp_protocol_names_the_variable(monkeypatch: pytest.Mon
     message = describe_validation_error(failure.value)
     assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" in message
     assert "http/protobuf" in message
+
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OPENAI_API_KEY", "sk-secret\n"),
+        ("CHATQNA_API_KEY", "key\r\nX-Injected: yes"),
+        ("LLM_ENDPOINT", "http://vllm:8000\r\nX-Injected: yes"),
+    ],
+)
+def test_a_line_break_in_a_header_or_url_value_is_refused_without_echoing_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    message = _error_for(monkeypatch, LLM_MODEL_ID="m", **{name: value})
+    assert f"{name}: " in message and "line break" in message
+    assert "secret" not in message and "Injected" not in message
+
+
+def test_a_bad_endpoint_url_is_named_without_its_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    message = _error_for(monkeypatch, TEI_EMBEDDING_ENDPOINT="ftp://user:hunter2@tei:80")
+    assert "TEI_EMBEDDING_ENDPOINT" in message and "ftp://tei:80" in message
+    assert "hunter2" not in message

@@ -116,6 +116,20 @@ async def test_authorization_header_with_api_key(router: respx.MockRouter) -> No
     assert route.calls[0].request.headers["authorization"] == "Bearer sk-test-123"
 
 
+async def test_credentials_in_the_endpoint_are_basic_auth_and_never_shown(
+    router: respx.MockRouter,
+) -> None:
+    route = router.post(PATH).respond(json=completion_body())
+    router.get("/v1/models").respond(json={"data": []})
+    llm = OpenAIChatLLM("http://svc:hunter2@llm.test:8000/v1", "m")
+    await llm.complete(MESSAGES, PARAMS)
+    described = await llm.describe()
+    await llm.aclose()
+    assert route.calls[0].request.headers["authorization"].startswith("Basic ")
+    assert llm.endpoint == described["endpoint"] == BASE
+    assert "hunter2" not in repr(described)
+
+
 async def test_no_authorization_header_without_api_key(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:

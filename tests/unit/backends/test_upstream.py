@@ -1,14 +1,18 @@
-"""`UpstreamClient` on the httpx engine (a `MockTransport`): what goes out for each call."""
+"""`UpstreamClient` over a `MockTransport`: what goes out for each call, what comes back."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import zlib
+from collections.abc import Callable
 
 import httpx
 import numpy as np
 import pytest
 
-from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream import UpstreamClient, without_credentials
 from chatqna.backends.upstream_types import Reply
 
 pytestmark = pytest.mark.anyio
@@ -77,3 +81,38 @@ async def test_aclose_marks_the_client_closed() -> None:
 def test_a_reply_that_is_not_json_raises_the_json_error() -> None:
     with pytest.raises(json.JSONDecodeError):
         Reply(200, b"<html>").json()
+
+
+async def test_credentials_in_the_url_are_basic_auth_and_left_out_of_base_url() -> None:
+    seen: list[httpx.Request] = []
+    upstream = UpstreamClient(
+        "https://svc%40corp:p%3Ass@llm.test/v1",
+        timeout_seconds=5,
+        connect_timeout_seconds=1,
+        transport=recording(seen, httpx.Response(200, json={})),
+    )
+    await upstream.post("/chat/completions", {})
+    assert upstream.base_url == "https://llm.test/v1"
+    assert str(seen[0].url) == "https://llm.test/v1/chat/completions"
+    basic = base64.b64encode(b"svc@corp:p:ss").decode()
+    assert seen[0].headers["authorization"] == f"Basic {basic}"
+
+
+def test_without_credentials_keeps_everything_but_the_userinfo() -> None:
+    assert without_credentials("http://u:p@tei:80/x?y=1") == "http://tei:80/x?y=1"
+    assert without_credentials("http://tei:80/a@b") == "http://tei:80/a@b"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"), [("gzip", gzip.compress), ("deflate", zlib.compress)]
+)
+async def test_compressed_bodies_come_back_decoded_whole_and_streamed(
+    encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    plain = b'{"answer": "' + b"forty-two " * 200 + b'"}'
+    answer = httpx.Response(200, headers={"Content-Encoding": encoding}, content=compress(plain))
+    upstream = client([], answer)
+    assert (await upstream.post("/x", {})).body == plain
+    stream = await upstream.open_stream("/x", {})
+    assert b"".join([chunk async for chunk in stream.chunks()]) == plain
+    await stream.aclose()

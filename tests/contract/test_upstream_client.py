@@ -1,6 +1,6 @@
-"""The upstream `Engine` contract, over the service's httptools engine and the httpx engine
-the tests swap in (on httpx's own transport), against one loopback server: the same bytes
-go out, the same replies and streams come back, and a failure is the same httpx exception."""
+"""The upstream client's contract on its real transport, against one loopback server: the
+bytes go out as sent, replies and streams come back whole and in order, and each failure is
+the httpx exception `chatqna.backends.http` retries and translates."""
 
 from __future__ import annotations
 
@@ -11,14 +11,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from chatqna.backends.httptools_engine import HttptoolsEngine
-from chatqna.backends.upstream import HttpxEngine
-from chatqna.backends.upstream_types import Engine, Timeouts
+from chatqna.backends.upstream import UpstreamClient
 
 pytestmark = pytest.mark.anyio
 
-TIMEOUTS = Timeouts(read=0.5, connect=1.0)
-HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 PIECES = [b"data: a\n\n", b"data: b\n\n", b"data: [DONE]\n\n"]
 
 
@@ -58,30 +54,30 @@ async def base() -> AsyncIterator[str]:
     server.close()
 
 
-@pytest.fixture(params=["httptools", "httpx"])
-async def engine(request: pytest.FixtureRequest) -> AsyncIterator[Engine]:
-    built: Engine = (
-        HttptoolsEngine(TIMEOUTS)
-        if request.param == "httptools"
-        else HttpxEngine(httpx.AsyncHTTPTransport(), TIMEOUTS)
-    )
+def client(base: str) -> UpstreamClient:
+    return UpstreamClient(base, timeout_seconds=0.5, connect_timeout_seconds=1.0)
+
+
+@pytest.fixture
+async def upstream(base: str) -> AsyncIterator[UpstreamClient]:
+    built = client(base)
     yield built
     await built.aclose()
 
 
-async def test_a_json_call_returns_status_and_body_as_sent(engine: Engine, base: str) -> None:
-    reply = await engine.send("POST", base + "/json", HEADERS, b'{"input":"q"}')
+async def test_a_json_call_returns_status_and_body_as_sent(upstream: UpstreamClient) -> None:
+    reply = await upstream.post("/json", {"input": "q"})
     assert reply.status == 200
     assert reply.json() == {"got": {"input": "q"}}
 
 
-async def test_an_error_status_is_a_reply(engine: Engine, base: str) -> None:
-    reply = await engine.send("POST", base + "/busy", HEADERS, b"{}")
+async def test_an_error_status_is_a_reply(upstream: UpstreamClient) -> None:
+    reply = await upstream.post("/busy", {})
     assert (reply.status, reply.body) == (503, b"busy")
 
 
-async def test_a_stream_gives_the_whole_body_in_order(engine: Engine, base: str) -> None:
-    stream = await engine.open("POST", base + "/stream", HEADERS, b"{}")
+async def test_a_stream_gives_the_whole_body_in_order(upstream: UpstreamClient) -> None:
+    stream = await upstream.open_stream("/stream", {})
     try:
         assert stream.status == 200
         assert b"".join([chunk async for chunk in stream.chunks()]) == b"".join(PIECES)
@@ -89,27 +85,29 @@ async def test_a_stream_gives_the_whole_body_in_order(engine: Engine, base: str)
         await stream.aclose()
 
 
-async def test_an_error_stream_can_be_read_at_once(engine: Engine, base: str) -> None:
-    stream = await engine.open("POST", base + "/busy", HEADERS, b"{}")
+async def test_an_error_stream_can_be_read_at_once(upstream: UpstreamClient) -> None:
+    stream = await upstream.open_stream("/busy", {})
     try:
         assert (stream.status, await stream.read()) == (503, b"busy")
     finally:
         await stream.aclose()
 
 
-async def test_a_refused_connection_is_a_connect_error(engine: Engine) -> None:
+async def test_a_refused_connection_is_a_connect_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    refused = client(f"http://127.0.0.1:{port}")
     with pytest.raises(httpx.ConnectError):
-        await engine.send("POST", f"http://127.0.0.1:{port}/json", HEADERS, b"{}")
+        await refused.post("/json", {})
+    await refused.aclose()
 
 
-async def test_a_silent_upstream_is_a_read_timeout(engine: Engine, base: str) -> None:
+async def test_a_silent_upstream_is_a_read_timeout(upstream: UpstreamClient) -> None:
     with pytest.raises(httpx.ReadTimeout):
-        await engine.send("POST", base + "/silent", HEADERS, b"{}")
+        await upstream.post("/silent", {})
 
 
-async def test_a_body_cut_short_is_a_protocol_error(engine: Engine, base: str) -> None:
+async def test_a_body_cut_short_is_a_protocol_error(upstream: UpstreamClient) -> None:
     with pytest.raises(httpx.RemoteProtocolError):
-        await engine.send("POST", base + "/short", HEADERS, b"{}")
+        await upstream.post("/short", {})

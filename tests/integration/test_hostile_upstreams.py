@@ -1,0 +1,227 @@
+"""Upstreams that are legal but unkind, on real sockets: every answer still reaches the chat
+it belongs to, or the chat fails with a typed error.
+
+A `chatqna serve` process asks its chat LLM on a raw-socket server (`tests.standins.hostile`)
+that can send `103 Early Hints` before each answer or gzip its bodies; embeddings, rerank and
+retrieval come from the usual stand-ins. A second process reaches every upstream through a
+forward proxy named by `HTTP_PROXY`. The keep-alive cases use the LLM client directly, against
+a server that closes an idle connection, or closes it just as the next request arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from chatqna.backends.http import RetryPolicy, post_json
+from chatqna.backends.openai_chat import OpenAIChatLLM
+from chatqna.backends.protocols import GenerationParams
+from chatqna.backends.upstream import UpstreamClient
+from chatqna.errors import UpstreamError
+from tests.integration.conftest import ServerProcess, start_server
+from tests.standins.hostile import ForwardProxy, HostileChat, running
+from tests.standins.servers import create_standin_app, serve_in_thread
+from tests.unit.api.conftest import parse_sse
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Service:
+    server: ServerProcess
+    chat: HostileChat
+    llm: str
+
+
+def upstream_env(standin: str, llm: str) -> dict[str, str]:
+    return {
+        "TEI_EMBEDDING_ENDPOINT": standin,
+        "TEI_RERANKING_ENDPOINT": standin,
+        "RETRIEVER_ENDPOINT": standin,
+        "LLM_ENDPOINT": llm,
+        "LLM_MODEL_ID": "hostile",
+        "LLM_TIMEOUT_SECONDS": "5",
+        "LLM_GENERATION_TIMEOUT_SECONDS": "10",
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[str]:
+    with serve_in_thread(create_standin_app(tokens=4)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def service(standin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    root = tmp_path_factory.mktemp("hostile")
+    chat = HostileChat()
+    with running(chat) as llm:
+        server = start_server(root / "data", root / "server.log", **upstream_env(standin, llm))
+        try:
+            yield Service(server, chat, llm)
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def chat(service: Service) -> Iterator[HostileChat]:
+    yield service.chat
+    service.chat.early_hints = service.chat.gzip = False
+
+
+def ask(url: str, marker: str, stream: bool) -> str:
+    """The answer text of one chat about `marker` (asserting it succeeded)."""
+    response = httpx.post(
+        f"{url}/v1/chatqna",
+        json={"messages": f"Tell me about ask-{marker} please", "stream": stream},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    if not stream:
+        return str(response.json()["choices"][0]["message"]["content"])
+    events = parse_sse(response.text)
+    assert [name for name, _ in events].count("error") == 0, events
+    assert events[-1] == ("message", "[DONE]")
+    return "".join(text_of(data) for name, data in events if name == "message")
+
+
+def text_of(data: str) -> str:
+    if data == "[DONE]":
+        return ""
+    choices: list[dict[str, Any]] = json.loads(data).get("choices") or []
+    return "".join(str((c.get("delta") or {}).get("content") or "") for c in choices)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_early_hints_before_the_answer_leave_each_chat_its_own_answer(
+    service: Service, chat: HostileChat, stream: bool
+) -> None:
+    chat.early_hints = True
+    first = ask(service.server.url, "alpha", stream)
+    second = ask(service.server.url, "beta", stream)
+    assert first.strip() == "Answer for alpha."
+    assert second.strip() == "Answer for beta."
+    ready = httpx.get(f"{service.server.url}/v1/ready", timeout=10)  # GET /v1/models, too
+    assert ready.status_code == 200, ready.text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_gzip_answers_are_decoded(service: Service, chat: HostileChat, stream: bool) -> None:
+    chat.gzip = True
+    assert ask(service.server.url, "gamma", stream).strip() == "Answer for gamma."
+    chat.early_hints = True  # both at once
+    assert ask(service.server.url, "delta", stream).strip() == "Answer for delta."
+
+
+def test_every_upstream_is_reached_through_the_proxy_in_http_proxy(
+    standin: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = tmp_path_factory.mktemp("proxied")
+    proxy = ForwardProxy()
+    with running(HostileChat()) as llm, running(proxy) as proxy_url:
+        server = start_server(
+            root / "data",
+            root / "server.log",
+            HTTP_PROXY=proxy_url,
+            NO_PROXY="",
+            **upstream_env(standin, llm),
+        )
+        try:
+            assert ask(server.url, "epsilon", True).strip() == "Answer for epsilon."
+        finally:
+            server.stop()
+    seen = {line.decode() for line in proxy.seen}
+    assert f"POST {llm}/v1/chat/completions HTTP/1.1" in seen
+    assert f"POST {standin}/v1/embeddings HTTP/1.1" in seen
+    assert f"POST {standin}/v1/retrieval HTTP/1.1" in seen
+
+
+def llm_client(url: str) -> OpenAIChatLLM:
+    return OpenAIChatLLM(url, "hostile", timeout_seconds=2, connect_timeout_seconds=1)
+
+
+async def complete(llm: OpenAIChatLLM, marker: str) -> str:
+    messages = [{"role": "user", "content": f"ask-{marker}"}]
+    return (await llm.complete(messages, GenerationParams())).text
+
+
+@pytest.mark.anyio
+async def test_a_connection_closed_while_idle_is_not_reused() -> None:
+    chat = HostileChat(idle_close_seconds=0.1)
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            assert await complete(llm, "one") == "Answer for one."
+            await asyncio.sleep(0.4)  # the server has closed the idle connection by now
+            assert await complete(llm, "two") == "Answer for two."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 2
+
+
+@pytest.mark.anyio
+async def test_a_connection_closed_under_a_request_is_a_typed_error_never_old_bytes() -> None:
+    chat = HostileChat(close_reused=True)
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            assert await complete(llm, "one") == "Answer for one."
+            try:
+                assert await complete(llm, "two") == "Answer for two."
+            except UpstreamError as exc:  # not retried: a generation is not idempotent
+                assert exc.backend == "llm"
+            assert await complete(llm, "three") == "Answer for three."
+        finally:
+            await llm.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_idempotent_call_closed_under_it_is_retried_on_a_new_connection() -> None:
+    chat = HostileChat(close_reused=True)
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    retry = RetryPolicy(attempts=2, sleep=record)
+    with running(chat) as url:
+        client = UpstreamClient(url, timeout_seconds=2, connect_timeout_seconds=1)
+        try:
+            for marker in ("one", "two"):
+                body = {"messages": [{"role": "user", "content": f"ask-{marker}"}]}
+                answer = await post_json(
+                    client, "/v1/chat/completions", body, backend="llm", retry=retry
+                )
+                assert answer["choices"][0]["message"]["content"] == f"Answer for {marker}."
+        finally:
+            await client.aclose()
+    assert len(waits) == 1 and chat.connections == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("from_env", [True, False])
+async def test_the_proxy_in_the_environment_is_used_unless_turned_off(
+    monkeypatch: pytest.MonkeyPatch, from_env: bool
+) -> None:
+    proxy = ForwardProxy()
+    with running(HostileChat()) as url, running(proxy) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        llm = OpenAIChatLLM(
+            url, "hostile", timeout_seconds=2, proxies_from_env=from_env
+        )  # the embedded LLM's client turns it off
+        try:
+            assert await complete(llm, "zeta") == "Answer for zeta."
+        finally:
+            await llm.aclose()
+    assert [line.split(b" ")[1].decode() for line in proxy.seen] == (
+        [f"{url}/v1/chat/completions"] if from_env else []
+    )
