@@ -157,7 +157,6 @@ def test_an_unsupported_otlp_protocol_names_the_variable(monkeypatch: pytest.Mon
     assert "http/protobuf" in message
 
 
-
 @pytest.mark.parametrize(
     ("name", "value"),
     [
