@@ -1,0 +1,87 @@
+"""Own history: the turn-by-turn replay that puts the system's own answers in the history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from chatqna.backends.fakes import HashingEmbedder
+from chatqna.documents import ScoredChunk
+from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.live import ANSWER_CHARS, dialogues, passage_answerer, replay_mode
+from chatqna.evaluation.modes import Mode, QueryStrategy
+from chatqna.evaluation.runner import build_index, run_benchmark
+from chatqna.multiturn.history import Conversation
+from tests.unit.evaluation.test_dataset import write_dataset
+
+pytestmark = pytest.mark.anyio
+
+BOTH_ROLES = QueryStrategy("blend", 0.7, 4, "newest_first", "user_assistant")
+
+
+def test_dialogues_rebuild_each_conversation_up_to_its_last_scored_turn(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    (dialogue,) = dialogues(dataset, dataset.scored_turns)
+    assert [m.role for m in dialogue.messages] == ["user", "assistant", "user"]
+    assert {position: t.turn for position, t in dialogue.scored.items()} == {0: 1, 2: 2}
+
+
+async def test_own_history_holds_the_top_passage_not_the_reference_answer(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    index = await build_index(dataset, embedder, tmp_path / "index")
+    seen: list[Conversation] = []
+    texts = {p.id: p.text for p in dataset.passages}
+    proxy = passage_answerer(texts)
+
+    async def answer(conversation: Conversation, hits: Sequence[ScoredChunk]) -> str:
+        seen.append(conversation)
+        return await proxy(conversation, hits)
+
+    mode = Mode(BOTH_ROLES, True, False, history="own")
+    result, plans = await replay_mode(
+        mode, dialogues(dataset, dataset.scored_turns), index, embedder, None, None, answer
+    )
+    first, second = seen
+    assert first.history == ()
+    top = result.rankings["c1<::>1"][0]
+    assert second.history[0].content == "How do I export my workspace?"
+    assert second.history[1].content == texts[top][:ANSWER_CHARS]
+    assert second.history[1].content != "Use the export zip."
+    assert set(result.per_turn) == {"c1<::>1", "c1<::>2"}
+    assert plans["c1<::>2"].vector is not None
+
+
+async def test_own_history_leaves_turn_one_and_stateless_as_with_reference(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    results = await run_benchmark(
+        dataset,
+        [QueryStrategy("stateless"), BOTH_ROLES],
+        embedder,
+        embedder,
+        None,
+        samples=20,
+        histories=("reference", "own"),
+    )
+    by = {(m["label"], m["history"]): m for m in results["modes"]}
+    for label, history in list(by):
+        if history != "own":
+            continue
+        own = by[(label, history)]["per_turn_R@5"]
+        reference = by[(label.removesuffix(" [own history]"), "reference")]["per_turn_R@5"]
+        assert own["c1<::>1"] == reference["c1<::>1"]
+        if label.startswith("stateless"):
+            assert own == reference
+    assert len(results["modes"]) == 2 * 2 * 4
+
+
+async def test_passage_answer_is_empty_without_hits() -> None:
+    answer = passage_answerer({})
+    assert await answer(Conversation("q", ()), []) == ""
