@@ -9,11 +9,14 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.documents import ScoredChunk
+from chatqna.evaluation.compare import shipped_references
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.live import ANSWER_CHARS, dialogues, passage_answerer, replay_mode
 from chatqna.evaluation.modes import Mode, QueryStrategy
+from chatqna.evaluation.report import markdown
 from chatqna.evaluation.runner import build_index, run_benchmark
 from chatqna.multiturn.history import Conversation
+from chatqna.settings import Settings
 from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio
@@ -85,3 +88,23 @@ async def test_own_history_leaves_turn_one_and_stateless_as_with_reference(
 async def test_passage_answer_is_empty_without_hits() -> None:
     answer = passage_answerer({})
     assert await answer(Conversation("q", ()), []) == ""
+
+
+async def test_the_report_sets_reference_and_own_history_side_by_side(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    results = await run_benchmark(
+        dataset,
+        [QueryStrategy("stateless")],
+        embedder,
+        embedder,
+        None,
+        samples=20,
+        histories=("reference", "own"),
+        references=shipped_references(Settings(rrf_bm25_weight=0.2), depth=10),
+    )
+    assert set(results["comparisons"]) == {"reference", "own"}
+    assert all(results["comparisons"]["own"]["turn_1_identical"].values())
+    text = markdown({**results, "command": "test"})
+    assert "## Reference history and own history, side by side" in text
+    assert "## The defaults against the references (own history)" in text
