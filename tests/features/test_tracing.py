@@ -97,7 +97,7 @@ async def test_blend_executed_spans(
     assert attributes[names.BLEND_HISTORY_TURNS] == 2
     assert attributes[names.BLEND_HISTORY_MESSAGES] == 2
     assert attributes[names.HISTORY_ORDER] == "newest_first"
-    assert attributes[names.BM25_HISTORY_RAN] is False  # weight 0 by default
+    assert attributes[names.BM25_HISTORY_RAN] is True
     assert (attributes[names.FUSION_DENSE_WEIGHT], attributes[names.FUSION_BM25_WEIGHT]) == (
         1.0,
         0.2,
