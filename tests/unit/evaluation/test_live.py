@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
 from chatqna.documents import ScoredChunk
 from chatqna.evaluation.compare import shipped_references
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.live import ANSWER_CHARS, dialogues, passage_answerer, replay_mode
+from chatqna.evaluation.live import (
+    ANSWER_CHARS,
+    dialogues,
+    llm_answerer,
+    passage_answerer,
+    replay_mode,
+)
 from chatqna.evaluation.modes import Mode, QueryStrategy
 from chatqna.evaluation.report import markdown
 from chatqna.evaluation.runner import build_index, run_benchmark
@@ -108,3 +114,28 @@ async def test_the_report_sets_reference_and_own_history_side_by_side(tmp_path: 
     text = markdown({**results, "command": "test"})
     assert "## Reference history and own history, side by side" in text
     assert "## The defaults against the references (own history)" in text
+
+
+async def test_with_an_llm_own_history_holds_its_answers_from_the_kept_passages(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    index = await build_index(dataset, embedder, tmp_path / "index")
+    llm = ScriptedLLM("Zip it from the export page.")
+    result, _ = await replay_mode(
+        Mode(BOTH_ROLES, True, False, history="own"),
+        dialogues(dataset, dataset.scored_turns),
+        index,
+        embedder,
+        None,
+        None,
+        llm_answerer(llm),
+    )
+    first_prompt, second_prompt = llm.prompts
+    assert "Passages:" in first_prompt[0]["content"]
+    assert first_prompt[-1] == {"role": "user", "content": "How do I export my workspace?"}
+    # The second turn's history holds the LLM's own answer, not the reference one.
+    assert {"role": "assistant", "content": "Zip it from the export page."} in second_prompt
+    assert llm.params[0].temperature == 0.0
+    assert set(result.per_turn) == {"c1<::>1", "c1<::>2"}
