@@ -244,7 +244,8 @@ def print_event(event: ServerSentEvent) -> None:
 @app.command()
 def bench(
     dataset: Annotated[
-        Path | None, typer.Option(help="Dataset directory (corpus + conversations)")
+        list[Path] | None,
+        typer.Option(help="Dataset directory (corpus + conversations); repeat for several"),
     ] = None,
     output: Annotated[Path | None, typer.Option(help="Where results go")] = None,
     alphas: Annotated[str, typer.Option(help="Blend alphas to try")] = "0.5,0.6,0.7,0.75,0.8,0.9",
@@ -262,8 +263,25 @@ def bench(
         str, typer.Option(help="Blend: weights of the history-aware BM25 leg (0 = off)")
     ] = "0",
     history_roles: Annotated[
-        str, typer.Option(help="Blend history roles: user_assistant, user or both")
+        str,
+        typer.Option(
+            help="Blend history roles, comma-separated: user_assistant, user, separate "
+            "(both = user_assistant,user)"
+        ),
     ] = "user_assistant",
+    assistant_weights: Annotated[
+        str, typer.Option(help="Separate roles: the assistant messages' shares to try")
+    ] = "0.5",
+    history: Annotated[
+        str,
+        typer.Option(
+            help="Assistant turns in the history: reference (the dataset's), own (the "
+            "system's own answers, replayed turn by turn) or both"
+        ),
+    ] = "both",
+    passage_context: Annotated[
+        str, typer.Option(help="What each passage's legs see besides its text: title or none")
+    ] = "title",
     fusion_candidates: Annotated[
         str, typer.Option(help="Hybrid: passages per leg fused by RRF (at least the depth)")
     ] = "50",
@@ -290,10 +308,13 @@ def bench(
         for kind, path in render_from(render).items():
             typer.echo(f"{kind}: {path}")
         return
-    if dataset is None:
+    if not dataset:
         typer.echo(
             "--dataset is required: a directory with corpus.jsonl and conversations.jsonl", err=True
         )
+        raise typer.Exit(2)
+    if history not in ("reference", "own", "both") or passage_context not in ("title", "none"):
+        typer.echo("--history is reference, own or both; --passage-context title or none", err=True)
         raise typer.Exit(2)
 
     settings = load_settings(
@@ -301,29 +322,37 @@ def bench(
     )
     configure_logging(settings)
     command = "chatqna bench " + " ".join(sys.argv[2:])
-    if service is not None:
-        asyncio.run(run_service_command(dataset, service, output, ingest, samples, command))
-        return
-    asyncio.run(
-        run_bench_command(
-            settings,
-            dataset,
-            output,
-            alphas=tuple(float(a) for a in alphas.split(",")),
-            history_turns=tuple(int(n) for n in history_turns.split(",")),
-            with_llm=llm,
-            samples=samples,
-            cache_dir=cache_dir,
-            command=command,
-            orders=("chronological", "newest_first")
-            if history_order == "both"
-            else (history_order,),
-            bm25_weights=tuple(float(w) for w in bm25_weights.split(",")),
-            bm25_history_weights=tuple(float(w) for w in bm25_history_weights.split(",")),
-            roles=("user_assistant", "user") if history_roles == "both" else (history_roles,),
-            candidates=tuple(int(c) for c in fusion_candidates.split(",")),
+    for directory in dataset:
+        # Several datasets: each one's outputs go to a directory of its name under --output.
+        target = output / directory.name if output is not None and len(dataset) > 1 else output
+        if service is not None:
+            asyncio.run(run_service_command(directory, service, target, ingest, samples, command))
+            continue
+        asyncio.run(
+            run_bench_command(
+                settings,
+                directory,
+                target,
+                alphas=tuple(float(a) for a in alphas.split(",")),
+                history_turns=tuple(int(n) for n in history_turns.split(",")),
+                with_llm=llm,
+                samples=samples,
+                cache_dir=cache_dir,
+                command=command,
+                orders=("chronological", "newest_first")
+                if history_order == "both"
+                else (history_order,),
+                bm25_weights=tuple(float(w) for w in bm25_weights.split(",")),
+                bm25_history_weights=tuple(float(w) for w in bm25_history_weights.split(",")),
+                roles=("user_assistant", "user")
+                if history_roles == "both"
+                else tuple(history_roles.split(",")),
+                candidates=tuple(int(c) for c in fusion_candidates.split(",")),
+                histories=("reference", "own") if history == "both" else (history,),
+                passage_context=passage_context,
+                assistant_weights=tuple(float(w) for w in assistant_weights.split(",")),
+            )
         )
-    )
 
 
 def main() -> None:

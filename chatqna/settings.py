@@ -120,7 +120,8 @@ class Settings(BaseSettings):
     multi_turn_blend_alpha: float = Field(0.7, ge=0.0, le=1.0)
     multi_turn_history_turns: int = Field(2, ge=0)
     multi_turn_history_order: Literal["chronological", "newest_first"] = "newest_first"
-    multi_turn_history_roles: Literal["user_assistant", "user"] = "user"
+    multi_turn_history_roles: Literal["user_assistant", "user", "separate"] = "user_assistant"
+    multi_turn_assistant_weight: float = Field(0.5, ge=0.0, le=1.0)
     multi_turn_bm25_history_weight: float = Field(0.3, ge=0.0, le=1.0)
     multi_turn_rerank_query: Literal["conversation", "message"] = "conversation"
     multi_turn_translate_history: bool = True

@@ -17,6 +17,7 @@ from chatqna.backends.factory import (
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.compare import shipped_references
 from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.live import llm_answerer
 from chatqna.evaluation.modes import default_strategies
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
@@ -63,12 +64,16 @@ async def run_bench_command(
     bm25_history_weights: tuple[float, ...] = (0.0,),
     roles: tuple[str, ...] = ("user_assistant",),
     candidates: tuple[int, ...] = (FUSION_CANDIDATES,),
+    histories: tuple[str, ...] = ("reference",),
+    passage_context: str = "title",
+    assistant_weights: tuple[float, ...] = (0.5,),
 ) -> dict[str, Any]:
     dataset = load_dataset(dataset_dir)
     raw = await build_embedder(settings)
     cache = EmbeddingCache(cache_dir or settings.chatqna_data_dir / "bench-cache", raw.name)
     embedder = CachingEmbedder(raw, cache)
-    llm = build_condense_llm(settings, await build_llm(settings)) if with_llm else None
+    answer_llm = await build_llm(settings) if with_llm else None
+    llm = build_condense_llm(settings, answer_llm) if answer_llm is not None else None
     # The reranker the service would run with these settings (TEI_RERANKING_ENDPOINT,
     # CHATQNA_EMBEDDED_RERANKER); the embedded default has none and keeps the fused order.
     reranker = build_reranker(settings, embedder)
@@ -83,6 +88,7 @@ async def run_bench_command(
                 orders=orders,
                 bm25_history_weights=bm25_history_weights,
                 roles=roles,
+                assistant_weights=assistant_weights,
             ),
             embedder,
             raw,
@@ -94,6 +100,10 @@ async def run_bench_command(
             references=shipped_references(settings, depth=10),
             reranker=reranker,
             exact_max=settings.chatqna_embedded_exact_max_chunks,
+            histories=histories,
+            # With an LLM, own history holds its real answers; without, the top passage.
+            answer=llm_answerer(answer_llm) if answer_llm is not None else None,
+            passage_context=passage_context,
         )
     finally:
         cache.save()
@@ -101,6 +111,8 @@ async def run_bench_command(
             await reranker.aclose()
         if llm is not None:
             await llm.aclose()
+        if answer_llm is not None and answer_llm is not llm:
+            await answer_llm.aclose()
         await raw.aclose()
     results["command"] = command
     results["settings"] = settings_snapshot(settings)

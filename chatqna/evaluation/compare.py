@@ -55,18 +55,26 @@ def default_strategy(settings: Settings) -> QueryStrategy:
         settings.multi_turn_history_order,
         settings.multi_turn_history_roles,
         settings.multi_turn_bm25_history_weight,
+        assistant_weight=settings.multi_turn_assistant_weight,
     )
 
 
 def shipped_references(settings: Settings, depth: int) -> list[Reference]:
     hybrid = settings.retriever_hybrid_retrieval_enabled
-    weights = {"dense_weight": settings.rrf_dense_weight, "bm25_weight": settings.rrf_bm25_weight}
+    dense, sparse = settings.rrf_dense_weight, settings.rrf_bm25_weight
     references = []
     for rerank in (False, True):
         suffix = ", rerank" if rerank else ""
 
         def shipped(query: QueryStrategy, rerank: bool = rerank) -> Mode:
-            return Mode(query, hybrid, rerank, candidates=FUSION_CANDIDATES, **weights)
+            return Mode(
+                query,
+                hybrid,
+                rerank,
+                candidates=FUSION_CANDIDATES,
+                dense_weight=dense,
+                bm25_weight=sparse,
+            )
 
         references += [
             Reference(f"default blend{suffix}", shipped(default_strategy(settings)), True),
@@ -129,7 +137,7 @@ def compare_references(
     return {"rows": rows, "turn_1_identical": identical}
 
 
-def comparison_markdown(comparison: dict[str, Any]) -> list[str]:
+def comparison_markdown(comparison: dict[str, Any], heading: str = "") -> list[str]:
     """The comparison as a Markdown table (mean [95% interval])."""
 
     def cell(value: dict[str, float] | None) -> str:
@@ -141,7 +149,7 @@ def comparison_markdown(comparison: dict[str, Any]) -> list[str]:
         return "-" if value is None else f"{value['mean']:.3f}"
 
     lines = [
-        "## The defaults against the references",
+        "## The defaults against the references" + (f" {heading}" if heading else ""),
         "",
         "Paired differences (default blend minus the row), 95% intervals from resampling "
         "conversations. First-turn rankings of the default equal stateless (same retrieval): "
@@ -161,4 +169,45 @@ def comparison_markdown(comparison: dict[str, Any]) -> list[str]:
             f"{plain(row.get('turn_1', {}).get('R@5'))} | {cell(follow.get('R@5'))} | "
             f"{cell(follow.get('nDCG@5'))} | {cell(first.get('R@5'))} |"
         )
+    return lines
+
+
+def side_by_side_markdown(comparisons: dict[str, dict[str, Any]]) -> list[str]:
+    """Each comparison row's follow-up R@5 with reference and with own history, and the
+    default's paired difference with it under each (mean [95% interval])."""
+    kinds = list(comparisons)
+    lines = [
+        "## Reference history and own history, side by side",
+        "",
+        "Follow-up R@5; `default - row` is the paired difference with the default blend of "
+        "the same reranker setting and history, 95% intervals from resampling conversations. "
+        "Own history replaces every earlier assistant message by the system's own answer "
+        "(without an LLM: the first 800 characters of its top passage).",
+        "",
+        "| row | "
+        + " | ".join(f"{kind} history | default - row ({kind})" for kind in kinds)
+        + " |",
+        "|---|" + "---|---|" * len(kinds),
+    ]
+    rows = {kind: comparisons[kind]["rows"] for kind in kinds}
+    for position, row in enumerate(rows[kinds[0]]):
+        cells = []
+        for kind in kinds:
+            other = rows[kind][position]
+            value = other["follow_ups"].get("R@5")
+            diff = other.get("default_minus_this", {}).get("follow_ups", {}).get("R@5")
+            cells.append("-" if value is None else f"{value['mean']:.3f}")
+            cells.append(
+                "-"
+                if diff is None
+                else f"{diff['mean']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
+            )
+        lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+    identical = {kind: all(comparisons[kind]["turn_1_identical"].values()) for kind in kinds}
+    lines += [
+        "",
+        "First-turn rankings of the default equal stateless: "
+        + ", ".join(f"{kind} history: {value}" for kind, value in identical.items())
+        + ".",
+    ]
     return lines

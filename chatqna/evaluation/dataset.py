@@ -22,9 +22,12 @@ class Passage:
     title: str
     text: str
 
-    def indexed_text(self) -> str:
-        """What the index sees: the title line, then the passage."""
-        return f"{self.title}\n{self.text}" if self.title else self.text
+    def indexed_text(self, context: str = "title") -> str:
+        """What the index sees: with `context="title"` the title line, then the passage;
+        with `"none"` the passage alone."""
+        if context == "title" and self.title:
+            return f"{self.title}\n{self.text}"
+        return self.text
 
 
 @dataclass(frozen=True)

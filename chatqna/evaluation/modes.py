@@ -51,12 +51,15 @@ class QueryStrategy:
     roles: str = "user_assistant"
     bm25_history_weight: float = 0.0
     rerank_query: str = "conversation"
+    assistant_weight: float = 0.5
 
     @property
     def label(self) -> str:
         if self.strategy == "blend":
             extra = " newest-first" if self.order == "newest_first" else ""
             extra += " user-only" if self.roles == "user" else ""
+            if self.roles == "separate":
+                extra += f" separate-roles assistant={self.assistant_weight:g}"
             if self.bm25_history_weight:
                 extra += f" bm25-history={self.bm25_history_weight:g}"
             if self.rerank_query != "conversation":
@@ -83,6 +86,7 @@ class Mode:
     bm25_weight: float = 1.0
     candidates: int = FUSION_CANDIDATES
     dense_weight: float = 1.0
+    history: str = "reference"
 
     @property
     def fusion_weights(self) -> tuple[float, float]:
@@ -100,7 +104,16 @@ class Mode:
     @property
     def label(self) -> str:
         rerank = "rerank" if self.rerank else "no rerank"
-        return f"{self.query.label} ({self.retrieval_label}, {rerank})"
+        own = " [own history]" if self.history == "own" else ""
+        return f"{self.query.label} ({self.retrieval_label}, {rerank}){own}"
+
+
+def reads_answers(strategy: QueryStrategy) -> bool:
+    """Whether the strategy's query depends on the assistant's earlier messages (only
+    those rank differently with own history)."""
+    if strategy.strategy == "blend":
+        return strategy.roles != "user"
+    return strategy.strategy == "condense_llm"
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,7 @@ def planning_settings(strategy: QueryStrategy) -> Settings:
         multi_turn_history_roles=strategy.roles,
         multi_turn_bm25_history_weight=strategy.bm25_history_weight,
         multi_turn_rerank_query=strategy.rerank_query,
+        multi_turn_assistant_weight=strategy.assistant_weight,
     )
 
 
@@ -240,12 +254,14 @@ def default_strategies(
     orders: tuple[str, ...] = ("chronological",),
     bm25_history_weights: tuple[float, ...] = (0.0,),
     roles: tuple[str, ...] = ("user_assistant",),
+    assistant_weights: tuple[float, ...] = (0.5,),
 ) -> list[QueryStrategy]:
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
     strategies += [
-        QueryStrategy("blend", a, n, order, role, w)
+        QueryStrategy("blend", a, n, order, role, w, assistant_weight=share)
         for w in bm25_history_weights
         for role in roles
+        for share in (assistant_weights if role == "separate" else (0.5,))
         for order in orders
         for n in history_turns
         for a in alphas

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chatqna.evaluation.compare import comparison_markdown
+from chatqna.evaluation.compare import comparison_markdown, side_by_side_markdown
 
 HEADLINE_STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
 
@@ -41,8 +41,9 @@ def headline(modes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per retrieval setting: one row per strategy; blend is its best grid point
     (`follow_up_rank`)."""
 
-    def switch(mode: dict[str, Any]) -> tuple[bool, float, int | None, bool]:
+    def switch(mode: dict[str, Any]) -> tuple[str, bool, float, int | None, bool]:
         return (
+            mode.get("history", "reference"),
             mode["hybrid"],
             mode.get("bm25_weight", 1.0),
             mode.get("candidates"),
@@ -93,8 +94,13 @@ def markdown(results: dict[str, Any]) -> str:
             f"{cost['embedding_inputs_per_follow_up'] - 1:+.2f} | "
             f"{cost['llm_calls_per_turn']:.2f} | {cost['added_ms_vs_stateless']:+.1f} |"
         )
+    comparisons = results.get("comparisons") or {}
+    if len(comparisons) > 1:
+        lines += ["", *side_by_side_markdown(comparisons)]
     if "comparison" in results:
         lines += ["", *comparison_markdown(results["comparison"])]
+    if "own" in comparisons and len(comparisons) > 1:
+        lines += ["", *comparison_markdown(comparisons["own"], heading="(own history)")]
     lines += [
         "",
         "## Every mode (follow-up turns)",

@@ -15,17 +15,33 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, SearchQuery, SourceBatch
+from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, SourceBatch
 from chatqna.documents import Chunk
 from chatqna.evaluation.compare import Reference, compare_references
 from chatqna.evaluation.dataset import Dataset, EvalTurn
+from chatqna.evaluation.live import (
+    Answerer,
+    Dialogue,
+    dialogues,
+    passage_answerer,
+    replay_mode,
+    retrieve,
+)
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy, plan_turn
+from chatqna.evaluation.modes import (
+    Mode,
+    ModeResult,
+    QueryPlan,
+    QueryStrategy,
+    plan_turn,
+    reads_answers,
+)
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.memory_store import EXACT_MAX_CHUNKS, InMemoryHybridIndex
 
@@ -39,10 +55,12 @@ async def build_index(
     progress: Progress | None = None,
     *,
     exact_max: int = EXACT_MAX_CHUNKS,
+    context: str = "title",
 ) -> InMemoryHybridIndex:
-    """Index the corpus, one chunk per passage, embedding in batches. Past `exact_max`
-    passages the dense leg is the HNSW graph, waited for before this returns."""
-    texts = [p.indexed_text() for p in dataset.passages]
+    """Index the corpus, one chunk per passage, embedding in batches (`context`: what each
+    passage's legs see besides its text, `title` or `none`). Past `exact_max` passages the
+    dense leg is the HNSW graph, waited for before this returns."""
+    texts = [p.indexed_text(context) for p in dataset.passages]
     tick = progress("embedding corpus", len(texts)) if progress else None
     rows = []
     for start in range(0, len(texts), 64):
@@ -96,30 +114,52 @@ async def rank_mode(
     result = ModeResult(mode)
     for turn in turns:
         plan = plans[turn.key]
-        ranking: list[str] = []
         if plan.failure is not None:
             result.failures[turn.key] = plan.failure
-        elif plan.vector is not None:
-            hits = index.search_sync(
-                SearchQuery(
-                    plan.text,
-                    plan.vector,
-                    depth,
-                    mode.hybrid,
-                    fusion_weights=mode.fusion_weights,
-                    bm25_history=plan.bm25_history,
-                    bm25_history_weight=plan.bm25_history_weight,
-                ),
-                candidates=mode.candidates,
-            )
-            if mode.rerank and reranker is not None:
-                hits = await reranker.rerank(
-                    plan.rerank_query, hits, depth, vector=plan.rerank_vector
-                )
-            ranking = [hit.chunk.id for hit in hits]
+        hits = await retrieve(mode, plan, index, reranker, depth)
+        ranking = [hit.chunk.id for hit in hits]
         result.rankings[turn.key] = ranking
         result.per_turn[turn.key] = turn_metrics(ranking, turn.relevant_ids)
     return result
+
+
+@dataclass
+class OwnHistory:
+    """What the own-history replay needs: the conversations and how a turn is answered."""
+
+    conversations: list[Dialogue]
+    answer: Answerer
+    embedder: Embedder
+    llm: ChatLLM | None
+    progress: Progress | None = None
+
+
+async def rank_with_history(
+    mode: Mode,
+    turns: Sequence[EvalTurn],
+    plans: dict[str, QueryPlan],
+    index: InMemoryHybridIndex,
+    reranker: Reranker | None,
+    depth: int,
+    own: OwnHistory | None,
+) -> tuple[ModeResult, dict[str, QueryPlan]]:
+    """`rank_mode` for reference history; for own history (`mode.history == "own"`) the
+    turn-by-turn replay, or the reference ranking when the query never reads answers."""
+    if mode.history != "own" or own is None or not reads_answers(mode.query):
+        result = await rank_mode(mode, turns, plans, index, reranker, depth)
+        return result, plans
+    tick = own.progress(f"replaying {mode.label}", len(turns)) if own.progress else None
+    return await replay_mode(
+        mode,
+        own.conversations,
+        index,
+        own.embedder,
+        own.llm,
+        reranker,
+        own.answer,
+        depth=depth,
+        tick=tick,
+    )
 
 
 def cost_summary(turns: Sequence[EvalTurn], plans: dict[str, QueryPlan]) -> dict[str, Any]:
@@ -177,53 +217,88 @@ async def run_benchmark(
     references: Sequence[Reference] = (),
     reranker: Reranker | None = None,
     exact_max: int = EXACT_MAX_CHUNKS,
+    histories: Sequence[str] = ("reference",),
+    answer: Answerer | None = None,
+    passage_context: str = "title",
 ) -> dict[str, Any]:
-    """Every strategy under every retrieval switch; returns the results document.
+    """Every strategy under every retrieval switch and history kind; returns the results
+    document.
 
     The switches are hybrid at each BM25 fusion weight of `bm25_weights` (1.0 is plain RRF)
     and each per-leg depth of `candidates`, and dense only, each with and without
     `reranker` (the service's, from `build_reranker`; None keeps the fused order, as the
     embedded default does). `exact_max` is the index's exact-search size
-    (`CHATQNA_EMBEDDED_EXACT_MAX_CHUNKS`; 0 ranks with the HNSW graph). `references`
-    (named modes, see `chatqna.evaluation.compare`) are ranked too and compared with the
-    first of them, the configuration under test.
+    (`CHATQNA_EMBEDDED_EXACT_MAX_CHUNKS`; 0 ranks with the HNSW graph). `histories` holds
+    `reference` (the dataset's assistant turns) and/or `own` (each earlier assistant turn
+    replaced by `answer`'s, see `chatqna.evaluation.live`; the top passage's first 800
+    characters by default). `references` (named modes, see `chatqna.evaluation.compare`)
+    are ranked too, under each history kind, and compared with the configuration under
+    test. `passage_context` is what each passage's dense and BM25 legs see besides its
+    text (`title`: its title line first; `none`).
     """
     switches = [(True, float(w), int(c)) for w in bm25_weights for c in candidates]
     switches.append((False, 1.0, FUSION_CANDIDATES))
     turns = dataset.scored_turns
     started = time.perf_counter()
+    texts = {p.id: p.text for p in dataset.passages}
+    own = OwnHistory(
+        dialogues(dataset, turns), answer or passage_answerer(texts), embedder, llm, progress
+    )
     with tempfile.TemporaryDirectory() as directory:
-        index = await build_index(dataset, embedder, Path(directory), progress, exact_max=exact_max)
+        index = await build_index(
+            dataset,
+            embedder,
+            Path(directory),
+            progress,
+            exact_max=exact_max,
+            context=passage_context,
+        )
         planned = list(dict.fromkeys([*strategies, *(r.mode.query for r in references)]))
         plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in planned}
         latency = await measure_latency(turns, planned, raw_embedder, llm, plans)
         modes = []
-        for strategy in strategies:
-            for hybrid, weight, legs in switches:
-                for rerank in (True, False):
-                    mode = Mode(strategy, hybrid, rerank, weight, legs)
-                    ranked = await rank_mode(
-                        mode, turns, plans[strategy.label], index, reranker, depth
+        for kind in histories:
+            for strategy in strategies:
+                for hybrid, weight, legs in switches:
+                    for rerank in (True, False):
+                        mode = Mode(strategy, hybrid, rerank, weight, legs, history=kind)
+                        ranked, used = await rank_with_history(
+                            mode, turns, plans[strategy.label], index, reranker, depth, own
+                        )
+                        described = describe_mode(ranked, turns, used, latency, samples)
+                        modes.append({**described, "history": kind})
+        comparisons = {}
+        for kind in histories if references else ():
+            ranked_references = [
+                (
+                    await rank_with_history(
+                        replace(r.mode, history=kind),
+                        turns,
+                        plans[r.mode.query.label],
+                        index,
+                        reranker,
+                        depth,
+                        own,
                     )
-                    modes.append(
-                        describe_mode(ranked, turns, plans[strategy.label], latency, samples)
-                    )
-        ranked_references = [
-            await rank_mode(r.mode, turns, plans[r.mode.query.label], index, reranker, depth)
-            for r in references
-        ]
+                )[0]
+                for r in references
+            ]
+            comparisons[kind] = compare_references(
+                references, ranked_references, turns, samples=samples
+            )
     document: dict[str, Any] = {
         "dataset": dataset.summary(),
         "depth": depth,
         "bootstrap_samples": samples,
         "reranker": reranker.name if reranker is not None else None,
         "seconds": round(time.perf_counter() - started, 1),
+        "histories": list(histories),
+        "passage_context": passage_context,
         "modes": modes,
     }
-    if references:
-        document["comparison"] = compare_references(
-            references, ranked_references, turns, samples=samples
-        )
+    if comparisons:
+        document["comparison"] = comparisons.get("reference") or next(iter(comparisons.values()))
+        document["comparisons"] = comparisons
     return document
 
 

@@ -47,10 +47,11 @@ BM25_HISTORY_QUESTIONS = 8
 def history_window(
     conversation: Conversation, turns: int, roles: str = "user_assistant"
 ) -> tuple[Message, ...]:
-    """The last `turns` history messages of the chosen roles (`user_assistant` or `user`)."""
+    """The last `turns` history messages of the chosen roles (`user_assistant` or
+    `separate`: both sides; `user`: the user's only)."""
     if turns <= 0:
         return ()
-    wanted = ("user", "assistant") if roles == "user_assistant" else ("user",)
+    wanted = ("user",) if roles == "user" else ("user", "assistant")
     return tuple(m for m in conversation.history if m.role in wanted)[-turns:]
 
 
@@ -81,6 +82,28 @@ def blend_vectors(query: np.ndarray, history: np.ndarray, alpha: float) -> np.nd
     )
     blended: np.ndarray = l2_normalise(mixed.reshape(1, -1))[0]
     return blended
+
+
+def role_texts(messages: Sequence[Message], order: str) -> list[tuple[str, str]]:
+    """`separate` roles: the window's user messages and its assistant messages as two
+    history texts (each assembled like `history_text`), empty sides left out."""
+    texts = []
+    for role in ("user", "assistant"):
+        text = history_text([m for m in messages if m.role == role], order)
+        if text:
+            texts.append((role, text))
+    return texts
+
+
+def mix_roles(vectors: dict[str, np.ndarray], assistant_weight: float) -> np.ndarray:
+    """The history vector of `separate` roles: `normalise((1 - w) * EU + w * EA)` with `w`
+    the assistant messages' share (a missing side leaves its share to the other)."""
+    if "user" in vectors and "assistant" in vectors:
+        user = np.asarray(vectors["user"], dtype=np.float32)
+        mixed = (1.0 - assistant_weight) * user + assistant_weight * vectors["assistant"]
+        history: np.ndarray = l2_normalise(mixed.reshape(1, -1))[0]
+        return history
+    return next(iter(vectors.values()))
 
 
 @dataclass(frozen=True)
@@ -123,8 +146,13 @@ async def blend_query(
     translator: HistoryTranslator | None,
     order: str = "chronological",
     roles: str = "user_assistant",
+    assistant_weight: float = 0.5,
 ) -> BlendResult:
-    """Embed the turn's query, blended with its history when the blend can run."""
+    """Embed the turn's query, blended with its history when the blend can run.
+
+    With `roles="separate"` the user's and the assistant's messages are two inputs of the
+    same batched call (`[query, user messages, assistant messages]`), mixed by
+    `assistant_weight` into the history vector."""
     window = history_window(conversation, history_turns, roles)
     skip = None
     if not enabled:
@@ -148,16 +176,25 @@ async def blend_query(
         if translator is not None
         else TranslationOutcome(tuple(window))
     )
-    text = history_text(outcome.messages, order)
-    if not text:
+    parts = (
+        role_texts(outcome.messages, order)
+        if roles == "separate"
+        else [("history", history_text(outcome.messages, order))]
+    )
+    parts = [(role, text) for role, text in parts if text]
+    if not parts:
         logger.info("blend not run (%s): the history window holds no text", SKIP_NO_HISTORY)
         vector = (await embedder.embed([conversation.query]))[0]
         return BlendResult(
             vector, vector, False, SKIP_NO_HISTORY, alpha, history_turns, order=order, roles=roles
         )
-    vectors = await embedder.embed([conversation.query, text])
+    vectors = await embedder.embed([conversation.query, *(text for _, text in parts)])
+    history = mix_roles(
+        {role: vectors[i + 1] for i, (role, _) in enumerate(parts)}, assistant_weight
+    )
+    text = "\n".join(text for _, text in parts)
     return BlendResult(
-        embedding=blend_vectors(vectors[0], vectors[1], alpha),
+        embedding=blend_vectors(vectors[0], history, alpha),
         query_embedding=vectors[0],
         executed=True,
         reason="executed",

@@ -167,6 +167,7 @@ async def plan_retrieval(
         translator=translator,
         order=settings.multi_turn_history_order,
         roles=settings.multi_turn_history_roles,
+        assistant_weight=settings.multi_turn_assistant_weight,
     )
     # The history-aware BM25 leg and the conversation's rerank query run only when the
     # blend ran, so a first turn keeps exactly the stateless ranking. The OPEA retriever API

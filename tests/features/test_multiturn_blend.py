@@ -76,9 +76,9 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
         response = await client.post("/v1/chatqna", json={"messages": CHAT})
     assert response.status_code == 200
     assert route.call_count == 1
-    # The defaults blend the user's earlier questions (here the one), not the answers.
-    history = history_text([Message("user", FIRST)], "newest_first")
-    assert history == FIRST
+    # The defaults blend the last two messages of both sides, newest first.
+    history = history_text([Message("user", FIRST), Message("assistant", ANSWER)], "newest_first")
+    assert history == f"{ANSWER}\n{FIRST}"
     assert json.loads(route.calls[0].request.content) == {"input": [FOLLOW_UP, history]}
 
     eq, eh = unit(HASHER.vector(FOLLOW_UP)), unit(HASHER.vector(history))
@@ -108,9 +108,9 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
         "reason": "executed",
         "alpha": 0.7,
         "history_turns": 2,
-        "history_messages": 1,
+        "history_messages": 2,
         "history_order": "newest_first",
-        "history_roles": "user",
+        "history_roles": "user_assistant",
         "translation": {
             "enabled": True,
             "ran": False,

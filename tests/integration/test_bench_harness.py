@@ -54,7 +54,10 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     assert (out / "results.md").read_text().startswith("# Multi-turn retrieval benchmark")
     assert (out / "follow_up_recall5.png").read_bytes()[:4] == b"\x89PNG"
     assert results["dataset"]["follow_ups"] == 40 and results["dataset"]["turn_1"] == 20
-    assert len(results["modes"]) == 4 * 4  # stateless, append, blend, gold x 4 switches
+    # stateless, append, blend, gold x 4 switches x reference and own history
+    assert len(results["modes"]) == 4 * 4 * 2
+    assert "## Reference history and own history, side by side" in run.stdout
+    assert results["comparisons"]["own"]["turn_1_identical"] == {"no rerank": True, "rerank": True}
     assert results["settings"]["multi_turn_blend_alpha"] == 0.7
     by_label = {m["label"]: m for m in results["modes"]}
     stateless = by_label["stateless (dense, no rerank)"]
@@ -75,7 +78,7 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
         assert rows[f"{name}, rerank"]["follow_ups"] == rows[name]["follow_ups"]
     # A rerun answers every embedding from the cache, with the similarity reranker too
     # (stored passage vectors, and the plan's vector as its query).
-    bench(*quick, "--embedded-reranker", "similarity", tmp_path=tmp_path)
+    bench(*quick, "--history", "reference", "--embedded-reranker", "similarity", tmp_path=tmp_path)
     rerun = json.loads((out / "results.json").read_text())
     assert rerun["embedder"]["inputs_computed"] == 0
     assert rerun["reranker"] == "embedding-similarity"

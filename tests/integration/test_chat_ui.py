@@ -350,7 +350,7 @@ def test_conversation_follow_up_upload_and_new_chat(
     assert state(second) == "done"
     assert "refunds.md" in sources(second)
     summary = retrieval_summary(second)
-    assert "Blend ran" in summary and "1 earlier message" in summary and "α 0.7" in summary
+    assert "Blend ran" in summary and "2 earlier messages" in summary and "α 0.7" in summary
     # Each source expands to its text and its per-stage scores.
     top = second.find_elements(By.CSS_SELECTOR, ".source details")[0]
     top.find_element(By.TAG_NAME, "summary").click()
@@ -359,7 +359,7 @@ def test_conversation_follow_up_upload_and_new_chat(
     assert stages == ["dense", "bm25", "fusion"], "the embedded default does not rerank"
     details = retrieval_details(second)
     assert details["Blend"] == "ran" and details["Alpha (query weight)"] == "0.7"
-    assert details["Messages blended"] == "1" and details["Mode"] == "blend"
+    assert details["Messages blended"] == "2" and details["Mode"] == "blend"
     assert details["Reranker"] == "none (fused order kept)"
     user_turns = browser.find_elements(By.CSS_SELECTOR, "#messages .turn-user")
     browser.execute_script("arguments[0].scrollIntoView()", user_turns[1])

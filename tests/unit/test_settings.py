@@ -25,7 +25,8 @@ def test_defaults_are_the_embedded_service(monkeypatch: pytest.MonkeyPatch) -> N
     assert settings.multi_turn_blend_enabled is False
     assert settings.multi_turn_blend_alpha == 0.7
     assert settings.multi_turn_history_turns == 2
-    assert settings.multi_turn_history_roles == "user"
+    assert settings.multi_turn_history_roles == "user_assistant"
+    assert settings.multi_turn_bm25_history_weight == 0.3
     assert settings.multi_turn_rerank_query == "conversation"
     assert settings.chatqna_embedded_reranker == "none"
     assert settings.rerank_enabled is True

@@ -167,3 +167,52 @@ def test_newest_first_keeps_the_recent_subject_when_the_embedder_truncates() -> 
     # 256 tokens fit: chronological order truncates the recent question away.
     assert float(newest @ subject) > float(chronological @ subject) + 0.1
     np.testing.assert_allclose(np.linalg.norm(newest), 1.0, rtol=1e-5)
+
+
+async def test_separate_roles_are_three_inputs_of_one_call_mixed_by_their_weight() -> None:
+    embedder = HashingEmbedder()
+    history = (*HISTORY, Message("user", "And on mobile?"), Message("assistant", "Same link."))
+    conversation = Conversation("Does it expire?", history)
+    result = await blend_query(
+        conversation,
+        embedder,
+        enabled=True,
+        alpha=0.7,
+        history_turns=4,
+        translator=None,
+        order="newest_first",
+        roles="separate",
+        assistant_weight=0.25,
+    )
+    users = "And on mobile?\nHow do I reset my password?"
+    answers = "Same link.\nUse the reset link; it is valid for one hour."
+    assert embedder.batches == [[conversation.query, users, answers]]
+
+    def unit(text: str) -> np.ndarray:
+        vector = embedder.vector(text)
+        return vector / np.linalg.norm(vector)
+
+    eh = 0.75 * unit(users) + 0.25 * unit(answers)
+    expected = 0.7 * unit(conversation.query) + 0.3 * eh / np.linalg.norm(eh)
+    np.testing.assert_allclose(result.embedding, expected / np.linalg.norm(expected), rtol=1e-5)
+    assert result.report()["history_roles"] == "separate"
+
+
+async def test_separate_roles_with_one_side_only_use_that_side() -> None:
+    embedder = HashingEmbedder()
+    conversation = Conversation("Does it expire?", (Message("user", "Reset my password"),))
+    result = await blend_query(
+        conversation,
+        embedder,
+        enabled=True,
+        alpha=0.7,
+        history_turns=4,
+        translator=None,
+        roles="separate",
+        assistant_weight=0.9,
+    )
+    assert embedder.batches == [[conversation.query, "Reset my password"]]
+    single = await blend_query(
+        conversation, HashingEmbedder(), enabled=True, alpha=0.7, history_turns=4, translator=None
+    )
+    np.testing.assert_allclose(result.embedding, single.embedding, rtol=1e-6)

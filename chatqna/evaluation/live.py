@@ -1,0 +1,180 @@
+"""Own history: each conversation replayed as a live service would have seen it.
+
+The datasets' assistant turns are reference answers, written by annotators from the
+relevant passages, so they carry the evidence's words for free. A live service sees its own
+answers instead, grounded in what it retrieved, right or wrong. With own history the
+harness replays each conversation turn by turn under one mode and replaces every earlier
+assistant message by what the system itself would have answered at that turn:
+
+- without an LLM, the first `ANSWER_CHARS` (800) characters of the passage it ranked first
+  (the passage text, without its title): a proxy for an answer grounded in its own
+  retrieval, which carries that passage's words whether or not it was the right one;
+- with `--llm`, the configured LLM's answer from the passages it kept (the service's own
+  answer prompt, `build_answer_prompt`).
+
+Every user turn of a conversation is replayed, scored or not (an unscored turn's answer
+is history for the next). User messages stay as the dataset has them. A first turn has no
+history, so it ranks as with reference history.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from chatqna.backends.protocols import (
+    ChatLLM,
+    Embedder,
+    GenerationParams,
+    Reranker,
+    SearchQuery,
+)
+from chatqna.documents import ScoredChunk
+from chatqna.evaluation.dataset import Dataset, EvalTurn
+from chatqna.evaluation.metrics import turn_metrics
+from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, plan_turn
+from chatqna.multiturn.history import Conversation, Message
+from chatqna.pipeline.prompt import build_answer_prompt
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
+
+logger = logging.getLogger(__name__)
+
+ANSWER_CHARS = 800
+HISTORY_KINDS = ("reference", "own")
+
+Answerer = Callable[[Conversation, Sequence[ScoredChunk]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    """One conversation's messages up to its last scored turn, and which user message
+    (by position) is which scored turn."""
+
+    conversation_id: str
+    messages: tuple[Message, ...]
+    scored: dict[int, EvalTurn]
+
+
+def dialogues(dataset: Dataset, turns: Sequence[EvalTurn]) -> list[Dialogue]:
+    """Rebuild each conversation from its scored turns (the last one's history holds
+    every message before it)."""
+    by_conversation: dict[str, list[EvalTurn]] = {}
+    for turn in turns:
+        by_conversation.setdefault(turn.conversation_id, []).append(turn)
+    result = []
+    for conversation_id, members in by_conversation.items():
+        last = max(members, key=lambda t: len(t.history))
+        messages = (*last.history, Message("user", last.query))
+        scored = {len(t.history): t for t in members}
+        result.append(Dialogue(conversation_id, messages, scored))
+    return result
+
+
+def passage_answerer(texts: dict[str, str]) -> Answerer:
+    """The LLM-free proxy: the first `ANSWER_CHARS` characters of the top passage."""
+
+    async def answer(conversation: Conversation, sources: Sequence[ScoredChunk]) -> str:
+        if not sources:
+            return ""
+        top = sources[0].chunk
+        return texts.get(top.id, top.text)[:ANSWER_CHARS]
+
+    return answer
+
+
+def llm_answerer(llm: ChatLLM, max_tokens: int = 256) -> Answerer:
+    """The configured LLM's answer from the kept passages, with the service's prompt."""
+
+    async def answer(conversation: Conversation, sources: Sequence[ScoredChunk]) -> str:
+        prompt = build_answer_prompt(conversation, sources[:5])
+        completion = await llm.complete(
+            prompt, GenerationParams(max_tokens=max_tokens, temperature=0.0)
+        )
+        return completion.text
+
+    return answer
+
+
+async def retrieve(
+    mode: Mode,
+    plan: QueryPlan,
+    index: InMemoryHybridIndex,
+    reranker: Reranker | None,
+    depth: int,
+) -> list[ScoredChunk]:
+    """One turn's ranked passages under `mode`, as the service retrieves and reranks."""
+    if plan.vector is None:
+        return []
+    hits = index.search_sync(
+        SearchQuery(
+            plan.text,
+            plan.vector,
+            depth,
+            mode.hybrid,
+            fusion_weights=mode.fusion_weights,
+            bm25_history=plan.bm25_history,
+            bm25_history_weight=plan.bm25_history_weight,
+        ),
+        candidates=mode.candidates,
+    )
+    if mode.rerank and reranker is not None:
+        hits = await reranker.rerank(plan.rerank_query, hits, depth, vector=plan.rerank_vector)
+    return list(hits)
+
+
+async def replay_mode(
+    mode: Mode,
+    conversations: Sequence[Dialogue],
+    index: InMemoryHybridIndex,
+    embedder: Embedder,
+    llm: ChatLLM | None,
+    reranker: Reranker | None,
+    answer: Answerer,
+    *,
+    depth: int = 10,
+    tick: Callable[[int], None] | None = None,
+) -> tuple[ModeResult, dict[str, QueryPlan]]:
+    """Rank every scored turn of `conversations` under `mode` with own history."""
+    result = ModeResult(mode)
+    plans: dict[str, QueryPlan] = {}
+    for dialogue in conversations:
+        history: list[Message] = []
+        answered = ""
+        for position, message in enumerate(dialogue.messages):
+            if message.role != "user":
+                own = message.role == "assistant"
+                history.append(Message(message.role, answered) if own else message)
+                continue
+            scored = dialogue.scored.get(position)
+            turn = scored or EvalTurn(dialogue.conversation_id, 0, message.content, (), (), None)
+            turn = EvalTurn(
+                turn.conversation_id,
+                turn.turn,
+                turn.query,
+                tuple(history),
+                turn.relevant_ids,
+                turn.gold_rewrite,
+            )
+            plan = await plan_turn(turn, mode.query, embedder, llm)
+            hits = await retrieve(mode, plan, index, reranker, depth)
+            answered = await answer(Conversation(turn.query, turn.history), hits)
+            history.append(message)
+            if scored is None:
+                continue
+            ranking = [hit.chunk.id for hit in hits]
+            plans[turn.key] = plan
+            if plan.failure is not None:
+                result.failures[turn.key] = plan.failure
+            result.rankings[turn.key] = ranking
+            result.per_turn[turn.key] = turn_metrics(ranking, turn.relevant_ids)
+            logger.debug(
+                "own history %s | %s: R@5 %.2f, top %s",
+                mode.label,
+                turn.key,
+                result.per_turn[turn.key]["R@5"],
+                ranking[0] if ranking else None,
+            )
+            if tick:
+                tick(1)
+    return result, plans

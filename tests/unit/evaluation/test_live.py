@@ -1,0 +1,141 @@
+"""Own history: the turn-by-turn replay that puts the system's own answers in the history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
+from chatqna.documents import ScoredChunk
+from chatqna.evaluation.compare import shipped_references
+from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.live import (
+    ANSWER_CHARS,
+    dialogues,
+    llm_answerer,
+    passage_answerer,
+    replay_mode,
+)
+from chatqna.evaluation.modes import Mode, QueryStrategy
+from chatqna.evaluation.report import markdown
+from chatqna.evaluation.runner import build_index, run_benchmark
+from chatqna.multiturn.history import Conversation
+from chatqna.settings import Settings
+from tests.unit.evaluation.test_dataset import write_dataset
+
+pytestmark = pytest.mark.anyio
+
+BOTH_ROLES = QueryStrategy("blend", 0.7, 4, "newest_first", "user_assistant")
+
+
+def test_dialogues_rebuild_each_conversation_up_to_its_last_scored_turn(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    (dialogue,) = dialogues(dataset, dataset.scored_turns)
+    assert [m.role for m in dialogue.messages] == ["user", "assistant", "user"]
+    assert {position: t.turn for position, t in dialogue.scored.items()} == {0: 1, 2: 2}
+
+
+async def test_own_history_holds_the_top_passage_not_the_reference_answer(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    index = await build_index(dataset, embedder, tmp_path / "index")
+    seen: list[Conversation] = []
+    texts = {p.id: p.text for p in dataset.passages}
+    proxy = passage_answerer(texts)
+
+    async def answer(conversation: Conversation, hits: Sequence[ScoredChunk]) -> str:
+        seen.append(conversation)
+        return await proxy(conversation, hits)
+
+    mode = Mode(BOTH_ROLES, True, False, history="own")
+    result, plans = await replay_mode(
+        mode, dialogues(dataset, dataset.scored_turns), index, embedder, None, None, answer
+    )
+    first, second = seen
+    assert first.history == ()
+    top = result.rankings["c1<::>1"][0]
+    assert second.history[0].content == "How do I export my workspace?"
+    assert second.history[1].content == texts[top][:ANSWER_CHARS]
+    assert second.history[1].content != "Use the export zip."
+    assert set(result.per_turn) == {"c1<::>1", "c1<::>2"}
+    assert plans["c1<::>2"].vector is not None
+
+
+async def test_own_history_leaves_turn_one_and_stateless_as_with_reference(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    results = await run_benchmark(
+        dataset,
+        [QueryStrategy("stateless"), BOTH_ROLES],
+        embedder,
+        embedder,
+        None,
+        samples=20,
+        histories=("reference", "own"),
+    )
+    by = {(m["label"], m["history"]): m for m in results["modes"]}
+    for label, history in list(by):
+        if history != "own":
+            continue
+        own = by[(label, history)]["per_turn_R@5"]
+        reference = by[(label.removesuffix(" [own history]"), "reference")]["per_turn_R@5"]
+        assert own["c1<::>1"] == reference["c1<::>1"]
+        if label.startswith("stateless"):
+            assert own == reference
+    assert len(results["modes"]) == 2 * 2 * 4
+
+
+async def test_passage_answer_is_empty_without_hits() -> None:
+    answer = passage_answerer({})
+    assert await answer(Conversation("q", ()), []) == ""
+
+
+async def test_the_report_sets_reference_and_own_history_side_by_side(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    results = await run_benchmark(
+        dataset,
+        [QueryStrategy("stateless")],
+        embedder,
+        embedder,
+        None,
+        samples=20,
+        histories=("reference", "own"),
+        references=shipped_references(Settings(rrf_bm25_weight=0.2), depth=10),
+    )
+    assert set(results["comparisons"]) == {"reference", "own"}
+    assert all(results["comparisons"]["own"]["turn_1_identical"].values())
+    text = markdown({**results, "command": "test"})
+    assert "## Reference history and own history, side by side" in text
+    assert "## The defaults against the references (own history)" in text
+
+
+async def test_with_an_llm_own_history_holds_its_answers_from_the_kept_passages(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    index = await build_index(dataset, embedder, tmp_path / "index")
+    llm = ScriptedLLM("Zip it from the export page.")
+    result, _ = await replay_mode(
+        Mode(BOTH_ROLES, True, False, history="own"),
+        dialogues(dataset, dataset.scored_turns),
+        index,
+        embedder,
+        None,
+        None,
+        llm_answerer(llm),
+    )
+    first_prompt, second_prompt = llm.prompts
+    assert "Passages:" in first_prompt[0]["content"]
+    assert first_prompt[-1] == {"role": "user", "content": "How do I export my workspace?"}
+    # The second turn's history holds the LLM's own answer, not the reference one.
+    assert {"role": "assistant", "content": "Zip it from the export page."} in second_prompt
+    assert llm.params[0].temperature == 0.0
+    assert set(result.per_turn) == {"c1<::>1", "c1<::>2"}

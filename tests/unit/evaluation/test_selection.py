@@ -1,0 +1,68 @@
+"""The selection protocol: the score, ties by paired intervals, the simpler setting, LODO."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chatqna.evaluation.modes import QueryStrategy
+from chatqna.evaluation.selection import (
+    Cell,
+    choose,
+    leave_one_domain_out,
+    paired_score_interval,
+    simplicity,
+)
+
+SIMPLE = QueryStrategy("blend", 0.7, 2, "newest_first", "user")
+RICH = QueryStrategy("blend", 0.7, 4, "newest_first", "separate", 0.3, assistant_weight=0.25)
+WEAK = QueryStrategy("blend", 0.8, 2, "newest_first", "user_assistant")
+CONVERSATIONS = tuple(f"c{i // 2}" for i in range(40))
+
+
+def cells(gains: dict[str, tuple[float, float]], noise: float) -> list[Cell]:
+    """Two datasets, two history kinds; per label, a mean gain on each dataset."""
+    rng = np.random.default_rng(1)
+    result = []
+    for position, dataset in enumerate(("a", "b")):
+        for history in ("reference", "own"):
+            values = {
+                label: means[position] + noise * rng.standard_normal(len(CONVERSATIONS))
+                for label, means in gains.items()
+            }
+            result.append(Cell(dataset, history, CONVERSATIONS, values))
+    return result
+
+
+def test_simplicity_counts_mechanisms_then_the_window() -> None:
+    assert simplicity(SIMPLE) == (0, 2)
+    assert simplicity(RICH) == (3, 4)
+    assert simplicity(WEAK) == (2, 2)
+
+
+def test_a_clear_winner_is_chosen_and_the_runner_up_is_the_next_best() -> None:
+    data = cells(
+        {SIMPLE.label: (0.01, 0.01), RICH.label: (0.08, 0.06), WEAK.label: (0.0, 0.0)}, 0.01
+    )
+    decision = choose(data, [SIMPLE, RICH, WEAK], samples=500)
+    assert decision["chosen"] == RICH and decision["runner_up"] == SIMPLE
+    point, low, high = paired_score_interval(data, RICH.label, SIMPLE.label, samples=500)
+    assert 0.0 < low <= point <= high
+
+
+def test_within_noise_the_simpler_setting_wins() -> None:
+    data = cells({SIMPLE.label: (0.05, 0.05), RICH.label: (0.055, 0.05)}, 0.2)
+    decision = choose(data, [SIMPLE, RICH], samples=500)
+    assert set(decision["ties"]) == {SIMPLE, RICH}
+    assert decision["chosen"] == SIMPLE and decision["runner_up"] == RICH
+
+
+def test_leave_one_domain_out_reports_the_share_kept() -> None:
+    data = cells({SIMPLE.label: (0.04, 0.02), RICH.label: (0.1, -0.01)}, 0.0)
+    rows = leave_one_domain_out(data, [SIMPLE, RICH], SIMPLE, RICH, samples=200)
+    by = {(r["held_out"], r["row"]): r for r in rows}
+    picked_on_a = by[("b", "chosen on the other dataset")]
+    assert picked_on_a["label"] == RICH.label
+    assert np.isclose(picked_on_a["gain_held_out"], -0.01)
+    kept = by[("b", "chosen setting")]
+    assert np.isclose(kept["gain_tuned_on"], 0.04) and np.isclose(kept["kept"], 0.5)
+    assert by[("a", "runner-up")]["kept"] is None
