@@ -5,23 +5,23 @@ returns the status and the body (`Reply`), or opens a streamed body (`StreamRepl
 body means is the backend's business. `http_client` is the one place the `httpx.AsyncClient`
 of every upstream is built, so what it does is what every upstream call does:
 
-- `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` are honoured (aiohttp's `trust_env`);
+- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured: httpx reads them
+  once, when the client is built (`trust_env`), and mounts an aiohttp transport with that
+  proxy for the URLs it covers;
 - gzip and deflate bodies are decoded, streamed or not (by httpx: the transport hands the
   bytes on as sent);
-- interim `1xx` responses (`103 Early Hints`) are skipped, the final response is read;
+- interim `1xx` responses (`103 Early Hints`) are skipped (aiohttp reads past them);
 - `user:pass@` in an endpoint URL is sent as HTTP basic auth, and never shown: the client's
   `base_url` (what spans, logs and `describe()` name) has the credentials removed.
 
 Why `httpx-aiohttp`'s transport under httpx, not httpx's own: per call it costs the caller
-about 40% of the CPU of httpx's own transport (866 against 2,124 µs an embeddings call in
-`tests/rag-benchmarks/http_client_cost.py`, the Resilience page), and the caller keeps
-httpx's API, its exceptions and its test seam (tests pass `transport=`:
-`httpx.MockTransport`, respx). Where the transport falls short, this module and
-`chatqna.backends.http` fill in without HTTP code of their own: the aiohttp session is built
-here (`trust_env`, so proxies come from the environment, since httpx reads none for a
-client with a transport of its own; the pool's size and idle expiry), and the transport
-reporting every aiohttp connection failure, a refused connection too, as
-`httpx.ConnectTimeout` is undone where failures are translated.
+well under httpx's own transport (`tests/rag-benchmarks/http_client_cost.py`, the
+Resilience page), and the caller keeps httpx's API, its exceptions and its test seam
+(tests pass `transport=`: `httpx.MockTransport`; respx with its `httpx` mocker). The
+proxies come from httpx, not from aiohttp's own `trust_env`: that looks up `~/.netrc` and
+the proxy variables on a worker thread for every request, two thread hand-offs a call. The
+transport reports every aiohttp connection failure, a refused connection too, as
+`httpx.ConnectTimeout`; `chatqna.backends.http` undoes that where failures are translated.
 
 A failure is an httpx exception (`ConnectError`, `ReadTimeout`, `ReadError`, ...; the
 aiohttp one it came from as its `__cause__`), so `chatqna.backends.http` retries and
@@ -35,10 +35,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import aiohttp
 import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp import HttpxAiohttpClient
 
 from chatqna.backends.upstream_types import Reply, StreamReply, Timeouts
 from chatqna.telemetry.client_spans import ClientSpans
@@ -78,41 +77,18 @@ def http_client(
     `timeouts.read` bounds each read and a wait for a free pooled connection,
     `timeouts.connect` a new connection's handshake (the transport hands them to aiohttp as
     `sock_read`, `connect` and `sock_connect`; aiohttp has no write timeout, the callers'
-    whole-call bounds cover a stalled write). Without `transport`, `httpx-aiohttp`'s, with
-    the proxies the environment names unless `proxies_from_env` is off; a given
-    `transport` (the tests') is used as it is.
+    whole-call bounds cover a stalled write). Without `transport`, `httpx-aiohttp`'s
+    (`HttpxAiohttpClient`: an `httpx.AsyncClient` whose transports are aiohttp sessions of
+    `LIMITS`' size and idle expiry), with the proxies the environment names unless
+    `proxies_from_env` is off; a given `transport` (the tests') is used as it is.
     """
-    if transport is None:
-        transport = aiohttp_transport(proxies_from_env)
-    return httpx.AsyncClient(
+    return HttpxAiohttpClient(
         auth=auth,
         timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         limits=LIMITS,
         transport=transport,
         trust_env=proxies_from_env,
     )
-
-
-def aiohttp_transport(proxies_from_env: bool) -> AiohttpTransport:
-    """`httpx-aiohttp`'s transport on an aiohttp session of `LIMITS`' size and idle expiry.
-
-    The session is built on the first request, inside the running event loop. With
-    `trust_env` aiohttp reads `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` (and a proxy's
-    credentials from `~/.netrc`); httpx reads none of them for a client given a transport.
-    TLS verification uses httpx's context (certifi, or `SSL_CERT_FILE` / `SSL_CERT_DIR`).
-    """
-    ssl_context = httpx.create_ssl_context(trust_env=proxies_from_env)
-
-    def session() -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=LIMITS.max_connections or 0,
-            limit_per_host=0,
-            keepalive_timeout=LIMITS.keepalive_expiry,
-            ssl=ssl_context,
-        )
-        return aiohttp.ClientSession(connector=connector, trust_env=proxies_from_env)
-
-    return AiohttpTransport(client=session)
 
 
 class _Stream:
