@@ -135,13 +135,15 @@ def is_retryable(exc: BaseException) -> bool:
 
 
 def _failure(exc: BaseException) -> str:
-    """The failure's name: an HTTP status, or the exception's class (the aiohttp one the
-    transport's httpx exception came from, which names a refused or dropped connection
-    where the httpx one says `ConnectTimeout`)."""
+    """The failure's name: an HTTP status, or the exception's class; for a connection
+    failure the transport calls `ConnectTimeout` (see `timed_out`), aiohttp's own."""
     status = _status(exc)
     if status is not None:
         return f"HTTP {status}"
-    return type(_aiohttp_cause(exc) or exc).__name__
+    cause = _aiohttp_cause(exc)
+    if cause is not None and isinstance(exc, httpx.TimeoutException) and not timed_out(exc):
+        return type(cause).__name__
+    return type(exc).__name__
 
 
 def translate_http_error(
