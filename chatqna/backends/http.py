@@ -5,7 +5,7 @@ timeouts bound connecting and each read. `post_json`
 also bounds a whole call, so an upstream that trickles bytes forever still ends, and
 retries idempotent calls (embeddings, rerank, retrieval) by a `RetryPolicy`. Every failure
 is translated here into the typed errors of `chatqna.errors`, so callers never see an
-httpx exception.
+httpx or aiohttp exception.
 
 Retried: connection failures and resets, protocol errors (a body cut short), timeouts, and
 HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong) and a body that is
@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 
 from chatqna.backends.upstream import UpstreamClient
@@ -88,20 +89,61 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
+# What the client raises on a transport failure: httpx's exceptions, and aiohttp's own where
+# `httpx-aiohttp` passes one through unmapped (a response aiohttp cannot parse:
+# `aiohttp.ClientResponseError`).
+TRANSPORT_FAILURES = (httpx.HTTPError, aiohttp.ClientError)
+
+
+RETRYABLE_FAILURES = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+    aiohttp.ClientError,
+    TimeoutError,
+)
+
+
+def _aiohttp_cause(exc: BaseException) -> aiohttp.ClientError | None:
+    cause = exc.__cause__
+    return cause if isinstance(cause, aiohttp.ClientError) else None
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether time ran out: a whole-call bound (`asyncio.timeout`) or a transport timeout.
+
+    `httpx-aiohttp` 0.2.0 raises `httpx.ConnectTimeout` for every
+    `aiohttp.ClientConnectionError`, a refused connection (`ClientConnectorError`) and one
+    the server dropped (`ServerDisconnectedError`, `ClientOSError`) too: its entry for
+    `ClientConnectionError` wins over the narrower ones. The aiohttp exception it came from
+    (`__cause__`) says whether time ran out: aiohttp's timeouts are `TimeoutError`s.
+    """
+    if isinstance(exc, TimeoutError):
+        return True
+    if not isinstance(exc, httpx.TimeoutException):
+        return False
+    cause = _aiohttp_cause(exc)
+    return cause is None or isinstance(cause, TimeoutError)
+
+
 def is_retryable(exc: BaseException) -> bool:
     """A failure that another attempt of the same idempotent call may not meet again."""
     status = _status(exc)
     if status is not None:
         return status == 429 or status >= 500
-    return isinstance(
-        exc,
-        (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError, TimeoutError),
-    )
+    return isinstance(exc, RETRYABLE_FAILURES)
 
 
 def _failure(exc: BaseException) -> str:
+    """The failure's name: an HTTP status, or the exception's class; for a connection
+    failure the transport calls `ConnectTimeout` (see `timed_out`), aiohttp's own."""
     status = _status(exc)
-    return type(exc).__name__ if status is None else f"HTTP {status}"
+    if status is not None:
+        return f"HTTP {status}"
+    cause = _aiohttp_cause(exc)
+    if cause is not None and isinstance(exc, httpx.TimeoutException) and not timed_out(exc):
+        return type(cause).__name__
+    return type(exc).__name__
 
 
 def translate_http_error(
@@ -112,19 +154,17 @@ def translate_http_error(
     A `TimeoutError` is a whole-call bound (`asyncio.timeout`) that ran out.
     """
     tried = f" (after {attempts} attempts)" if attempts > 1 else ""
-    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+    if timed_out(exc):
         return UpstreamTimeout(f"{backend}: {what} timed out{tried}", backend=backend)
     status = _status(exc)
     if status is not None:
         return UpstreamError(f"{backend}: {what} returned HTTP {status}{tried}", backend=backend)
-    if isinstance(exc, httpx.HTTPError):
-        return UpstreamError(
-            f"{backend}: {what} failed ({type(exc).__name__}){tried}", backend=backend
-        )
+    if isinstance(exc, TRANSPORT_FAILURES):
+        return UpstreamError(f"{backend}: {what} failed ({_failure(exc)}){tried}", backend=backend)
     return BadUpstreamResponse(f"{backend}: {what} failed: {exc}", backend=backend)
 
 
-UPSTREAM_FAILURES = (httpx.HTTPError, HTTPStatusFailure, TimeoutError)
+UPSTREAM_FAILURES = (*TRANSPORT_FAILURES, HTTPStatusFailure, TimeoutError)
 
 
 async def with_retries(

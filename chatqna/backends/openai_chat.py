@@ -24,6 +24,7 @@ import httpx
 import orjson
 
 from chatqna.backends.http import (
+    TRANSPORT_FAILURES,
     UPSTREAM_FAILURES,
     HTTPStatusFailure,
     post_json,
@@ -185,7 +186,7 @@ class OpenAIChatLLM:
                 f"{self.backend}: generation took longer than {self._generation_timeout}s",
                 backend=self.backend,
             ) from exc
-        except (httpx.HTTPError, HTTPStatusFailure) as exc:
+        except (*TRANSPORT_FAILURES, HTTPStatusFailure) as exc:
             raise translate_http_error(exc, backend=self.backend, what=what) from exc
         finally:
             # Closing the response is what stops generation upstream when our client

@@ -1,28 +1,32 @@
-"""One upstream's HTTP client: an `httpx.AsyncClient` on httpx's own transport.
+"""One upstream's HTTP client: an `httpx.AsyncClient` over aiohttp (`httpx-aiohttp`).
 
 Every remote backend keeps one `UpstreamClient` for its whole life. It sends JSON and
 returns the status and the body (`Reply`), or opens a streamed body (`StreamReply`); what a
 body means is the backend's business. `http_client` is the one place the `httpx.AsyncClient`
-of every upstream is built, so what httpx does is what every upstream call does:
+of every upstream is built, so what it does is what every upstream call does:
 
-- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured (`trust_env`);
-- gzip and deflate bodies are decoded, streamed or not;
-- interim `1xx` responses (`103 Early Hints`) are skipped, the final response is read;
+- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured: httpx reads them
+  once, when the client is built (`trust_env`), and mounts an aiohttp transport with that
+  proxy for the URLs it covers;
+- gzip and deflate bodies are decoded, streamed or not (by httpx: the transport hands the
+  bytes on as sent);
+- interim `1xx` responses (`103 Early Hints`) are skipped (aiohttp reads past them);
 - `user:pass@` in an endpoint URL is sent as HTTP basic auth, and never shown: the client's
   `base_url` (what spans, logs and `describe()` name) has the credentials removed.
 
-Why httpx's own transport, and not an aiohttp one (`httpx-aiohttp`) that costs the caller
-about half the CPU per call (`tests/rag-benchmarks/http_client_cost.py`, the Resilience
-page): that transport reports a refused connection or a dropped one as a `ConnectTimeout`,
-which would turn a dead upstream into a timeout, and reads no proxy from the environment
-on a plain `AsyncClient`. A turn behind real models takes hundreds of milliseconds; the
-transport's CPU per call is small beside it. Tests pass `transport=` (`httpx.MockTransport`,
-respx).
+Why `httpx-aiohttp`'s transport under httpx, not httpx's own: per call it costs the caller
+well under httpx's own transport (`tests/rag-benchmarks/http_client_cost.py`, the
+Resilience page), and the caller keeps httpx's API, its exceptions and its test seam
+(tests pass `transport=`: `httpx.MockTransport`; respx with its `httpx` mocker). The
+proxies come from httpx, not from aiohttp's own `trust_env`: that looks up `~/.netrc` and
+the proxy variables on a worker thread for every request, two thread hand-offs a call. The
+transport reports every aiohttp connection failure, a refused connection too, as
+`httpx.ConnectTimeout`; `chatqna.backends.http` undoes that where failures are translated.
 
-A failure is an httpx exception (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...),
-so `chatqna.backends.http` retries and translates one tree. With tracing on, each call gets
-a CLIENT span (`chatqna.telemetry.client_spans`), and the trace context goes along in the
-request headers.
+A failure is an httpx exception (`ConnectError`, `ReadTimeout`, `ReadError`, ...; the
+aiohttp one it came from as its `__cause__`), so `chatqna.backends.http` retries and
+translates one tree. With tracing on, each call gets a CLIENT span
+(`chatqna.telemetry.client_spans`), and the trace context goes along in the request headers.
 """
 
 from __future__ import annotations
@@ -33,14 +37,15 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 import orjson
+from httpx_aiohttp import HttpxAiohttpClient
 
 from chatqna.backends.upstream_types import Reply, StreamReply, Timeouts
 from chatqna.telemetry.client_spans import ClientSpans
 
 NUMPY = orjson.OPT_SERIALIZE_NUMPY
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-# Per upstream. Idle connections are dropped after 3 s, before a uvicorn-style upstream's
-# own 5 s keep-alive closes them under a request.
+# Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 3 s,
+# before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
 LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0)
 
 
@@ -69,12 +74,15 @@ def http_client(
 ) -> httpx.AsyncClient:
     """The `httpx.AsyncClient` of one upstream: the one place every upstream client is built.
 
-    `timeouts.read` bounds each read and write and a wait for a free pooled connection,
-    `timeouts.connect` a new connection's handshake. Without `transport`, httpx's own, with
-    the proxies the environment names unless `proxies_from_env` is off (a given `transport`,
-    the tests', is used as it is).
+    `timeouts.read` bounds each read and a wait for a free pooled connection,
+    `timeouts.connect` a new connection's handshake (the transport hands them to aiohttp as
+    `sock_read`, `connect` and `sock_connect`; aiohttp has no write timeout, the callers'
+    whole-call bounds cover a stalled write). Without `transport`, `httpx-aiohttp`'s
+    (`HttpxAiohttpClient`: an `httpx.AsyncClient` whose transports are aiohttp sessions of
+    `LIMITS`' size and idle expiry), with the proxies the environment names unless
+    `proxies_from_env` is off; a given `transport` (the tests') is used as it is.
     """
-    return httpx.AsyncClient(
+    return HttpxAiohttpClient(
         auth=auth,
         timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         limits=LIMITS,
@@ -105,7 +113,7 @@ class UpstreamClient:
 
     `base_url` is the upstream's root (`http://tei:80`, credentials allowed:
     `https://user:pass@llm.example`); `headers` go with every request (an API key).
-    `transport` replaces httpx's own (tests: `httpx.MockTransport`, respx).
+    `transport` replaces the aiohttp one (tests: `httpx.MockTransport`, respx).
     `proxies_from_env=False` ignores `HTTP_PROXY` and the like (the embedded LLM's
     loopback server, which no proxy could reach).
     """

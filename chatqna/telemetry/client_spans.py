@@ -12,8 +12,8 @@ response headers have arrived; a streamed body is read inside the caller's span
 A thin wrapper on the public API rather than opentelemetry-instrumentation-httpx: that
 instrumentation patches httpx for the whole process (every client in it, not only the
 upstream ones) and sees the transport's requests, while these spans belong to the upstream
-clients' logical calls, whichever HTTP engine moves the bytes: the batched embedding call
-is the one `POST` span under `chatqna.embed`.
+clients' logical calls: the batched embedding call is the one `POST` span under
+`chatqna.embed`.
 """
 
 from __future__ import annotations

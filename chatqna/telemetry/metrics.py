@@ -90,16 +90,6 @@ class ServiceMetrics:
             registry=self.registry,
             multiprocess_mode="livesum",
         )
-        self.heap_trims = Counter(
-            "chatqna_heap_trims",
-            "Times the heap's free pages were handed back to the OS",
-            registry=self.registry,
-        )
-        self.heap_released_bytes = Counter(
-            "chatqna_heap_released_bytes",
-            "Resident bytes handed back to the OS by heap trims",
-            registry=self.registry,
-        )
 
     def scrape_registry(self) -> CollectorRegistry:
         """What `/metrics` reports: this process's registry, or every worker's files."""
@@ -108,10 +98,6 @@ class ServiceMetrics:
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
         return merged
-
-    def record_heap_trim(self, released_bytes: int) -> None:
-        self.heap_trims.inc()
-        self.heap_released_bytes.inc(released_bytes)
 
     def record_stages(self, stages: dict[str, float]) -> None:
         children = self._stage_children

@@ -1,6 +1,7 @@
-"""The upstream client's contract on its real transport, against one loopback server: the
-bytes go out as sent, replies and streams come back whole and in order, and each failure is
-the httpx exception `chatqna.backends.http` retries and translates."""
+"""The upstream client's contract on its real transport (httpx-aiohttp's), against one
+loopback server: the bytes go out as sent, replies and streams come back whole and in order,
+and each failure is an httpx exception that `chatqna.backends.http` retries and translates
+to the right typed error (a refused connection is not a timeout)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 
+import aiohttp
 import httpx
 import pytest
 
+from chatqna.backends.http import is_retryable, translate_http_error
 from chatqna.backends.upstream import UpstreamClient
+from chatqna.errors import UpstreamError, UpstreamTimeout
 
 pytestmark = pytest.mark.anyio
 
@@ -93,21 +97,34 @@ async def test_an_error_stream_can_be_read_at_once(upstream: UpstreamClient) -> 
         await stream.aclose()
 
 
-async def test_a_refused_connection_is_a_connect_error() -> None:
+async def test_a_refused_connection_is_a_retryable_upstream_error_not_a_timeout() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     refused = client(f"http://127.0.0.1:{port}")
-    with pytest.raises(httpx.ConnectError):
-        await refused.post("/json", {})
-    await refused.aclose()
+    try:
+        # httpx-aiohttp reports it as a ConnectTimeout, aiohttp's own error as the cause.
+        with pytest.raises(httpx.TransportError) as caught:
+            await refused.post("/json", {})
+    finally:
+        await refused.aclose()
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
+    assert is_retryable(caught.value)
+    error = translate_http_error(caught.value, backend="llm", what="POST /json")
+    assert type(error) is UpstreamError and error.status_code == 502
+    assert "(ClientConnectorError)" in str(error)
 
 
 async def test_a_silent_upstream_is_a_read_timeout(upstream: UpstreamClient) -> None:
-    with pytest.raises(httpx.ReadTimeout):
+    with pytest.raises(httpx.ReadTimeout) as caught:
         await upstream.post("/silent", {})
+    error = translate_http_error(caught.value, backend="llm", what="POST /silent")
+    assert type(error) is UpstreamTimeout and error.status_code == 504
 
 
-async def test_a_body_cut_short_is_a_protocol_error(upstream: UpstreamClient) -> None:
-    with pytest.raises(httpx.RemoteProtocolError):
+async def test_a_body_cut_short_is_a_read_error(upstream: UpstreamClient) -> None:
+    with pytest.raises(httpx.ReadError) as caught:
         await upstream.post("/short", {})
+    assert is_retryable(caught.value)
+    error = translate_http_error(caught.value, backend="llm", what="POST /short")
+    assert type(error) is UpstreamError and error.status_code == 502

@@ -8,7 +8,6 @@ import logging
 import httpx
 import numpy as np
 import pytest
-import respx
 
 from chatqna.app import create_app
 from chatqna.backends.fakes import (
@@ -21,6 +20,7 @@ from chatqna.backends.tei import TEIEmbedder
 from chatqna.multiturn.blend import history_text
 from chatqna.multiturn.history import Message
 from chatqna.settings import Settings
+from tests.features.conftest import upstream_mock
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -70,7 +70,7 @@ async def _app(
 async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
     client_for: ClientFactory, blend_settings: Settings
 ) -> None:
-    with respx.mock(assert_all_called=True) as router:
+    with upstream_mock(assert_all_called=True) as router:
         route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
         client, retriever, reranker = await _app(client_for, blend_settings)
         response = await client.post("/v1/chatqna", json={"messages": CHAT})
@@ -143,7 +143,7 @@ async def test_no_op_paths_make_the_baseline_call(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="chatqna.multiturn.blend")
     configured = settings.model_copy(update=update)
-    with respx.mock() as router:
+    with upstream_mock() as router:
         route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
         client, retriever, reranker = await _app(client_for, configured)
         response = await client.post("/v1/chatqna", json={"messages": messages, "stream": False})
@@ -219,7 +219,7 @@ async def test_history_aware_bm25_leg_runs_on_blended_follow_ups_only(
     client_for: ClientFactory, blend_settings: Settings
 ) -> None:
     configured = blend_settings.model_copy(update={"multi_turn_bm25_history_weight": 0.5})
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
         client, retriever, _ = await _app(client_for, configured)
         follow = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
@@ -236,7 +236,7 @@ async def test_history_aware_bm25_leg_runs_on_blended_follow_ups_only(
 async def test_upstream_calls_carry_the_turns_trace_context(
     client_for: ClientFactory, blend_settings: Settings
 ) -> None:
-    with respx.mock() as router:
+    with upstream_mock() as router:
         route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
         client, _, _ = await _app(client_for, blend_settings)
         response = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
@@ -248,7 +248,7 @@ async def test_upstream_calls_carry_the_turns_trace_context(
 async def test_without_a_reranker_the_fused_order_is_kept_and_the_metadata_says_why(
     client_for: ClientFactory, blend_settings: Settings
 ) -> None:
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
         backends = await make_backends(blend_settings, embedder=TEIEmbedder(TEI))
         retriever = RecordingRetriever(backends.retriever)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-import respx
 
 from chatqna.backends.fakes import (
     HashingEmbedder,
@@ -19,6 +18,7 @@ from chatqna.backends.fakes import (
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.errors import CONDENSE_FAILED_MESSAGE
 from chatqna.settings import Settings
+from tests.features.conftest import upstream_mock
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +79,7 @@ async def test_follow_up_searches_and_reranks_with_the_standalone_query(
     client_for: ClientFactory, condense_settings: Settings
 ) -> None:
     probe = Probe()
-    with respx.mock() as router:
+    with upstream_mock() as router:
         route = router.post(f"{LLM}/v1/chat/completions").mock(
             return_value=completion(json.dumps({"standalone_query": STANDALONE}))
         )
@@ -110,7 +110,7 @@ async def test_first_turn_makes_no_rewrite_call(
     client_for: ClientFactory, condense_settings: Settings
 ) -> None:
     probe = Probe()
-    with respx.mock(assert_all_called=False) as router:
+    with upstream_mock(assert_all_called=False) as router:
         route = router.post(f"{LLM}/v1/chat/completions").mock(return_value=completion("{}"))
         client = await _client(client_for, condense_settings, probe)
         response = await client.post(
@@ -151,7 +151,7 @@ async def test_each_failure_is_the_exact_503_and_nothing_is_retrieved(
 ) -> None:
     caplog.set_level(logging.WARNING)
     probe = Probe()
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{LLM}/v1/chat/completions").mock(side_effect=handler)
         client = await _client(client_for, condense_settings, probe)
         response = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": stream})
@@ -175,7 +175,7 @@ async def test_blend_flag_is_ignored_in_condense_mode(
         update={"multi_turn_mode": "condense", "multi_turn_blend_enabled": True}
     )
     probe = Probe()
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{LLM}/v1/chat/completions").mock(
             return_value=completion(json.dumps({"standalone_query": STANDALONE}))
         )
@@ -190,7 +190,7 @@ async def test_openai_route_fails_closed_too(
     client_for: ClientFactory, condense_settings: Settings
 ) -> None:
     probe = Probe()
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{LLM}/v1/chat/completions").mock(return_value=httpx.Response(502))
         client = await _client(client_for, condense_settings, probe)
         response = await client.post(

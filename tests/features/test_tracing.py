@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-import respx
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -17,6 +16,7 @@ from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.settings import Settings
 from chatqna.telemetry import names
+from tests.features.conftest import upstream_mock
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +153,7 @@ async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
     condense = settings.model_copy(
         update={"multi_turn_mode": "condense", "chatqna_trace_content": True}
     )
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{LLM}/v1/chat/completions").mock(
             return_value=completion('{"standalone_query": "Can I export after I cancel?"}')
         )
@@ -218,7 +218,7 @@ async def test_condense_failed_spans(
     handler: Callable[[httpx.Request], httpx.Response],
 ) -> None:
     condense = settings.model_copy(update={"multi_turn_mode": "condense"})
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{LLM}/v1/chat/completions").mock(side_effect=handler)
         client = await _client(client_for, condense, rewriter=True)
         response = await client.post("/v1/chatqna", json={"messages": CHAT})
@@ -239,7 +239,7 @@ async def test_metrics_count_condense_failures_by_reason(
     client_for: ClientFactory, settings: Settings
 ) -> None:
     condense = settings.model_copy(update={"multi_turn_mode": "condense"})
-    with respx.mock() as router:
+    with upstream_mock() as router:
         router.post(f"{LLM}/v1/chat/completions").mock(return_value=httpx.Response(502))
         client = await _client(client_for, condense, rewriter=True)
         for _ in range(2):

@@ -128,8 +128,9 @@ BEFORE_STREAM = [
     ("slow", 504, "upstream_timeout", "timed out", True),
     ("endless", 504, "upstream_timeout", "timed out", True),
     ("http_error", 502, "upstream_error", "returned HTTP 500", True),
-    ("reset", 502, "upstream_error", "(ReadError)", True),
-    ("truncated", 502, "upstream_error", "(RemoteProtocolError)", True),
+    # aiohttp's names where the transport would say ConnectTimeout; a cut body is a ReadError.
+    ("reset", 502, "upstream_error", "(ClientOSError)", True),
+    ("truncated", 502, "upstream_error", "(ReadError)", True),
     ("malformed", 502, "bad_upstream_response", "not JSON", False),
 ]
 ROLES = {"embeddings": "embedder", "rerank": "reranker", "retrieval": "retriever"}

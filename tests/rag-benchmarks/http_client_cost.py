@@ -7,9 +7,9 @@ in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON 
 64-float vector out, as the service makes them) and a quarter as many streamed chat calls
 (20 SSE chunks read line by line) with each client, at `--concurrency` calls in flight, over
 a keep-alive pool. The candidates: httpx on its own transport, httpx over the
-`httpx-aiohttp` package's transport (when it is installed; it is not a dependency), and
-aiohttp directly; then the service's `UpstreamClient` (`chatqna.backends.upstream`, an httpx
-client, with the SSE decoder the LLM client uses), and the overhead benchmarks' load
+`httpx-aiohttp` package's transport, and aiohttp directly; then the service's
+`UpstreamClient` (`chatqna.backends.upstream`, an httpx client over `httpx-aiohttp`, with the
+SSE decoder the LLM client uses), and the overhead benchmarks' load
 generator (`load_client.py`, which reads a stream whole without decoding it; here on the
 same stdlib event loop as the others). They alternate within each round. What is measured
 is this process's CPU time per call (`time.process_time`), which the stand-ins' own work
@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 import httpx
 import load_client
+from httpx_aiohttp import AiohttpTransport
 from load_chats import free_port, load_average, standin_argv, start_process
 from opea_overhead import orchestrator_env
 
@@ -142,22 +143,16 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
         connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=3),
         timeout=aiohttp.ClientTimeout(total=30, connect=5),
     )
+    packaged = httpx.AsyncClient(
+        base_url=base, timeout=timeout, transport=AiohttpTransport(limits=limits)
+    )
     clients = {
         "httpx (default transport)": httpx_calls(plain),
+        "httpx over aiohttp (httpx-aiohttp package)": httpx_calls(packaged),
+        "aiohttp directly": aiohttp_calls(session, base),
+        "the service's UpstreamClient (httpx over httpx-aiohttp)": upstream_calls(ours),
     }
-    others: list[httpx.AsyncClient | UpstreamClient] = [plain, ours]
-    try:
-        from httpx_aiohttp import AiohttpTransport as PackagedTransport
-
-        packaged = httpx.AsyncClient(
-            base_url=base, timeout=timeout, transport=PackagedTransport(limits=limits)
-        )
-        clients["httpx over aiohttp (httpx-aiohttp package)"] = httpx_calls(packaged)
-        others.append(packaged)
-    except ImportError:
-        pass
-    clients["aiohttp directly"] = aiohttp_calls(session, base)
-    clients["the service's UpstreamClient (httpx)"] = upstream_calls(ours)
+    others: list[httpx.AsyncClient | UpstreamClient] = [plain, ours, packaged]
     load = load_client.LoadSession(base, timeout=30)
     clients["the benchmarks' load generator (load_client.py)"] = load_client_calls(load)
     results: dict[str, dict[str, list[dict[str, float]]]] = {

@@ -156,8 +156,6 @@ def _series_names() -> dict[str, set[str]]:
             ("chatqna_blend", metrics.blend),
             ("chatqna_upstream_errors", metrics.upstream_errors),
             ("chatqna_requests_in_flight", metrics.in_flight),
-            ("chatqna_heap_trims", metrics.heap_trims),
-            ("chatqna_heap_released_bytes", metrics.heap_released_bytes),
         )
     }
     series: dict[str, set[str]] = {}

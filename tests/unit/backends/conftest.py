@@ -17,6 +17,9 @@ def shape(exc: UpstreamFailure) -> tuple[int, str, str]:
 
 @pytest.fixture
 def router(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
-    """Mocks the test module's `BASE`; routes a test does not call are allowed."""
-    with respx.mock(base_url=request.module.BASE, assert_all_called=False) as mock:
+    """Mocks the test module's `BASE`; routes a test does not call are allowed. respx's
+    `httpx` mocker: it routes every httpx client's requests, whatever its transport (the
+    upstream clients run on httpx-aiohttp's, which the default `httpcore` mocker misses)."""
+    mock = respx.mock(using="httpx", base_url=request.module.BASE, assert_all_called=False)
+    with mock:
         yield mock

@@ -11,10 +11,13 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
-from chatqna.backends.http import RetryPolicy, is_retryable, post_json
+from chatqna.backends.http import RetryPolicy, is_retryable, post_json, translate_http_error
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import GenerationParams, SearchQuery
 from chatqna.backends.retriever_client import RemoteRetriever
@@ -128,6 +131,57 @@ def _status_error(status: int) -> httpx.HTTPStatusError:
 )
 def test_what_is_retryable(exc: BaseException, retryable: bool) -> None:
     assert is_retryable(exc) is retryable
+
+
+def _from_aiohttp(exc: httpx.HTTPError, cause: BaseException) -> httpx.HTTPError:
+    """`exc` as the httpx-aiohttp transport raises it: the aiohttp error as its cause."""
+    exc.__cause__ = cause
+    return exc
+
+
+REQUEST_INFO = aiohttp.RequestInfo(URL(BASE), "POST", CIMultiDictProxy(CIMultiDict()))
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected", "named"),
+    [
+        # The transport maps every aiohttp connection error to ConnectTimeout.
+        (
+            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ServerDisconnectedError()),
+            UpstreamError,
+            "(ServerDisconnectedError)",
+        ),
+        (
+            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ClientOSError(104, "reset")),
+            UpstreamError,
+            "(ClientOSError)",
+        ),
+        (
+            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ConnectionTimeoutError()),
+            UpstreamTimeout,
+            "timed out",
+        ),
+        (
+            _from_aiohttp(httpx.ReadTimeout("x"), aiohttp.SocketTimeoutError()),
+            UpstreamTimeout,
+            "timed out",
+        ),
+        (httpx.ConnectTimeout("no cause: httpx's own"), UpstreamTimeout, "timed out"),
+        # What the transport passes through unmapped: a response aiohttp cannot parse.
+        (
+            aiohttp.ClientResponseError(REQUEST_INFO, (), status=400, message="Bad status line"),
+            UpstreamError,
+            "(ClientResponseError)",
+        ),
+    ],
+)
+def test_a_transport_failure_is_a_timeout_only_when_time_ran_out(
+    exc: Exception, expected: type[Exception], named: str
+) -> None:
+    error = translate_http_error(exc, backend="embedder", what="POST /v1/embeddings")
+    assert type(error) is expected
+    assert named in str(error)
+    assert is_retryable(exc)
 
 
 # --------------------------------------------------------------------------- post_json

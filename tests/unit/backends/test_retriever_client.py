@@ -23,7 +23,7 @@ def _answer(docs: list[dict[str, object]]) -> httpx.Response:
 async def test_remote_retriever_wire_format() -> None:
     remote = RemoteRetriever("http://retriever.test")
     vector = np.array([0.6, 0.8], dtype=np.float32)
-    with respx.mock() as router:
+    with respx.mock(using="httpx") as router:
         route = router.post("http://retriever.test/v1/retrieval").mock(
             return_value=_answer(
                 [
@@ -61,7 +61,7 @@ async def test_remote_retriever_wire_format() -> None:
 )
 async def test_remote_retriever_errors(response: httpx.Response, error: type) -> None:
     remote = RemoteRetriever("http://retriever.test")
-    with respx.mock() as router:
+    with respx.mock(using="httpx") as router:
         router.post("http://retriever.test/v1/retrieval").mock(return_value=response)
         with pytest.raises(error):
             await remote.search(SearchQuery("q", np.ones(2, dtype=np.float32), 1))
