@@ -23,6 +23,21 @@ def chunk_id_for(source: str, index: int) -> str:
     return f"{doc_id_for(source)}-{index:04d}"
 
 
+# Part of every ingested file's content hash: a change to what `indexed_text` returns
+# bumps it, so the next ingestion re-indexes files whose bytes did not change.
+INDEXED_TEXT_VERSION = "title-line-1"
+
+
+def indexed_text(title: str, text: str) -> str:
+    """What a passage's dense and lexical legs index: its title line, then its text.
+
+    A passage rarely repeats the heading it sits under ("Refunds", a page title), so a
+    question that names the subject still finds it. The answer prompt and the sources a
+    user sees carry the text alone.
+    """
+    return f"{title}\n{text}" if title else text
+
+
 @dataclass(frozen=True)
 class Chunk:
     """A passage of a source document, as stored in the index.
@@ -41,6 +56,11 @@ class Chunk:
     @property
     def doc_id(self) -> str:
         return doc_id_for(self.source)
+
+    @property
+    def indexed_text(self) -> str:
+        """Its title line, then its text: what the embedding and BM25 index."""
+        return indexed_text(self.title, self.text)
 
 
 @dataclass(frozen=True)

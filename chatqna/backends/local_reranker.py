@@ -3,7 +3,8 @@
 No cross-encoder ships inside a package we can install offline, so the embedded
 similarity reranker rescores with the embedder itself: the cosine of the query vector and
 each passage vector. It is named for what it is (`embedding-similarity`). Passage vectors
-come from the index when it returned them; the query vector is the one the pipeline passes
+come from the index when it returned them (otherwise the chunk's indexed text is embedded,
+as ingestion did); the query vector is the one the pipeline passes
 (on a blended follow-up the blended vector, so the rescoring hears the conversation), and
 only when none is passed is the query text embedded.
 
@@ -42,7 +43,8 @@ class EmbeddingSimilarityReranker:
         if not candidates:
             return []
         missing = [i for i, c in enumerate(candidates) if c.embedding is None]
-        texts = ([query] if vector is None else []) + [candidates[i].chunk.text for i in missing]
+        passages = [candidates[i].chunk.indexed_text for i in missing]
+        texts = ([query] if vector is None else []) + passages
         vectors = await self._embedder.embed(texts) if texts else np.zeros((0, 0), np.float32)
         self.calls += 1
         query_vector = np.asarray(vector if vector is not None else vectors[0], np.float32)

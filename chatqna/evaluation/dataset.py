@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from chatqna.documents import Chunk
 from chatqna.multiturn.history import Message
 
 
@@ -22,12 +23,16 @@ class Passage:
     title: str
     text: str
 
+    def chunk(self, source: str, index: int, context: str = "title") -> Chunk:
+        """The passage as the index stores it: with `context="title"` its title is the
+        chunk's title, so its legs see the title line, then the passage (as ingestion
+        indexes a chunk); with `"none"` they see the passage alone."""
+        title = self.title if context == "title" else ""
+        return Chunk(id=self.id, text=self.text, source=source, title=title, index=index)
+
     def indexed_text(self, context: str = "title") -> str:
-        """What the index sees: with `context="title"` the title line, then the passage;
-        with `"none"` the passage alone."""
-        if context == "title" and self.title:
-            return f"{self.title}\n{self.text}"
-        return self.text
+        """What the index's dense and BM25 legs see of the passage (see `chunk`)."""
+        return self.chunk("", 0, context).indexed_text
 
 
 @dataclass(frozen=True)

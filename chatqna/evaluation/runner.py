@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, SourceBatch
-from chatqna.documents import Chunk
 from chatqna.evaluation.compare import Reference, compare_references
 from chatqna.evaluation.dataset import Dataset, EvalTurn
 from chatqna.evaluation.live import (
@@ -57,10 +56,11 @@ async def build_index(
     exact_max: int = EXACT_MAX_CHUNKS,
     context: str = "title",
 ) -> InMemoryHybridIndex:
-    """Index the corpus, one chunk per passage, embedding in batches (`context`: what each
-    passage's legs see besides its text, `title` or `none`). Past `exact_max` passages the
-    dense leg is the HNSW graph, waited for before this returns."""
-    texts = [p.indexed_text(context) for p in dataset.passages]
+    """Index the corpus, one chunk per passage, embedding in batches what ingestion embeds
+    (`context`: what each passage's legs see besides its text, `title` or `none`). Past
+    `exact_max` passages the dense leg is the HNSW graph, waited for before this returns."""
+    chunks = [p.chunk(dataset.name, i, context) for i, p in enumerate(dataset.passages)]
+    texts = [chunk.indexed_text for chunk in chunks]
     tick = progress("embedding corpus", len(texts)) if progress else None
     rows = []
     for start in range(0, len(texts), 64):
@@ -75,10 +75,6 @@ async def build_index(
         dimension=int(matrix.shape[1]),
         exact_max=exact_max,
     )
-    chunks = [
-        Chunk(id=p.id, text=t, source=dataset.name, title=p.title, index=i)
-        for i, (p, t) in enumerate(zip(dataset.passages, texts, strict=True))
-    ]
     await index.replace_sources([SourceBatch(dataset.name, chunks, matrix)])
     await asyncio.to_thread(index.wait_for_graph)
     return index

@@ -3,23 +3,27 @@
 The same numbers can then be checked on a deployed stack: each scored turn is sent with
 its history (`stream: false`, `k` and `top_n` of the ranking depth, `max_tokens: 1`), and
 the ranking is the `source_documents` of the response's metadata. Passages are uploaded
-(`--ingest`) as one file each, named after the passage id, so a source maps back to it.
+(`--ingest`) as one Markdown file each, named after the passage id, so a source maps back
+to it, with the passage title as the document title: the service then indexes the title
+line and the passage, as the in-process harness does.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 from urllib.parse import quote, unquote
 
 import httpx
 
-from chatqna.evaluation.dataset import Dataset
+from chatqna.evaluation.dataset import Dataset, Passage
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy
 from chatqna.evaluation.runner import describe_mode
 
-SUFFIX = ".txt"
+SUFFIX = ".md"
+_HEADING_LINE = re.compile(r"^#", re.MULTILINE)
 
 
 def passage_filename(passage_id: str) -> str:
@@ -30,12 +34,20 @@ def passage_id_of(source: str) -> str:
     return unquote(source.removesuffix(SUFFIX))
 
 
+def passage_file(passage: Passage) -> bytes:
+    """The passage as Markdown: its title as the `#` title (a passage without one is titled
+    by its file name), then its text, with `#` at a line start escaped so no line of the
+    passage becomes a heading that would split it."""
+    body = _HEADING_LINE.sub(r"\\#", passage.text)
+    return (f"# {passage.title}\n\n{body}" if passage.title else body).encode()
+
+
 async def ingest_corpus(client: httpx.AsyncClient, dataset: Dataset, batch: int = 100) -> None:
     """Upload every passage as its own file, with chunks large enough to keep it whole."""
     passages = list(dataset.passages)
     for start in range(0, len(passages), batch):
         files = [
-            ("files", (passage_filename(p.id), p.indexed_text().encode(), "text/plain"))
+            ("files", (passage_filename(p.id), passage_file(p), "text/markdown"))
             for p in passages[start : start + batch]
         ]
         response = await client.post(

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from chatqna.backends.protocols import SourceBatch, SourceInfo
-from chatqna.documents import Chunk
+from chatqna.documents import Chunk, indexed_text
 
 STORE_FILE = "chunks.sqlite3"
 FORMAT_VERSION = 2
@@ -116,7 +116,7 @@ class ChunkStore:
     # --- writes (the caller holds the writer lock) -------------------------------------------
     def replace(self, batches: Sequence[SourceBatch]) -> tuple[int, list[tuple[int, str, str]]]:
         """Replace the batches' sources in one transaction; return the new generation and
-        the new rows as `(row, source, text)`."""
+        the new rows as `(row, source, indexed text)`, what the lexical index holds."""
         db = self.connection()
         documents: list[tuple[int, str, str]] = []
         with _transaction(db):
@@ -144,7 +144,9 @@ class ChunkStore:
                         for i, c in enumerate(batch.chunks)
                     ),
                 )
-                documents += [(first + i, batch.source, c.text) for i, c in enumerate(batch.chunks)]
+                documents += [
+                    (first + i, batch.source, c.indexed_text) for i, c in enumerate(batch.chunks)
+                ]
                 db.execute(
                     "INSERT OR REPLACE INTO sources VALUES (?, ?, ?)",
                     (batch.source, batch.content_hash, len(batch.chunks)),
@@ -238,10 +240,12 @@ class ChunkStore:
         }
 
     def texts(self, batch: int = 5000) -> Iterable[list[tuple[int, str, str]]]:
-        """Every (row, source, text), in batches, for rebuilding the lexical index."""
-        cursor = self.connection().execute("SELECT row, source, text FROM chunks ORDER BY row")
+        """Every (row, source, indexed text), in batches, for rebuilding the lexical index."""
+        cursor = self.connection().execute(
+            "SELECT row, source, title, text FROM chunks ORDER BY row"
+        )
         while rows := cursor.fetchmany(batch):
-            yield rows
+            yield [(row, source, indexed_text(title, text)) for row, source, title, text in rows]
 
     def sources(self) -> list[SourceInfo]:
         found = self.connection().execute(

@@ -4,8 +4,11 @@ Every file is read and chunked before anything is embedded, so an unsupported or
 file fails the whole request before any work is done; all embeddings are computed before
 the index is touched, and the index applies the new sources in one atomic replacement. A
 failure anywhere leaves the index exactly as it was. A file whose content (and chunking
-parameters) did not change since it was last ingested is skipped, so re-running the quick
-start does not embed the corpus again.
+parameters, and what each chunk's legs index) did not change since it was last ingested is
+skipped, so re-running the quick start does not embed the corpus again.
+
+Each chunk is embedded, and indexed for BM25 by the retriever, as `Chunk.indexed_text`: its
+title line (section heading or document title), then its text.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from chatqna.backends.protocols import Embedder, Retriever, SourceBatch
-from chatqna.documents import Chunk
+from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
 from chatqna.errors import InvalidRequest, UnsupportedFileType
 from chatqna.retrieval.chunking import chunk_document
 from chatqna.retrieval.loaders import SUPPORTED_SUFFIXES, LoadLimits, format_of, load_document
@@ -88,7 +91,7 @@ class IngestResult:
 
 def content_hash(data: bytes, chunk_size: int, chunk_overlap: int) -> str:
     digest = hashlib.sha256(data)
-    digest.update(f"|{chunk_size}|{chunk_overlap}".encode())
+    digest.update(f"|{chunk_size}|{chunk_overlap}|{INDEXED_TEXT_VERSION}".encode())
     return digest.hexdigest()
 
 
@@ -179,7 +182,7 @@ async def ingest_files(
     total = sum(len(chunks) for _, _, chunks in pending)
     if on_plan is not None:
         on_plan(total)
-    texts = [chunk.text for _, _, chunks in pending for chunk in chunks]
+    texts = [chunk.indexed_text for _, _, chunks in pending for chunk in chunks]
     vectors: list[np.ndarray] = []
     for start in range(0, len(texts), embedder.max_batch):
         batch = texts[start : start + embedder.max_batch]

@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 from redis.typing import EncodableT, FieldT
 
 from chatqna.backends.protocols import SourceBatch
-from chatqna.documents import Chunk
+from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
 from chatqna.retrieval.bm25 import tokenize
 from chatqna.retrieval.redis_schema import FORMAT_VERSION, text
 
@@ -35,7 +35,8 @@ _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 def chunk_digest(chunk: Chunk, vector: bytes) -> str:
     digest = hashlib.blake2b(digest_size=16)
-    for part in (FORMAT_VERSION, chunk.text, chunk.source, chunk.title, str(chunk.index)):
+    parts = (FORMAT_VERSION, INDEXED_TEXT_VERSION, chunk.text, chunk.source, chunk.title)
+    for part in (*parts, str(chunk.index)):
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
     digest.update(vector)
@@ -43,10 +44,11 @@ def chunk_digest(chunk: Chunk, vector: bytes) -> str:
 
 
 def chunk_hash(chunk: Chunk, vector: bytes, digest: str) -> dict[FieldT, EncodableT]:
-    """The fields of a chunk's hash; `terms` is what BM25 indexes."""
+    """The fields of a chunk's hash; `terms` is what BM25 indexes (its title line and text),
+    `content` what a user sees."""
     return {
         "content": chunk.text,
-        "terms": " ".join(tokenize(chunk.text)),
+        "terms": " ".join(tokenize(chunk.indexed_text)),
         "chunk_id": chunk.id,
         "source": chunk.source,
         "title": chunk.title,

@@ -52,12 +52,15 @@ class Subject:
     writer: Retriever
 
 
-async def batch(source: str, texts: list[str]) -> SourceBatch:
+async def batch(source: str, texts: list[str], title: str | None = None) -> SourceBatch:
+    """The source's chunks, embedded as ingestion embeds them (title line, then text)."""
+    heading = source if title is None else title
     chunks = [
-        Chunk(id=chunk_id_for(source, i), text=text, source=source, title=source, index=i)
+        Chunk(id=chunk_id_for(source, i), text=text, source=source, title=heading, index=i)
         for i, text in enumerate(texts)
     ]
-    return SourceBatch(source, chunks, await EMBEDDER.embed(texts), content_hash=f"h-{source}")
+    vectors = await EMBEDDER.embed([chunk.indexed_text for chunk in chunks])
+    return SourceBatch(source, chunks, vectors, content_hash=f"h-{source}")
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +160,18 @@ async def test_hybrid_search_finds_what_either_leg_ranks_first(subject: Subject)
     results = await search(subject.retriever, "invoices billing contact", dense_best, 2)
     assert sorted(texts(results)) == sorted([dense_best, bm25_best])
     assert all("fusion" in r.scores for r in results)
+
+
+async def test_the_bm25_leg_finds_a_chunk_by_words_only_its_title_holds(
+    subject: Subject,
+) -> None:
+    text = "Keys rotate every ninety days."
+    await subject.writer.replace_sources([await batch("d.md", [text], title="Security policy")])
+    unrelated = (await EMBEDDER.embed([CORPUS["b.md"][0]]))[0]
+    query = SearchQuery("security policy", unrelated, 1, fusion_weights=(0.0, 1.0))
+    results = await subject.retriever.search(query)
+    assert texts(results) == [text]  # the text a user sees carries no title line
+    assert results[0].chunk.title == "Security policy"
 
 
 @pytest.mark.parametrize("hybrid", [False, True])

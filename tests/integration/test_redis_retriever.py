@@ -182,7 +182,7 @@ async def test_hybrid_search(store: Retriever, embedder: CachingEmbedder) -> Non
     assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
     top = results[0]
     assert top.scores["bm25"] > 0 and top.scores["dense"] > 0.3
-    stored = await embedder.embed([top.chunk.text])
+    stored = await embedder.embed([top.chunk.indexed_text])
     assert top.embedding is not None
     assert np.allclose(top.embedding, stored[0], atol=1e-6)
 
@@ -193,7 +193,7 @@ async def test_dense_only_search(store: Retriever, embedder: CachingEmbedder) ->
     assert results[0].chunk.source == "export.md"
     assert all(set(r.scores) == {"dense"} and r.score == r.scores["dense"] for r in results)
     assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
-    vectors = await embedder.embed([question, results[0].chunk.text])
+    vectors = await embedder.embed([question, results[0].chunk.indexed_text])
     assert results[0].score == pytest.approx(float(vectors[0] @ vectors[1]), abs=1e-5)
 
 
@@ -288,7 +288,7 @@ class ReferenceBM25:
 
     def __init__(self, chunks: Sequence[Chunk]) -> None:
         self.ids = [c.id for c in chunks]
-        self.index = BM25Index([c.text for c in chunks], keys=self.ids)
+        self.index = BM25Index([c.indexed_text for c in chunks], keys=self.ids)
 
     @classmethod
     async def of(cls, store: Retriever, embedder: CachingEmbedder) -> ReferenceBM25:

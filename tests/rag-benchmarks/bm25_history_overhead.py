@@ -37,7 +37,6 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch  # noqa: E402
-from chatqna.documents import Chunk  # noqa: E402
 from chatqna.evaluation.cache import EmbeddingCache  # noqa: E402
 from chatqna.evaluation.dataset import Dataset, EvalTurn, load_dataset  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
@@ -56,14 +55,10 @@ HISTORY_WEIGHT = 0.3
 
 
 def corpus(dataset: Dataset, cache: EmbeddingCache) -> SourceBatch:
-    texts = [p.indexed_text() for p in dataset.passages]
-    rows = [cache.get(t) for t in texts]
+    chunks = [p.chunk(dataset.name, i) for i, p in enumerate(dataset.passages)]
+    rows = [cache.get(c.indexed_text) for c in chunks]
     if any(row is None for row in rows):
         raise SystemExit("the embedding cache lacks passages: run `chatqna bench` on it first")
-    chunks = [
-        Chunk(id=p.id, text=t, source=dataset.name, title=p.title, index=i)
-        for i, (p, t) in enumerate(zip(dataset.passages, texts, strict=True))
-    ]
     return SourceBatch(dataset.name, chunks, np.vstack([r for r in rows if r is not None]))
 
 

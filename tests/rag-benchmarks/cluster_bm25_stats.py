@@ -39,9 +39,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch  # noqa: E402
-from chatqna.documents import Chunk  # noqa: E402
 from chatqna.evaluation.cache import EmbeddingCache  # noqa: E402
-from chatqna.evaluation.dataset import Dataset, EvalTurn, load_dataset  # noqa: E402
+from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage, load_dataset  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
 from chatqna.multiturn.history import Conversation  # noqa: E402
 from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex  # noqa: E402
@@ -58,18 +57,15 @@ EXACT = VectorIndexParams(algorithm="FLAT")
 
 def batches(dataset: Dataset, cache: EmbeddingCache) -> list[SourceBatch]:
     """One source per article title, its passages in corpus order."""
-    by_title: dict[str, list[tuple[int, Any, str]]] = defaultdict(list)
-    for position, passage in enumerate(dataset.passages):
-        by_title[passage.title or passage.id].append((position, passage, passage.indexed_text()))
+    by_title: dict[str, list[Passage]] = defaultdict(list)
+    for passage in dataset.passages:
+        by_title[passage.title or passage.id].append(passage)
     out = []
-    for title, rows in by_title.items():
-        vectors = [cache.get(text) for _, _, text in rows]
+    for title, passages in by_title.items():
+        chunks = [p.chunk(title, i) for i, p in enumerate(passages)]
+        vectors = [cache.get(c.indexed_text) for c in chunks]
         if any(v is None for v in vectors):
             raise SystemExit("the embedding cache lacks passages: run `chatqna bench` first")
-        chunks = [
-            Chunk(id=p.id, text=text, source=title, title=p.title, index=i)
-            for i, (_, p, text) in enumerate(rows)
-        ]
         matrix = np.vstack([v for v in vectors if v is not None])
         out.append(SourceBatch(title, chunks, matrix, f"hash-{len(out)}"))
     return out

@@ -49,7 +49,12 @@ async def _top(client: Any, question: str) -> dict[str, Any]:
         ("Payroll extension", "onboarding.pptx", "Slide 3: Contacts", "Extension: 4471"),
         ("Business monthly price seats", "prices.xlsx", "prices: Prices", "Seats: 50"),
         ("Portugal VAT rate", "vat.csv", "vat", "VAT rate: 23 %"),
-        ("audit log retention days", "plans.json", "plans", "audit_log_retention: 400 days"),
+        (
+            "audit log retention days per plan",
+            "plans.json",
+            "plans",
+            "audit_log_retention: 400 days",
+        ),
         ("webhook signature mismatch error", "errors.jsonl", "errors", "error_code: E1042"),
     ],
 )

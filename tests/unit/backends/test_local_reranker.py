@@ -61,6 +61,14 @@ async def test_without_a_vector_the_query_is_embedded_with_missing_passages() ->
     assert await EmbeddingSimilarityReranker(embedder).rerank("q", [], 3) == []
 
 
+async def test_a_passage_without_a_stored_vector_is_embedded_as_the_index_embeds_it() -> None:
+    embedder = HashingEmbedder()
+    chunk = Chunk(id="c0", text="Keys rotate every ninety days.", source="s.md", title="Security")
+    pool = [ScoredChunk(chunk, 1.0, {"fusion": 1.0})]
+    await EmbeddingSimilarityReranker(embedder).rerank("security", pool, 1)
+    assert embedder.batches == [["security", "Security\nKeys rotate every ninety days."]]
+
+
 # Unit vectors at known angles to the query [1, 0]: cosines 1.0, 0.8, 0.6, 0.0.
 VECTORS = {
     "query": [1.0, 0.0],

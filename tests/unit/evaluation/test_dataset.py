@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.dataset import Passage, load_dataset
 
 pytestmark = pytest.mark.anyio
 
@@ -65,3 +65,17 @@ def test_load_dataset_reports_bad_lines(tmp_path: Path) -> None:
         load_dataset(directory)
     with pytest.raises(FileNotFoundError):
         load_dataset(tmp_path / "nowhere")
+
+
+def test_a_passage_is_indexed_as_ingestion_indexes_a_chunk() -> None:
+    passage = Passage("p-1", "Refunds", "Annual plans are refundable.")
+    chunk = passage.chunk("corpus", 3)
+    assert (chunk.id, chunk.text, chunk.title, chunk.index) == (
+        "p-1",
+        "Annual plans are refundable.",
+        "Refunds",
+        3,
+    )
+    assert passage.indexed_text() == chunk.indexed_text == "Refunds\nAnnual plans are refundable."
+    assert passage.chunk("corpus", 3, "none").indexed_text == "Annual plans are refundable."
+    assert passage.indexed_text("none") == "Annual plans are refundable."

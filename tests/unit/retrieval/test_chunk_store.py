@@ -28,19 +28,31 @@ def store(tmp_path: Path) -> ChunkStore:
 def test_replace_gives_increasing_rows_and_bumps_the_generation(store: ChunkStore) -> None:
     generation, documents = store.replace([batch("a.md", 2), batch("b.md", 1)])
     assert generation == 1
-    assert documents == [
-        (1, "a.md", "a.md text 0"),
-        (2, "a.md", "a.md text 1"),
-        (3, "b.md", "b.md text 0"),
+    assert documents == [  # what the lexical index holds: the title line, then the text
+        (1, "a.md", "T\na.md text 0"),
+        (2, "a.md", "T\na.md text 1"),
+        (3, "b.md", "T\nb.md text 0"),
     ]
     generation, documents = store.replace([batch("a.md", 1, "h2")])
-    assert generation == 2 and documents == [(4, "a.md", "a.md text 0")]  # ids never reused
+    assert generation == 2 and documents == [(4, "a.md", "T\na.md text 0")]  # ids never reused
     assert [(s.source, s.chunks, s.content_hash) for s in store.sources()] == [
         ("a.md", 1, "h2"),
         ("b.md", 1, "h"),
     ]
     assert store.chunks([4, 1])[4] == Chunk("a.md-0", "a.md text 0", "a.md", "T", 0)
     assert 1 not in store.chunks([4, 1])
+
+
+def test_the_lexical_rebuild_reads_each_title_line_and_text(store: ChunkStore) -> None:
+    untitled = Chunk("c.md-0", "c.md text 0", "c.md", "", 0)
+    store.replace([batch("a.md", 2), SourceBatch("c.md", [untitled], np.ones((1, 4)), "h")])
+    rows = [row for part in store.texts(batch=2) for row in part]
+    assert rows == [
+        (1, "a.md", "T\na.md text 0"),
+        (2, "a.md", "T\na.md text 1"),
+        (3, "c.md", "c.md text 0"),
+    ]
+    assert store.chunks([1])[1].text == "a.md text 0"  # what a user sees: the text alone
 
 
 def test_delta_reads_rows_added_and_removed_since(store: ChunkStore) -> None:

@@ -146,11 +146,39 @@ async def test_changed_content_is_reingested_and_replaced(
         IngestResult("guide.md", "ingested", 1),
         IngestResult("notes.txt", "unchanged", 0),
     ]
-    assert embedded(embedder) == ["Refunds now take thirty days."]
+    assert embedded(embedder) == ["Refunds\nRefunds now take thirty days."]
     sources, stored, _ = await snapshot(store)
     assert stored == sorted(["Refunds now take thirty days.", NOTES.decode()])
     assert {s.source: s.chunks for s in sources} == {"guide.md": 1, "notes.txt": 1}
     assert store.content_hash("guide.md") == file_hash(new_guide, 1200, 150)
+
+
+async def test_each_chunk_is_indexed_with_its_title_line_and_shown_without(
+    store: InMemoryHybridIndex, embedder: HashingEmbedder
+) -> None:
+    await ingest_files(corpus(), embedder, store)
+    assert embedded(embedder) == [
+        "Refunds\nRefunds reach the original card within fourteen days.",
+        "Shipping\nCouriers deliver parcels in three working days.",
+        "Passwords\nReset a forgotten password from the login page.",
+        "notes\n" + NOTES.decode(),  # a plain text file is titled by its name
+    ]
+    # "shipping" is only in the heading: BM25 finds the chunk by its title line.
+    vector = np.ones(DIM, np.float32) / math.sqrt(DIM)
+    hits = await store.search(SearchQuery("shipping", vector, 1, fusion_weights=(0.0, 1.0)))
+    assert hits[0].chunk.title == "Shipping"
+    assert hits[0].chunk.text == "Couriers deliver parcels in three working days."
+
+
+async def test_files_indexed_by_an_earlier_version_are_reingested(
+    store: InMemoryHybridIndex, embedder: HashingEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("chatqna.retrieval.dataprep.INDEXED_TEXT_VERSION", "earlier")
+    await ingest_files(corpus(), embedder, store)
+    monkeypatch.undo()
+    results = await ingest_files(corpus(), embedder, store)
+    assert [r.status for r in results] == ["ingested", "ingested"]
+    assert store.content_hash("guide.md") == file_hash(GUIDE, 1200, 150)
 
 
 async def test_changed_chunking_parameters_reingest(
