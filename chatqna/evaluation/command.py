@@ -24,7 +24,7 @@ from chatqna.evaluation.runner import run_benchmark
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 
-DEFAULT_RESULTS = Path("tests/rag-benchmarks/results")
+DEFAULT_RESULTS = Path("benchmarks/results")
 
 
 def tqdm_progress() -> Callable[[str, int], Callable[[int], None]]:

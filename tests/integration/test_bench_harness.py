@@ -14,7 +14,7 @@ from tests.standins.servers import create_standin_app, serve_in_thread
 
 pytestmark = pytest.mark.slow
 
-LAB = REPO / "tests" / "rag-benchmarks" / "datasets" / "handbook-lab"
+LAB = REPO / "benchmarks" / "datasets" / "handbook-lab"
 
 
 def bench(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
