@@ -2,12 +2,14 @@
 
     .venv/bin/python benchmarks/turn_latency.py [--repeat 20] [--max-tokens 32]
 
-Builds the real embedded backends (ONNX MiniLM, the numpy + BM25 index, the similarity
-reranker, llama.cpp on the packaged GGUF) in a temporary data directory, ingests the
-sample corpus (timed), then runs the same two-turn chat `--repeat` times through
-`handle_request` and the streamed generation, and prints the median and p95 per stage.
-Results are written as JSON next to this script (`results/turn_latency.json`) unless
-`--output` says otherwise.
+Builds the real embedded backends (ONNX MiniLM, the SQLite + tantivy index, the reranker
+the settings choose: none by default, llama.cpp on the packaged GGUF) in a temporary data
+directory, ingests the sample corpus (timed), then runs the same two-turn chat `--repeat`
+times through `handle_request` and the streamed generation, and prints the median and p95
+per stage. Other settings come from the environment (the quick start's
+`MULTI_TURN_BLEND_ENABLED=true`, say); the ones that shape a turn are saved with the
+figures. Results are written as JSON next to this script (`results/turn_latency.json`)
+unless `--output` says otherwise.
 """
 
 from __future__ import annotations
