@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import statistics
 import sys
 import tempfile
@@ -54,6 +53,7 @@ async def run(repeat: int, max_tokens: int) -> dict[str, Any]:
         started = time.perf_counter()
         backends = await build_backends(settings)
         startup_s = time.perf_counter() - started
+        reranker = backends.reranker.name if backends.reranker is not None else None
         try:
             files = collect_files([REPO / "chatqna" / "sample_corpus"])
             started = time.perf_counter()
@@ -76,7 +76,13 @@ async def run(repeat: int, max_tokens: int) -> dict[str, Any]:
         finally:
             await backends.aclose()
     return {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "settings": {
+            "multi_turn_mode": settings.multi_turn_mode,
+            "multi_turn_blend_enabled": settings.multi_turn_blend_enabled,
+            "reranker": reranker,
+            "retriever_k": settings.retriever_k,
+            "rerank_top_n": settings.rerank_top_n,
+        },
         "startup_s": round(startup_s, 3),
         "ingest": {
             "files": len(files),
