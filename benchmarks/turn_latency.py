@@ -112,6 +112,8 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"|{'-' * 14}|{'-' * 12}|{'-' * 12}|")
     for stage in STAGES:
         median, p95 = turn["median_ms"][stage], turn["p95_ms"][stage]
+        if median == p95 == 0.0:  # a stage that did not run (no reranker, say)
+            continue
         print(f"| {stage:<12} | {median:>10.2f} | {p95:>10.2f} |")
 
 
