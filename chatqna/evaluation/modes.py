@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,7 +37,7 @@ from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.metrics import summarise
-from chatqna.multiturn.blend import content_word_alpha, earlier_questions
+from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_score_alpha
 from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.evidence import Idf, answer_terms
 from chatqna.multiturn.history import Conversation
@@ -180,21 +180,41 @@ def corpus_idf(texts: Sequence[str]) -> Idf:
     return idf
 
 
-def turn_strategy(strategy: QueryStrategy, query: str) -> QueryStrategy:
-    """The strategy with this turn's alpha: `alpha_rule="content_words"` sets it from the
-    follow-up's distinct content words (`content_word_alpha`)."""
-    if strategy.alpha_rule == "fixed":
+@dataclass(frozen=True)
+class CorpusSignals:
+    """What the adaptive candidates read from the indexed corpus: each term's IDF (for
+    `answer_terms`) and the dense top-1 cosine of a text and its vector (for
+    `alpha_rule="top_score"`)."""
+
+    idf: Idf | None = None
+    top_score: Callable[[str, np.ndarray], float] | None = None
+
+
+async def turn_strategy(
+    strategy: QueryStrategy, turn: EvalTurn, embedder: Embedder, signals: CorpusSignals | None
+) -> QueryStrategy:
+    """The strategy with this follow-up's alpha: `alpha_rule="content_words"` sets it from
+    the follow-up's distinct content words (`content_word_alpha`), `"top_score"` from how
+    sure the follow-up's own best dense hit is (`top_score_alpha`, around the fixed alpha).
+    A first turn never blends, so its alpha is left as it is."""
+    if strategy.alpha_rule == "fixed" or not turn.history:
         return strategy
-    if strategy.alpha_rule != "content_words":
+    if strategy.alpha_rule == "content_words":
+        return replace(strategy, alpha=content_word_alpha(len(set(tokenize(turn.query)))))
+    if strategy.alpha_rule != "top_score":
         raise ValueError(f"unknown alpha rule {strategy.alpha_rule!r}")
-    return replace(strategy, alpha=content_word_alpha(len(set(tokenize(query)))))
+    if signals is None or signals.top_score is None:
+        raise ValueError("alpha_rule top_score needs the corpus's dense top-1 score")
+    vector = (await embedder.embed([turn.query]))[0]
+    top = signals.top_score(turn.query, vector)
+    return replace(strategy, alpha=top_score_alpha(top, strategy.alpha))
 
 
 def answer_leg(
     strategy: QueryStrategy,
     conversation: Conversation,
     planned: RetrievalPlan,
-    idf: Idf | None,
+    signals: CorpusSignals | None,
 ) -> tuple[str, float]:
     """The BM25 history leg with the previous answer's `answer_terms` most informative
     terms: beside the earlier questions (at their weight) when that leg runs, else alone at
@@ -202,11 +222,11 @@ def answer_leg(
     executed = planned.report.blend is not None and planned.report.blend.executed
     if strategy.answer_terms <= 0 or not executed:
         return planned.bm25_history, planned.bm25_history_weight
-    if idf is None:
-        raise ValueError("answer terms need the corpus's IDF (term_idf)")
+    if signals is None or signals.idf is None:
+        raise ValueError("answer terms need the corpus's IDF")
     with_questions = planned.bm25_history_weight > 0.0
     asked = earlier_questions(conversation) if with_questions else ()
-    terms = answer_terms(conversation, tokenize, idf, asked, strategy.answer_terms)
+    terms = answer_terms(conversation, tokenize, signals.idf, asked, strategy.answer_terms)
     if not terms:
         return planned.bm25_history, planned.bm25_history_weight
     if with_questions:
@@ -221,10 +241,10 @@ async def plan_turn(
     llm: ChatLLM | None,
     *,
     condense_timeout: float = 30.0,
-    term_idf: Idf | None = None,
+    signals: CorpusSignals | None = None,
 ) -> QueryPlan:
-    """Form the search inputs of `turn` with the product's own multi-turn code
-    (`term_idf`: the corpus's IDF, for strategies with `answer_terms`)."""
+    """Form the search inputs of `turn` with the product's own multi-turn code (`signals`:
+    what the adaptive candidates read from the corpus)."""
     started = time.perf_counter()
     conversation = Conversation(turn.query, turn.history)
 
@@ -241,10 +261,10 @@ async def plan_turn(
     if strategy.strategy in ("stateless", "blend"):
         # The service's own planning (`plan_retrieval`): blend, history-aware BM25 leg and
         # the reranker's query, exactly as served under these settings.
-        settings = planning_settings(turn_strategy(strategy, turn.query))
-        planned = await plan_retrieval(conversation, embedder, settings)
+        adapted = await turn_strategy(strategy, turn, embedder, signals)
+        planned = await plan_retrieval(conversation, embedder, planning_settings(adapted))
         executed = planned.report.blend is not None and planned.report.blend.executed
-        bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, term_idf)
+        bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
         return replace(
             done(planned.text, planned.embedding, 2 if executed else 1),
             bm25_history=bm25_history,

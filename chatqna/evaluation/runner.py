@@ -34,6 +34,7 @@ from chatqna.evaluation.live import (
 )
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import (
+    CorpusSignals,
     Mode,
     ModeResult,
     QueryPlan,
@@ -41,7 +42,6 @@ from chatqna.evaluation.modes import (
     plan_turn,
     reads_answers,
 )
-from chatqna.multiturn.evidence import Idf
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.memory_store import EXACT_MAX_CHUNKS, InMemoryHybridIndex
 
@@ -87,12 +87,12 @@ async def plan_all(
     embedder: Embedder,
     llm: ChatLLM | None,
     progress: Progress | None = None,
-    term_idf: Idf | None = None,
+    signals: CorpusSignals | None = None,
 ) -> dict[str, QueryPlan]:
     tick = progress(f"planning {strategy.label}", len(turns)) if progress else None
     plans = {}
     for turn in turns:
-        plans[turn.key] = await plan_turn(turn, strategy, embedder, llm, term_idf=term_idf)
+        plans[turn.key] = await plan_turn(turn, strategy, embedder, llm, signals=signals)
         if tick:
             tick(1)
     return plans
@@ -130,7 +130,7 @@ class OwnHistory:
     embedder: Embedder
     llm: ChatLLM | None
     progress: Progress | None = None
-    term_idf: Idf | None = None
+    signals: CorpusSignals | None = None
 
 
 async def rank_with_history(
@@ -158,7 +158,7 @@ async def rank_with_history(
         own.answer,
         depth=depth,
         tick=tick,
-        term_idf=own.term_idf,
+        signals=own.signals,
     )
 
 

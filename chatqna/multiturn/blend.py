@@ -46,6 +46,7 @@ SKIP_NO_HISTORY = "no_history"
 SKIP_WINDOW_ZERO = "history_turns_zero"
 BM25_HISTORY_QUESTIONS = 8
 ALPHA_HALF_WORDS = 1.5
+TYPICAL_TOP_SCORE = 0.57
 
 
 def history_window(
@@ -150,6 +151,14 @@ def content_word_alpha(content_words: int, half: float = ALPHA_HALF_WORDS) -> fl
     if content_words < 0 or half <= 0.0:
         raise ValueError("content_words must be >= 0 and half > 0")
     return content_words / (content_words + half)
+
+
+def top_score_alpha(top_score: float, alpha: float, typical: float = TYPICAL_TOP_SCORE) -> float:
+    """The adaptive alpha from how sure the follow-up's own best hit is: the fixed `alpha`,
+    moved up by as much as the follow-up's dense top-1 cosine (searched alone) exceeds
+    `typical`, the median of that cosine over follow-ups, or down by as much as it falls
+    short; within [0, 1]."""
+    return min(1.0, max(0.0, alpha + top_score - typical))
 
 
 def _skip_reason(enabled: bool, history_turns: int, window: Sequence[Message]) -> str | None:

@@ -27,6 +27,7 @@ import asyncio
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,13 @@ from typing import Any
 import numpy as np
 
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
+from chatqna.backends.protocols import SearchQuery
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.command import tqdm_progress
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
-from chatqna.evaluation.modes import Mode, ModeResult, QueryStrategy, corpus_idf
+from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryStrategy, corpus_idf
 from chatqna.evaluation.runner import OwnHistory, build_index, plan_all, rank_with_history
 from chatqna.evaluation.selection import (
     DEV_DATASETS,
@@ -51,6 +53,7 @@ from chatqna.evaluation.selection import (
 )
 from chatqna.multiturn.evidence import ANSWER_TERMS
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
+from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 HERE = Path(__file__).resolve().parent
 DEPTH = 10
@@ -83,7 +86,8 @@ def adaptive_grid() -> list[QueryStrategy]:
     """The adaptive candidates, fixed before their run: the shipped setting and the rule's
     earlier choice (both sides, 2 messages, newest first, alpha 0.7, with and without the
     history-aware BM25 leg), the shipped setting with an alpha set per turn from the
-    follow-up's content words (`content_word_alpha`), with the previous answer's 5 most
+    follow-up's content words (`content_word_alpha`) or from its own dense top-1 cosine
+    (`top_score_alpha`), with the previous answer's 5 most
     informative terms beside the earlier questions in the BM25 leg, and with both; and the
     rule's earlier choice with the answer's terms instead of the questions in that leg."""
     words = replace(SHIPPED, alpha_rule="content_words")
@@ -91,6 +95,7 @@ def adaptive_grid() -> list[QueryStrategy]:
         PLAIN,
         SHIPPED,
         words,
+        replace(SHIPPED, alpha_rule="top_score"),
         replace(SHIPPED, answer_terms=ANSWER_TERMS),
         replace(words, answer_terms=ANSWER_TERMS),
         replace(PLAIN, answer_terms=ANSWER_TERMS),
@@ -105,6 +110,16 @@ def shipped_mode(strategy: QueryStrategy, history: str) -> Mode:
     return Mode(strategy, True, False, 0.2, FUSION_CANDIDATES, history=history)
 
 
+def top_score(index: InMemoryHybridIndex) -> Callable[[str, np.ndarray], float]:
+    """The dense top-1 cosine of a text searched alone (0 on an empty index)."""
+
+    def score(text: str, vector: np.ndarray) -> float:
+        hits = index.search_sync(SearchQuery(text, vector, 1, False))
+        return hits[0].scores["dense"] if hits else 0.0
+
+    return score
+
+
 async def rank_dataset(
     dataset: Dataset, embedder: CachingEmbedder, context: str, candidates: list[QueryStrategy]
 ) -> dict[str, dict[str, ModeResult]]:
@@ -113,15 +128,15 @@ async def rank_dataset(
     turns = dataset.scored_turns
     texts = {p.id: p.text for p in dataset.passages}
     chunks = [p.chunk(dataset.name, i, context) for i, p in enumerate(dataset.passages)]
-    idf = corpus_idf([chunk.indexed_text for chunk in chunks])
-    own = OwnHistory(
-        dialogues(dataset, turns), passage_answerer(texts), embedder, None, progress, idf
-    )
     results: dict[str, dict[str, ModeResult]] = {kind: {} for kind in HISTORY_KINDS}
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(dataset, embedder, Path(directory), progress, context=context)
+        signals = CorpusSignals(corpus_idf([c.indexed_text for c in chunks]), top_score(index))
+        own = OwnHistory(
+            dialogues(dataset, turns), passage_answerer(texts), embedder, None, progress, signals
+        )
         for strategy in [STATELESS, GOLD, *candidates]:
-            plans = await plan_all(turns, strategy, embedder, None, progress, idf)
+            plans = await plan_all(turns, strategy, embedder, None, progress, signals)
             for kind in HISTORY_KINDS:
                 mode = shipped_mode(strategy, kind)
                 result, _ = await rank_with_history(mode, turns, plans, index, None, DEPTH, own)

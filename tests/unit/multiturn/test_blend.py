@@ -15,6 +15,7 @@ from chatqna.multiturn.blend import (
     content_word_alpha,
     history_text,
     history_window,
+    top_score_alpha,
 )
 from chatqna.multiturn.history import Conversation, Message, split_conversation
 
@@ -234,3 +235,11 @@ def test_content_word_alpha_grows_with_what_the_follow_up_says() -> None:
     assert values[-1] < 1.0
     with pytest.raises(ValueError, match="half"):
         content_word_alpha(2, half=0.0)
+
+
+def test_top_score_alpha_moves_the_fixed_alpha_by_how_sure_the_own_hit_is() -> None:
+    assert top_score_alpha(0.57, 0.7) == pytest.approx(0.7)
+    assert top_score_alpha(0.67, 0.7) == pytest.approx(0.8)
+    assert top_score_alpha(0.37, 0.7) == pytest.approx(0.5)
+    assert top_score_alpha(0.99, 0.9, typical=0.5) == 1.0
+    assert top_score_alpha(-0.5, 0.2, typical=0.5) == 0.0
