@@ -34,6 +34,7 @@ from chatqna.evaluation.live import (
 )
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import (
+    CorpusSignals,
     Mode,
     ModeResult,
     QueryPlan,
@@ -86,11 +87,12 @@ async def plan_all(
     embedder: Embedder,
     llm: ChatLLM | None,
     progress: Progress | None = None,
+    signals: CorpusSignals | None = None,
 ) -> dict[str, QueryPlan]:
     tick = progress(f"planning {strategy.label}", len(turns)) if progress else None
     plans = {}
     for turn in turns:
-        plans[turn.key] = await plan_turn(turn, strategy, embedder, llm)
+        plans[turn.key] = await plan_turn(turn, strategy, embedder, llm, signals=signals)
         if tick:
             tick(1)
     return plans
@@ -128,6 +130,7 @@ class OwnHistory:
     embedder: Embedder
     llm: ChatLLM | None
     progress: Progress | None = None
+    signals: CorpusSignals | None = None
 
 
 async def rank_with_history(
@@ -155,6 +158,7 @@ async def rank_with_history(
         own.answer,
         depth=depth,
         tick=tick,
+        signals=own.signals,
     )
 
 
