@@ -1,7 +1,7 @@
 """One Protocol per backend role, and the small value objects they exchange.
 
 Each role has an embedded implementation (runs in-process, no servers) and a remote one
-(TEI, an OpenAI-compatible server, Redis...). `chatqna.backends.factory.build_backends`
+(TEI, an OpenAI-compatible server, Redis...). `chatqna.composition.build_backends`
 picks one per role from `Settings`.
 """
 
