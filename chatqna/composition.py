@@ -1,4 +1,7 @@
-"""`build_backends(settings)`: the one place that picks an implementation per role.
+"""The composition root: `build_backends(settings)` picks an implementation per role, once.
+
+Nothing else imports a concrete backend or index: the API, the pipeline and the multi-turn
+strategies see the `Backends` bundle and the Protocols of `chatqna.backends.protocols`.
 
 Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
 `TEI_RERANKING_ENDPOINT` (without it the fused order is kept, see `build_reranker`),
@@ -17,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from chatqna.backends.bundle import Backends
-from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, Retriever
+from chatqna.backends.protocols import (
+    ChatLLM,
+    Embedder,
+    Reranker,
+    Retriever,
+    embedding_dimension,
+)
 from chatqna.errors import NotSupported
 from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.settings import Settings
@@ -48,13 +57,6 @@ async def build_embedder(settings: Settings) -> Embedder:
     from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 
     return await asyncio.to_thread(OnnxMiniLMEmbedder, max_batch=settings.tei_embedding_max_batch)
-
-
-async def embedding_dimension(embedder: Embedder) -> int:
-    dimension = getattr(embedder, "dimension", None)
-    if isinstance(dimension, int):
-        return dimension
-    return int((await embedder.embed(["dimension probe"])).shape[1])
 
 
 def discard_embedded_index(settings: Settings) -> Path | None:

@@ -34,6 +34,14 @@ class Embedder(Protocol):
     async def aclose(self) -> None: ...
 
 
+async def embedding_dimension(embedder: Embedder) -> int:
+    """The width of `embedder`'s vectors: its `dimension` when it has one, else measured."""
+    dimension = getattr(embedder, "dimension", None)
+    if isinstance(dimension, int):
+        return dimension
+    return int((await embedder.embed(["dimension probe"])).shape[1])
+
+
 @dataclass(frozen=True)
 class SearchQuery:
     """What the retriever searches with.
