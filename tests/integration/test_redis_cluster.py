@@ -99,7 +99,7 @@ async def stores(
     await many.aclose()
 
 
-async def test_factory_detects_the_cluster_and_indexes_every_primary(
+async def test_the_composition_root_detects_the_cluster_and_indexes_every_primary(
     cluster: RedisClusterProcesses, embedder: CachingEmbedder
 ) -> None:
     cluster.flushall()
