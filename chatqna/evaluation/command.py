@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chatqna.backends.factory import (
+from chatqna.composition import (
     build_condense_llm,
     build_embedder,
     build_llm,

@@ -36,7 +36,7 @@ from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryPlan, plan_turn
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.prompt import build_answer_prompt
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def llm_answerer(llm: ChatLLM, max_tokens: int = 256) -> Answerer:
 async def retrieve(
     mode: Mode,
     plan: QueryPlan,
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
 ) -> list[ScoredChunk]:
@@ -126,7 +126,7 @@ async def retrieve(
 async def replay_mode(
     mode: Mode,
     conversations: Sequence[Dialogue],
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     embedder: Embedder,
     llm: ChatLLM | None,
     reranker: Reranker | None,

@@ -42,8 +42,8 @@ from chatqna.evaluation.modes import (
     plan_turn,
     reads_answers,
 )
+from chatqna.retrieval.embedded.index import EXACT_MAX_CHUNKS, EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
-from chatqna.retrieval.memory_store import EXACT_MAX_CHUNKS, InMemoryHybridIndex
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -56,7 +56,7 @@ async def build_index(
     *,
     exact_max: int = EXACT_MAX_CHUNKS,
     context: str = "title",
-) -> InMemoryHybridIndex:
+) -> EmbeddedHybridIndex:
     """Index the corpus, one chunk per passage, embedding in batches what ingestion embeds
     (`context`: what each passage's legs see besides its text, `title` or `none`). Past
     `exact_max` passages the dense leg is the HNSW graph, waited for before this returns."""
@@ -70,7 +70,7 @@ async def build_index(
         if tick:
             tick(len(batch))
     matrix = np.vstack(rows)
-    index = await InMemoryHybridIndex.open(
+    index = await EmbeddedHybridIndex.open(
         directory,
         embedder_name=embedder.name,
         dimension=int(matrix.shape[1]),
@@ -102,7 +102,7 @@ async def rank_mode(
     mode: Mode,
     turns: Sequence[EvalTurn],
     plans: dict[str, QueryPlan],
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
 ) -> ModeResult:
@@ -137,7 +137,7 @@ async def rank_with_history(
     mode: Mode,
     turns: Sequence[EvalTurn],
     plans: dict[str, QueryPlan],
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
     own: OwnHistory | None,

@@ -58,9 +58,9 @@ from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.runner import build_index
 from chatqna.multiturn.blend import blend_query, earlier_questions
 from chatqna.multiturn.history import Conversation
-from chatqna.retrieval.bm25 import WeightedQuery
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES, reciprocal_rank_fusion
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.query import WeightedQuery
 
 HERE = Path(__file__).resolve().parent
 DEPTH = 10
@@ -111,7 +111,7 @@ class LazyEmbedder:
 class Rankings:
     """Per-turn dense and BM25 rankings (positions), each computed once and fused many times."""
 
-    def __init__(self, index: InMemoryHybridIndex) -> None:
+    def __init__(self, index: EmbeddedHybridIndex) -> None:
         self.index = index
         self.vectors = index._vectors  # the index's current immutable vector set, read-only
         rows = dict(index.store.connection().execute("SELECT row, id FROM chunks").fetchall())

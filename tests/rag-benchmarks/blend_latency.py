@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chatqna.backends.factory import build_embedder
+from chatqna.composition import build_embedder
 from chatqna.multiturn.blend import blend_query
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.settings import Settings

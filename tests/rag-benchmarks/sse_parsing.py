@@ -8,7 +8,7 @@ that flushes every token, as under load) and 4 KiB reads. Each reader turns the 
 (event, data) pairs; none decodes the JSON, which costs the same whichever parser ran:
 
 - `block-split`: the load benchmark's former reader, raw bytes split at blank lines;
-- `sse-decoder`: `chatqna.backends.sse_client.SSEDecoder` fed raw bytes (what all use now);
+- `sse-decoder`: `chatqna.upstream.sse.SSEDecoder` fed raw bytes (what all use now);
 - `iter-lines`: httpx's `iter_lines()` plus a field loop, the former LLM client and CLI path;
 - `httpx-sse`: `httpx_sse.EventSource.iter_sse()`, when that package is installed.
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402
 
 from chatqna.api.sse import DONE, ChunkWriter, data, event  # noqa: E402
-from chatqna.backends.sse_client import SSEDecoder  # noqa: E402
+from chatqna.upstream.sse import SSEDecoder  # noqa: E402
 
 OUTPUT = Path(__file__).parent / "results" / "sse_parsing.json"
 Reader = Callable[[httpx.Response], list[tuple[str, str]]]

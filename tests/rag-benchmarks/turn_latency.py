@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chatqna.backends.factory import build_backends
 from chatqna.backends.protocols import GenerationParams
+from chatqna.composition import build_backends
+from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.multiturn.history import Message
 from chatqna.pipeline.orchestrator import TurnOptions, generate, handle_request
-from chatqna.retrieval.dataprep import collect_files, ingest_files
 from chatqna.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,12 +9,12 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
-from chatqna.backends.retriever_client import RemoteRetriever
+from chatqna.ingest.dataprep import IngestFile, ingest_files
 from chatqna.multiturn.blend import BM25_HISTORY_QUESTIONS, earlier_questions
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.orchestrator import plan_retrieval
-from chatqna.retrieval.dataprep import IngestFile, ingest_files
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
+from chatqna.retrieval.remote import RemoteRetriever
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -149,7 +149,7 @@ def test_earlier_questions_keep_the_most_recent_and_skip_blank_ones() -> None:
 
 async def test_hybrid_fuses_deeper_legs_and_keeps_k(tmp_path: Path) -> None:
     embedder = HashingEmbedder()
-    index = await InMemoryHybridIndex.open(
+    index = await EmbeddedHybridIndex.open(
         tmp_path, embedder_name=embedder.name, dimension=64, rrf_candidates=6
     )
     files = [
@@ -170,4 +170,4 @@ async def test_hybrid_fuses_deeper_legs_and_keeps_k(tmp_path: Path) -> None:
         (h.scores["dense"] for h in dense), reverse=True
     )
     with pytest.raises(ValueError):
-        InMemoryHybridIndex(tmp_path, embedder_name="x", dimension=4, rrf_candidates=0)
+        EmbeddedHybridIndex(tmp_path, embedder_name="x", dimension=4, rrf_candidates=0)

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from chatqna.backends.upstream import UpstreamClient
 from chatqna.telemetry.client_spans import url_full
+from chatqna.upstream.client import UpstreamClient
 
 pytestmark = pytest.mark.anyio
 
