@@ -2,7 +2,7 @@
 
 Whole completions are one JSON body; streamed ones are Server-Sent Events of
 `chat.completion.chunk` objects ending with `data: [DONE]`, read with the shared
-`sse_client.SSEDecoder`. Failures become typed errors:
+`chatqna.upstream.sse.SSEDecoder`. Failures become typed errors:
 timeouts `UpstreamTimeout`, HTTP statuses and connection failures `UpstreamError`, and any
 body that is not the documented shape `BadUpstreamResponse`. Closing the stream early (a
 client that disconnects) closes the upstream response, which cancels generation there.

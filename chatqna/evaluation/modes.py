@@ -42,8 +42,8 @@ from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.evidence import Idf, answer_terms
 from chatqna.multiturn.history import Conversation
 from chatqna.pipeline.orchestrator import RetrievalPlan, plan_retrieval
-from chatqna.retrieval.bm25 import tokenize
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
+from chatqna.retrieval.query import tokenize
 from chatqna.settings import Settings
 
 STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")

@@ -52,8 +52,8 @@ from chatqna.evaluation.selection import (
     simplicity,
 )
 from chatqna.multiturn.evidence import ANSWER_TERMS
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
 
 HERE = Path(__file__).resolve().parent
 DEPTH = 10
@@ -110,7 +110,7 @@ def shipped_mode(strategy: QueryStrategy, history: str) -> Mode:
     return Mode(strategy, True, False, 0.2, FUSION_CANDIDATES, history=history)
 
 
-def top_score(index: InMemoryHybridIndex) -> Callable[[str, np.ndarray], float]:
+def top_score(index: EmbeddedHybridIndex) -> Callable[[str, np.ndarray], float]:
     """The dense top-1 cosine of a text searched alone (0 on an empty index)."""
 
     def score(text: str, vector: np.ndarray) -> float:

@@ -22,7 +22,6 @@ KNOWN_OVERSIZE: set[str] = {
     "chatqna/pipeline/orchestrator.py",
     "chatqna/pipeline/orchestrator.py:_retrieve_and_rerank",
     "chatqna/pipeline/orchestrator.py:plan_retrieval",
-    "chatqna/multiturn/blend.py:blend_query",
     "chatqna/cli.py:bench",
     "chatqna/evaluation/command.py:run_bench_command",
     "chatqna/evaluation/runner.py:run_benchmark",

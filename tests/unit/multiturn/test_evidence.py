@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chatqna.multiturn.evidence import answer_terms, informative_terms, previous_answer
 from chatqna.multiturn.history import Conversation, Message
-from chatqna.retrieval.bm25 import tokenize
+from chatqna.retrieval.query import tokenize
 
 IDF = {"export": 1.0, "zip": 2.5, "workspace": 0.5, "archive": 2.5, "days": 0.2, "kept": 1.5}
 
