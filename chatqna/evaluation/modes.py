@@ -11,7 +11,7 @@
 | `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
-`stateless` and `blend` are planned by the orchestrator's own `plan_retrieval`. Each
+`stateless` and `blend` are planned by the service's own multi-turn strategy. Each
 strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
 per-leg depth asked for) and with the reranker on and off.
 `condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
@@ -33,7 +33,7 @@ from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.metrics import summarise
 from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.history import Conversation
-from chatqna.pipeline.orchestrator import plan_retrieval
+from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 
@@ -174,14 +174,16 @@ async def plan_turn(
         return QueryPlan(text, vector, inputs, calls, elapsed, failure)
 
     if strategy.strategy in ("stateless", "blend"):
-        # The service's own planning (`plan_retrieval`): blend, history-aware BM25 leg and
+        # The service's own planning (its multi-turn strategy): blend, history-aware BM25 leg and
         # the reranker's query, exactly as served under these settings.
-        planned = await plan_retrieval(conversation, embedder, planning_settings(strategy))
-        executed = planned.report.blend is not None and planned.report.blend.executed
+        config = MultiTurnConfig.from_settings(planning_settings(strategy))
+        planned = await build_strategy(config, embedder=embedder).plan(conversation)
+        executed = planned.blend is not None and planned.blend.executed
+        leg = planned.history_leg
         return replace(
             done(planned.text, planned.embedding, 2 if executed else 1),
-            bm25_history=planned.bm25_history,
-            bm25_history_weight=planned.bm25_history_weight,
+            bm25_history=leg.questions if leg is not None else "",
+            bm25_history_weight=leg.search_weight if leg is not None else 0.0,
             rerank_text=planned.rerank.text,
             rerank_vector=planned.rerank.vector,
         )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ import numpy as np
 from chatqna.backends.protocols import Embedder
 from chatqna.backends.vectors import l2_normalise
 from chatqna.multiturn.history import Conversation, Message
-from chatqna.multiturn.translate import HistoryTranslator, TranslationOutcome
+from chatqna.multiturn.translate import HistoryTranslator, TranslationOutcome, TranslationReport
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class BlendResult:
     history_turns: int
     history_messages: int = 0
     history: str = ""
-    translation: dict[str, Any] = field(default_factory=dict)
+    translation: TranslationReport | None = None
     order: str = "chronological"
     roles: str = "user_assistant"
 
@@ -132,7 +132,7 @@ class BlendResult:
             "history_messages": self.history_messages,
             "history_order": self.order,
             "history_roles": self.roles,
-            "translation": self.translation,
+            "translation": asdict(self.translation) if self.translation is not None else {},
         }
 
 

@@ -2,8 +2,9 @@
 
 Each case runs a real turn on the fake backends and compares the full response body with
 the file recorded in `wire/`. Only what differs per request is masked first: the completion
-id, the creation time, the trace id, the rewrite's latency and the stage timings' values (their names and order
-stay). A change of a key, of key order, of a value or of the framing fails here.
+id, the creation time, the trace id, the rewrite's latency and the stage timings' values
+(their names and order stay). A change of a key, of key order, of a value or of the framing
+fails here.
 Set `CHATQNA_RECORD_WIRE=1` to rewrite the recorded copies after an intended change.
 """
 
