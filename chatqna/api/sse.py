@@ -161,4 +161,3 @@ class ChunkWriter:
         if metadata is not None:
             completion.metadata = metadata
         return completion
-
