@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from chatqna.backends.upstream import UpstreamClient
+from chatqna.backends.upstream import UpstreamClient, failure_type
 from chatqna.backends.upstream_types import Reply
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 
@@ -138,12 +138,7 @@ def _failure(exc: BaseException) -> str:
     """The failure's name: an HTTP status, or the exception's class; for a connection
     failure the transport calls `ConnectTimeout` (see `timed_out`), aiohttp's own."""
     status = _status(exc)
-    if status is not None:
-        return f"HTTP {status}"
-    cause = _aiohttp_cause(exc)
-    if cause is not None and isinstance(exc, httpx.TimeoutException) and not timed_out(exc):
-        return type(cause).__name__
-    return type(exc).__name__
+    return f"HTTP {status}" if status is not None else failure_type(exc)
 
 
 def translate_http_error(
