@@ -22,7 +22,13 @@ from chatqna.api import sse
 from chatqna.api.chat_models import ChunkDelta, TurnMetadata
 from chatqna.api.deps import ServiceState, State, require_api_key
 from chatqna.api.errors import error_responses
-from chatqna.api.schemas import CHAT_RESPONSE, ChatQnARequest, ModelList, OpenAIChatRequest
+from chatqna.api.schemas import (
+    CHAT_RESPONSE,
+    ChatQnARequest,
+    ModelCard,
+    ModelList,
+    OpenAIChatRequest,
+)
 from chatqna.errors import ChatQnAError, PayloadTooLarge
 from chatqna.multiturn.history import Message
 from chatqna.pipeline.turn import Turn, TurnOptions
@@ -72,31 +78,31 @@ async def _prepare(body: ChatQnARequest, state: ServiceState) -> Turn:
 async def _event_stream(
     turn: Turn, writer: sse.ChunkWriter, metadata_event: bool
 ) -> AsyncIterator[bytes]:
-    metadata = TurnMetadata.of(turn.record())
-    # Frames that go out together are one send (fewer trips through every middleware).
-    if metadata_event:
-        yield sse.event("metadata", metadata) + sse.data(writer.chunk(writer.opening()))
-    else:
-        yield sse.data(writer.chunk(writer.opening(), metadata=metadata))
-    finish: str | None = None
-    async with turn, sse.closing(turn.stream()) as deltas:
-        try:
-            async for delta in deltas:
-                # One chunk per piece the upstream sent; the pieces of one read in one write.
-                pieces = delta.texts()
-                if len(pieces) == 1:
-                    yield writer.content_frame(pieces[0])
-                elif pieces:
-                    yield b"".join(writer.content_frame(piece) for piece in pieces)
-                if delta.finish_reason:
-                    finish = delta.finish_reason
-            ending = sse.data(writer.chunk(ChunkDelta(), finish or "stop"))
-        except ChatQnAError as exc:
-            logger.warning("stream failed after it started: %s", exc.message)
-            ending = sse.event("error", exc.envelope())
-        except Exception:
-            logger.exception("unexpected error while streaming")
-            ending = sse.event("error", INTERNAL_ERROR)
+    async with turn:
+        metadata = TurnMetadata.of(turn.record())
+        # Frames that go out together are one send (fewer trips through every middleware).
+        if metadata_event:
+            yield sse.event("metadata", metadata) + sse.data(writer.chunk(writer.opening()))
+        else:
+            yield sse.data(writer.chunk(writer.opening(), metadata=metadata))
+        finish: str | None = None
+        async with sse.closing(turn.stream()) as deltas:
+            try:
+                async for delta in deltas:
+                    # One chunk per piece the upstream sent; the pieces of one read in one write.
+                    pieces = delta.texts()
+                    if len(pieces) == 1:
+                        yield writer.content_frame(pieces[0])
+                    elif pieces:
+                        yield b"".join(writer.content_frame(piece) for piece in pieces)
+                    finish = delta.finish_reason or finish
+                ending = sse.data(writer.chunk(ChunkDelta(), finish or "stop"))
+            except ChatQnAError as exc:
+                logger.warning("stream failed after it started: %s", exc.message)
+                ending = sse.event("error", exc.envelope())
+            except Exception:
+                logger.exception("unexpected error while streaming")
+                ending = sse.event("error", INTERNAL_ERROR)
     yield ending + sse.DONE
 
 
@@ -136,8 +142,6 @@ async def chat_completions(body: OpenAIChatRequest, state: State) -> Any:
     summary="The model this service answers with (OpenAI-compatible)",
     response_model=ModelList,
 )
-async def models(state: State) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [{"id": state.backends.llm.model, "object": "model", "owned_by": "chatqna"}],
-    }
+async def models(state: State) -> ModelList:
+    card = ModelCard(id=state.backends.llm.model, object="model", owned_by="chatqna")
+    return ModelList(object="list", data=[card])

@@ -110,10 +110,9 @@ class Pipeline:
         steps = TracedSteps(self.observer, clock)
         try:
             plan = await self.strategy.plan(conversation, steps)
-            with current(steps.turn_span()):
-                return await self._retrieve_and_rerank(
-                    conversation, plan, options, steps.turn_span(), clock
-                )
+            span = steps.turn_span()  # started by the plan's embedding
+            with current(span):
+                return await self._retrieve_and_rerank(conversation, plan, options, span, clock)
         except BaseException as exc:
             if steps.span is not None:
                 steps.span.record_exception(exc)
