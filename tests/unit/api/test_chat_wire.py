@@ -15,10 +15,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from pydantic import BaseModel
 
+from chatqna.api.chat_models import ChatCompletion, ChatCompletionChunk, TurnMetadata
+from chatqna.api.sse import encode
 from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import ScriptedLLM
+from chatqna.backends.sse_client import parse_events
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
 
@@ -107,3 +112,31 @@ async def test_the_wire_is_the_recorded_one(
     response = await client.post(path, json=body)
     assert response.status_code == 200
     check(name, response.content)
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_the_published_models_describe_every_recorded_frame_whole(name: str) -> None:
+    # Read back through the response models and written out again, each body and frame is
+    # what was sent: no key the models do not declare, none they would add.
+    for kind, payload in _payloads((WIRE / f"{name}.txt").read_bytes()):
+        model = _MODELS[kind].model_validate_json(payload)
+        assert orjson.loads(encode(model)) == orjson.loads(payload), kind
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "metadata": TurnMetadata,
+    "chunk": ChatCompletionChunk,
+    "completion": ChatCompletion,
+}
+
+
+def _payloads(body: bytes) -> list[tuple[str, bytes]]:
+    if not body.startswith((b"event:", b"data:")):
+        return [("completion", body)]
+    found = []
+    for event in parse_events(body.decode()):
+        if event.data != "[DONE]":
+            found.append(
+                ("metadata" if event.event == "metadata" else "chunk", event.data.encode())
+            )
+    return found
