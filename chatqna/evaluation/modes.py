@@ -11,7 +11,7 @@
 | `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
-`stateless` and `blend` are planned by the orchestrator's own `plan_retrieval`. Two
+`stateless` and `blend` are planned by the service's own multi-turn strategy. Two
 measured blend variants are formed around it: `alpha_rule="content_words"` plans each
 follow-up with the alpha `content_word_alpha` gives it, and `answer_terms=k` adds the
 previous answer's `k` terms of highest IDF over the corpus
@@ -41,7 +41,8 @@ from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_s
 from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.evidence import Idf, answer_terms
 from chatqna.multiturn.history import Conversation
-from chatqna.pipeline.orchestrator import RetrievalPlan, plan_retrieval
+from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
+from chatqna.multiturn.strategy import QueryPlan as ServicePlan
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.query import tokenize
 from chatqna.settings import Settings
@@ -213,25 +214,44 @@ async def turn_strategy(
 def answer_leg(
     strategy: QueryStrategy,
     conversation: Conversation,
-    planned: RetrievalPlan,
+    planned: ServicePlan,
     signals: CorpusSignals | None,
 ) -> tuple[str, float]:
     """The BM25 history leg with the previous answer's `answer_terms` most informative
     terms: beside the earlier questions (at their weight) when that leg runs, else alone at
     `ANSWER_TERMS_WEIGHT`; only on a blended follow-up, so a first turn stays stateless."""
-    executed = planned.report.blend is not None and planned.report.blend.executed
+    leg = planned.history_leg
+    history = leg.questions if leg is not None else ""
+    weight = leg.search_weight if leg is not None else 0.0
+    executed = planned.blend is not None and planned.blend.executed
     if strategy.answer_terms <= 0 or not executed:
-        return planned.bm25_history, planned.bm25_history_weight
+        return history, weight
     if signals is None or signals.idf is None:
         raise ValueError("answer terms need the corpus's IDF")
-    with_questions = planned.bm25_history_weight > 0.0
-    asked = earlier_questions(conversation) if with_questions else ()
+    asked = earlier_questions(conversation) if weight > 0.0 else ()
     terms = answer_terms(conversation, tokenize, signals.idf, asked, strategy.answer_terms)
     if not terms:
-        return planned.bm25_history, planned.bm25_history_weight
-    if with_questions:
-        return f"{planned.bm25_history}\n{' '.join(terms)}", planned.bm25_history_weight
+        return history, weight
+    if weight > 0.0:
+        return f"{history}\n{' '.join(terms)}", weight
     return " ".join(terms), ANSWER_TERMS_WEIGHT
+
+
+async def service_plan(
+    turn: EvalTurn,
+    strategy: QueryStrategy,
+    embedder: Embedder,
+    conversation: Conversation,
+    signals: CorpusSignals | None,
+) -> tuple[ServicePlan, str, float]:
+    """The service's own planning (its multi-turn strategy): blend, history-aware BM25 leg
+    and the reranker's query, exactly as served under these settings; with the BM25 history
+    leg's text and weight (`answer_leg`)."""
+    adapted = await turn_strategy(strategy, turn, embedder, signals)
+    config = MultiTurnConfig.from_settings(planning_settings(adapted))
+    planned = await build_strategy(config, embedder=embedder).plan(conversation)
+    bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
+    return planned, bm25_history, bm25_weight
 
 
 async def plan_turn(
@@ -259,12 +279,10 @@ async def plan_turn(
         return QueryPlan(text, vector, inputs, calls, elapsed, failure)
 
     if strategy.strategy in ("stateless", "blend"):
-        # The service's own planning (`plan_retrieval`): blend, history-aware BM25 leg and
-        # the reranker's query, exactly as served under these settings.
-        adapted = await turn_strategy(strategy, turn, embedder, signals)
-        planned = await plan_retrieval(conversation, embedder, planning_settings(adapted))
-        executed = planned.report.blend is not None and planned.report.blend.executed
-        bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
+        planned, bm25_history, bm25_weight = await service_plan(
+            turn, strategy, embedder, conversation, signals
+        )
+        executed = planned.blend is not None and planned.blend.executed
         return replace(
             done(planned.text, planned.embedding, 2 if executed else 1),
             bm25_history=bm25_history,

@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from chatqna.backends.protocols import Embedder
 from chatqna.backends.vectors import l2_normalise
 from chatqna.multiturn.history import Conversation, Message
-from chatqna.multiturn.translate import HistoryTranslator, TranslationOutcome
+from chatqna.multiturn.translate import HistoryTranslator, TranslationOutcome, TranslationReport
 
 logger = logging.getLogger(__name__)
 
@@ -123,22 +122,9 @@ class BlendResult:
     history_turns: int
     history_messages: int = 0
     history: str = ""
-    translation: dict[str, Any] = field(default_factory=dict)
+    translation: TranslationReport | None = None
     order: str = "chronological"
     roles: str = "user_assistant"
-
-    def report(self) -> dict[str, Any]:
-        return {
-            "enabled": self.reason != SKIP_DISABLED,
-            "executed": self.executed,
-            "reason": self.reason,
-            "alpha": self.alpha,
-            "history_turns": self.history_turns,
-            "history_messages": self.history_messages,
-            "history_order": self.order,
-            "history_roles": self.roles,
-            "translation": self.translation,
-        }
 
 
 def content_word_alpha(content_words: int, half: float = ALPHA_HALF_WORDS) -> float:

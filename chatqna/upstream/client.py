@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import HttpxAiohttpClient
@@ -47,6 +48,20 @@ JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"
 # Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 3 s,
 # before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
 LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3.0)
+
+
+def failure_type(exc: BaseException) -> str:
+    """A transport failure's name: its class, or for an aiohttp connection failure that the
+    transport calls `httpx.ConnectTimeout` without time having run out (a refused or dropped
+    connection), the aiohttp exception's (its `__cause__`)."""
+    cause = exc.__cause__
+    if (
+        isinstance(exc, httpx.TimeoutException)
+        and isinstance(cause, aiohttp.ClientError)
+        and not isinstance(cause, TimeoutError)
+    ):
+        return type(cause).__name__
+    return type(exc).__name__
 
 
 def without_credentials(url: str) -> str:
@@ -138,7 +153,7 @@ class UpstreamClient:
         )
         self._headers = {**JSON_HEADERS, **(headers or {})}
         self._bare_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
-        self._spans = ClientSpans(self.base_url)
+        self._spans = ClientSpans(self.base_url, error_type=failure_type)
         self.is_closed = False
 
     async def request(self, method: str, path: str, payload: Any = None) -> Reply:

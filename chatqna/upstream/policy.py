@@ -26,7 +26,7 @@ import aiohttp
 import httpx
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
-from chatqna.upstream.client import UpstreamClient
+from chatqna.upstream.client import UpstreamClient, failure_type
 from chatqna.upstream.types import Reply
 
 logger = logging.getLogger(__name__)
@@ -138,12 +138,7 @@ def _failure(exc: BaseException) -> str:
     """The failure's name: an HTTP status, or the exception's class; for a connection
     failure the transport calls `ConnectTimeout` (see `timed_out`), aiohttp's own."""
     status = _status(exc)
-    if status is not None:
-        return f"HTTP {status}"
-    cause = _aiohttp_cause(exc)
-    if cause is not None and isinstance(exc, httpx.TimeoutException) and not timed_out(exc):
-        return type(cause).__name__
-    return type(exc).__name__
+    return f"HTTP {status}" if status is not None else failure_type(exc)
 
 
 def translate_http_error(

@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from chatqna.api.chat_models import ChunkDelta  # noqa: E402
 from chatqna.api.sse import DONE, ChunkWriter, data, event  # noqa: E402
 from chatqna.upstream.sse import SSEDecoder  # noqa: E402
 
@@ -46,8 +47,8 @@ def chat_events(tokens: int) -> list[str]:
         for i in range(3)
     ]
     events = [event("metadata", {"source_documents": documents, "retrieval": {"k": 4}})]
-    events += [data(writer.chunk({"content": f"token{i} "})) for i in range(tokens)]
-    return [*events, data(writer.chunk({}, "stop")), DONE]
+    events += [data(writer.chunk(ChunkDelta(content=f"token{i} "))) for i in range(tokens)]
+    return [*events, data(writer.chunk(ChunkDelta(), "stop")), DONE]
 
 
 def reads(events: list[str], size: int | None) -> list[bytes]:

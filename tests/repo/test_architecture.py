@@ -119,13 +119,6 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "chatqna.ingest": ("chatqna.backends.protocols",),
 }
 
-# Edges the map forbids that chatqna/ still has, each awaiting a change under way. An entry
-# that no longer exists fails `test_every_listed_breach_still_exists`: delete it then.
-KNOWN_BREACHES: set[tuple[str, str]] = {
-    # The pipeline builds span attributes itself until the telemetry observer reads the record.
-    ("chatqna.pipeline.orchestrator", "chatqna.telemetry.attributes"),
-}
-
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
     parts = path.relative_to(root.parent).with_suffix("").parts
@@ -208,11 +201,7 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
 
 
 def test_every_import_in_chatqna_is_on_the_map() -> None:
-    assert forbidden(imports(), ALLOWED) - KNOWN_BREACHES == set()
-
-
-def test_every_listed_breach_still_exists() -> None:
-    assert KNOWN_BREACHES - forbidden(imports(), ALLOWED) == set(), "delete the fixed entries"
+    assert forbidden(imports(), ALLOWED) == set()
 
 
 def test_every_key_of_the_map_names_code_that_exists() -> None:

@@ -73,7 +73,7 @@ async def test_executed_blend_uses_one_batch_of_two() -> None:
     expected = 0.7 * eq + 0.3 * eh
     np.testing.assert_allclose(result.embedding, expected / np.linalg.norm(expected), rtol=1e-5)
     np.testing.assert_allclose(result.query_embedding, eq, rtol=1e-5)
-    assert result.executed and result.report()["history_messages"] == 2
+    assert result.executed and result.history_messages == 2
 
 
 @pytest.mark.parametrize(
@@ -202,7 +202,7 @@ async def test_separate_roles_are_three_inputs_of_one_call_mixed_by_their_weight
     eh = 0.75 * unit(users) + 0.25 * unit(answers)
     expected = 0.7 * unit(conversation.query) + 0.3 * eh / np.linalg.norm(eh)
     np.testing.assert_allclose(result.embedding, expected / np.linalg.norm(expected), rtol=1e-5)
-    assert result.report()["history_roles"] == "separate"
+    assert result.roles == "separate"
 
 
 async def test_separate_roles_with_one_side_only_use_that_side() -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.upstream.sse import (
     ServerSentEvent,
@@ -23,8 +24,8 @@ from chatqna.upstream.sse import (
 CHAT_STREAM = (
     event("metadata", {"source_documents": [{"source": "café.md"}]})
     + b": keep-alive\n\n"
-    + data(ChunkWriter("m").chunk({"content": "Hé"}))
-    + data(ChunkWriter("m").chunk({"content": "llo"}, "stop"))
+    + data(ChunkWriter("m").chunk(ChunkDelta(content="Hé")))
+    + data(ChunkWriter("m").chunk(ChunkDelta(content="llo"), "stop"))
     + DONE
 ).decode()
 
