@@ -41,9 +41,9 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from chatqna.backends.factory import build_embedder  # noqa: E402
 from chatqna.backends.protocols import Embedder, SearchQuery  # noqa: E402
 from chatqna.backends.tei import l2_normalise  # noqa: E402
+from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
 from chatqna.evaluation.compare import default_strategy  # noqa: E402
 from chatqna.evaluation.dataset import EvalTurn, load_dataset  # noqa: E402

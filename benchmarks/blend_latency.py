@@ -22,7 +22,7 @@ from typing import Any
 
 from provenance import write_result
 
-from chatqna.backends.factory import build_embedder
+from chatqna.composition import build_embedder
 from chatqna.multiturn.blend import blend_query
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.settings import Settings

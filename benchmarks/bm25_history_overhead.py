@@ -42,10 +42,10 @@ from chatqna.evaluation.cache import EmbeddingCache  # noqa: E402
 from chatqna.evaluation.dataset import Dataset, EvalTurn, load_dataset  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
 from chatqna.multiturn.history import Conversation  # noqa: E402
-from chatqna.retrieval.bm25 import WeightedQuery  # noqa: E402
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex  # noqa: E402
 from chatqna.retrieval.fusion import FUSION_CANDIDATES  # noqa: E402
-from chatqna.retrieval.memory_store import InMemoryHybridIndex  # noqa: E402
-from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams  # noqa: E402
+from chatqna.retrieval.query import WeightedQuery  # noqa: E402
+from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams  # noqa: E402
 from tests.integration.redis_server import redis_stack_server  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -145,7 +145,7 @@ async def main() -> None:
         "stores": {},
     }
     with tempfile.TemporaryDirectory() as directory:
-        embedded = await InMemoryHybridIndex.open(
+        embedded = await EmbeddedHybridIndex.open(
             Path(directory), embedder_name=EMBEDDER, dimension=384
         )
         await embedded.replace_sources([batch])

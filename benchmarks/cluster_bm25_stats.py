@@ -44,8 +44,8 @@ from chatqna.evaluation.cache import EmbeddingCache  # noqa: E402
 from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage, load_dataset  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
 from chatqna.multiturn.history import Conversation  # noqa: E402
-from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex  # noqa: E402
-from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams  # noqa: E402
+from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex  # noqa: E402
+from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams  # noqa: E402
 from tests.integration.redis_server import redis_cluster, redis_stack_server  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ from typing import Any
 
 from provenance import write_result
 
-from chatqna.backends.factory import build_condense_llm, build_llm
+from chatqna.composition import build_condense_llm, build_llm
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.standalone import judge_standalone

@@ -42,13 +42,13 @@ sys.path.insert(0, str(REPO))
 import numkong  # noqa: E402
 import numpy as np  # noqa: E402
 
-from chatqna.backends.factory import build_embedder  # noqa: E402
 from chatqna.backends.vectors import l2_normalise  # noqa: E402
+from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
 from chatqna.evaluation.dataset import load_dataset  # noqa: E402
-from chatqna.retrieval import vector_graph  # noqa: E402
-from chatqna.retrieval.vector_graph import VectorGraph  # noqa: E402
-from chatqna.retrieval.vectors import VectorSet, quantize, scan_candidates  # noqa: E402
+from chatqna.retrieval.embedded import vector_graph  # noqa: E402
+from chatqna.retrieval.embedded.vector_graph import VectorGraph  # noqa: E402
+from chatqna.retrieval.embedded.vectors import VectorSet, quantize, scan_candidates  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
 
 DEFAULT_DATASET = REPO.parent / "shared" / "datasets" / "mtrag-clapnq"

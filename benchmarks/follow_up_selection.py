@@ -2,9 +2,12 @@
 
     .venv/bin/python benchmarks/follow_up_selection.py \\
         --datasets ../shared/datasets/mtrag-clapnq ../shared/datasets/mtrag-govt \\
-        [--cache-dir benchmarks/.cache] [--passage-context title]
+        [--grid fixed|adaptive] [--cache-dir benchmarks/.cache] \\
+        [--passage-context title]
 
-Every candidate of `CANDIDATES` (and stateless and the gold rewrite, the references) is
+Every candidate of the grid (`fixed_grid`, the fixed settings the shipped one was chosen
+from; `adaptive_grid`, the shipped setting against the adaptive mechanisms), and stateless
+and the gold rewrite (the references), is
 ranked with the product's code under the shipped retrieval (hybrid, RRF weights 1 / 0.2,
 50 passages per leg, no reranker, depth 10) on each dataset with reference history (the
 dataset's assistant turns) and with own history (each earlier assistant turn replaced by
@@ -13,7 +16,8 @@ the first 800 characters of the passage the same configuration ranked first at t
 protocol written before this run: one score (the mean over the four cells of the
 follow-up R@5 gain over stateless), ties by paired 95% intervals over conversations going
 to the simpler setting, then the leave-one-domain-out check. Prints the tables; writes
-`results/follow_up_selection.json` (or `--output`).
+`results/follow_up_selection.json` (or `--output`), the grid's run under its name in
+the file's `configurations`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import argparse
 import asyncio
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +35,13 @@ import numpy as np
 from provenance import write_result
 
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
+from chatqna.backends.protocols import SearchQuery
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.command import tqdm_progress
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
-from chatqna.evaluation.modes import Mode, ModeResult, QueryStrategy
+from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryStrategy, corpus_idf
 from chatqna.evaluation.runner import OwnHistory, build_index, plan_all, rank_with_history
 from chatqna.evaluation.selection import (
     DEV_DATASETS,
@@ -44,6 +51,8 @@ from chatqna.evaluation.selection import (
     leave_one_domain_out,
     simplicity,
 )
+from chatqna.multiturn.evidence import ANSWER_TERMS
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +62,7 @@ GOLD = QueryStrategy("condense_gold")
 SHIPPED_BEFORE = QueryStrategy("blend", 0.7, 2, "newest_first", "user", 0.3)
 
 
-def grid() -> list[QueryStrategy]:
+def fixed_grid() -> list[QueryStrategy]:
     """The candidates, fixed before the run: the user's questions (2 of them, as shipped
     before), both roles in one text (2 or 4 messages), both roles as separate inputs (2 or 4
     messages, the answers' share 0.25 or 0.5); alpha 0.7 or 0.8; history-aware BM25 at 0
@@ -69,26 +78,64 @@ def grid() -> list[QueryStrategy]:
     ]
 
 
-CANDIDATES = grid()
+PLAIN = QueryStrategy("blend", 0.7, 2, "newest_first", "user_assistant")
+SHIPPED = replace(PLAIN, bm25_history_weight=0.3)
+
+
+def adaptive_grid() -> list[QueryStrategy]:
+    """The adaptive candidates, fixed before their run: the shipped setting and the rule's
+    earlier choice (both sides, 2 messages, newest first, alpha 0.7, with and without the
+    history-aware BM25 leg), the shipped setting with an alpha set per turn from the
+    follow-up's content words (`content_word_alpha`) or from its own dense top-1 cosine
+    (`top_score_alpha`), with the previous answer's 5 most
+    informative terms beside the earlier questions in the BM25 leg, and with both; and the
+    rule's earlier choice with the answer's terms instead of the questions in that leg."""
+    words = replace(SHIPPED, alpha_rule="content_words")
+    return [
+        PLAIN,
+        SHIPPED,
+        words,
+        replace(SHIPPED, alpha_rule="top_score"),
+        replace(SHIPPED, answer_terms=ANSWER_TERMS),
+        replace(words, answer_terms=ANSWER_TERMS),
+        replace(PLAIN, answer_terms=ANSWER_TERMS),
+    ]
+
+
+GRIDS = {"fixed": fixed_grid, "adaptive": adaptive_grid}
 
 
 def shipped_mode(strategy: QueryStrategy, history: str) -> Mode:
     return Mode(strategy, True, False, 0.2, FUSION_CANDIDATES, history=history)
 
 
+def top_score(index: EmbeddedHybridIndex) -> Callable[[str, np.ndarray], float]:
+    """The dense top-1 cosine of a text searched alone (0 on an empty index)."""
+
+    def score(text: str, vector: np.ndarray) -> float:
+        hits = index.search_sync(SearchQuery(text, vector, 1, False))
+        return hits[0].scores["dense"] if hits else 0.0
+
+    return score
+
+
 async def rank_dataset(
-    dataset: Dataset, embedder: CachingEmbedder, context: str
+    dataset: Dataset, embedder: CachingEmbedder, context: str, candidates: list[QueryStrategy]
 ) -> dict[str, dict[str, ModeResult]]:
     """Every candidate and reference under both history kinds: `{history: {label: result}}`."""
     progress = tqdm_progress()
     turns = dataset.scored_turns
     texts = {p.id: p.text for p in dataset.passages}
-    own = OwnHistory(dialogues(dataset, turns), passage_answerer(texts), embedder, None, progress)
+    chunks = [p.chunk(dataset.name, i, context) for i, p in enumerate(dataset.passages)]
     results: dict[str, dict[str, ModeResult]] = {kind: {} for kind in HISTORY_KINDS}
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(dataset, embedder, Path(directory), progress, context=context)
-        for strategy in [STATELESS, GOLD, *CANDIDATES]:
-            plans = await plan_all(turns, strategy, embedder, None, progress)
+        signals = CorpusSignals(corpus_idf([c.indexed_text for c in chunks]), top_score(index))
+        own = OwnHistory(
+            dialogues(dataset, turns), passage_answerer(texts), embedder, None, progress, signals
+        )
+        for strategy in [STATELESS, GOLD, *candidates]:
+            plans = await plan_all(turns, strategy, embedder, None, progress, signals)
             for kind in HISTORY_KINDS:
                 mode = shipped_mode(strategy, kind)
                 result, _ = await rank_with_history(mode, turns, plans, index, None, DEPTH, own)
@@ -179,10 +226,11 @@ async def main() -> None:
     parser.add_argument("--datasets", nargs="+", type=Path, required=True)
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--passage-context", choices=("title", "none"), default="title")
-    parser.add_argument(
-        "--output", type=Path, default=HERE / "results" / "follow_up_selection.json"
-    )
+    parser.add_argument("--grid", choices=tuple(GRIDS), default="fixed")
+    parser.add_argument("--output", type=Path)
     args = parser.parse_args()
+    candidates = GRIDS[args.grid]()
+    output = args.output or HERE / "results" / "follow_up_selection.json"
     datasets = [load_dataset(path) for path in args.datasets]
     unknown = [d.name for d in datasets if d.name not in DEV_DATASETS]
     if unknown:
@@ -193,19 +241,25 @@ async def main() -> None:
     ranked = {}
     try:
         for dataset in datasets:
-            ranked[dataset.name] = await rank_dataset(dataset, embedder, args.passage_context)
+            ranked[dataset.name] = await rank_dataset(
+                dataset, embedder, args.passage_context, candidates
+            )
             cache.save()
     finally:
         cache.save()
         await raw.aclose()
     cells = [cell for dataset in datasets for cell in cells_of(dataset, ranked[dataset.name])]
-    decision = choose(cells, CANDIDATES)
+    decision = choose(cells, candidates)
     chosen, runner_up = decision["chosen"], decision["runner_up"]
-    lodo = leave_one_domain_out(cells, CANDIDATES, chosen, runner_up)
-    labels = [GOLD.label, SHIPPED_BEFORE.label, chosen.label, runner_up.label]
+    lodo = leave_one_domain_out(cells, candidates, chosen, runner_up)
+    references = [GOLD.label, SHIPPED_BEFORE.label] if args.grid == "fixed" else [GOLD.label]
+    labels = list(dict.fromkeys([*references, chosen.label, runner_up.label]))
+    if args.grid == "adaptive":
+        labels = list(dict.fromkeys([*labels, *(c.label for c in candidates)]))
     document = {
         "command": " ".join(["benchmarks/follow_up_selection.py", *sys.argv[1:]]),
         "passage_context": args.passage_context,
+        "grid": args.grid,
         "chosen": chosen.label,
         "runner_up": runner_up.label,
         "best": decision["best"].label,
@@ -219,20 +273,19 @@ async def main() -> None:
                     "simplicity": list(simplicity(c)),
                     "gains": [float(cell.gains[c.label].mean()) for cell in cells],
                 }
-                for c in [*CANDIDATES]
+                for c in candidates
             ),
             key=lambda row: -row["score"],
         ),
         "references": {
-            label: [float(cell.gains[label].mean()) for cell in cells]
-            for label in (GOLD.label, SHIPPED_BEFORE.label)
+            label: [float(cell.gains[label].mean()) for cell in cells] for label in references
         },
         "cells": cell_table(datasets, ranked, labels),
         "lodo": lodo,
     }
-    write_result(args.output, document)
+    write_result(output, document, configuration=args.grid)
     print(markdown(document))
-    print(f"json: {args.output}", file=sys.stderr)
+    print(f"json: {output}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON 
 (20 SSE chunks read line by line) with each client, at `--concurrency` calls in flight, over
 a keep-alive pool. The candidates: httpx on its own transport, httpx over the
 `httpx-aiohttp` package's transport, and aiohttp directly; then the service's
-`UpstreamClient` (`chatqna.backends.upstream`, an httpx client over `httpx-aiohttp`, with the
+`UpstreamClient` (`chatqna.upstream.client`, an httpx client over `httpx-aiohttp`, with the
 SSE decoder the LLM client uses), and the overhead benchmarks' load
 generator (`load_client.py`, which reads a stream whole without decoding it; here on the
 same stdlib event loop as the others). They alternate within each round. What is measured
@@ -39,8 +39,8 @@ from load_chats import free_port, load_average, standin_argv, start_process
 from opea_overhead import orchestrator_env
 from provenance import write_result
 
-from chatqna.backends.sse_client import SSEDecoder
-from chatqna.backends.upstream import UpstreamClient
+from chatqna.upstream.client import UpstreamClient
+from chatqna.upstream.sse import SSEDecoder
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "http_client_cost.json"

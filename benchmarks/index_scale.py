@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/index_scale.py --configuration 1m --sizes 1000000 --no-redis
 
 For each corpus size, builds a deterministic synthetic corpus and ingests it, through
-`replace_sources` as dataprep does, into the embedded index (`InMemoryHybridIndex`: SQLite,
+`replace_sources` as dataprep does, into the embedded index (`EmbeddedHybridIndex`: SQLite,
 tantivy and an in-memory matrix, in a temporary directory) and into Redis Stack
 (`RedisHybridIndex`, a fresh loopback server from `tests/integration/redis_server.py` per
 size and algorithm; `--no-redis` skips it) with an HNSW vector field (the
@@ -74,10 +74,10 @@ import numpy as np  # noqa: E402
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch  # noqa: E402
 from chatqna.documents import Chunk, chunk_id_for  # noqa: E402
-from chatqna.retrieval.bm25 import STOP_WORDS  # noqa: E402
-from chatqna.retrieval.memory_store import InMemoryHybridIndex  # noqa: E402
-from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex  # noqa: E402
-from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams  # noqa: E402
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex  # noqa: E402
+from chatqna.retrieval.query import STOP_WORDS  # noqa: E402
+from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex  # noqa: E402
+from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
 from tests.integration.redis_server import redis_cluster, redis_stack_server  # noqa: E402
 
@@ -265,7 +265,7 @@ async def run_embedded(
 ) -> list[dict[str, Any]]:
     size = len(corpus.chunks)
     rows = []
-    index = await InMemoryHybridIndex.open(
+    index = await EmbeddedHybridIndex.open(
         root / "one-call", embedder_name=EMBEDDER_NAME, dimension=DIMENSION
     )
     progress(f"embedded, {size} chunks: ingest in one call")
@@ -287,7 +287,7 @@ async def run_embedded(
     if args.graph:
         rows.append(await run_embedded_graph(corpus, workload, args, root))
     if size <= args.embedded_batched_max:
-        index = await InMemoryHybridIndex.open(
+        index = await EmbeddedHybridIndex.open(
             root / "batched", embedder_name=EMBEDDER_NAME, dimension=DIMENSION
         )
         calls = corpus.batches(args.batch)
@@ -304,7 +304,7 @@ async def run_embedded(
     # What one more `--batch`-chunk request costs once the index is nearly full.
     *earlier, last = corpus.batches(args.batch)
     if earlier:
-        index = await InMemoryHybridIndex.open(
+        index = await EmbeddedHybridIndex.open(
             root / "marginal", embedder_name=EMBEDDER_NAME, dimension=DIMENSION
         )
         extra = sum(len(b.chunks) for b in last)
@@ -328,9 +328,9 @@ async def run_embedded(
 REOPEN = """
 import asyncio, json, sys, time
 from pathlib import Path
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 started = time.perf_counter()
-index = asyncio.run(InMemoryHybridIndex.open(Path(sys.argv[1]), embedder_name=sys.argv[2],
+index = asyncio.run(EmbeddedHybridIndex.open(Path(sys.argv[1]), embedder_name=sys.argv[2],
                                              dimension=int(sys.argv[3])))
 opened = time.perf_counter() - started
 status = Path("/proc/self/status").read_text().splitlines()
@@ -353,7 +353,7 @@ def reopen_in_fresh_process(directory: Path) -> dict[str, Any]:
     return dict(json.loads(opened.stdout.strip().splitlines()[-1]))
 
 
-def vector_bytes(index: InMemoryHybridIndex) -> int:
+def vector_bytes(index: EmbeddedHybridIndex) -> int:
     """Bytes the dense leg holds in memory: float32 and int8 buffers, and the graph if any."""
     vectors = index._vectors
     graph = index._graph
@@ -367,7 +367,7 @@ async def run_embedded_graph(
     """The same one-call index with the HNSW graph forced on (exact size 0), built with
     every core, timed once the build is done."""
     size = len(corpus.chunks)
-    index = await InMemoryHybridIndex.open(
+    index = await EmbeddedHybridIndex.open(
         root / "graph",
         embedder_name=EMBEDDER_NAME,
         dimension=DIMENSION,

@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from chatqna.backends.sse_client import ServerSentEvent, SSEDecoder  # noqa: E402
+from chatqna.upstream.sse import ServerSentEvent, SSEDecoder  # noqa: E402
 from tests.integration.conftest import SAMPLE_CORPUS, clean_env  # noqa: E402
 from tests.standins.servers import free_port  # noqa: E402
 

@@ -45,7 +45,7 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
     (
         "upstream HTTP client (httpx, httpcore, h11)",
         (
-            "(chatqna/backends/upstream.py",
+            "(chatqna/upstream/client.py",
             "(httpx/",
             "(httpcore/",
             "(h11/",

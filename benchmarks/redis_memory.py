@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams  # noqa: E402
+from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams  # noqa: E402
 from tests.integration.redis_server import redis_stack_server  # noqa: E402
 
 # The corpus and parameters of index_scale.py, so the two benchmarks measure the same chunks.

@@ -5,7 +5,7 @@
 
 The datasets default to ../shared/datasets/mtrag-clapnq and the handbook lab.
 
-Every scored turn is planned with the service's own `plan_retrieval` (through the harness's
+Every scored turn is planned with the service's own multi-turn strategy (through the harness's
 `plan_turn`) under the shipped defaults, stateless and blended, and retrieved from the
 embedded index (hybrid, the shipped fusion weights, 50 passages per leg, depth 10). Then the
 ten candidates are reordered in each of these ways and Recall@5 is taken:
@@ -45,8 +45,8 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from chatqna.backends.factory import build_embedder  # noqa: E402
 from chatqna.backends.protocols import Embedder, SearchQuery  # noqa: E402
+from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
 from chatqna.evaluation.compare import STATELESS, default_strategy  # noqa: E402
 from chatqna.evaluation.dataset import EvalTurn, load_dataset  # noqa: E402

@@ -8,7 +8,7 @@ that flushes every token, as under load) and 4 KiB reads. Each reader turns the 
 (event, data) pairs; none decodes the JSON, which costs the same whichever parser ran:
 
 - `block-split`: the load benchmark's former reader, raw bytes split at blank lines;
-- `sse-decoder`: `chatqna.backends.sse_client.SSEDecoder` fed raw bytes (what all use now);
+- `sse-decoder`: `chatqna.upstream.sse.SSEDecoder` fed raw bytes (what all use now);
 - `iter-lines`: httpx's `iter_lines()` plus a field loop, the former LLM client and CLI path;
 - `httpx-sse`: `httpx_sse.EventSource.iter_sse()`, when that package is installed.
 
@@ -33,8 +33,9 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from chatqna.api.chat_models import ChunkDelta  # noqa: E402
 from chatqna.api.sse import DONE, ChunkWriter, data, event  # noqa: E402
-from chatqna.backends.sse_client import SSEDecoder  # noqa: E402
+from chatqna.upstream.sse import SSEDecoder  # noqa: E402
 
 OUTPUT = Path(__file__).parent / "results" / "sse_parsing.json"
 Reader = Callable[[httpx.Response], list[tuple[str, str]]]
@@ -47,8 +48,8 @@ def chat_events(tokens: int) -> list[str]:
         for i in range(3)
     ]
     events = [event("metadata", {"source_documents": documents, "retrieval": {"k": 4}})]
-    events += [data(writer.chunk({"content": f"token{i} "})) for i in range(tokens)]
-    return [*events, data(writer.chunk({}, "stop")), DONE]
+    events += [data(writer.chunk(ChunkDelta(content=f"token{i} "))) for i in range(tokens)]
+    return [*events, data(writer.chunk(ChunkDelta(), "stop")), DONE]
 
 
 def reads(events: list[str], size: int | None) -> list[bytes]:

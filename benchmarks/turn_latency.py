@@ -25,11 +25,11 @@ from typing import Any
 
 from provenance import write_result
 
-from chatqna.backends.factory import build_backends
 from chatqna.backends.protocols import GenerationParams
+from chatqna.composition import build_backends
+from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.multiturn.history import Message
-from chatqna.pipeline.orchestrator import TurnOptions, generate, handle_request
-from chatqna.retrieval.dataprep import collect_files, ingest_files
+from chatqna.pipeline.orchestrator import TurnOptions, handle_request
 from chatqna.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,8 +68,9 @@ async def run(repeat: int, max_tokens: int) -> dict[str, Any]:
             samples: dict[str, list[float]] = {stage: [] for stage in STAGES}
             for _ in range(repeat + 1):  # the first run warms caches and is dropped
                 turn = await handle_request(CHAT, options, backends, settings)
-                async for _delta in generate(turn, backends):
-                    pass
+                async with turn:
+                    async for _delta in turn.stream():
+                        pass
                 for stage in STAGES:
                     samples[stage].append(turn.clock.stages.get(stage, 0.0))
             samples = {stage: values[1:] for stage, values in samples.items()}

@@ -25,7 +25,7 @@ from chatqna.api.errors import install_error_handlers
 from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.bundle import Backends
-from chatqna.backends.factory import build_backends, build_retrieval_backends
+from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import configure_tracing

@@ -23,8 +23,8 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from chatqna.backends.sse_client import ServerSentEvent, iter_events
 from chatqna.settings import Settings, describe_validation_error
+from chatqna.upstream.sse import ServerSentEvent, iter_events
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -147,7 +147,7 @@ def ingest(
     settings = load_settings(chatqna_data_dir=data_dir)
     configure_logging(settings)
     if rebuild:
-        from chatqna.backends.factory import discard_embedded_index
+        from chatqna.composition import discard_embedded_index
 
         if discard_embedded_index(settings) is None:
             typer.echo("--rebuild applies to the embedded index only", err=True)
@@ -162,8 +162,8 @@ def ingest(
 async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
     from tqdm import tqdm
 
-    from chatqna.backends.factory import build_embedder, build_retriever
-    from chatqna.retrieval.dataprep import collect_files, ingest_files, load_limits
+    from chatqna.composition import build_embedder, build_retriever
+    from chatqna.ingest.dataprep import collect_files, ingest_files, load_limits
 
     files = collect_files(paths)
     embedder = await build_embedder(settings)

@@ -19,17 +19,20 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from chatqna.api import sse
+from chatqna.api.chat_models import ChunkDelta, TurnMetadata
 from chatqna.api.deps import ServiceState, State, require_api_key
 from chatqna.api.errors import error_responses
-from chatqna.api.schemas import CHAT_RESPONSE, ChatQnARequest, ModelList, OpenAIChatRequest
-from chatqna.errors import ChatQnAError, CondenseFailed, PayloadTooLarge, UpstreamFailure
-from chatqna.pipeline.orchestrator import (
-    PreparedTurn,
-    TurnOptions,
-    complete,
-    generate,
-    handle_request,
+from chatqna.api.schemas import (
+    CHAT_RESPONSE,
+    ChatQnARequest,
+    ModelCard,
+    ModelList,
+    OpenAIChatRequest,
 )
+from chatqna.errors import ChatQnAError, PayloadTooLarge
+from chatqna.multiturn.history import Message
+from chatqna.pipeline.turn import Turn, TurnOptions
+from chatqna.settings import Settings
 
 logger = logging.getLogger(__name__)
 router = APIRouter(
@@ -40,10 +43,12 @@ CHAT_RESPONSES = {200: CHAT_RESPONSE, **error_responses(400, 413, 422, 429, 502,
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CHAT_PATHS = frozenset({"/v1/chatqna", "/v1/chat/completions"})
+INTERNAL_ERROR = {"error": "internal_error", "message": "An unexpected error occurred."}
 
 
-def _check_limits(body: ChatQnARequest, state: ServiceState) -> None:
-    settings = state.settings
+def _checked_messages(body: ChatQnARequest, settings: Settings) -> list[Message]:
+    """The request's conversation, within `CHATQNA_MAX_MESSAGES` and
+    `CHATQNA_MAX_MESSAGE_CHARS`."""
     messages = body.chat_messages()
     if len(messages) > settings.chatqna_max_messages:
         raise PayloadTooLarge(
@@ -56,77 +61,48 @@ def _check_limits(body: ChatQnARequest, state: ServiceState) -> None:
                 f"message {position} has {len(message.content)} characters, beyond the limit "
                 f"of {settings.chatqna_max_message_chars} (CHATQNA_MAX_MESSAGE_CHARS)"
             )
+    return messages
 
 
-async def _prepare(body: ChatQnARequest, state: ServiceState) -> PreparedTurn:
-    _check_limits(body, state)
+async def _prepare(body: ChatQnARequest, state: ServiceState) -> Turn:
     settings = state.settings
+    messages = _checked_messages(body, settings)
     options = TurnOptions(
         k=body.k if body.k is not None else settings.retriever_k,
         top_n=body.top_n if body.top_n is not None else settings.rerank_top_n,
         params=body.generation_params(settings.llm_max_tokens),
     )
-    try:
-        turn = await handle_request(body.chat_messages(), options, state.backends, settings)
-    except ChatQnAError as exc:
-        _count_failure(state, exc)
-        raise
-    _count_decisions(state, turn)
-    return turn
-
-
-def _count_failure(state: ServiceState, exc: ChatQnAError) -> None:
-    if isinstance(exc, CondenseFailed):
-        state.metrics.condense.labels(status="failed", reason=exc.reason or "").inc()
-    elif isinstance(exc, UpstreamFailure):
-        state.metrics.upstream_errors.labels(backend=exc.backend, error=exc.code).inc()
-
-
-def _count_decisions(state: ServiceState, turn: PreparedTurn) -> None:
-    report = turn.plan.report
-    if report.blend is not None:
-        executed = "true" if report.blend.executed else "false"
-        state.metrics.blend.labels(executed=executed, reason=report.blend.reason).inc()
-    if report.condense is not None:
-        state.metrics.condense.labels(status=report.condense.status, reason="").inc()
+    return await state.pipeline.prepare(messages, options)
 
 
 async def _event_stream(
-    turn: PreparedTurn, state: ServiceState, writer: sse.ChunkWriter, metadata_event: bool
+    turn: Turn, writer: sse.ChunkWriter, metadata_event: bool
 ) -> AsyncIterator[bytes]:
-    metadata = turn.record().wire()
-    # Frames that go out together are one send (fewer trips through every middleware).
-    opening = writer.chunk({"role": "assistant", "content": ""})
-    if metadata_event:
-        yield sse.event("metadata", metadata) + sse.data(opening)
-    else:
-        yield sse.data(opening | {"metadata": metadata})
-    finish: str | None = None
-    deltas = generate(turn, state.backends)
-    try:
-        async for delta in deltas:
-            # One chunk per piece the upstream sent; the pieces of one read in one write.
-            pieces = delta.texts()
-            if len(pieces) == 1:
-                yield writer.content_frame(pieces[0])
-            elif pieces:
-                yield b"".join(writer.content_frame(piece) for piece in pieces)
-            if delta.finish_reason:
-                finish = delta.finish_reason
-        ending = sse.data(writer.chunk({}, finish or "stop"))
-        state.metrics.record_stages(turn.clock.stages)
-    except ChatQnAError as exc:
-        logger.warning("stream failed after it started: %s", exc.message)
-        _count_failure(state, exc)
-        ending = sse.event("error", exc.envelope())
-    except Exception:
-        logger.exception("unexpected error while streaming")
-        ending = sse.event(
-            "error", {"error": "internal_error", "message": "An unexpected error occurred."}
-        )
-    finally:
-        # Closed here, not by the garbage collector, when the client has gone away.
-        await sse.close_quietly(deltas)
+    async with turn:
+        metadata = TurnMetadata.of(turn.record())
+        # Frames that go out together are one send (fewer trips through every middleware).
+        if metadata_event:
+            yield sse.event("metadata", metadata) + sse.data(writer.chunk(writer.opening()))
+        else:
+            yield sse.data(writer.chunk(writer.opening(), metadata=metadata))
+        finish: str | None = None
+        async with sse.closing(turn.stream()) as deltas:
+            try:
+                async for delta in deltas:
+                    # One chunk per piece the upstream sent; the pieces of one read in one write.
+                    pieces = delta.texts()
+                    if len(pieces) == 1:
+                        yield writer.content_frame(pieces[0])
+                    elif pieces:
+                        yield b"".join(writer.content_frame(piece) for piece in pieces)
+                    finish = delta.finish_reason or finish
+                ending = sse.data(writer.chunk(ChunkDelta(), finish or "stop"))
+            except ChatQnAError as exc:
+                logger.warning("stream failed after it started: %s", exc.message)
+                ending = sse.event("error", exc.envelope())
+            except Exception:
+                logger.exception("unexpected error while streaming")
+                ending = sse.event("error", INTERNAL_ERROR)
     yield ending + sse.DONE
 
 
@@ -135,28 +111,12 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
     writer = sse.ChunkWriter(state.backends.llm.model)
     if body.stream:
         return sse.EventStreamResponse(
-            _event_stream(turn, state, writer, metadata_event), headers=STREAM_HEADERS
+            _event_stream(turn, writer, metadata_event), headers=STREAM_HEADERS
         )
-    try:
-        completion = await complete(turn, state.backends)
-    except ChatQnAError as exc:
-        _count_failure(state, exc)
-        raise
-    state.metrics.record_stages(turn.clock.stages)
-    usage = completion.usage
-    encoded = sse.encode(
-        writer.completion(
-            completion.text,
-            completion.finish_reason,
-            {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "total_tokens": usage.total_tokens,
-            },
-            metadata=turn.record().wire(),
-        )
-    )
-    return Response(encoded, media_type="application/json")
+    async with turn:
+        completion = await turn.complete()
+    answer = writer.completion(completion, metadata=TurnMetadata.of(turn.record()))
+    return Response(sse.encode(answer), media_type="application/json")
 
 
 @router.post(
@@ -182,8 +142,6 @@ async def chat_completions(body: OpenAIChatRequest, state: State) -> Any:
     summary="The model this service answers with (OpenAI-compatible)",
     response_model=ModelList,
 )
-async def models(state: State) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [{"id": state.backends.llm.model, "object": "model", "owned_by": "chatqna"}],
-    }
+async def models(state: State) -> ModelList:
+    card = ModelCard(id=state.backends.llm.model, object="model", owned_by="chatqna")
+    return ModelList(object="list", data=[card])

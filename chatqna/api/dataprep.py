@@ -27,8 +27,8 @@ from chatqna.api.schemas import (
     SourceEntry,
 )
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
-from chatqna.retrieval.dataprep import IngestFile, ingest_files, load_limits
-from chatqna.retrieval.links import LinkFetcher, parse_link_list
+from chatqna.ingest.dataprep import IngestFile, ingest_files, load_limits
+from chatqna.ingest.links import LinkFetcher, parse_link_list
 
 router = APIRouter(
     dependencies=[Depends(require_api_key)],

@@ -12,6 +12,7 @@ import base64
 import binascii
 import secrets
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -20,17 +21,25 @@ from starlette.datastructures import Headers
 
 from chatqna.backends.bundle import Backends
 from chatqna.errors import Unauthorized
+from chatqna.pipeline.orchestrator import Pipeline
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
+from chatqna.telemetry.observer import TurnTelemetry
 
 
 @dataclass
 class ServiceState:
-    """What every handler needs: the settings and the live backends."""
+    """What every handler needs: the settings, the live backends and the chat pipeline."""
 
     settings: Settings
     backends: Backends
     metrics: ServiceMetrics
+
+    @cached_property
+    def pipeline(self) -> Pipeline:
+        """Built on first use, once: the multi-turn strategy and the turn observer."""
+        observer = TurnTelemetry(self.metrics, self.settings.chatqna_trace_content)
+        return Pipeline.build(self.settings, self.backends, observer)
 
 
 # Dependencies are `async def` so FastAPI runs them on the loop, not on a worker thread.

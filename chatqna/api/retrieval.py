@@ -22,8 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from chatqna.api.deps import State, require_api_key
 from chatqna.api.errors import error_responses
 from chatqna.api.schemas import RetrievalResponse
-from chatqna.backends.factory import embedding_dimension
-from chatqna.backends.protocols import SearchQuery
+from chatqna.backends.protocols import SearchQuery, embedding_dimension
 from chatqna.errors import InvalidRequest
 
 router = APIRouter(

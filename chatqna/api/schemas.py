@@ -6,8 +6,9 @@ depth and `top_n` the number of chunks kept after reranking; `top_k` is LLM samp
 Unknown fields are ignored, as OPEA's gateway does, so existing clients keep working.
 
 The response models document the OpenAPI schema (`/openapi.json`), which the test suite
-fuzzes: every response must be one the schema declares. Optional multipart form fields are
-documented without `null`, which a form cannot carry.
+fuzzes: every response must be one the schema declares. The chat endpoints' response
+models (`chatqna.api.chat_models`) are also what their bodies and frames are built from.
+Optional multipart form fields are documented without `null`, which a form cannot carry.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Annotated, Any, Literal
 from fastapi import File, Form, UploadFile
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from chatqna.api.chat_models import ChatCompletion, ChatCompletionChunk, TurnMetadata
 from chatqna.backends.protocols import GenerationParams
 from chatqna.multiturn.history import Message
 
@@ -240,88 +242,6 @@ class RetrievalResponse(BaseModel):
     initial_query: str
     top_n: int
     embedded_by_service: bool
-
-
-class SourceDocument(BaseModel):
-    """A chunk an answer was grounded on."""
-
-    id: str
-    doc_id: str
-    source: str
-    title: str
-    text: str
-    score: float
-    scores: dict[str, float]
-
-
-class TurnMetadata(BaseModel):
-    """How a turn was answered: its sources, how retrieval ran, stage timings, trace id."""
-
-    source_documents: list[SourceDocument]
-    retrieval: dict[str, Any]
-    timings_ms: dict[str, float]
-    trace_id: str | None
-
-
-class Usage(BaseModel):
-    """Token counts of a non-streamed completion."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class AssistantMessage(BaseModel):
-    """The answer of a non-streamed completion."""
-
-    role: Literal["assistant"]
-    content: str
-
-
-class CompletionChoice(BaseModel):
-    """The single choice of a non-streamed completion."""
-
-    index: int
-    message: AssistantMessage
-    finish_reason: str
-
-
-class ChatCompletion(BaseModel):
-    """A non-streamed answer (OpenAI's `chat.completion`, plus `metadata`)."""
-
-    id: str
-    object: Literal["chat.completion"]
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage
-    metadata: TurnMetadata | None = None
-
-
-class ChunkDelta(BaseModel):
-    """What one stream chunk adds to the answer."""
-
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-
-
-class ChunkChoice(BaseModel):
-    """The single choice of a stream chunk; `finish_reason` is set on the last one."""
-
-    index: int
-    delta: ChunkDelta
-    finish_reason: str | None
-
-
-class ChatCompletionChunk(BaseModel):
-    """One streamed piece of the answer (OpenAI's `chat.completion.chunk`)."""
-
-    id: str
-    object: Literal["chat.completion.chunk"]
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    metadata: TurnMetadata | None = None
 
 
 def _inline(model: type[BaseModel]) -> dict[str, Any]:

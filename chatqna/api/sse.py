@@ -12,14 +12,39 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 import anyio
 import orjson
+from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from chatqna.api.chat_models import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChunkChoice,
+    ChunkDelta,
+    CompletionChoice,
+    TurnMetadata,
+    Usage,
+    wire,
+)
+from chatqna.backends.protocols import Completion
+
 DONE = b"data: [DONE]\n\n"
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def closing(iterator: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
+    """`iterator` for the block, closed when the block ends (`close_quietly`)."""
+    try:
+        yield iterator
+    finally:
+        await close_quietly(iterator)
 
 
 async def close_quietly(iterator: AsyncIterator[Any]) -> None:
@@ -50,9 +75,16 @@ class EventStreamResponse(StreamingResponse):
             await close_quietly(self._events)
 
 
+def _model(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return wire(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 def encode(payload: Any) -> bytes:
-    """Compact UTF-8 JSON (orjson, compiled): every frame and body the chat path sends."""
-    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    """Compact UTF-8 JSON (orjson, compiled): every frame and body the chat path sends; a
+    response model is sent as `chatqna.api.chat_models.wire` gives it."""
+    return orjson.dumps(payload, default=_model, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def event(name: str, data: Any) -> bytes:
@@ -64,7 +96,8 @@ def data(payload: Any) -> bytes:
 
 
 class ChunkWriter:
-    """Builds OpenAI `chat.completion.chunk` objects that share one id and timestamp."""
+    """Builds the stream's `chat.completion.chunk` frames (and a whole `chat.completion`)
+    that share one id and timestamp, from the response models the API schema publishes."""
 
     def __init__(self, model: str) -> None:
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -73,45 +106,58 @@ class ChunkWriter:
         self._content_frame: tuple[bytes, bytes] | None = None
 
     def content_frame(self, text: str) -> bytes:
-        """`data(self.chunk({"content": text}))`, byte for byte, from a template: the frame
-        of every token differs only in its text."""
+        """The frame of a chunk whose delta is `text`, byte for byte, from a template: the
+        frame of every token differs only in its text."""
         if self._content_frame is None:
             marker = "\x00content\x00"
-            whole = data(self.chunk({"content": marker}))
+            whole = data(self.chunk(ChunkDelta(content=marker)))
             head, _, tail = whole.partition(encode(marker))
             self._content_frame = (head, tail)
         head, tail = self._content_frame
         return head + encode(text) + tail
 
+    def opening(self) -> ChunkDelta:
+        return ChunkDelta(role="assistant", content="")
+
     def chunk(
-        self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        }
-        body.update(extra)
-        return body
+        self,
+        delta: ChunkDelta,
+        finish_reason: str | None = None,
+        metadata: TurnMetadata | None = None,
+    ) -> ChatCompletionChunk:
+        chunk = ChatCompletionChunk(
+            id=self.id,
+            object="chat.completion.chunk",
+            created=self.created,
+            model=self.model,
+            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)],
+        )
+        if metadata is not None:
+            chunk.metadata = metadata
+        return chunk
 
     def completion(
-        self, text: str, finish_reason: str | None, usage: dict[str, int], **extra: Any
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": finish_reason or "stop",
-                }
+        self, answer: Completion, metadata: TurnMetadata | None = None
+    ) -> ChatCompletion:
+        usage = answer.usage
+        completion = ChatCompletion(
+            id=self.id,
+            object="chat.completion",
+            created=self.created,
+            model=self.model,
+            choices=[
+                CompletionChoice(
+                    index=0,
+                    message=AssistantMessage(role="assistant", content=answer.text),
+                    finish_reason=answer.finish_reason or "stop",
+                )
             ],
-            "usage": usage,
-        }
-        body.update(extra)
-        return body
+            usage=Usage(
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                total_tokens=usage.total_tokens,
+            ),
+        )
+        if metadata is not None:
+            completion.metadata = metadata
+        return completion

@@ -1,6 +1,6 @@
 """`Backends`: the live backends of one running service, one per role, closed together.
 
-`chatqna.backends.factory.build_backends` builds it from `Settings`; the pipeline and the
+`chatqna.composition.build_backends` builds it from `Settings`; the pipeline and the
 API only ever see this bundle and the Protocols of `chatqna.backends.protocols`, never a
 concrete implementation.
 """

@@ -25,7 +25,7 @@ from chatqna.backends.protocols import (
 )
 from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import ScoredChunk
-from chatqna.retrieval.bm25 import tokenize
+from chatqna.retrieval.query import tokenize
 
 
 class HashingEmbedder:

@@ -2,7 +2,7 @@
 
 Whole completions are one JSON body; streamed ones are Server-Sent Events of
 `chat.completion.chunk` objects ending with `data: [DONE]`, read with the shared
-`sse_client.SSEDecoder`. Failures become typed errors:
+`chatqna.upstream.sse.SSEDecoder`. Failures become typed errors:
 timeouts `UpstreamTimeout`, HTTP statuses and connection failures `UpstreamError`, and any
 body that is not the documented shape `BadUpstreamResponse`. Closing the stream early (a
 client that disconnects) closes the upstream response, which cancels generation there.
@@ -23,7 +23,10 @@ import anyio
 import httpx
 import orjson
 
-from chatqna.backends.http import (
+from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
+from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from chatqna.upstream.client import UpstreamClient, without_credentials
+from chatqna.upstream.policy import (
     TRANSPORT_FAILURES,
     UPSTREAM_FAILURES,
     HTTPStatusFailure,
@@ -32,11 +35,8 @@ from chatqna.backends.http import (
     require,
     translate_http_error,
 )
-from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
-from chatqna.backends.sse_client import SSEDecoder
-from chatqna.backends.upstream import UpstreamClient, without_credentials
-from chatqna.backends.upstream_types import StreamReply
-from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from chatqna.upstream.sse import SSEDecoder
+from chatqna.upstream.types import StreamReply
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 

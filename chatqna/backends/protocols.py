@@ -1,7 +1,7 @@
 """One Protocol per backend role, and the small value objects they exchange.
 
 Each role has an embedded implementation (runs in-process, no servers) and a remote one
-(TEI, an OpenAI-compatible server, Redis...). `chatqna.backends.factory.build_backends`
+(TEI, an OpenAI-compatible server, Redis...). `chatqna.composition.build_backends`
 picks one per role from `Settings`.
 """
 
@@ -32,6 +32,14 @@ class Embedder(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+async def embedding_dimension(embedder: Embedder) -> int:
+    """The width of `embedder`'s vectors: its `dimension` when it has one, else measured."""
+    dimension = getattr(embedder, "dimension", None)
+    if isinstance(dimension, int):
+        return dimension
+    return int((await embedder.embed(["dimension probe"])).shape[1])
 
 
 @dataclass(frozen=True)

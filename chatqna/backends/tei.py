@@ -18,7 +18,11 @@ from typing import Any
 import httpx
 import numpy as np
 
-from chatqna.backends.http import (
+from chatqna.backends.vectors import l2_normalise
+from chatqna.documents import ScoredChunk
+from chatqna.errors import BadUpstreamResponse
+from chatqna.upstream.client import UpstreamClient, without_credentials
+from chatqna.upstream.policy import (
     NO_RETRY,
     UPSTREAM_FAILURES,
     RetryPolicy,
@@ -27,14 +31,61 @@ from chatqna.backends.http import (
     require,
     translate_http_error,
 )
-from chatqna.backends.upstream import UpstreamClient, without_credentials
-from chatqna.backends.vectors import l2_normalise
-from chatqna.documents import ScoredChunk
-from chatqna.errors import BadUpstreamResponse
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def embeddings_matrix(body: Any, count: int) -> np.ndarray:
+    """The `count` vectors of an OpenAI-style `/v1/embeddings` reply, in input order, as one
+    float32 matrix; any departure from the documented shape is a `BadUpstreamResponse`."""
+    require(
+        isinstance(body, dict) and isinstance(body.get("data"), list),
+        backend="embedder",
+        what="no `data` list",
+    )
+    data = body["data"]
+    require(
+        len(data) == count,
+        backend="embedder",
+        what=f"{len(data)} embeddings for {count} inputs",
+    )
+    require(
+        all(isinstance(item, dict) for item in data),
+        backend="embedder",
+        what="embedding items are not objects",
+    )
+    indexes = [item.get("index", position) for position, item in enumerate(data)]
+    require(
+        sorted(indexes) == list(range(count)),
+        backend="embedder",
+        what=f"indexes {indexes} do not cover the {count} inputs once each",
+    )
+    vectors = [item.get("embedding") for item in sorted(data, key=lambda i: i.get("index", 0))]
+    require(
+        all(isinstance(v, list) for v in vectors),
+        backend="embedder",
+        what="an embedding is not a list",
+    )
+    try:
+        # numpy decides the element type in C: numbers only give an integer or float
+        # array; strings, nulls or nested lists give another kind, ragged rows an error.
+        parsed = np.array(vectors)
+    except ValueError as exc:
+        raise BadUpstreamResponse("embedder: ragged embeddings", backend="embedder") from exc
+    require(
+        parsed.dtype.kind in "iuf",
+        backend="embedder",
+        what="an embedding is not a list of numbers",
+    )
+    matrix = parsed.astype(np.float32)
+    require(
+        matrix.ndim == 2 and matrix.shape[1] > 0 and bool(np.isfinite(matrix).all()),
+        backend="embedder",
+        what="embeddings are not equal-length finite vectors",
+    )
+    return matrix
 
 
 class TEIEmbedder:
@@ -90,51 +141,7 @@ class TEIEmbedder:
         )
         self.calls += 1
         self.texts_embedded += len(texts)
-        require(
-            isinstance(body, dict) and isinstance(body.get("data"), list),
-            backend="embedder",
-            what="no `data` list",
-        )
-        data = body["data"]
-        require(
-            len(data) == len(texts),
-            backend="embedder",
-            what=f"{len(data)} embeddings for {len(texts)} inputs",
-        )
-        require(
-            all(isinstance(item, dict) for item in data),
-            backend="embedder",
-            what="embedding items are not objects",
-        )
-        indexes = [item.get("index", position) for position, item in enumerate(data)]
-        require(
-            sorted(indexes) == list(range(len(texts))),
-            backend="embedder",
-            what=f"indexes {indexes} do not cover the {len(texts)} inputs once each",
-        )
-        vectors = [item.get("embedding") for item in sorted(data, key=lambda i: i.get("index", 0))]
-        require(
-            all(isinstance(v, list) for v in vectors),
-            backend="embedder",
-            what="an embedding is not a list",
-        )
-        try:
-            # numpy decides the element type in C: numbers only give an integer or float
-            # array; strings, nulls or nested lists give another kind, ragged rows an error.
-            parsed = np.array(vectors)
-        except ValueError as exc:
-            raise BadUpstreamResponse("embedder: ragged embeddings", backend="embedder") from exc
-        require(
-            parsed.dtype.kind in "iuf",
-            backend="embedder",
-            what="an embedding is not a list of numbers",
-        )
-        matrix = parsed.astype(np.float32)
-        require(
-            matrix.ndim == 2 and matrix.shape[1] > 0 and bool(np.isfinite(matrix).all()),
-            backend="embedder",
-            what="embeddings are not equal-length finite vectors",
-        )
+        matrix = embeddings_matrix(body, len(texts))
         if self.dimension is None:
             self.dimension = int(matrix.shape[1])
         require(

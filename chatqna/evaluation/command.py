@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chatqna.backends.factory import (
+from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
+from chatqna.composition import (
     build_condense_llm,
     build_embedder,
     build_llm,
     build_reranker,
 )
-from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.compare import shipped_references
 from chatqna.evaluation.dataset import load_dataset

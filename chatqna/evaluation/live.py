@@ -33,10 +33,10 @@ from chatqna.backends.protocols import (
 from chatqna.documents import ScoredChunk
 from chatqna.evaluation.dataset import Dataset, EvalTurn
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, plan_turn
+from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryPlan, plan_turn
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.prompt import build_answer_prompt
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def llm_answerer(llm: ChatLLM, max_tokens: int = 256) -> Answerer:
 async def retrieve(
     mode: Mode,
     plan: QueryPlan,
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
 ) -> list[ScoredChunk]:
@@ -126,7 +126,7 @@ async def retrieve(
 async def replay_mode(
     mode: Mode,
     conversations: Sequence[Dialogue],
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     embedder: Embedder,
     llm: ChatLLM | None,
     reranker: Reranker | None,
@@ -134,6 +134,7 @@ async def replay_mode(
     *,
     depth: int = 10,
     tick: Callable[[int], None] | None = None,
+    signals: CorpusSignals | None = None,
 ) -> tuple[ModeResult, dict[str, QueryPlan]]:
     """Rank every scored turn of `conversations` under `mode` with own history."""
     result = ModeResult(mode)
@@ -156,7 +157,7 @@ async def replay_mode(
                 turn.relevant_ids,
                 turn.gold_rewrite,
             )
-            plan = await plan_turn(turn, mode.query, embedder, llm)
+            plan = await plan_turn(turn, mode.query, embedder, llm, signals=signals)
             hits = await retrieve(mode, plan, index, reranker, depth)
             answered = await answer(Conversation(turn.query, turn.history), hits)
             history.append(message)

@@ -11,7 +11,11 @@
 | `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
-`stateless` and `blend` are planned by the orchestrator's own `plan_retrieval`. Each
+`stateless` and `blend` are planned by the service's own multi-turn strategy. Two
+measured blend variants are formed around it: `alpha_rule="content_words"` plans each
+follow-up with the alpha `content_word_alpha` gives it, and `answer_terms=k` adds the
+previous answer's `k` terms of highest IDF over the corpus
+(`chatqna.multiturn.evidence`) to the BM25 history leg. Each
 strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
 per-leg depth asked for) and with the reranker on and off.
 `condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
@@ -20,8 +24,10 @@ failed turn (an empty ranking), as it is a 503 in the service.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,13 +37,18 @@ from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.metrics import summarise
+from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_score_alpha
 from chatqna.multiturn.condense import condense_follow_up
+from chatqna.multiturn.evidence import Idf, answer_terms
 from chatqna.multiturn.history import Conversation
-from chatqna.pipeline.orchestrator import plan_retrieval
+from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
+from chatqna.multiturn.strategy import QueryPlan as ServicePlan
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
+from chatqna.retrieval.query import tokenize
 from chatqna.settings import Settings
 
 STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
+ANSWER_TERMS_WEIGHT = 0.3  # the answer terms' BM25 weight when the questions' leg is off
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class QueryStrategy:
     bm25_history_weight: float = 0.0
     rerank_query: str = "conversation"
     assistant_weight: float = 0.5
+    alpha_rule: str = "fixed"
+    answer_terms: int = 0
 
     @property
     def label(self) -> str:
@@ -62,6 +75,10 @@ class QueryStrategy:
                 extra += f" separate-roles assistant={self.assistant_weight:g}"
             if self.bm25_history_weight:
                 extra += f" bm25-history={self.bm25_history_weight:g}"
+            if self.alpha_rule != "fixed":
+                extra += f" alpha-rule={self.alpha_rule}"
+            if self.answer_terms:
+                extra += f" answer-terms={self.answer_terms}"
             if self.rerank_query != "conversation":
                 extra += f" rerank-query={self.rerank_query}"
             return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
@@ -112,7 +129,7 @@ def reads_answers(strategy: QueryStrategy) -> bool:
     """Whether the strategy's query depends on the assistant's earlier messages (only
     those rank differently with own history)."""
     if strategy.strategy == "blend":
-        return strategy.roles != "user"
+        return strategy.roles != "user" or strategy.answer_terms > 0
     return strategy.strategy == "condense_llm"
 
 
@@ -151,6 +168,92 @@ def planning_settings(strategy: QueryStrategy) -> Settings:
     )
 
 
+def corpus_idf(texts: Sequence[str]) -> Idf:
+    """The inverse document frequency of a term over `texts` (as the BM25 leg tokenises
+    them), `ln(1 + (N - df + 0.5) / (df + 0.5))`; None for a term no text holds."""
+    frequencies = Counter(term for text in texts for term in set(tokenize(text)))
+    total = len(texts)
+
+    def idf(term: str) -> float | None:
+        df = frequencies.get(term)
+        return None if not df else math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+    return idf
+
+
+@dataclass(frozen=True)
+class CorpusSignals:
+    """What the adaptive candidates read from the indexed corpus: each term's IDF (for
+    `answer_terms`) and the dense top-1 cosine of a text and its vector (for
+    `alpha_rule="top_score"`)."""
+
+    idf: Idf | None = None
+    top_score: Callable[[str, np.ndarray], float] | None = None
+
+
+async def turn_strategy(
+    strategy: QueryStrategy, turn: EvalTurn, embedder: Embedder, signals: CorpusSignals | None
+) -> QueryStrategy:
+    """The strategy with this follow-up's alpha: `alpha_rule="content_words"` sets it from
+    the follow-up's distinct content words (`content_word_alpha`), `"top_score"` from how
+    sure the follow-up's own best dense hit is (`top_score_alpha`, around the fixed alpha).
+    A first turn never blends, so its alpha is left as it is."""
+    if strategy.alpha_rule == "fixed" or not turn.history:
+        return strategy
+    if strategy.alpha_rule == "content_words":
+        return replace(strategy, alpha=content_word_alpha(len(set(tokenize(turn.query)))))
+    if strategy.alpha_rule != "top_score":
+        raise ValueError(f"unknown alpha rule {strategy.alpha_rule!r}")
+    if signals is None or signals.top_score is None:
+        raise ValueError("alpha_rule top_score needs the corpus's dense top-1 score")
+    vector = (await embedder.embed([turn.query]))[0]
+    top = signals.top_score(turn.query, vector)
+    return replace(strategy, alpha=top_score_alpha(top, strategy.alpha))
+
+
+def answer_leg(
+    strategy: QueryStrategy,
+    conversation: Conversation,
+    planned: ServicePlan,
+    signals: CorpusSignals | None,
+) -> tuple[str, float]:
+    """The BM25 history leg with the previous answer's `answer_terms` most informative
+    terms: beside the earlier questions (at their weight) when that leg runs, else alone at
+    `ANSWER_TERMS_WEIGHT`; only on a blended follow-up, so a first turn stays stateless."""
+    leg = planned.history_leg
+    history = leg.questions if leg is not None else ""
+    weight = leg.search_weight if leg is not None else 0.0
+    executed = planned.blend is not None and planned.blend.executed
+    if strategy.answer_terms <= 0 or not executed:
+        return history, weight
+    if signals is None or signals.idf is None:
+        raise ValueError("answer terms need the corpus's IDF")
+    asked = earlier_questions(conversation) if weight > 0.0 else ()
+    terms = answer_terms(conversation, tokenize, signals.idf, asked, strategy.answer_terms)
+    if not terms:
+        return history, weight
+    if weight > 0.0:
+        return f"{history}\n{' '.join(terms)}", weight
+    return " ".join(terms), ANSWER_TERMS_WEIGHT
+
+
+async def service_plan(
+    turn: EvalTurn,
+    strategy: QueryStrategy,
+    embedder: Embedder,
+    conversation: Conversation,
+    signals: CorpusSignals | None,
+) -> tuple[ServicePlan, str, float]:
+    """The service's own planning (its multi-turn strategy): blend, history-aware BM25 leg
+    and the reranker's query, exactly as served under these settings; with the BM25 history
+    leg's text and weight (`answer_leg`)."""
+    adapted = await turn_strategy(strategy, turn, embedder, signals)
+    config = MultiTurnConfig.from_settings(planning_settings(adapted))
+    planned = await build_strategy(config, embedder=embedder).plan(conversation)
+    bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
+    return planned, bm25_history, bm25_weight
+
+
 async def plan_turn(
     turn: EvalTurn,
     strategy: QueryStrategy,
@@ -158,8 +261,10 @@ async def plan_turn(
     llm: ChatLLM | None,
     *,
     condense_timeout: float = 30.0,
+    signals: CorpusSignals | None = None,
 ) -> QueryPlan:
-    """Form the search inputs of `turn` with the product's own multi-turn code."""
+    """Form the search inputs of `turn` with the product's own multi-turn code (`signals`:
+    what the adaptive candidates read from the corpus)."""
     started = time.perf_counter()
     conversation = Conversation(turn.query, turn.history)
 
@@ -174,14 +279,14 @@ async def plan_turn(
         return QueryPlan(text, vector, inputs, calls, elapsed, failure)
 
     if strategy.strategy in ("stateless", "blend"):
-        # The service's own planning (`plan_retrieval`): blend, history-aware BM25 leg and
-        # the reranker's query, exactly as served under these settings.
-        planned = await plan_retrieval(conversation, embedder, planning_settings(strategy))
-        executed = planned.report.blend is not None and planned.report.blend.executed
+        planned, bm25_history, bm25_weight = await service_plan(
+            turn, strategy, embedder, conversation, signals
+        )
+        executed = planned.blend is not None and planned.blend.executed
         return replace(
             done(planned.text, planned.embedding, 2 if executed else 1),
-            bm25_history=planned.bm25_history,
-            bm25_history_weight=planned.bm25_history_weight,
+            bm25_history=bm25_history,
+            bm25_history_weight=bm25_weight,
             rerank_text=planned.rerank.text,
             rerank_vector=planned.rerank.vector,
         )

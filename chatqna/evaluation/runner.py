@@ -34,6 +34,7 @@ from chatqna.evaluation.live import (
 )
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import (
+    CorpusSignals,
     Mode,
     ModeResult,
     QueryPlan,
@@ -42,8 +43,8 @@ from chatqna.evaluation.modes import (
     reads_answers,
 )
 from chatqna.evaluation.progress import Progress
+from chatqna.retrieval.embedded.index import EXACT_MAX_CHUNKS, EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
-from chatqna.retrieval.memory_store import EXACT_MAX_CHUNKS, InMemoryHybridIndex
 
 
 async def build_index(
@@ -54,7 +55,7 @@ async def build_index(
     *,
     exact_max: int = EXACT_MAX_CHUNKS,
     context: str = "title",
-) -> InMemoryHybridIndex:
+) -> EmbeddedHybridIndex:
     """Index the corpus, one chunk per passage, embedding in batches what ingestion embeds
     (`context`: what each passage's legs see besides its text, `title` or `none`). Past
     `exact_max` passages the dense leg is the HNSW graph, waited for before this returns."""
@@ -68,7 +69,7 @@ async def build_index(
         if tick:
             tick(len(batch))
     matrix = np.vstack(rows)
-    index = await InMemoryHybridIndex.open(
+    index = await EmbeddedHybridIndex.open(
         directory,
         embedder_name=embedder.name,
         dimension=int(matrix.shape[1]),
@@ -85,11 +86,12 @@ async def plan_all(
     embedder: Embedder,
     llm: ChatLLM | None,
     progress: Progress | None = None,
+    signals: CorpusSignals | None = None,
 ) -> dict[str, QueryPlan]:
     tick = progress(f"planning {strategy.label}", len(turns)) if progress else None
     plans = {}
     for turn in turns:
-        plans[turn.key] = await plan_turn(turn, strategy, embedder, llm)
+        plans[turn.key] = await plan_turn(turn, strategy, embedder, llm, signals=signals)
         if tick:
             tick(1)
     return plans
@@ -99,7 +101,7 @@ async def rank_mode(
     mode: Mode,
     turns: Sequence[EvalTurn],
     plans: dict[str, QueryPlan],
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
 ) -> ModeResult:
@@ -127,13 +129,14 @@ class OwnHistory:
     embedder: Embedder
     llm: ChatLLM | None
     progress: Progress | None = None
+    signals: CorpusSignals | None = None
 
 
 async def rank_with_history(
     mode: Mode,
     turns: Sequence[EvalTurn],
     plans: dict[str, QueryPlan],
-    index: InMemoryHybridIndex,
+    index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
     own: OwnHistory | None,
@@ -154,6 +157,7 @@ async def rank_with_history(
         own.answer,
         depth=depth,
         tick=tick,
+        signals=own.signals,
     )
 
 
@@ -204,7 +208,7 @@ class Ranker:
 
     turns: Sequence[EvalTurn]
     plans: dict[str, dict[str, QueryPlan]]
-    index: InMemoryHybridIndex
+    index: EmbeddedHybridIndex
     reranker: Reranker | None
     depth: int
     own: OwnHistory

@@ -14,8 +14,9 @@ history (`chatqna.evaluation.live`).
    `score(best) - score(candidate)` holds 0. The interval comes from a cluster bootstrap:
    each sample draws every dataset's conversations with replacement (the same draw serves
    both history kinds of that dataset) and recomputes the score difference.
-4. **Simplicity.** Among the ties, the simplest wins (`simplicity`: fewer mechanisms,
-   then the shorter history window, then the higher score). The **runner-up** is the
+4. **Simplicity.** Among the ties, the simplest wins (`simplicity`: fewer adaptive
+   mechanisms, then fewer fixed ones, then the shorter history window, then the higher
+   score). The **runner-up** is the
    best-scoring candidate other than the chosen one.
 5. **Leave one domain out.** For each dataset, the same rule applied to the other
    dataset's cells alone picks a setting, which is then scored on the held-out dataset;
@@ -50,19 +51,23 @@ class Cell:
     gains: Mapping[str, np.ndarray]
 
 
-def simplicity(strategy: QueryStrategy) -> tuple[int, int]:
-    """Lower is simpler: the number of mechanisms beyond the seed's blend of the user's
-    questions at alpha 0.7 (reading assistant messages, embedding them as their own input,
-    the history-aware BM25 leg, another alpha), then the history window."""
+def simplicity(strategy: QueryStrategy) -> tuple[int, int, int]:
+    """Lower is simpler: first the number of adaptive mechanisms (an alpha set per turn by
+    a rule, the previous answer's terms in the BM25 leg), which rank as more complex than
+    any combination of the fixed ones; then the number of fixed mechanisms beyond the
+    seed's blend of the user's questions at alpha 0.7 (reading assistant messages,
+    embedding them as their own input, the history-aware BM25 leg, another alpha); then the
+    history window."""
+    adaptive = sum((strategy.alpha_rule != "fixed", strategy.answer_terms > 0))
     mechanisms = sum(
         (
             strategy.roles != "user",
             strategy.roles == "separate",
             strategy.bm25_history_weight > 0.0,
-            strategy.alpha != SEED_ALPHA,
+            strategy.alpha_rule == "fixed" and strategy.alpha != SEED_ALPHA,
         )
     )
-    return (mechanisms, strategy.history_turns)
+    return (adaptive, mechanisms, strategy.history_turns)
 
 
 def score(cells: Sequence[Cell], label: str) -> float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from chatqna.retrieval.bm25 import tokenize
+from chatqna.retrieval.query import tokenize
 
 REFERENCE_WORDS = frozenset(
     "it its that this these those they them their there one ones same other else".split()

@@ -190,16 +190,6 @@ class CondenseOutcome:
     def rewritten(self) -> bool:
         return self.status == STATUS_OK
 
-    def report(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "standalone_query": self.query if self.rewritten else None,
-            "raw_query": self.raw_query,
-            "history_size": self.history_size,
-            "latency_ms": self.latency_ms,
-            "model": self.model,
-        }
-
 
 async def condense_follow_up(
     conversation: Conversation,

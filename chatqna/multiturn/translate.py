@@ -30,6 +30,17 @@ TRANSLATION_PROMPT = (
 
 
 @dataclass(frozen=True)
+class TranslationReport:
+    """What translating a blend's history did (the blend's record of it)."""
+
+    enabled: bool
+    ran: bool
+    translated: int
+    from_cache: int
+    failed: int
+
+
+@dataclass(frozen=True)
 class TranslationOutcome:
     """The messages to embed, and what translation did to them."""
 
@@ -38,14 +49,9 @@ class TranslationOutcome:
     cached: int = 0
     failed: int = 0
 
-    def report(self, enabled: bool) -> dict[str, object]:
-        return {
-            "enabled": enabled,
-            "ran": self.translated + self.cached + self.failed > 0,
-            "translated": self.translated,
-            "from_cache": self.cached,
-            "failed": self.failed,
-        }
+    def report(self, enabled: bool) -> TranslationReport:
+        ran = self.translated + self.cached + self.failed > 0
+        return TranslationReport(enabled, ran, self.translated, self.cached, self.failed)
 
 
 class HistoryTranslator:

@@ -1,4 +1,4 @@
-"""Span attributes built from pipeline values (kept out of the pipeline's own code).
+"""Span attributes built from a turn's typed values (for `chatqna.telemetry.observer`).
 
 Texts (queries, rewrites) are recorded only with `CHATQNA_TRACE_CONTENT=true`; ids, sizes,
 scores and decisions always are. Nothing is built for a span that is not recording (a trace
@@ -7,17 +7,13 @@ the sampler dropped, or tracing off).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from chatqna.backends.protocols import GenerationParams
-from chatqna.documents import ScoredChunk
+from chatqna.backends.protocols import GenerationParams, Usage
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.condense import CondenseOutcome
-from chatqna.multiturn.rerank_query import RerankQuery
-from chatqna.pipeline.record import RetrievalReport
+from chatqna.pipeline.record import TurnRecord
 from chatqna.telemetry import names
 
 
@@ -45,20 +41,19 @@ def condense_failed(span: Span, failure: CondenseFailed) -> None:
     span.set_status(Status(StatusCode.ERROR, f"condense failed: {failure.reason}"))
 
 
-def orchestrate(
-    span: Span, report: RetrievalReport, k: int, top_n: int, hybrid: bool, record_content: bool
-) -> None:
+def orchestrate(span: Span, record: TurnRecord, record_content: bool) -> None:
     if not span.is_recording():
         return
+    plan = record.plan
     values: dict[str, AttributeValue] = {
-        names.MULTI_TURN_MODE: report.multi_turn_mode,
-        names.RETRIEVAL_STRATEGY: report.strategy,
-        names.RETRIEVAL_K: k,
-        names.RETRIEVAL_TOP_N: top_n,
-        names.RETRIEVAL_HYBRID: hybrid,
-        names.HISTORY_MESSAGES: report.history_messages,
+        names.MULTI_TURN_MODE: plan.mode,
+        names.RETRIEVAL_STRATEGY: plan.strategy,
+        names.RETRIEVAL_K: record.k,
+        names.RETRIEVAL_TOP_N: record.top_n,
+        names.RETRIEVAL_HYBRID: record.hybrid,
+        names.HISTORY_MESSAGES: record.history_messages,
     }
-    blend = report.blend
+    blend = plan.blend
     if blend is not None:
         translation = blend.translation
         values[names.BLEND_EXECUTED] = blend.executed
@@ -66,33 +61,32 @@ def orchestrate(
         values[names.BLEND_ALPHA] = float(blend.alpha)
         values[names.BLEND_HISTORY_TURNS] = blend.history_turns
         values[names.BLEND_HISTORY_MESSAGES] = blend.history_messages
-        values[names.BLEND_TRANSLATED] = int(translation.get("translated", 0)) + int(
-            translation.get("from_cache", 0)
+        values[names.BLEND_TRANSLATED] = (
+            translation.translated + translation.from_cache if translation else 0
         )
-        values[names.BLEND_TRANSLATION_FAILED] = int(translation.get("failed", 0))
+        values[names.BLEND_TRANSLATION_FAILED] = translation.failed if translation else 0
         values[names.HISTORY_ORDER] = blend.order
         values[names.HISTORY_ROLES] = blend.roles
-    fusion = report.fusion
+    leg, fusion = plan.history_leg, record.fusion
+    if leg is not None:
+        values[names.BM25_HISTORY_RAN] = leg.ran
+        values[names.BM25_HISTORY_WEIGHT] = float(leg.weight)
     if fusion is not None:
-        values[names.BM25_HISTORY_RAN] = fusion.bm25_history_ran
-        values[names.BM25_HISTORY_WEIGHT] = float(fusion.bm25_history_weight)
         values[names.FUSION_DENSE_WEIGHT] = float(fusion.weights[0])
         values[names.FUSION_BM25_WEIGHT] = float(fusion.weights[1])
     if record_content:
-        values[names.QUERY_TEXT] = report.query
+        values[names.QUERY_TEXT] = plan.text
     span.set_attributes(values)
 
 
 def reranker_selection(
-    span: Span,
-    reranker: str | None,
-    candidates: int,
-    kept: Sequence[ScoredChunk],
-    query: RerankQuery,
-    record_content: bool,
+    span: Span, record: TurnRecord, candidates: int, record_content: bool
 ) -> None:
     if not span.is_recording():
         return
+    reranker = record.rerank.reranker
+    query = record.plan.rerank
+    kept = record.sources
     values: dict[str, AttributeValue] = {
         names.RERANKER_NAME: reranker or "none",
         names.RERANKER_QUERY_KIND: query.kind if reranker else "none",
@@ -123,3 +117,11 @@ def generation(
     if params.temperature is not None:
         values[names.GEN_AI_REQUEST_TEMPERATURE] = params.temperature
     return values
+
+
+def generation_result(span: Span, usage: Usage | None, finish_reason: str | None) -> None:
+    if usage is not None:
+        span.set_attribute(names.GEN_AI_INPUT_TOKENS, usage.prompt_tokens)
+        span.set_attribute(names.GEN_AI_OUTPUT_TOKENS, usage.completion_tokens)
+    if finish_reason:
+        span.set_attribute(names.GEN_AI_FINISH_REASON, [finish_reason])

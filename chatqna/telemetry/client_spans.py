@@ -18,7 +18,7 @@ clients' logical calls: the batched embedding call is the one `POST` span under
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
@@ -42,6 +42,10 @@ def url_full(url: str) -> str:
     return f"{parts.scheme}://{netloc}{parts.path}"
 
 
+def _class_name(exc: BaseException) -> str:
+    return type(exc).__qualname__
+
+
 class ClientCall:
     """One call's span, as the caller sees it: `status(code)` once the reply is in."""
 
@@ -62,7 +66,11 @@ class ClientCall:
 class ClientSpans:
     """The client spans of one upstream (`base_url`, parsed once)."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(
+        self, base_url: str, *, error_type: Callable[[BaseException], str] | None = None
+    ) -> None:
+        """`error_type` names a failed call's exception (`error.type`; default: its class)."""
+        self.error_type = error_type or _class_name
         parts = urlsplit(base_url)
         self.prefix = url_full(base_url).rstrip("/")
         self.host = parts.hostname or ""
@@ -90,6 +98,7 @@ class ClientSpans:
                 yield ClientCall(span)
             except Exception as exc:
                 if span.is_recording():
-                    span.set_attribute("error.type", type(exc).__qualname__)
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+                    name = self.error_type(exc)
+                    span.set_attribute("error.type", name)
+                    span.set_status(Status(StatusCode.ERROR, name))
                 raise

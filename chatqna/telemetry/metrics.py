@@ -10,6 +10,7 @@ sums them all (`scrape_registry`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
@@ -99,7 +100,7 @@ class ServiceMetrics:
         multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
         return merged
 
-    def record_stages(self, stages: dict[str, float]) -> None:
+    def record_stages(self, stages: Mapping[str, float]) -> None:
         children = self._stage_children
         for stage, milliseconds in stages.items():
             child = children.get(stage)

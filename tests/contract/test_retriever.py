@@ -19,13 +19,13 @@ import httpx
 import pytest
 
 from chatqna.app import create_app
-from chatqna.backends.factory import Backends, NoLLM, build_retriever
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
-from chatqna.backends.retriever_client import RemoteRetriever
+from chatqna.composition import Backends, NoLLM, build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import NotSupported
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
+from chatqna.retrieval.remote import RemoteRetriever
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -125,7 +125,7 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     index = await build_retriever(settings, EMBEDDER)
     await index.replace_sources([await batch(s, t) for s, t in CORPUS.items()])
     if request.param == "embedded-graph":
-        assert isinstance(index, InMemoryHybridIndex) and index.wait_for_graph(timeout=60)
+        assert isinstance(index, EmbeddedHybridIndex) and index.wait_for_graph(timeout=60)
     yield Subject(index, index)
     await index.aclose()
 

@@ -1,6 +1,6 @@
 """The upstream client's contract on its real transport (httpx-aiohttp's), against one
 loopback server: the bytes go out as sent, replies and streams come back whole and in order,
-and each failure is an httpx exception that `chatqna.backends.http` retries and translates
+and each failure is an httpx exception that `chatqna.upstream.policy` retries and translates
 to the right typed error (a refused connection is not a timeout)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import aiohttp
 import httpx
 import pytest
 
-from chatqna.backends.http import is_retryable, translate_http_error
-from chatqna.backends.upstream import UpstreamClient
 from chatqna.errors import UpstreamError, UpstreamTimeout
+from chatqna.upstream.client import UpstreamClient
+from chatqna.upstream.policy import is_retryable, translate_http_error
 
 pytestmark = pytest.mark.anyio
 

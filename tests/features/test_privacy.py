@@ -19,10 +19,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 
-from chatqna.backends.factory import build_translator
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.tei import TEIEmbedder, TEIReranker
+from chatqna.composition import build_translator
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 

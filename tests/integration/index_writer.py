@@ -18,7 +18,7 @@ import numpy as np
 
 from chatqna.backends.protocols import SourceBatch
 from chatqna.documents import Chunk, chunk_id_for
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
 DIMENSION = 16
 EMBEDDER = "crash-test-16"
@@ -52,7 +52,7 @@ def batches(version: int) -> list[SourceBatch]:
 
 
 async def main(directory: Path, first: int) -> None:
-    index = await InMemoryHybridIndex.open(directory, embedder_name=EMBEDDER, dimension=DIMENSION)
+    index = await EmbeddedHybridIndex.open(directory, embedder_name=EMBEDDER, dimension=DIMENSION)
     print("open", flush=True)
     version = first
     while True:

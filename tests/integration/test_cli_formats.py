@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import ingest_cli
-from tests.unit.retrieval.office_files import handbook_docx, onboarding_pptx, price_list_xlsx
+from tests.unit.ingest.office_files import handbook_docx, onboarding_pptx, price_list_xlsx
 
 pytestmark = pytest.mark.slow  # loads the embedded model in a new process
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from chatqna.api.dataprep import link_fetcher
 from chatqna.app import create_app
-from chatqna.retrieval.links import LinkFetcher
+from chatqna.ingest.links import LinkFetcher
 from chatqna.settings import Settings
 from tests.unit.api.conftest import make_backends
 from tests.unit.conftest import TRACER_PROVIDER

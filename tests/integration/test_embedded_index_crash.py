@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from chatqna.backends.protocols import SearchQuery
-from chatqna.retrieval.chunk_store import STORE_FILE
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.retrieval.embedded.chunk_store import STORE_FILE
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from tests.integration.conftest import REPO, clean_env
 from tests.integration.index_writer import DIMENSION, EMBEDDER, SOURCES, chunk_count
 
@@ -93,7 +93,7 @@ async def test_index_survives_kill_9_at_any_point_of_a_write(tmp_path: Path) -> 
         torn += begun[-1] not in done
         last_done = max([last_done, *done])
 
-        index = await InMemoryHybridIndex.open(
+        index = await EmbeddedHybridIndex.open(
             directory, embedder_name=EMBEDDER, dimension=DIMENSION
         )
         sources = await index.list_sources()

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from chatqna.retrieval.chunk_store import STORE_FILE
+from chatqna.retrieval.embedded.chunk_store import STORE_FILE
 from tests.integration.conftest import (
     SAMPLE_CORPUS,
     ServerProcess,

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatqna.backends.sse_client import parse_events
+from chatqna.upstream.sse import parse_events
 from tests.integration.conftest import REPO, clean_env
 from tests.standins import fast_servers
 from tests.standins.servers import create_standin_app, free_port, serve_in_thread

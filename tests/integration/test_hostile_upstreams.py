@@ -19,11 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
-from chatqna.backends.http import RetryPolicy, post_json
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import GenerationParams
-from chatqna.backends.upstream import UpstreamClient
 from chatqna.errors import UpstreamError
+from chatqna.upstream.client import UpstreamClient
+from chatqna.upstream.policy import RetryPolicy, post_json
 from tests.integration.conftest import ServerProcess, start_server
 from tests.standins.hostile import ForwardProxy, HostileChat, running
 from tests.standins.servers import create_standin_app, serve_in_thread

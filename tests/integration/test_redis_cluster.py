@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import redis
 
-from chatqna.backends.factory import build_retriever
 from chatqna.backends.protocols import SearchQuery, SourceBatch
+from chatqna.composition import build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
-from chatqna.retrieval.dataprep import collect_files, ingest_files
-from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex
-from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams
+from chatqna.ingest.dataprep import collect_files, ingest_files
+from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
+from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
 from chatqna.settings import Settings
 from tests.integration.conftest import SAMPLE_CORPUS
 from tests.integration.redis_server import (
@@ -99,7 +99,7 @@ async def stores(
     await many.aclose()
 
 
-async def test_factory_detects_the_cluster_and_indexes_every_primary(
+async def test_the_composition_root_detects_the_cluster_and_indexes_every_primary(
     cluster: RedisClusterProcesses, embedder: CachingEmbedder
 ) -> None:
     cluster.flushall()

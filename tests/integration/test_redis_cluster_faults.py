@@ -21,8 +21,8 @@ import pytest
 from chatqna.backends.protocols import SearchQuery, SourceBatch
 from chatqna.documents import Chunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.redis_cluster import RedisClusterHybridIndex
-from chatqna.retrieval.redis_store import VectorIndexParams
+from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
+from chatqna.retrieval.redis.store import VectorIndexParams
 from tests.integration.redis_server import (
     CLUSTER_NODE_TIMEOUT_MS,
     RedisClusterProcesses,

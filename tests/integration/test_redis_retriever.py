@@ -1,11 +1,11 @@
 """The Redis retriever against a real Redis Stack, and the same contract as the embedded index.
 
-The contract cases run over both `InMemoryHybridIndex` and `RedisHybridIndex` (FLAT, exact
+The contract cases run over both `EmbeddedHybridIndex` and `RedisHybridIndex` (FLAT, exact
 search) on the sample corpus embedded with the real MiniLM model. The two BM25 legs use
 different formulas (tantivy's BM25 in the embedded index, RediSearch's `BM25STD` in Redis),
 so across stores the checks are on relevance: the same dense rankings, the same best
 passage, mostly the same top k, the same passages matched. Redis's BM25 is checked to the
-last bit against `chatqna.retrieval.bm25.BM25Index`, the reference model of its scorer.
+last bit against `tests.oracles.redisearch_bm25.BM25Index`, the reference model of its scorer.
 Then Redis-only checks:
 hostile query text cannot break the server, data survives a restart, `list_sources` reads
 no chunk, and an index built for another embedder is refused.
@@ -31,12 +31,13 @@ from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.bm25 import BM25Index, WeightedQuery
-from chatqna.retrieval.dataprep import collect_files, ingest_files
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
-from chatqna.retrieval.redis_store import RedisHybridIndex, VectorIndexParams, bm25_query
+from chatqna.ingest.dataprep import collect_files, ingest_files
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
+from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams, bm25_query
 from tests.integration.conftest import SAMPLE_CORPUS
 from tests.integration.redis_server import RedisStackProcess, redis_stack_server
+from tests.oracles.redisearch_bm25 import BM25Index
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -123,8 +124,8 @@ def redis_url(server: RedisStackProcess) -> str:
     return server.url
 
 
-async def open_memory(embedder: CachingEmbedder, directory: Path) -> InMemoryHybridIndex:
-    return await InMemoryHybridIndex.open(
+async def open_memory(embedder: CachingEmbedder, directory: Path) -> EmbeddedHybridIndex:
+    return await EmbeddedHybridIndex.open(
         directory, embedder_name=embedder.name, dimension=embedder.dimension
     )
 

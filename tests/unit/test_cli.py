@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chatqna import cli
+from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 
 
@@ -35,8 +36,8 @@ def test_ask_prints_the_answer_and_sends_sources_and_errors_to_stderr(
     writer = ChunkWriter("m")
     body = (
         event("metadata", {"source_documents": [{"source": "a.md", "title": "A", "score": 0.5}]})
-        + data(writer.chunk({"content": "Hello "}))
-        + data(writer.chunk({"content": "world"}, "stop"))
+        + data(writer.chunk(ChunkDelta(content="Hello ")))
+        + data(writer.chunk(ChunkDelta(content="world"), "stop"))
         + event("error", {"error": "upstream_error"})
         + DONE
     )

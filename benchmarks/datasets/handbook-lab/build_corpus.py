@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from chatqna.retrieval.loaders import load_document
+from chatqna.ingest.loaders import load_document
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]

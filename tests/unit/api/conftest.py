@@ -11,13 +11,13 @@ import pytest
 
 from chatqna.app import create_app
 from chatqna.backends.bundle import Backends
-from chatqna.backends.factory import build_translator
 from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
-from chatqna.backends.sse_client import parse_events
-from chatqna.retrieval.dataprep import IngestFile, ingest_files
-from chatqna.retrieval.memory_store import InMemoryHybridIndex
+from chatqna.composition import build_translator
+from chatqna.ingest.dataprep import IngestFile, ingest_files
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.settings import Settings
+from chatqna.upstream.sse import parse_events
 from tests.unit.conftest import TRACER_PROVIDER
 
 HANDBOOK = {
@@ -45,7 +45,7 @@ async def make_backends(
     corpus: dict[str, str] | None = None,
 ) -> Backends:
     embedder = embedder if embedder is not None else HashingEmbedder()
-    index = await InMemoryHybridIndex.open(
+    index = await EmbeddedHybridIndex.open(
         settings.index_dir, embedder_name="hashing-64", dimension=64
     )
     files = [IngestFile(name, text.encode()) for name, text in (corpus or HANDBOOK).items()]

@@ -13,7 +13,7 @@ import pytest
 
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
-from tests.unit.retrieval.office_files import (
+from tests.unit.ingest.office_files import (
     handbook_docx,
     million_cell_xlsx,
     ole_file,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.unit.api.conftest import ClientFactory
-from tests.unit.retrieval.office_files import handbook_docx, onboarding_pptx, price_list_xlsx
+from tests.unit.ingest.office_files import handbook_docx, onboarding_pptx, price_list_xlsx
 
 pytestmark = pytest.mark.anyio
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import ChunkWriter, data, encode, event
 
 
@@ -14,8 +15,8 @@ from chatqna.api.sse import ChunkWriter, data, encode, event
 )
 def test_the_content_frame_is_the_chunk_frame_byte_for_byte(text: str) -> None:
     writer = ChunkWriter('model "x"')
-    assert writer.content_frame(text) == data(writer.chunk({"content": text}))
-    assert writer.content_frame(text) == data(writer.chunk({"content": text}))  # cached
+    assert writer.content_frame(text) == data(writer.chunk(ChunkDelta(content=text)))
+    assert writer.content_frame(text) == data(writer.chunk(ChunkDelta(content=text)))  # cached
 
 
 def test_frames_are_compact_json_events() -> None:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.modes import QueryStrategy, plan_turn
+from chatqna.evaluation.modes import (
+    ANSWER_TERMS_WEIGHT,
+    CorpusSignals,
+    QueryStrategy,
+    corpus_idf,
+    plan_turn,
+)
 from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio
@@ -28,3 +36,56 @@ async def test_strategies_build_the_documented_queries(tmp_path: Path) -> None:
     assert condensed.text == "How long is exported data kept?" and condensed.llm_calls == 1
     failing = await plan_turn(turn, QueryStrategy("condense_llm"), embedder, ScriptedLLM("no"))
     assert failing.failure == "bad_body" and failing.vector is None
+
+
+async def test_adaptive_candidates_change_only_blended_follow_ups(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    first, follow_up = dataset.turns
+    idf = corpus_idf([p.text for p in dataset.passages])
+    embedder = HashingEmbedder()
+    shipped = QueryStrategy("blend", 0.7, 2, "newest_first", "user_assistant", 0.3)
+    evidence = replace(shipped, answer_terms=5)
+    plan = await plan_turn(follow_up, evidence, embedder, None, signals=CorpusSignals(idf))
+    # "Use the export zip.": "export" is in the earlier question, "use" in no passage.
+    assert plan.bm25_history == "How do I export my workspace?\nzip"
+    assert plan.bm25_history_weight == 0.3
+    alone = replace(evidence, bm25_history_weight=0.0)
+    plan = await plan_turn(follow_up, alone, embedder, None, signals=CorpusSignals(idf))
+    assert (plan.bm25_history, plan.bm25_history_weight) == ("export zip", ANSWER_TERMS_WEIGHT)
+    words = replace(shipped, alpha_rule="content_words")
+    adaptive = await plan_turn(follow_up, words, embedder, None)
+    fixed = await plan_turn(follow_up, replace(shipped, alpha=2 / 3.5), embedder, None)
+    assert adaptive.vector is not None and fixed.vector is not None
+    np.testing.assert_allclose(adaptive.vector, fixed.vector)
+    baseline = await plan_turn(first, QueryStrategy("stateless"), embedder, None)
+    for strategy in (evidence, alone, words):
+        planned = await plan_turn(first, strategy, embedder, None, signals=CorpusSignals(idf))
+        assert planned.bm25_history == "" and planned.bm25_history_weight == 0.0
+        assert planned.vector is not None and baseline.vector is not None
+        np.testing.assert_array_equal(planned.vector, baseline.vector)
+    with pytest.raises(ValueError, match="IDF"):
+        await plan_turn(follow_up, evidence, embedder, None)
+
+
+async def test_the_top_score_alpha_reads_the_follow_ups_own_best_hit(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    first, follow_up = dataset.turns
+    embedder = HashingEmbedder()
+    searched: list[str] = []
+
+    def top(text: str, vector: np.ndarray) -> float:
+        searched.append(text)
+        return 0.77
+
+    shipped = QueryStrategy("blend", 0.7, 2, "newest_first", "user_assistant", 0.3)
+    signals = CorpusSignals(top_score=top)
+    adaptive = replace(shipped, alpha_rule="top_score")
+    plan = await plan_turn(follow_up, adaptive, embedder, None, signals=signals)
+    fixed = await plan_turn(follow_up, replace(shipped, alpha=0.7 + 0.77 - 0.57), embedder, None)
+    assert plan.vector is not None and fixed.vector is not None
+    np.testing.assert_allclose(plan.vector, fixed.vector, rtol=1e-5)
+    assert searched == [follow_up.query]
+    opening = await plan_turn(first, adaptive, embedder, None, signals=signals)
+    assert searched == [follow_up.query] and opening.bm25_history == ""
+    with pytest.raises(ValueError, match="top-1"):
+        await plan_turn(follow_up, adaptive, embedder, None)

@@ -34,9 +34,9 @@ def cells(gains: dict[str, tuple[float, float]], noise: float) -> list[Cell]:
 
 
 def test_simplicity_counts_mechanisms_then_the_window() -> None:
-    assert simplicity(SIMPLE) == (0, 2)
-    assert simplicity(RICH) == (3, 4)
-    assert simplicity(WEAK) == (2, 2)
+    assert simplicity(SIMPLE) == (0, 0, 2)
+    assert simplicity(RICH) == (0, 3, 4)
+    assert simplicity(WEAK) == (0, 2, 2)
 
 
 def test_a_clear_winner_is_chosen_and_the_runner_up_is_the_next_best() -> None:
@@ -66,3 +66,14 @@ def test_leave_one_domain_out_reports_the_share_kept() -> None:
     kept = by[("b", "chosen setting")]
     assert np.isclose(kept["gain_tuned_on"], 0.04) and np.isclose(kept["kept"], 0.5)
     assert by[("a", "runner-up")]["kept"] is None
+
+
+def test_adaptive_mechanisms_rank_as_more_complex_than_any_fixed_setting() -> None:
+    words = QueryStrategy(
+        "blend", 0.7, 2, "newest_first", "user_assistant", 0.3, alpha_rule="content_words"
+    )
+    evidence = QueryStrategy("blend", 0.7, 2, "newest_first", "user", answer_terms=5)
+    assert simplicity(words) == (1, 2, 2) and simplicity(evidence) == (1, 0, 2)
+    assert simplicity(RICH) < simplicity(evidence) < simplicity(words)
+    data = cells({RICH.label: (0.05, 0.05), words.label: (0.055, 0.05)}, 0.2)
+    assert choose(data, [RICH, words], samples=500)["chosen"] == RICH

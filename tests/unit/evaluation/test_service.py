@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from chatqna.evaluation.dataset import Passage
 from chatqna.evaluation.service import passage_file, passage_filename, passage_id_of
-from chatqna.retrieval.chunking import chunk_document
-from chatqna.retrieval.loaders import load_document
+from chatqna.ingest.chunking import chunk_document
+from chatqna.ingest.loaders import load_document
 
 
 def ingested(passage: Passage) -> list[tuple[str, str]]:

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
-from chatqna.multiturn.blend import blend_query, blend_vectors, history_text, history_window
+from chatqna.multiturn.blend import (
+    blend_query,
+    blend_vectors,
+    content_word_alpha,
+    history_text,
+    history_window,
+    top_score_alpha,
+)
 from chatqna.multiturn.history import Conversation, Message, split_conversation
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +73,7 @@ async def test_executed_blend_uses_one_batch_of_two() -> None:
     expected = 0.7 * eq + 0.3 * eh
     np.testing.assert_allclose(result.embedding, expected / np.linalg.norm(expected), rtol=1e-5)
     np.testing.assert_allclose(result.query_embedding, eq, rtol=1e-5)
-    assert result.executed and result.report()["history_messages"] == 2
+    assert result.executed and result.history_messages == 2
 
 
 @pytest.mark.parametrize(
@@ -195,7 +202,7 @@ async def test_separate_roles_are_three_inputs_of_one_call_mixed_by_their_weight
     eh = 0.75 * unit(users) + 0.25 * unit(answers)
     expected = 0.7 * unit(conversation.query) + 0.3 * eh / np.linalg.norm(eh)
     np.testing.assert_allclose(result.embedding, expected / np.linalg.norm(expected), rtol=1e-5)
-    assert result.report()["history_roles"] == "separate"
+    assert result.roles == "separate"
 
 
 async def test_separate_roles_with_one_side_only_use_that_side() -> None:
@@ -216,3 +223,23 @@ async def test_separate_roles_with_one_side_only_use_that_side() -> None:
         conversation, HashingEmbedder(), enabled=True, alpha=0.7, history_turns=4, translator=None
     )
     np.testing.assert_allclose(result.embedding, single.embedding, rtol=1e-6)
+
+
+# --- the adaptive alpha -----------------------------------------------------------------
+def test_content_word_alpha_grows_with_what_the_follow_up_says() -> None:
+    assert content_word_alpha(0) == 0.0
+    assert content_word_alpha(3, half=3.0) == pytest.approx(0.5)
+    values = [content_word_alpha(words) for words in range(12)]
+    assert values == sorted(values) and len(set(values)) == len(values)
+    assert 0.65 < content_word_alpha(3) < 0.7 < content_word_alpha(4) < 0.75
+    assert values[-1] < 1.0
+    with pytest.raises(ValueError, match="half"):
+        content_word_alpha(2, half=0.0)
+
+
+def test_top_score_alpha_moves_the_fixed_alpha_by_how_sure_the_own_hit_is() -> None:
+    assert top_score_alpha(0.57, 0.7) == pytest.approx(0.7)
+    assert top_score_alpha(0.67, 0.7) == pytest.approx(0.8)
+    assert top_score_alpha(0.37, 0.7) == pytest.approx(0.5)
+    assert top_score_alpha(0.99, 0.9, typical=0.5) == 1.0
+    assert top_score_alpha(-0.5, 0.2, typical=0.5) == 0.0

@@ -7,7 +7,7 @@ import pytest
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.errors import UpstreamTimeout
 from chatqna.multiturn.history import Message
-from chatqna.multiturn.translate import HistoryTranslator
+from chatqna.multiturn.translate import HistoryTranslator, TranslationReport
 
 pytestmark = pytest.mark.anyio
 
@@ -29,13 +29,9 @@ async def test_non_english_message_is_translated_once_and_cached() -> None:
     assert (first.translated, first.cached, first.failed) == (1, 0, 0)
     assert (second.translated, second.cached, second.failed) == (0, 1, 0)
     assert second.messages == first.messages
-    assert first.report(True) == {
-        "enabled": True,
-        "ran": True,
-        "translated": 1,
-        "from_cache": 0,
-        "failed": 0,
-    }
+    assert first.report(True) == TranslationReport(
+        enabled=True, ran=True, translated=1, from_cache=0, failed=0
+    )
 
 
 async def test_cache_is_bounded() -> None:
@@ -54,7 +50,7 @@ async def test_failure_keeps_the_original_and_says_so(caplog: pytest.LogCaptureF
     outcome = await translator.normalise([Message("user", SPANISH)])
     assert outcome.messages == (Message("user", SPANISH),)
     assert outcome.failed == 1 and outcome.translated == 0
-    assert outcome.report(True)["failed"] == 1
+    assert outcome.report(True).failed == 1
     assert any("translation failed" in r.getMessage() for r in caplog.records)
     # A failure is not cached: the next turn tries again.
     await translator.normalise([Message("user", SPANISH)])

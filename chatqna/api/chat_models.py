@@ -1,0 +1,277 @@
+"""The chat endpoints' response models: what the OpenAPI schema publishes and what is sent.
+
+Every chat body and SSE frame is one of these models, built from the turn's typed record
+(`chatqna.pipeline.record.TurnRecord`) and serialised by `wire`: the fields a model was
+built without are left out (a first turn has no `condense` block, a closing chunk's delta
+is `{}`), while a field given as `None` is sent as `null`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from chatqna.documents import ScoredChunk
+from chatqna.multiturn.blend import SKIP_DISABLED, BlendResult
+from chatqna.multiturn.condense import CondenseOutcome
+from chatqna.pipeline.record import TurnRecord
+
+
+def wire(model: BaseModel) -> dict[str, Any]:
+    """The model as the JSON object sent: the fields it was built with, in declared order."""
+    return model.model_dump(exclude_unset=True)
+
+
+class SourceDocument(BaseModel):
+    """A chunk an answer was grounded on."""
+
+    id: str
+    doc_id: str
+    source: str
+    title: str
+    text: str
+    score: float
+    scores: dict[str, float]
+
+    @classmethod
+    def of(cls, item: ScoredChunk) -> SourceDocument:
+        chunk = item.chunk
+        return cls(
+            id=chunk.id,
+            doc_id=chunk.doc_id,
+            source=chunk.source,
+            title=chunk.title,
+            text=chunk.text,
+            score=item.score,
+            scores=dict(item.scores),
+        )
+
+
+class CondenseInfo(BaseModel):
+    """What the condense rewrite did (`MULTI_TURN_MODE=condense`)."""
+
+    status: str
+    standalone_query: str | None
+    raw_query: str
+    history_size: int
+    latency_ms: float
+    model: str | None
+
+    @classmethod
+    def of(cls, outcome: CondenseOutcome) -> CondenseInfo:
+        return cls(
+            status=outcome.status,
+            standalone_query=outcome.query if outcome.rewritten else None,
+            raw_query=outcome.raw_query,
+            history_size=outcome.history_size,
+            latency_ms=outcome.latency_ms,
+            model=outcome.model,
+        )
+
+
+class TranslationInfo(BaseModel):
+    """What translating the history did; empty when the blend did not run."""
+
+    enabled: bool | None = None
+    ran: bool | None = None
+    translated: int | None = None
+    from_cache: int | None = None
+    failed: int | None = None
+
+
+class BlendInfo(BaseModel):
+    """Whether the blend ran (or why not) and with which parameters (blend mode)."""
+
+    enabled: bool
+    executed: bool
+    reason: str
+    alpha: float
+    history_turns: int
+    history_messages: int
+    history_order: str
+    history_roles: str
+    translation: TranslationInfo
+
+    @classmethod
+    def of(cls, blend: BlendResult) -> BlendInfo:
+        report = blend.translation
+        translation = (
+            TranslationInfo(
+                enabled=report.enabled,
+                ran=report.ran,
+                translated=report.translated,
+                from_cache=report.from_cache,
+                failed=report.failed,
+            )
+            if report is not None
+            else TranslationInfo()
+        )
+        return cls(
+            enabled=blend.reason != SKIP_DISABLED,
+            executed=blend.executed,
+            reason=blend.reason,
+            alpha=blend.alpha,
+            history_turns=blend.history_turns,
+            history_messages=blend.history_messages,
+            history_order=blend.order,
+            history_roles=blend.roles,
+            translation=translation,
+        )
+
+
+class Bm25HistoryInfo(BaseModel):
+    """Whether the history-aware BM25 leg ran, and its configured weight."""
+
+    ran: bool
+    weight: float
+
+
+class RerankInfo(BaseModel):
+    """Whether a reranker ran (or why not) and which query it scored against."""
+
+    ran: bool
+    reason: str
+    query_kind: str | None
+    query: str | None
+
+
+class RetrievalInfo(BaseModel):
+    """How the turn's retrieval ran. `condense` (condense mode), `blend` and the fusion
+    fields (blend mode) are present only in their mode."""
+
+    multi_turn_mode: Literal["blend", "condense"]
+    raw_query: str
+    history_messages: int
+    strategy: Literal["stateless", "blend", "condense"]
+    query: str
+    condense: CondenseInfo | None = None
+    blend: BlendInfo | None = None
+    bm25_history: Bm25HistoryInfo | None = None
+    fusion_weights: list[float] | None = None
+    rrf_k: int | None = None
+    rrf_candidates: int | None = None
+    hybrid: bool
+    reranker: str | None
+    rerank: RerankInfo
+    k: int
+    top_n: int
+
+    @classmethod
+    def of(cls, record: TurnRecord) -> RetrievalInfo:
+        plan = record.plan
+        fields: dict[str, Any] = {}
+        if plan.condense is not None:
+            fields["condense"] = CondenseInfo.of(plan.condense)
+        if plan.blend is not None:
+            fields["blend"] = BlendInfo.of(plan.blend)
+        if plan.history_leg is not None:
+            fields["bm25_history"] = Bm25HistoryInfo(
+                ran=plan.history_leg.ran, weight=plan.history_leg.weight
+            )
+        if record.fusion is not None:
+            fields["fusion_weights"] = list(record.fusion.weights)
+            fields["rrf_k"] = record.fusion.rrf_k
+            fields["rrf_candidates"] = record.fusion.candidates
+        reranker = record.rerank.reranker
+        rerank = (
+            RerankInfo(
+                ran=True, reason="reranked", query_kind=plan.rerank.kind, query=plan.rerank.text
+            )
+            if reranker is not None
+            else RerankInfo(
+                ran=False, reason=record.rerank.skip_reason, query_kind=None, query=None
+            )
+        )
+        return cls(
+            multi_turn_mode=plan.mode,
+            raw_query=record.raw_query,
+            history_messages=record.history_messages,
+            strategy=plan.strategy,
+            query=plan.text,
+            **fields,
+            hybrid=record.hybrid,
+            reranker=reranker,
+            rerank=rerank,
+            k=record.k,
+            top_n=record.top_n,
+        )
+
+
+class TurnMetadata(BaseModel):
+    """How a turn was answered: its sources, how retrieval ran, stage timings, trace id."""
+
+    source_documents: list[SourceDocument]
+    retrieval: RetrievalInfo
+    timings_ms: dict[str, float]
+    trace_id: str | None
+
+    @classmethod
+    def of(cls, record: TurnRecord) -> TurnMetadata:
+        return cls(
+            source_documents=[SourceDocument.of(item) for item in record.sources],
+            retrieval=RetrievalInfo.of(record),
+            timings_ms=dict(record.timings_ms),
+            trace_id=record.trace_id,
+        )
+
+
+class Usage(BaseModel):
+    """Token counts of a non-streamed completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    """The answer of a non-streamed completion."""
+
+    role: Literal["assistant"]
+    content: str
+
+
+class CompletionChoice(BaseModel):
+    """The single choice of a non-streamed completion."""
+
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+
+
+class ChatCompletion(BaseModel):
+    """A non-streamed answer (OpenAI's `chat.completion`, plus `metadata`)."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    metadata: TurnMetadata | None = None
+
+
+class ChunkDelta(BaseModel):
+    """What one stream chunk adds to the answer."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    """The single choice of a stream chunk; `finish_reason` is set on the last one."""
+
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One streamed piece of the answer (OpenAI's `chat.completion.chunk`)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    metadata: TurnMetadata | None = None

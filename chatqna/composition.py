@@ -1,0 +1,251 @@
+"""The composition root: `build_backends(settings)` picks an implementation per role, once.
+
+Nothing else imports a concrete backend or index: the API, the pipeline and the multi-turn
+strategies see the `Backends` bundle and the Protocols of `chatqna.backends.protocols`.
+
+Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT`,
+`TEI_RERANKING_ENDPOINT` (without it the fused order is kept, see `build_reranker`),
+`LLM_ENDPOINT`, and for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL`
+(Redis Stack: one node, or any node of a Redis Cluster).
+The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from chatqna.backends.bundle import Backends
+from chatqna.backends.protocols import (
+    ChatLLM,
+    Embedder,
+    Reranker,
+    Retriever,
+    embedding_dimension,
+)
+from chatqna.errors import NotSupported
+from chatqna.multiturn.translate import HistoryTranslator
+from chatqna.settings import Settings
+from chatqna.upstream.policy import RetryPolicy
+
+logger = logging.getLogger(__name__)
+
+
+def retry_policy(settings: Settings) -> RetryPolicy:
+    """Retries for the idempotent upstream calls (embeddings, rerank, retrieval)."""
+    return RetryPolicy(
+        attempts=settings.upstream_retry_attempts,
+        backoff_seconds=settings.upstream_retry_backoff_seconds,
+    )
+
+
+async def build_embedder(settings: Settings) -> Embedder:
+    if settings.tei_embedding_endpoint is not None:
+        from chatqna.backends.tei import TEIEmbedder
+
+        return TEIEmbedder(
+            settings.tei_embedding_endpoint,
+            max_batch=settings.tei_embedding_max_batch,
+            timeout_seconds=settings.embedding_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            retry=retry_policy(settings),
+        )
+    from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
+
+    return await asyncio.to_thread(OnnxMiniLMEmbedder, max_batch=settings.tei_embedding_max_batch)
+
+
+def discard_embedded_index(settings: Settings) -> Path | None:
+    """Delete the embedded index directory (for `chatqna ingest --rebuild`); return it, or
+    None when the configured retriever is not the embedded one (nothing is deleted)."""
+    if settings.retriever_endpoint is not None or settings.redis_url is not None:
+        return None
+    directory = settings.index_dir
+    if directory.exists():
+        shutil.rmtree(directory)
+    return directory
+
+
+async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
+    if settings.retriever_endpoint is not None:
+        from chatqna.retrieval.remote import RemoteRetriever
+
+        key = settings.chatqna_api_key.get_secret_value() if settings.chatqna_api_key else None
+        return RemoteRetriever(
+            settings.retriever_endpoint,
+            timeout_seconds=settings.retriever_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            headers={"Authorization": f"Bearer {key}"} if key else None,
+            retry=retry_policy(settings),
+        )
+    if settings.redis_url is not None:
+        return await build_redis_retriever(settings, settings.redis_url, embedder)
+    from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
+
+    return await EmbeddedHybridIndex.open(
+        settings.index_dir,
+        embedder_name=embedder.name,
+        dimension=await embedding_dimension(embedder),
+        rrf_k=settings.rrf_k,
+        exact_max=settings.chatqna_embedded_exact_max_chunks,
+    )
+
+
+async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder) -> Retriever:
+    """Redis Stack at `url`: one node, or any node of a Redis Cluster (`INFO cluster` says
+    which), served by the cluster store with an index on every primary."""
+    from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
+    from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
+    from chatqna.retrieval.redis.topology import cluster_enabled
+
+    store = RedisClusterHybridIndex if await cluster_enabled(url) else RedisHybridIndex
+    opened: Retriever = await store.open(
+        url,
+        embedder_name=embedder.name,
+        dimension=await embedding_dimension(embedder),
+        index_name=settings.index_name,
+        vector=VectorIndexParams(
+            algorithm=settings.redis_vector_algorithm,
+            m=settings.redis_hnsw_m,
+            ef_construction=settings.redis_hnsw_ef_construction,
+            ef_runtime=settings.redis_hnsw_ef_runtime,
+        ),
+        rrf_k=settings.rrf_k,
+    )
+    return opened
+
+
+def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:
+    """TEI's cross-encoder when configured; without one, the embedded default keeps the
+    fused order (None) unless `CHATQNA_EMBEDDED_RERANKER=similarity` asks for the
+    embedding-similarity rescoring, which measured below the fused order."""
+    if settings.rerank_skip_reason is not None:
+        return None
+    if settings.tei_reranking_endpoint is not None:
+        from chatqna.backends.tei import TEIReranker
+
+        return TEIReranker(
+            settings.tei_reranking_endpoint,
+            timeout_seconds=settings.rerank_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            retry=retry_policy(settings),
+        )
+    from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
+
+    return EmbeddingSimilarityReranker(embedder)
+
+
+async def build_llm(settings: Settings) -> ChatLLM:
+    if settings.llm_endpoint is not None:
+        from chatqna.backends.openai_chat import OpenAIChatLLM
+
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        return OpenAIChatLLM(
+            settings.llm_endpoint,
+            settings.llm_model_id or "",
+            api_key=key,
+            timeout_seconds=settings.llm_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            generation_timeout_seconds=settings.llm_generation_timeout_seconds,
+        )
+    from chatqna.backends.local_llm import LlamaCppLLM
+
+    return await LlamaCppLLM.start(
+        settings.embedded_gguf(),
+        context=settings.chatqna_llm_context,
+        threads=settings.chatqna_llm_threads,
+        timeout_seconds=settings.llm_timeout_seconds,
+        connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        generation_timeout_seconds=settings.llm_generation_timeout_seconds,
+    )
+
+
+def build_condense_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
+    if settings.condense_llm_endpoint is None:
+        return llm
+    from chatqna.backends.openai_chat import OpenAIChatLLM
+
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return OpenAIChatLLM(
+        settings.condense_llm_endpoint,
+        settings.condense_llm_model_id or "",
+        api_key=key,
+        timeout_seconds=settings.condense_timeout_seconds,
+        connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        generation_timeout_seconds=settings.condense_timeout_seconds,
+        backend="condense_llm",
+    )
+
+
+def build_translator(settings: Settings, llm: ChatLLM) -> HistoryTranslator | None:
+    if not settings.multi_turn_translate_history:
+        return None
+    return HistoryTranslator(
+        llm,
+        cache_size=settings.multi_turn_translation_cache_size,
+        timeout_seconds=settings.multi_turn_translation_timeout_seconds,
+    )
+
+
+async def build_backends(settings: Settings) -> Backends:
+    """Build every backend once, at start-up; a failure closes what was already built."""
+    built: list[Any] = []
+    try:
+        embedder = await build_embedder(settings)
+        built.append(embedder)
+        retriever = await build_retriever(settings, embedder)
+        built.append(retriever)
+        reranker = build_reranker(settings, embedder)
+        if reranker is not None:
+            built.append(reranker)
+        llm = await build_llm(settings)
+        built.append(llm)
+        condense_llm = build_condense_llm(settings, llm)
+    except BaseException:
+        for backend in reversed(built):
+            with contextlib.suppress(Exception):
+                await backend.aclose()
+        raise
+    logger.info(
+        "backends: embedder=%s retriever=%s reranker=%s llm=%s",
+        embedder.name,
+        type(retriever).__name__,
+        reranker.name if reranker else "off",
+        llm.model,
+    )
+    translator = build_translator(settings, llm)
+    return Backends(embedder, retriever, reranker, llm, condense_llm, translator)
+
+
+class NoLLM:
+    """The chat LLM of a service that has none (the retriever service): every call fails."""
+
+    model = "none"
+
+    async def complete(self, messages: Any, params: Any) -> Any:
+        raise NotSupported("this service has no chat LLM")
+
+    def stream(self, messages: Any, params: Any) -> Any:
+        raise NotSupported("this service has no chat LLM")
+
+    async def describe(self) -> dict[str, Any]:
+        return {"kind": "none"}
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def build_retrieval_backends(settings: Settings) -> Backends:
+    """Embedder and index only, for the retriever service (no reranker, no LLM)."""
+    embedder = await build_embedder(settings)
+    try:
+        retriever = await build_retriever(settings, embedder)
+    except BaseException:
+        await embedder.aclose()
+        raise
+    none = NoLLM()
+    return Backends(embedder, retriever, None, none, none, None)

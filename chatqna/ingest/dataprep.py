@@ -1,0 +1,203 @@
+"""Ingestion: files -> text sections -> chunks -> embeddings -> index, all or nothing.
+
+Every file is read and chunked before anything is embedded, so an unsupported or unreadable
+file fails the whole request before any work is done; all embeddings are computed before
+the index is touched, and the index applies the new sources in one atomic replacement. A
+failure anywhere leaves the index exactly as it was. A file whose content (and chunking
+parameters, and what each chunk's legs index) did not change since it was last ingested is
+skipped, so re-running the quick start does not embed the corpus again.
+
+Each chunk is embedded, and indexed for BM25 by the retriever, as `Chunk.indexed_text`: its
+title line (section heading or document title), then its text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from chatqna.backends.protocols import Embedder, Retriever, SourceBatch
+from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
+from chatqna.errors import InvalidRequest, UnsupportedFileType
+from chatqna.ingest.chunking import chunk_document
+from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, format_of, load_document
+from chatqna.settings import Settings
+
+ProgressCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class IngestFile:
+    """A file to ingest: the name it will be known by (`source`) and its bytes.
+
+    `kind` is the format when the name does not tell it (a fetched link, read by its
+    content type), `charset` an HTML page's charset from its HTTP header.
+    """
+
+    source: str
+    data: bytes
+    kind: str | None = None
+    charset: str | None = None
+
+
+def load_limits(settings: Settings) -> LoadLimits:
+    """The `CHATQNA_DATAPREP_MAX_*` bounds on what one file may unpack to."""
+    return LoadLimits(
+        max_unpacked_bytes=settings.chatqna_dataprep_max_unpacked_bytes,
+        max_cells=settings.chatqna_dataprep_max_cells,
+        max_text_chars=settings.chatqna_dataprep_max_text_chars,
+    )
+
+
+# Bidirectional overrides and isolates make a name display as something it is not.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def check_source_name(source: str) -> None:
+    """Refuse a name with control characters (a NUL, a newline, an escape, a bidi override).
+
+    Such a name would be stored, listed and matched for deletion byte for byte, and it
+    can forge log lines; no file a person means to upload is called that.
+    """
+    bad = sorted(
+        {
+            f"U+{ord(c):04X}"
+            for c in source
+            if unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS
+        }
+    )
+    if bad:
+        raise InvalidRequest(
+            f"file name {source!r} contains control characters ({', '.join(bad)})",
+            reason="bad_file_name",
+            details={"source": source, "characters": bad},
+        )
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What happened to one file: `ingested` (with its chunk count) or `unchanged`."""
+
+    source: str
+    status: str
+    chunks: int
+
+
+def content_hash(data: bytes, chunk_size: int, chunk_overlap: int) -> str:
+    digest = hashlib.sha256(data)
+    digest.update(f"|{chunk_size}|{chunk_overlap}|{INDEXED_TEXT_VERSION}".encode())
+    return digest.hexdigest()
+
+
+def collect_files(paths: Sequence[Path]) -> list[IngestFile]:
+    """Expand files and directories into `IngestFile`s; sources are relative to the root.
+
+    A directory contributes its supported files (recursively, in sorted order), named
+    relative to that directory; a file given directly is named by its file name.
+    """
+    files: list[IngestFile] = []
+    for path in paths:
+        if path.is_dir():
+            for item in sorted(p for p in path.rglob("*") if p.is_file()):
+                if item.suffix.lower() in SUPPORTED_SUFFIXES:
+                    files.append(IngestFile(item.relative_to(path).as_posix(), item.read_bytes()))
+        elif path.is_file():
+            files.append(IngestFile(path.name, path.read_bytes()))
+        else:
+            raise FileNotFoundError(f"no such file or directory: {path}")
+    return files
+
+
+Pending = list[tuple[IngestFile, str, list[Chunk]]]
+
+
+def _load_and_chunk(
+    files: Sequence[IngestFile],
+    known: dict[str, str],
+    chunk_size: int,
+    chunk_overlap: int,
+    force: bool,
+    limits: LoadLimits,
+) -> tuple[Pending, dict[str, IngestResult]]:
+    """The files to embed (with their hash and chunks), and the unchanged ones' results."""
+    pending: Pending = []
+    results: dict[str, IngestResult] = {}
+    for item in files:
+        digest = content_hash(item.data, chunk_size, chunk_overlap)
+        if not force and known.get(item.source) == digest:
+            results[item.source] = IngestResult(item.source, "unchanged", 0)
+            continue
+        document = load_document(
+            item.source, item.data, kind=item.kind, charset=item.charset, limits=limits
+        )
+        chunks = chunk_document(document, max_chars=chunk_size, overlap_chars=chunk_overlap)
+        pending.append((item, digest, chunks))
+    return pending, results
+
+
+async def ingest_files(
+    files: Sequence[IngestFile],
+    embedder: Embedder,
+    retriever: Retriever,
+    *,
+    chunk_size: int = 1200,
+    chunk_overlap: int = 150,
+    force: bool = False,
+    limits: LoadLimits | None = None,
+    on_chunks_embedded: ProgressCallback | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> list[IngestResult]:
+    """Ingest `files` into `retriever`; returns one result per file, in input order."""
+    names = [item.source for item in files]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InvalidRequest(f"files given more than once: {', '.join(duplicates)}")
+    for item in files:
+        check_source_name(item.source)
+        if item.kind is None and format_of(item.source) is None:
+            suffix = Path(item.source).suffix.lower()
+            raise UnsupportedFileType(
+                f"{item.source}: unsupported file type {suffix or '(none)'}; supported: "
+                + ", ".join(SUPPORTED_SUFFIXES)
+            )
+    known = {info.source: info.content_hash for info in await retriever.list_sources()}
+    # Hashing, parsing (a PDF can take seconds) and chunking are CPU-bound: a worker thread
+    # does them, so other requests keep being served meanwhile.
+    pending, results = await asyncio.to_thread(
+        _load_and_chunk,
+        files,
+        known,
+        chunk_size,
+        chunk_overlap,
+        force,
+        limits if limits is not None else LoadLimits(),
+    )
+
+    total = sum(len(chunks) for _, _, chunks in pending)
+    if on_plan is not None:
+        on_plan(total)
+    texts = [chunk.indexed_text for _, _, chunks in pending for chunk in chunks]
+    vectors: list[np.ndarray] = []
+    for start in range(0, len(texts), embedder.max_batch):
+        batch = texts[start : start + embedder.max_batch]
+        vectors.append(await embedder.embed(batch))
+        if on_chunks_embedded is not None:
+            on_chunks_embedded(len(batch))
+
+    if pending:
+        matrix = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+        batches: list[SourceBatch] = []
+        offset = 0
+        for item, digest, chunks in pending:
+            rows = matrix[offset : offset + len(chunks)]
+            offset += len(chunks)
+            batches.append(SourceBatch(item.source, chunks, rows, digest))
+            results[item.source] = IngestResult(item.source, "ingested", len(chunks))
+        await retriever.replace_sources(batches)
+    return [results[item.source] for item in files]

@@ -1,0 +1,335 @@
+"""Fetching `link_list` URLs for dataprep: bounded, checked, all or nothing.
+
+Each URL is fetched with httpx within one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`)
+and one size cap (`CHATQNA_DATAPREP_LINK_MAX_BYTES`, counted after content decoding).
+Redirects are followed by hand, at most `CHATQNA_DATAPREP_LINK_MAX_REDIRECTS` times, and
+every hop's host goes through the `LinkPolicy` before it is contacted. The response's
+content type picks the loader; one this service cannot read is refused (415). Each page
+becomes an `IngestFile` named by the URL as given, so ingesting the same link again
+replaces its chunks. Any failure fails the whole request before anything is ingested.
+
+Direct connections go through `PinnedBackend`. httpx leaves the environment's proxy
+variables aside when a client is given its own transport, so a proxy for links is named
+explicitly (`CHATQNA_DATAPREP_LINK_PROXY`); through it, the proxy resolves and connects,
+after the service has checked every hop's addresses itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from dataclasses import dataclass
+from email.message import Message
+
+import httpcore
+import httpx
+
+from chatqna import __version__
+from chatqna.errors import (
+    InvalidRequest,
+    LinkRefused,
+    LinkUnreadable,
+    PayloadTooLarge,
+    UnsupportedFileType,
+)
+from chatqna.ingest.dataprep import IngestFile
+from chatqna.ingest.link_policy import (
+    LinkPolicy,
+    PinnedBackend,
+    Resolver,
+    resolve_checked,
+    system_resolver,
+)
+from chatqna.ingest.loaders import format_of
+from chatqna.settings import Settings
+
+__all__ = ["LinkFetcher", "parse_link_list"]
+
+_CONTENT_TYPES = {
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "text/plain": "text",
+    "text/markdown": "markdown",
+    "text/x-markdown": "markdown",
+    "application/pdf": "pdf",
+    "text/csv": "csv",
+    "application/json": "json",
+    "application/x-ndjson": "jsonl",
+    "application/jsonl": "jsonl",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+}
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CONCURRENT_FETCHES = 4
+
+
+def parse_link_list(raw: str | None, limit: int) -> list[str]:
+    """OPEA's `link_list` form field: a JSON list of URL strings (empty means none)."""
+    if raw is None or not raw.strip():
+        return []
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"link_list is not valid JSON: {exc}", reason="bad_link_list") from exc
+    if not isinstance(value, list) or not all(isinstance(url, str) for url in value):
+        raise InvalidRequest("link_list must be a JSON list of URL strings", reason="bad_link_list")
+    urls = [url.strip() for url in value if url.strip()]
+    if len(urls) > limit:
+        raise InvalidRequest(
+            f"link_list holds {len(urls)} URLs, more than {limit} (CHATQNA_DATAPREP_MAX_LINKS)",
+            reason="too_many_links",
+        )
+    return urls
+
+
+@dataclass(frozen=True)
+class _Kind:
+    kind: str
+    charset: str | None
+
+
+def _kind_of(url: str, response: httpx.Response) -> _Kind:
+    header = Message()
+    header["content-type"] = response.headers.get("content-type", "")
+    media_type = header.get_content_type() if "content-type" in response.headers else ""
+    charset = header.get_param("charset")
+    kind = _CONTENT_TYPES.get(media_type)
+    by_name = format_of(httpx.URL(url).path)
+    # A generic type says nothing; a Markdown file is often served as text/plain.
+    if media_type in ("", "application/octet-stream") or (kind == "text" and by_name):
+        kind = by_name
+    if kind is None:
+        raise UnsupportedFileType(
+            f"{url}: content type {media_type or '(none)'!r} is not one this service reads",
+            details={"url": url, "content_type": media_type},
+        )
+    return _Kind(kind, charset if isinstance(charset, str) else None)
+
+
+class LinkFetcher:
+    """Fetches `link_list` URLs under the settings' bounds and the address policy.
+
+    `resolver` and `transport` exist for tests: a fake resolver maps test names to
+    addresses, and a transport replaces the network. By default direct connections go
+    through `PinnedBackend`, so the address connected to is one the policy accepted.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        resolver: Resolver | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._policy = LinkPolicy.from_entries(settings.chatqna_dataprep_link_allowlist)
+        self._resolver = resolver if resolver is not None else system_resolver
+        self._timeout = settings.chatqna_dataprep_link_timeout_seconds
+        self._max_bytes = settings.chatqna_dataprep_link_max_bytes
+        self._max_redirects = settings.chatqna_dataprep_link_max_redirects
+        self._proxy = settings.chatqna_dataprep_link_proxy
+        self._transport = transport
+
+    def _client(self) -> httpx.AsyncClient:
+        transport = self._transport
+        if transport is None and self._proxy is None:
+            transport = _PinnedTransport(PinnedBackend(self._policy, self._resolver))
+        return httpx.AsyncClient(
+            transport=transport,
+            proxy=self._proxy if transport is None else None,
+            # Certificate bundles from SSL_CERT_FILE / SSL_CERT_DIR, as for any httpx client.
+            trust_env=True,
+            follow_redirects=False,
+            timeout=httpx.Timeout(self._timeout),
+            headers={"User-Agent": f"chatqna-dataprep/{__version__}"},
+        )
+
+    async def fetch_all(self, urls: Sequence[str]) -> list[IngestFile]:
+        """Every URL's content, in order; the first failure fails them all."""
+        if not urls:
+            return []
+        gate = asyncio.Semaphore(_CONCURRENT_FETCHES)
+        async with self._client() as client:
+
+            async def bounded(url: str) -> IngestFile:
+                async with gate:
+                    return await self.fetch(client, url)
+
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(bounded(url)) for url in urls]
+            except BaseExceptionGroup as errors:
+                # The first failure is the one to report; the group only says they ran
+                # side by side.
+                raise errors.exceptions[0] from None
+        return [task.result() for task in tasks]
+
+    async def fetch(self, client: httpx.AsyncClient, url: str) -> IngestFile:
+        """One URL, redirects and all, within the deadline."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._follow(client, url)
+        except TimeoutError as exc:
+            raise LinkUnreadable(
+                f"{url}: not fetched within {self._timeout:g} s "
+                "(CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS)",
+                reason="timeout",
+                details={"url": url},
+            ) from exc
+
+    async def _follow(self, client: httpx.AsyncClient, url: str) -> IngestFile:
+        current = _parse_url(url, url)
+        for _ in range(self._max_redirects + 1):
+            await resolve_checked(
+                self._policy, self._resolver, url, current.host, current.port or _port(current)
+            )
+            try:
+                async with client.stream("GET", current) as response:
+                    if response.status_code in _REDIRECTS and "location" in response.headers:
+                        current = _parse_url(url, str(current.join(response.headers["location"])))
+                        continue
+                    return await self._read(url, response)
+            except httpx.TimeoutException as exc:
+                raise TimeoutError from exc
+            except httpx.HTTPError as exc:
+                raise LinkUnreadable(
+                    f"{url}: {type(exc).__name__}: {exc}",
+                    reason="connect_error",
+                    details={"url": url},
+                ) from exc
+            except LinkRefused as exc:
+                if exc.details.get("url") == url:
+                    raise
+                # From the pinned connection: the name resolved, a moment after the check,
+                # to an address that is not allowed (DNS rebinding).
+                address = exc.details.get("address")
+                raise LinkRefused(
+                    f"{url}: {current.host} resolved to {address} when connecting, a "
+                    f"{str(exc.reason).replace('_', ' ')}; the connection was not made",
+                    reason=exc.reason,
+                    details={**exc.details, "url": url},
+                ) from exc
+        raise LinkUnreadable(
+            f"{url}: more than {self._max_redirects} redirects "
+            "(CHATQNA_DATAPREP_LINK_MAX_REDIRECTS)",
+            reason="too_many_redirects",
+            details={"url": url},
+        )
+
+    async def _read(self, url: str, response: httpx.Response) -> IngestFile:
+        if response.status_code >= 400:
+            raise LinkUnreadable(
+                f"{url}: the server answered HTTP {response.status_code}",
+                reason="http_status",
+                details={"url": url, "status": response.status_code},
+            )
+        kind = _kind_of(url, response)
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._max_bytes:
+            raise self._too_large(url)
+        body = bytearray()
+        async for part in response.aiter_bytes():
+            body += part
+            if len(body) > self._max_bytes:
+                raise self._too_large(url)
+        return IngestFile(url, bytes(body), kind=kind.kind, charset=kind.charset)
+
+    def _too_large(self, url: str) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"{url}: larger than {self._max_bytes} bytes (CHATQNA_DATAPREP_LINK_MAX_BYTES)",
+            details={"url": url, "limit": self._max_bytes},
+        )
+
+
+def _port(url: httpx.URL) -> int:
+    return 443 if url.scheme == "https" else 80
+
+
+def _parse_url(original: str, url: str) -> httpx.URL:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise LinkRefused(
+            f"{original}: not a usable URL ({exc})", reason="bad_url", details={"url": original}
+        ) from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise LinkRefused(
+            f"{original}: only http:// and https:// URLs with a host are fetched (got {url!r})",
+            reason="bad_url",
+            details={"url": original},
+        )
+    return parsed
+
+
+_HTTPCORE_ERRORS = (
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol,
+    httpcore.ProxyError,
+)
+
+
+def _translate(exc: Exception, request: httpx.Request) -> httpx.TransportError:
+    if isinstance(exc, httpcore.TimeoutException):
+        return httpx.TimeoutException(str(exc), request=request)
+    return httpx.TransportError(f"{type(exc).__name__}: {exc}")
+
+
+class _BodyStream(httpx.AsyncByteStream):
+    def __init__(self, stream: AsyncIterable[bytes], request: httpx.Request) -> None:
+        self._stream = stream
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._stream:
+                yield part
+        except _HTTPCORE_ERRORS as exc:
+            raise _translate(exc, self._request) from exc
+
+    async def aclose(self) -> None:
+        closer = getattr(self._stream, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+class _PinnedTransport(httpx.AsyncBaseTransport):
+    """httpx's transport contract over an httpcore pool that connects through a
+    `PinnedBackend` (httpx's own transport takes no network backend). Proxied requests
+    do not come here: httpx routes them to its proxy transports."""
+
+    def __init__(self, backend: PinnedBackend) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=True), network_backend=backend
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            response = await self._pool.handle_async_request(core_request)
+        except _HTTPCORE_ERRORS as exc:
+            raise _translate(exc, request) from exc
+        assert isinstance(response.stream, AsyncIterable)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_BodyStream(response.stream, request),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()

@@ -1,0 +1,190 @@
+"""Loaders: turn the bytes of an ingested file into a `LoadedDocument`.
+
+Each supported format is reduced to a title plus `(heading, text)` sections in reading
+order, so the chunker can keep passages inside one section and label them with the nearest
+heading. Everything here is a pure function of `(source, data)`; the caller reads the file
+(or receives the upload, or fetches the link) and decides what `source` is called. The
+format follows the suffix of `source`, or `kind` when the caller knows better (a link's
+content type). `LoadLimits` bounds what one file may unpack to.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import PurePosixPath
+
+from pypdf import PdfReader
+
+from chatqna.documents import LoadedDocument
+from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileType
+from chatqna.ingest.html_text import decode_html, html_sections
+from chatqna.ingest.office import load_docx, load_pptx, load_xlsx
+from chatqna.ingest.structured import load_csv, load_json, load_jsonl
+from chatqna.ingest.tables import LoadLimits
+
+# Callers import the error types from chatqna.errors, where they map to HTTP statuses.
+__all__ = ["SUPPORTED_SUFFIXES", "LoadLimits", "format_of", "load_document"]
+
+# Suffix -> format. The format names are also what a fetched link's content type maps to.
+FORMATS = {
+    ".txt": "text", ".md": "markdown", ".markdown": "markdown", ".html": "html",
+    ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx",
+    ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
+}  # fmt: skip
+SUPPORTED_SUFFIXES = tuple(FORMATS)
+
+_MD_TITLE = re.compile(r"^#[ \t]+(.*)$")
+_MD_SECTION = re.compile(r"^##[ \t]+(.*)$")
+# CommonMark allows up to three spaces of indent before a fence; four would be a code block.
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX_CLOSING = re.compile(r"[ \t]+#+[ \t]*$")
+
+
+def format_of(source: str) -> str | None:
+    """The format a file named `source` is read as, or None for an unsupported suffix."""
+    return FORMATS.get(PurePosixPath(source.replace("\\", "/")).suffix.lower())
+
+
+def load_document(
+    source: str,
+    data: bytes,
+    *,
+    kind: str | None = None,
+    charset: str | None = None,
+    limits: LoadLimits | None = None,
+) -> LoadedDocument:
+    """Parse `data`, the contents of the file named `source`, into a `LoadedDocument`.
+
+    `kind` overrides the format the suffix implies; `charset` is an HTML page's declared
+    charset (from an HTTP header). Raises `UnsupportedFileType` for a suffix not in
+    `SUPPORTED_SUFFIXES`, `DocumentLoadError` for a supported file that cannot be read or
+    holds no text, and `PayloadTooLarge` for one beyond `limits`.
+    """
+    # Backslashes would otherwise leave a Windows-style upload name as one long "stem".
+    path = PurePosixPath(source.replace("\\", "/"))
+    if kind is None:
+        kind = format_of(source)
+    if kind is None:
+        suffix = path.suffix.lower()
+        shown = suffix or "(no suffix)"
+        raise UnsupportedFileType(
+            f"{source}: unsupported file type {shown!r}; "
+            f"supported types are {', '.join(SUPPORTED_SUFFIXES)}",
+            details={"suffix": suffix, "supported": list(SUPPORTED_SUFFIXES)},
+        )
+    limits = limits if limits is not None else LoadLimits()
+    stem = path.stem or source
+    if not data.strip():
+        raise DocumentLoadError(f"{source} contains no text")
+
+    doc = _load(kind, source, stem, data, charset, limits)
+    if not doc.sections:
+        raise DocumentLoadError(f"{source} contains no text")
+    size = sum(len(text) for _, text in doc.sections)
+    if size > limits.max_text_chars:
+        raise PayloadTooLarge(
+            f"{source} holds {size} characters of text, more than {limits.max_text_chars} "
+            "(CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into smaller files",
+            details={"source": source, "chars": size},
+        )
+    return doc
+
+
+def _load(
+    kind: str, source: str, stem: str, data: bytes, charset: str | None, limits: LoadLimits
+) -> LoadedDocument:
+    if kind == "pdf":
+        return _load_pdf(source, stem, data)
+    office = {"docx": load_docx, "pptx": load_pptx, "xlsx": load_xlsx}.get(kind)
+    if office is not None:
+        title, sections = office(source, stem, data, limits)
+        return LoadedDocument(source, title, _nonempty(sections))
+    if kind == "html":
+        title, sections = html_sections(decode_html(source, data, charset), stem)
+        return LoadedDocument(source, title, _nonempty(sections))
+    text = _decode(source, data)
+    if kind == "markdown":
+        return _load_markdown(source, stem, text)
+    tabular = {"csv": load_csv, "json": load_json, "jsonl": load_jsonl}.get(kind)
+    if tabular is not None:
+        return LoadedDocument(source, stem, _nonempty(tabular(source, stem, text, limits)))
+    return LoadedDocument(source, stem, _nonempty([(stem, _tidy(text))]))
+
+
+def _decode(source: str, data: bytes) -> str:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        # Guessing another encoding would index mojibake without anyone noticing; the
+        # uploader can re-save the file as UTF-8.
+        raise DocumentLoadError(
+            f"{source} is not valid UTF-8 (invalid byte at offset {exc.start}); "
+            "re-save it as UTF-8 and upload it again"
+        ) from exc
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _tidy(text: str) -> str:
+    """Drop trailing spaces and surrounding blank lines, keeping paragraph breaks."""
+    lines = "\n".join(line.rstrip() for line in text.split("\n"))
+    # Removed heading lines leave blank runs; one blank line is all a paragraph break needs.
+    return re.sub(r"\n{3,}", "\n\n", lines).strip("\n")
+
+
+def _nonempty(sections: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(heading, text) for heading, text in sections if text.strip()]
+
+
+def _heading_text(raw: str) -> str:
+    return _ATX_CLOSING.sub("", raw).strip()
+
+
+def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
+    title: str | None = None
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    fence: str | None = None
+    for line in text.split("\n"):
+        if fence is not None:
+            # A fence closes only with the same character, at least as long as the opener.
+            stripped = line.strip()
+            if stripped.startswith(fence) and set(stripped) == {fence[0]}:
+                fence = None
+            sections[-1][1].append(line)
+            continue
+        opener = _MD_FENCE.match(line)
+        if opener:
+            fence = opener.group(1)
+        elif title is None and (m := _MD_TITLE.match(line)):
+            title = _heading_text(m.group(1))
+            continue
+        elif m := _MD_SECTION.match(line):
+            sections.append((_heading_text(m.group(1)), []))
+            continue
+        sections[-1][1].append(line)
+
+    title = title or stem
+    resolved = [(heading or title, _tidy("\n".join(lines))) for heading, lines in sections]
+    return LoadedDocument(source, title, _nonempty(resolved))
+
+
+def _load_pdf(source: str, stem: str, data: bytes) -> LoadedDocument:
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        encrypted = reader.is_encrypted
+        metadata = None if encrypted else reader.metadata
+        pages = [] if encrypted else [page.extract_text() or "" for page in reader.pages]
+    except Exception as exc:
+        # pypdf signals damaged input with many unrelated exception types (PdfReadError,
+        # KeyError, ValueError, ...); to the uploader they all mean "unreadable PDF".
+        raise DocumentLoadError(f"{source} is not a readable PDF: {exc}") from exc
+    if encrypted:
+        raise DocumentLoadError(f"{source} is an encrypted PDF; upload an unencrypted copy")
+
+    meta_title = str(metadata.title).strip() if metadata and metadata.title else ""
+    title = meta_title or stem
+    # One section per page keeps the page number next to each passage for citations.
+    sections = [
+        (f"{title} (page {number})", _tidy(text)) for number, text in enumerate(pages, start=1)
+    ]
+    return LoadedDocument(source, title, _nonempty(sections))

@@ -1,0 +1,215 @@
+"""Office files: `.docx` (python-docx), `.pptx` (python-pptx), `.xlsx` (openpyxl).
+
+Every format is a zip of XML parts. Before a parser sees one, `open_package` checks that it
+is a zip at all (a password-protected Office file is an OLE compound file instead) and that
+its parts' declared sizes add up to at most `LoadLimits.max_unpacked_bytes`: Python's zip
+reader never inflates a part beyond its declared size, so that bound holds for a zip bomb
+too. Word headings start sections, tables become rows that name their columns, each slide
+is a section titled by its title and carries its notes, each sheet is a section of rows.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import docx
+import openpyxl
+import pptx
+from docx.table import Table as WordTable
+from docx.text.paragraph import Paragraph
+from pptx.util import Length
+
+from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge
+from chatqna.ingest.tables import CellCounter, LoadLimits, table_rows
+
+__all__ = ["load_docx", "load_pptx", "load_xlsx"]
+
+Sections = list[tuple[str, str]]
+
+# The signature of an OLE2 compound file: what an encrypted .docx/.pptx/.xlsx (and the
+# legacy .doc/.ppt/.xls formats) are stored as.
+_OLE_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_ENCRYPTION_STREAM = "EncryptionInfo".encode("utf-16-le")
+
+
+def open_package(source: str, data: bytes, limits: LoadLimits) -> None:
+    """Refuse what is not a sane Office zip before a parser unpacks anything."""
+    if data.startswith(_OLE_SIGNATURE):
+        if _ENCRYPTION_STREAM in data:
+            raise DocumentLoadError(
+                f"{source} is password-protected; save a copy without a password and upload that",
+                reason="encrypted",
+            )
+        raise DocumentLoadError(
+            f"{source} is a legacy binary Office file; save it as .docx, .pptx or .xlsx",
+            reason="legacy_format",
+        )
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            declared = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise DocumentLoadError(
+            f"{source} is not a readable Office file (not a valid zip: {exc})", reason="corrupt"
+        ) from exc
+    if declared > limits.max_unpacked_bytes:
+        raise PayloadTooLarge(
+            f"{source} unpacks to {declared} bytes, more than {limits.max_unpacked_bytes} "
+            "(CHATQNA_DATAPREP_MAX_UNPACKED_BYTES)",
+            details={"source": source, "unpacked_bytes": declared},
+        )
+
+
+def _parse(source: str, what: str, parse: Callable[[], Any]) -> Any:
+    try:
+        return parse()
+    except ChatQnAError:
+        raise
+    except Exception as exc:
+        # The parsers signal damaged input with many unrelated types (KeyError for a missing
+        # part, lxml's XMLSyntaxError, ValueError, BadZipFile on a bad CRC...); to the
+        # uploader they all mean "unreadable file".
+        raise DocumentLoadError(
+            f"{source} is not a readable {what} file: {exc}", reason="corrupt"
+        ) from exc
+
+
+# --- Word ------------------------------------------------------------------------------
+
+
+def load_docx(source: str, stem: str, data: bytes, limits: LoadLimits) -> tuple[str, Sections]:
+    open_package(source, data, limits)
+    result: tuple[str, Sections] = _parse(
+        source, "Word", lambda: _read_docx(docx.Document(io.BytesIO(data)), stem, source, limits)
+    )
+    return result
+
+
+def _heading_level(paragraph: Paragraph) -> int | None:
+    """0 for the Title style, n for "Heading n", None for body text."""
+    name = paragraph.style.name if paragraph.style is not None else ""
+    if name == "Title":
+        return 0
+    if name.startswith("Heading"):
+        level = name.removeprefix("Heading").strip()
+        return int(level) if level.isdigit() else 1
+    return None
+
+
+def _read_docx(document: Any, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
+    title = (document.core_properties.title or "").strip()
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    cells = CellCounter(source, limits.max_cells)
+    for block in document.iter_inner_content():
+        if isinstance(block, WordTable):
+            rows = [[cell.text for cell in row.cells] for row in block.rows]
+            cells.add(sum(len(row) for row in rows))
+            sections[-1][1].extend(table_rows(rows))
+            continue
+        text = block.text.strip()
+        if not text:
+            continue
+        level = _heading_level(block)
+        if level == 0 and not title:
+            title = text
+        elif level is not None:
+            sections.append((text, []))
+        else:
+            sections[-1][1].append(text)
+    title = title or stem
+    return title, [(heading or title, "\n\n".join(parts)) for heading, parts in sections]
+
+
+# --- PowerPoint ------------------------------------------------------------------------
+
+
+def load_pptx(source: str, stem: str, data: bytes, limits: LoadLimits) -> tuple[str, Sections]:
+    open_package(source, data, limits)
+    result: tuple[str, Sections] = _parse(
+        source,
+        "PowerPoint",
+        lambda: _read_pptx(pptx.Presentation(io.BytesIO(data)), stem, source, limits),
+    )
+    return result
+
+
+def _shape_texts(shapes: Any, cells: CellCounter) -> Iterator[str]:
+    # Reading order on a slide: top to bottom, then left to right.
+    def position(shape: Any) -> tuple[Length, Length]:
+        return (shape.top or Length(0), shape.left or Length(0))
+
+    for shape in sorted(shapes, key=position):
+        if shape.shape_type is not None and hasattr(shape, "shapes"):  # a group
+            yield from _shape_texts(shape.shapes, cells)
+        elif getattr(shape, "has_table", False) and shape.has_table:
+            rows = [[cell.text for cell in row.cells] for row in shape.table.rows]
+            cells.add(sum(len(row) for row in rows))
+            yield from table_rows(rows)
+        elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+            text = shape.text_frame.text.strip()
+            if text:
+                yield text
+
+
+def _read_pptx(deck: Any, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
+    title = (deck.core_properties.title or "").strip()
+    cells = CellCounter(source, limits.max_cells)
+    sections: Sections = []
+    for number, slide in enumerate(deck.slides, start=1):
+        title_shape = slide.shapes.title
+        slide_title = title_shape.text.strip() if title_shape is not None else ""
+        others = [
+            s for s in slide.shapes if title_shape is None or s.shape_id != title_shape.shape_id
+        ]
+        parts = list(_shape_texts(others, cells))
+        if slide.has_notes_slide:
+            notes = slide.notes_slide.notes_text_frame
+            if notes is not None and notes.text.strip():
+                parts.append("Notes: " + notes.text.strip())
+        heading = f"Slide {number}: {slide_title}" if slide_title else f"Slide {number}"
+        # The title stays in the text too, so a passage retrieved alone names its slide.
+        body = "\n\n".join(([slide_title] if slide_title else []) + parts)
+        sections.append((heading, body))
+        if number == 1 and not title and slide_title:
+            title = slide_title
+    return title or stem, sections
+
+
+# --- Excel -----------------------------------------------------------------------------
+
+
+def load_xlsx(source: str, stem: str, data: bytes, limits: LoadLimits) -> tuple[str, Sections]:
+    open_package(source, data, limits)
+    result: tuple[str, Sections] = _parse(
+        source, "Excel", lambda: _read_xlsx(data, stem, source, limits)
+    )
+    return result
+
+
+def _read_xlsx(data: bytes, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
+    # read_only streams rows instead of building every cell object; data_only reads the
+    # values formulas last computed to, which is what a reader of the sheet sees.
+    workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    try:
+        title = (workbook.properties.title or "").strip() or stem
+        cells = CellCounter(source, limits.max_cells)
+        sections: Sections = []
+        for sheet in workbook.worksheets:
+            # The declared dimension lets a huge sheet be refused before a row is parsed;
+            # the count while reading still holds when the declaration is missing or lies.
+            if sheet.max_row is not None and sheet.max_column is not None:
+                CellCounter(source, limits.max_cells).add(sheet.max_row * sheet.max_column)
+            sections.append(
+                (f"{title}: {sheet.title}", "\n\n".join(table_rows(_rows(sheet, cells))))
+            )
+        return title, sections
+    finally:
+        workbook.close()
+
+
+def _rows(sheet: Any, cells: CellCounter) -> Iterator[tuple[object, ...]]:
+    for row in sheet.iter_rows(values_only=True):
+        cells.add(len(row))
+        yield row

@@ -1,0 +1,176 @@
+"""A prepared turn: its sources are chosen and its prompt built; the answer is still to come.
+
+`Turn` is an async context manager that owns the turn's `chatqna.orchestrate` span for the
+whole answer: the span ends when the `async with` block ends, with an ERROR status when
+the block or the answer failed. Inside, `stream()` (or `complete()`) generates the answer
+in its `chatqna.generate` span, which ends with the stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from chatqna.backends.protocols import ChatLLM, Completion, Delta, GenerationParams, Usage
+from chatqna.documents import ScoredChunk
+from chatqna.multiturn.history import Conversation
+from chatqna.multiturn.strategy import QueryPlan
+from chatqna.pipeline.observer import TurnObserver
+from chatqna.pipeline.record import Fusion, RerankRecord, TurnRecord
+from chatqna.telemetry import names
+from chatqna.telemetry.tracing import tracer
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """Per-request knobs: retrieval depth `k`, chunks kept `top_n`, and sampling."""
+
+    k: int
+    top_n: int
+    params: GenerationParams
+
+
+@dataclass
+class StageClock:
+    """Milliseconds spent per pipeline stage, in the order the stages ran."""
+
+    started: float = field(default_factory=time.perf_counter)
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def record(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.stages[stage] = round((now - since) * 1000.0, 3)
+        return now
+
+    def total_ms(self) -> float:
+        return round((time.perf_counter() - self.started) * 1000.0, 3)
+
+
+def current(span: Span) -> AbstractContextManager[Span]:
+    """`span` current for the block, which ends, records and sets no status itself."""
+    return trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+
+
+@dataclass(eq=False)
+class Turn:
+    """A turn ready to answer; `async with turn:` ends its span when the answer is done."""
+
+    conversation: Conversation
+    plan: QueryPlan
+    fusion: Fusion | None
+    options: TurnOptions
+    hybrid: bool
+    rerank: RerankRecord
+    clock: StageClock
+    llm: ChatLLM
+    observer: TurnObserver
+    span: Span
+    sources: list[ScoredChunk] = field(default_factory=list)
+    prompt: list[dict[str, str]] = field(default_factory=list)
+    error: BaseException | None = None
+
+    def record(self) -> TurnRecord:
+        """The turn's record as of now (the metadata event is sent before generation)."""
+        return TurnRecord(
+            raw_query=self.conversation.query,
+            history_messages=len(self.conversation.history),
+            plan=self.plan,
+            fusion=self.fusion,
+            rerank=self.rerank,
+            hybrid=self.hybrid,
+            k=self.options.k,
+            top_n=self.options.top_n,
+            sources=tuple(self.sources),
+            timings_ms=dict(self.clock.stages),
+            trace_id=self.trace_id,
+        )
+
+    @property
+    def trace_id(self) -> str | None:
+        context = self.span.get_span_context()
+        return trace.format_trace_id(context.trace_id) if context.is_valid else None
+
+    async def __aenter__(self) -> Turn:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        error = exc if exc is not None else self.error
+        if error is not None:
+            self.span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        self.span.end()
+
+    async def stream(self) -> AsyncIterator[Delta]:
+        """The answer, piece by piece, in the `chatqna.generate` span."""
+        span = self._generation_span()
+        started = time.perf_counter()
+        first = True
+        usage: Usage | None = None
+        finish: str | None = None
+        try:
+            with current(span):
+                async for delta in self.llm.stream(self.prompt, self.options.params):
+                    if first and delta.text:
+                        elapsed = round((time.perf_counter() - started) * 1000, 3)
+                        self.clock.stages["first_token"] = elapsed
+                        span.add_event(names.EVENT_FIRST_TOKEN, {"elapsed_ms": elapsed})
+                        first = False
+                    usage = delta.usage or usage
+                    finish = delta.finish_reason or finish
+                    yield delta
+        except BaseException as exc:  # includes the cancellation of a disconnected client
+            self._generation_failed(span, started, exc)
+            raise
+        self._generation_done(span, started, usage, finish)
+
+    async def complete(self) -> Completion:
+        """The whole answer at once (non-streaming requests)."""
+        span = self._generation_span()
+        started = time.perf_counter()
+        try:
+            with current(span):
+                completion = await self.llm.complete(self.prompt, self.options.params)
+        except BaseException as exc:
+            self._generation_failed(span, started, exc)
+            raise
+        self._generation_done(span, started, completion.usage, completion.finish_reason)
+        return completion
+
+    def _generation_span(self) -> Span:
+        return tracer().start_span(
+            names.SPAN_GENERATE,
+            context=trace.set_span_in_context(self.span),
+            attributes=self.observer.generating(self.span, self.llm.model, self.options.params),
+        )
+
+    def _stop_clock(self, started: float) -> None:
+        self.clock.stages["generate"] = round((time.perf_counter() - started) * 1000, 3)
+        self.clock.stages["total"] = self.clock.total_ms()
+
+    def _generation_failed(self, span: Span, started: float, exc: BaseException) -> None:
+        self.error = exc
+        self._stop_clock(started)
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        span.end()
+        self.observer.failed(exc)
+
+    def _generation_done(
+        self, span: Span, started: float, usage: Usage | None, finish: str | None
+    ) -> None:
+        self._stop_clock(started)
+        self.observer.generated(span, usage, finish)
+        span.end()
+        self.observer.answered(self.record())

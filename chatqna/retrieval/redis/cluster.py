@@ -1,0 +1,333 @@
+"""The retriever on a Redis Cluster: one RediSearch index per primary, searched by all of them.
+
+Redis 7.4's search module has no coordinator: an index covers the keys of the node it
+lives on. So every primary gets the index (`topology`: under a name hashed into one of its
+slots, since the module routes its commands by the index name), and a search sends the KNN
+and the BM25 query to every primary concurrently, one pipelined round trip each, for each
+leg's best `max(k, rrf_candidates)` passages (`cluster_search`). The client merges each
+leg (by similarity, and by BM25 score with ties ordered by chunk id, as one node orders
+them), fuses the two with `reciprocal_rank_fusion` exactly as `RedisHybridIndex` does, and
+reads the `k` fused passages from the primaries that returned them (`ClusterTopology.keyed`
+follows a passage that moved since). A passage found twice (a slot in migration) counts
+once. redis-py's cluster client only opens the cluster and reads the meta: it cannot follow
+an `ASK` to a primary that owns no slot yet.
+
+Dense rankings equal one node's holding the same passages (with exact FLAT search). BM25
+scores do not quite: each primary computes IDF and the average passage length from its own
+passages, as Elasticsearch's default `query_then_fetch` does per shard, so the BM25 leg,
+and the fused ranking through it, can differ from one node's; the Retrieval docs page has
+the measured effect. A source's passages share a slot, so their own statistics never split.
+
+Each primary also answers `CLUSTER NODES` in the same pipeline. When a primary reports a
+slot in migration or a slot map other than the one searched with, the client refreshes its
+view and searches every primary again, and merges both rounds: a passage moved between two
+primaries' searches is found by the second round (it had to be on the source when the first
+round read it, or on the destination when the second did). A primary that appears (or a new
+index name after resharding) gets its index, and its initial scan is awaited, before any
+search reads it; one that owns no slot yet but imports one is searched with `ASKING`. A
+primary that cannot be reached fails the search with `IndexUnavailable` (503) and the next
+search rereads the topology from any node: while its replica is being promoted (about
+`cluster-node-timeout` plus a second of election), searches fail, then they succeed again.
+Writes go to the primary that owns the source's slot (`cluster_writes`), atomically,
+and are acknowledged once a replica has them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TryAgainError
+
+from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
+from chatqna.documents import ScoredChunk
+from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
+from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.cluster_search import Round, search_shard
+from chatqna.retrieval.redis.cluster_writes import ClusterLayout, ClusterWriter
+from chatqna.retrieval.redis.query import RETURNED, bm25_query
+from chatqna.retrieval.redis.replies import (
+    hybrid_results,
+    redact_url,
+    scored_chunk,
+    stored_fields,
+    unavailable_on_error,
+)
+from chatqna.retrieval.redis.schema import (
+    DEFAULT_INDEX_NAME,
+    FORMAT_VERSION,
+    IndexSchema,
+    VectorIndexParams,
+    index_info,
+    text,
+)
+from chatqna.retrieval.redis.store import query_vector
+from chatqna.retrieval.redis.topology import ClusterTopology, Shard
+from chatqna.retrieval.redis.writes import check_batches
+
+logger = logging.getLogger(__name__)
+
+ROUND_ATTEMPTS = 4  # tries of one search round while an index name's slot moves
+
+
+class RedisClusterHybridIndex:
+    """KNN + BM25 over one RediSearch index per primary of a Redis Cluster, fused by RRF."""
+
+    supports_bm25_history = True
+
+    def __init__(
+        self,
+        cluster: RedisCluster,
+        url: str,
+        *,
+        embedder_name: str,
+        dimension: int,
+        index_name: str = DEFAULT_INDEX_NAME,
+        vector: VectorIndexParams | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        if min(dimension, rrf_k, rrf_candidates) < 1:
+            raise ValueError("dimension, rrf_k and rrf_candidates must be at least 1")
+        if not index_name or any(c.isspace() for c in index_name):
+            raise ValueError(f"invalid index name {index_name!r}")
+        self.cluster = cluster
+        self.url = url
+        self.embedder_name = embedder_name
+        self.dimension = dimension
+        self.index_name = index_name
+        self.vector = vector if vector is not None else VectorIndexParams()
+        self.rrf_k = rrf_k
+        self.rrf_candidates = rrf_candidates
+        self.timeout_seconds = timeout_seconds
+        self.location = redact_url(url)
+        self.layout = ClusterLayout(index_name)
+        self.schema = IndexSchema(
+            index_name, self.layout.chunk_prefix, embedder_name, dimension, self.vector
+        )
+        self.topology = ClusterTopology(url, self.schema, timeout_seconds)
+        self.writer = ClusterWriter(self.topology, self.layout)
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        embedder_name: str,
+        dimension: int,
+        index_name: str = DEFAULT_INDEX_NAME,
+        vector: VectorIndexParams | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
+        timeout_seconds: float = 10.0,
+    ) -> RedisClusterHybridIndex:
+        """Connect to the cluster `url` names a node of, and build the index on every
+        primary (checking an existing one fits)."""
+        # Keyed reads and writes (MOVED, ASK and TRYAGAIN handled inside); one retry without
+        # backoff, so a primary that is gone fails the request instead of stalling it.
+        cluster = RedisCluster.from_url(
+            url,
+            protocol=2,
+            decode_responses=False,
+            socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            retry=Retry(NoBackoff(), 1),
+        )
+        index = cls(
+            cluster,
+            url,
+            embedder_name=embedder_name,
+            dimension=dimension,
+            index_name=index_name,
+            vector=vector,
+            rrf_k=rrf_k,
+            rrf_candidates=rrf_candidates,
+            timeout_seconds=timeout_seconds,
+        )
+        try:
+            await index.ensure_index()
+        except BaseException:
+            await index.aclose()
+            raise
+        return index
+
+    def _redis(self, action: str) -> Any:
+        return unavailable_on_error(self.index_name, self.location, action)
+
+    async def ensure_index(self) -> None:
+        """Check or write the meta, then build the index on every primary."""
+        async with self._redis("opening the index"):
+            meta = cast(dict[bytes, bytes], await self.cluster.hgetall(self.layout.meta_key))
+            if meta:
+                self.schema.check_meta(meta, FORMAT_VERSION)
+            else:
+                await self.cluster.hset(self.layout.meta_key, mapping=self.schema.meta())
+            await self.topology.refresh()
+            for shard in self.topology.primaries:
+                info = await index_info(self.topology.client(shard.address), shard.index)
+                if info is not None:
+                    self.schema.check_info(info, meta)
+
+    # --- reads ---------------------------------------------------------------------------
+    async def search(self, query: SearchQuery) -> list[ScoredChunk]:
+        vector = query_vector(query, self.dimension)
+        hybrid = query.hybrid
+        depth = max(query.k, self.rrf_candidates) if hybrid else query.k
+        text_query = None
+        if hybrid:
+            lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
+            text_query = bm25_query(lexical)
+        async with self._redis("search"):
+            found = await self._search_rounds(vector, depth, text_query)
+            dense = dict(sorted(found.dense.items(), key=lambda hit: (-hit[1], hit[0]))[:depth])
+            if not hybrid:
+                rows = await self._read(found, list(dense))
+                return [
+                    scored_chunk(fields, {"dense": similarity}, "dense")
+                    for similarity, fields in zip(dense.values(), rows, strict=True)
+                    if fields is not None
+                ]
+            bm25 = dict(sorted(found.bm25.items(), key=lambda hit: (-hit[1], hit[0]))[:depth])
+            fused = reciprocal_rank_fusion(
+                [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
+            )[: query.k]
+            stored = await self._read(found, [i for i, _ in fused])
+        return hybrid_results(fused, dense, bm25, stored, vector)
+
+    async def _search_rounds(self, vector: np.ndarray, depth: int, text_query: str | None) -> Round:
+        shards, found = await self._retried_round(vector, depth, text_query)
+        moved = any(
+            view is None or view.migrating or view.slots != shard.slots
+            for view, shard in zip(found.views, shards, strict=True)
+        )
+        if not moved:
+            return found
+        await self.topology.refresh(found.nodes_reply, found.views)
+        _, again = await self._retried_round(vector, depth, text_query)
+        found.add(again)
+        return found
+
+    async def _retried_round(
+        self, vector: np.ndarray, depth: int, text_query: str | None
+    ) -> tuple[list[Shard], Round]:
+        """One round on the current primaries. An index name whose slot moved or is moving
+        (`MOVED`, `ASK`, `TRYAGAIN`) or an index gone missing rereads the topology (and
+        builds what is missing) and tries again; a primary that is gone fails at once."""
+        for attempt in range(ROUND_ATTEMPTS):
+            shards = await self.topology.shards()
+            last = attempt == ROUND_ATTEMPTS - 1
+            try:
+                return shards, await self._round(shards, vector, depth, text_query)
+            except (MovedError, AskError, TryAgainError):
+                if last:
+                    raise
+                await asyncio.sleep(0.02 * (attempt + 1))
+            except ResponseError as exc:
+                missing = "no such index" in str(exc).lower() or "unknown index" in str(exc).lower()
+                if not missing or last:
+                    raise
+                self.topology.forget_indexes()  # flushed or dropped: build it again
+            except (ConnectionError, OSError):
+                self.topology.stale = True  # the next search rereads the topology
+                raise
+            self.topology.stale = True
+        raise AssertionError("unreachable")
+
+    async def _round(
+        self,
+        shards: Sequence[Shard],
+        vector: np.ndarray,
+        depth: int,
+        text_query: str | None,
+    ) -> Round:
+        order_key = self.layout.chunk_id_of
+        replies = await asyncio.gather(
+            *(
+                search_shard(
+                    self.topology.client(s.address), s, vector, depth, text_query, order_key
+                )
+                for s in shards
+            )
+        )
+        return Round.merged(shards, replies, order_key)
+
+    async def _read(self, found: Round, ids: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored fields of each passage, read from the primary that returned it (a
+        passage moved since follows its `ASK` or `MOVED`)."""
+        by_node: dict[str, list[int]] = {}
+        for position, chunk_id in enumerate(ids):
+            by_node.setdefault(found.where[chunk_id], []).append(position)
+        rows: list[Any] = [None] * len(ids)
+        for address, positions in by_node.items():
+            commands = [("HMGET", found.keys[ids[p]], *RETURNED) for p in positions]
+            replies = await self.topology.keyed(address, commands)
+            for position, row in zip(positions, replies, strict=True):
+                rows[position] = row
+        return stored_fields(rows)
+
+    async def list_sources(self) -> list[SourceInfo]:
+        async with self._redis("listing sources"):
+            (members,) = await self.topology.run([("SMEMBERS", self.layout.sources_key)])
+            names = sorted(text(s) for s in members)
+            rows = await self.topology.run(
+                [("HMGET", self.layout.source_key(n), "content_hash", "chunks") for n in names]
+            )
+        return [
+            SourceInfo(source=s, chunks=int(text(n or b"0")), content_hash=text(h or b""))
+            for s, (h, n) in zip(names, rows, strict=True)
+            if h is not None or n is not None
+        ]
+
+    async def describe(self) -> dict[str, Any]:
+        async with self._redis("describe"):
+            for attempt in range(ROUND_ATTEMPTS):
+                shards = await self.topology.shards()
+                try:
+                    infos = [
+                        await index_info(self.topology.client(s.address), s.index) for s in shards
+                    ]
+                    break
+                except (MovedError, AskError, TryAgainError):  # an index name's slot moved
+                    if attempt == ROUND_ATTEMPTS - 1:
+                        raise
+                    self.topology.stale = True
+                    await asyncio.sleep(0.02 * (attempt + 1))
+            (sources,) = await self.topology.run([("SCARD", self.layout.sources_key)])
+        if any(info is None for info in infos):
+            raise IndexUnavailable(f"the Redis index {self.index_name!r} is missing on a primary")
+        present = [info for info in infos if info is not None]
+        return {
+            "kind": "redis-cluster",
+            "url": self.location,
+            "index": self.index_name,
+            "primaries": [s.address for s in shards],
+            "chunks": sum(info.documents for info in present),
+            "sources": int(sources),
+            "dimension": self.dimension,
+            "algorithm": self.vector.algorithm,
+            "indexing": any(info.indexing for info in present),
+            "percent_indexed": min((info.percent_indexed for info in present), default=1.0),
+        }
+
+    # --- writes ------------------------------------------------------------------------------
+    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
+        check_batches(batches, self.dimension)
+        async with self._write_lock, self._redis("replacing sources"):
+            await self.writer.replace_sources(batches)
+
+    async def delete_sources(self, sources: Sequence[str] | None) -> int:
+        async with self._write_lock, self._redis("deleting sources"):
+            return await self.writer.delete_sources(sources)
+
+    async def aclose(self) -> None:
+        await self.topology.aclose()
+        await self.cluster.aclose()

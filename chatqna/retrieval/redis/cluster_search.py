@@ -1,0 +1,111 @@
+"""One search round on a Redis Cluster: each primary's best passages per leg, merged by id.
+
+`search_shard` asks one primary for its KNN and BM25 hits (ids and scores only) and its
+`CLUSTER NODES` view, in one pipelined round trip; `Round` merges what the primaries
+returned. A passage found twice (a slot in migration) keeps its best score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from chatqna.retrieval.redis.query import bm25_search, knn_search
+from chatqna.retrieval.redis.replies import knn_hits, scored_hits, straddles, top_bm25
+from chatqna.retrieval.redis.topology import ClusterNode, Shard, own_view
+
+ShardHits = tuple[list[tuple[str, float]], dict[str, float], bytes]
+
+
+def _keep_best(into: dict[str, float], chunk_id: str, score: float) -> None:
+    into[chunk_id] = max(score, into.get(chunk_id, score))
+
+
+@dataclasses.dataclass
+class Round:
+    """What one search round found on the primaries, merged, by chunk id."""
+
+    dense: dict[str, float]  # id: cosine similarity
+    bm25: dict[str, float]
+    keys: dict[str, str]  # id: key
+    where: dict[str, str]  # id: the address of the primary that returned it
+    views: list[ClusterNode | None]
+    nodes_reply: bytes
+
+    @classmethod
+    def merged(
+        cls,
+        shards: Sequence[Shard],
+        replies: Sequence[ShardHits],
+        chunk_id_of: Callable[[str], str],
+    ) -> Round:
+        """The primaries' replies (in the order of `shards`) merged into one round."""
+        found = cls({}, {}, {}, {}, [], b"")
+        for shard, (dense, bm25, nodes_reply) in zip(shards, replies, strict=True):
+            for key in [key for key, _ in dense] + list(bm25):
+                found.where[chunk_id_of(key)] = shard.address
+            for key, similarity in dense:
+                found.keys[chunk_id_of(key)] = key
+                _keep_best(found.dense, chunk_id_of(key), similarity)
+            for key, score in bm25.items():
+                found.keys[chunk_id_of(key)] = key
+                _keep_best(found.bm25, chunk_id_of(key), score)
+            found.views.append(own_view(nodes_reply))
+            found.nodes_reply = found.nodes_reply or nodes_reply
+        return found
+
+    def add(self, again: Round) -> None:
+        """Merge a later round in: best scores, and the later round's locations."""
+        for chunk_id, similarity in again.dense.items():
+            _keep_best(self.dense, chunk_id, similarity)
+        for chunk_id, score in again.bm25.items():
+            _keep_best(self.bm25, chunk_id, score)
+        self.keys.update(again.keys)
+        self.where.update(again.where)
+
+
+async def search_shard(
+    client: Any,
+    shard: Shard,
+    vector: np.ndarray,
+    depth: int,
+    text_query: str | None,
+    order_key: Callable[[str], str],
+) -> ShardHits:
+    """One primary's best `depth` per leg (BM25 ties by `order_key`), and its view.
+
+    Only ids and scores: in cluster mode this build of the search module cannot load a
+    document's fields (they come back empty, from FT.AGGREGATE's LOAD too), so passages
+    are read with HMGET, and a BM25 tie that straddles the cut is resolved by asking
+    that primary for more hits until the tie ends, then sorting by chunk id."""
+    pipe = client.pipeline(transaction=False)
+    commands = [knn_search(shard.index, vector, depth, fields=False)]
+    if text_query is not None:
+        commands.append(bm25_search(shard.index, text_query, depth))
+    for command in commands:
+        if shard.asking:  # its first slot is still being imported
+            pipe.execute_command("ASKING")
+        pipe.execute_command(*command)
+    pipe.execute_command("CLUSTER", "NODES")
+    replies = await pipe.execute()
+    if shard.asking:
+        replies = [*replies[1:-1:2], replies[-1]]
+    bm25: dict[str, float] = {}
+    if text_query is not None:
+        hits = scored_hits(replies[1])
+        wanted = depth
+        while straddles(hits, depth) and len(hits) > wanted:
+            wanted *= 2  # the tie goes on past the cut: ask for more of it
+            more = client.pipeline(transaction=False)
+            if shard.asking:
+                more.execute_command("ASKING")
+            more.execute_command(*bm25_search(shard.index, text_query, wanted))
+            hits = scored_hits((await more.execute())[-1])
+            if hits[-1][1] != hits[depth][1]:
+                break
+        bm25 = top_bm25(hits, depth, None, order_key=order_key)
+    dense = [(key, similarity) for key, similarity, _ in knn_hits(replies[0])]
+    return dense, bm25, cast(bytes, replies[-1])

@@ -1,0 +1,255 @@
+"""Writes of the cluster store: a source replaced or deleted atomically on its primary.
+
+Layout, for an index name `N` and a source whose tag `T` is a hash of its name (so all its
+keys share one slot, and one primary):
+
+    N:chunk:{T}:<chunk id>   hash: the chunk (`redis_writes.chunk_hash`)
+    N:source:{T}             hash: source, content_hash, chunks
+    N:source-chunks:{T}      set of the source's chunk ids
+    N:sources                set of source names (its own slot; updated after the source)
+    N:meta                   hash: embedder, dimension, format
+
+A replace reads which chunks are stored unchanged (their digest), then one Lua script
+writes the changed chunks, deletes the stale ones and rewrites the source's set and hash:
+a reader sees the old source or the new one, never a mix. The script runs on a connection
+of its own to the primary that owns the source's slot, followed by `WAIT 1` on that same
+connection when the primary has a live replica, so a write is acknowledged only once a
+replica holds it and a failover cannot lose it. `MOVED` refreshes the slot map and
+`ASK`/`TRYAGAIN` (a slot in migration) retry, for at most `REDIRECT_ATTEMPTS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
+
+from chatqna.backends.protocols import SourceBatch
+from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis.schema import text
+from chatqna.retrieval.redis.topology import ClusterTopology, Shard
+from chatqna.retrieval.redis.writes import chunk_digest, chunk_hash, glob_prefix, vector_rows
+
+REDIRECT_ATTEMPTS = 20
+REPLICA_WAIT_MS = 2000  # how long a write waits for its replica's acknowledgement
+FIELDS = ("content", "terms", "chunk_id", "source", "title", "chunk_index", "embedding", "digest")
+
+# KEYS: source hash, source chunk set, the changed chunks' keys, the stale chunks' keys.
+# ARGV: content hash, chunk count, source name, #changed, #stale, #members, the members
+# (chunk ids), then the changed chunks' fields in FIELDS order.
+REPLACE_SCRIPT = """
+local changed, stale, members = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local at = 7
+redis.call('DEL', KEYS[2])
+for first = 0, members - 1, 500 do
+  local last = math.min(first + 499, members - 1)
+  redis.call('SADD', KEYS[2], unpack(ARGV, at + first, at + last))
+end
+at = at + members
+local fields = {%s}
+for i = 1, changed do
+  local row = {}
+  for f = 1, #fields do
+    row[#row + 1] = fields[f]
+    row[#row + 1] = ARGV[at + f - 1]
+  end
+  redis.call('HSET', KEYS[2 + i], unpack(row))
+  at = at + #fields
+end
+for i = 1, stale do
+  redis.call('DEL', KEYS[2 + changed + i])
+end
+redis.call('HSET', KEYS[1], 'source', ARGV[3], 'content_hash', ARGV[1], 'chunks', ARGV[2])
+return stale
+""" % ", ".join(f"'{name}'" for name in FIELDS)  # noqa: UP031
+
+# KEYS: source hash, source chunk set, the chunks' keys. Returns how many chunks existed.
+DELETE_SCRIPT = """
+local removed = 0
+for i = 3, #KEYS do
+  removed = removed + redis.call('DEL', KEYS[i])
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+return removed
+"""
+
+
+def source_tag(source: str) -> str:
+    """The hash tag of a source's keys: 16 hex digits of its name's hash."""
+    return hashlib.blake2b(source.encode("utf-8"), digest_size=8).hexdigest()
+
+
+class ClusterLayout:
+    """Key names of the cluster store."""
+
+    def __init__(self, index_name: str) -> None:
+        self.index_name = index_name
+        self.chunk_prefix = f"{index_name}:chunk:"
+        self.sources_key = f"{index_name}:sources"
+        self.meta_key = f"{index_name}:meta"
+
+    def chunk_key(self, source: str, chunk_id: str) -> str:
+        return f"{self.chunk_prefix}{{{source_tag(source)}}}:{chunk_id}"
+
+    def chunk_id_of(self, key: str) -> str:
+        """The chunk id in a chunk key (after its `{tag}:`)."""
+        return key[len(self.chunk_prefix) :].split("}:", 1)[1]
+
+    def source_key(self, source: str) -> str:
+        return f"{self.index_name}:source:{{{source_tag(source)}}}"
+
+    def source_chunks_key(self, source: str) -> str:
+        return f"{self.index_name}:source-chunks:{{{source_tag(source)}}}"
+
+
+def replace_call(
+    layout: ClusterLayout,
+    batch: SourceBatch,
+    stored_digests: list[bytes | None],
+    old_members: set[str],
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of `REPLACE_SCRIPT` for one source, given its stored chunks' digests
+    (in `batch.chunks` order) and the chunk ids its set holds now."""
+    rows = vector_rows(batch)
+    changed_keys: list[str] = []
+    fields: list[Any] = []
+    for chunk, row, old in zip(batch.chunks, rows, stored_digests, strict=True):
+        digest = chunk_digest(chunk, row)
+        if old is not None and old.decode() == digest:
+            continue  # unchanged: rewriting it would only skew BM25 until the GC runs
+        changed_keys.append(layout.chunk_key(batch.source, chunk.id))
+        values = chunk_hash(chunk, row, digest)
+        fields += [values[name] for name in FIELDS]
+    members = [chunk.id for chunk in batch.chunks]
+    stale = sorted(old_members - set(members))
+    stale_keys = [layout.chunk_key(batch.source, chunk_id) for chunk_id in stale]
+    keys = [
+        layout.source_key(batch.source),
+        layout.source_chunks_key(batch.source),
+        *changed_keys,
+        *stale_keys,
+    ]
+    argv: list[Any] = [
+        batch.content_hash,
+        len(batch.chunks),
+        batch.source,
+        len(changed_keys),
+        len(stale_keys),
+        len(members),
+        *members,
+        *fields,
+    ]
+    return keys, argv
+
+
+class ClusterWriter:
+    """Replaces and deletes sources, each atomically on the primary that owns its slot."""
+
+    def __init__(self, topology: ClusterTopology, layout: ClusterLayout) -> None:
+        self.topology = topology
+        self.layout = layout
+
+    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
+        for batch in batches:
+            reads: list[tuple[Any, ...]] = [
+                ("SMEMBERS", self.layout.source_chunks_key(batch.source))
+            ]
+            for chunk in batch.chunks:
+                reads.append(("HGET", self.layout.chunk_key(batch.source, chunk.id), "digest"))
+            old, *digests = await self.topology.run(reads)
+            keys, argv = replace_call(self.layout, batch, digests, {text(m) for m in old})
+            await self._script(REPLACE_SCRIPT, keys, argv)
+            await self.topology.run([("SADD", self.layout.sources_key, batch.source)])
+
+    async def delete_sources(self, sources: Sequence[str] | None) -> int:
+        if sources is None:
+            return await self._delete_everything()
+        removed = 0
+        for source in dict.fromkeys(sources):
+            removed += await self._delete_source(source)
+        return removed
+
+    async def _delete_source(self, source: str) -> int:
+        (members,) = await self.topology.run([("SMEMBERS", self.layout.source_chunks_key(source))])
+        keys = [
+            self.layout.source_key(source),
+            self.layout.source_chunks_key(source),
+            *(self.layout.chunk_key(source, text(m)) for m in sorted(members)),
+        ]
+        removed = int(await self._script(DELETE_SCRIPT, keys, []))
+        await self.topology.run([("SREM", self.layout.sources_key, source)])
+        return removed
+
+    async def _delete_everything(self) -> int:
+        """Every source, then any key of this index left on a primary (SCAN), but the meta."""
+        (members,) = await self.topology.run([("SMEMBERS", self.layout.sources_key)])
+        names = [text(s) for s in members]
+        removed = 0
+        for source in names:
+            removed += await self._delete_source(source)
+        name = self.layout.index_name
+        for shard in await self.topology.shards():
+            client = self.topology.client(shard.address)
+            for prefix in (self.layout.chunk_prefix, f"{name}:source:", f"{name}:source-chunks:"):
+                async for key in client.scan_iter(match=glob_prefix(prefix), count=1000):
+                    (deleted,) = await self.topology.run([("DEL", text(key))])
+                    removed += int(deleted) if prefix == self.layout.chunk_prefix else 0
+        await self.topology.run([("DEL", self.layout.sources_key)])
+        return removed
+
+    async def _script(self, script: str, keys: list[str], argv: list[Any]) -> Any:
+        """Run a write script on the primary that owns `keys[0]`'s slot, then wait for a
+        replica; `MOVED` rereads the topology, `ASK` and `TRYAGAIN` retry."""
+        slot = key_slot(keys[0].encode())
+        asking: str | None = None
+        for attempt in range(REDIRECT_ATTEMPTS):
+            shards = await self.topology.shards()
+            owner = next((s for s in shards if slot in s.slots), None)
+            if owner is None:
+                await self.topology.refresh()
+                continue
+            address = asking or owner.address
+            writer = self.topology.writer(address)
+            try:
+                if asking is not None:
+                    await writer.execute_command("ASKING")  # type: ignore[no-untyped-call]
+                result = await writer.eval(script, len(keys), *keys, *argv)
+            except MovedError:
+                await self.topology.refresh()
+                asking = None
+                continue
+            except AskError as exc:
+                asking = f"{exc.host}:{exc.port}"
+                continue
+            except TryAgainError:
+                await asyncio.sleep(0.05 * (attempt + 1))
+                asking = None
+                continue
+            except (ConnectionError, OSError):
+                self.topology.stale = True
+                await self.topology.drop_writer(address)
+                raise
+            target = next((s for s in shards if s.address == address), None)
+            await self._wait_for_replica(writer, target)
+            return result
+        raise IndexUnavailable(
+            f"Redis index {self.layout.index_name!r}: slot {slot} kept moving; "
+            "the write was not done"
+        )
+
+    async def _wait_for_replica(self, writer: aioredis.Redis, owner: Shard | None) -> None:
+        """`WAIT` for one replica of `owner` (none to wait for: no live replica known)."""
+        replicas = 0 if owner is None else min(owner.replicas, 1)
+        if replicas == 0:
+            return
+        acked = int(await writer.execute_command("WAIT", replicas, REPLICA_WAIT_MS))  # type: ignore[no-untyped-call]
+        if acked < replicas:
+            raise IndexUnavailable(
+                f"Redis index {self.layout.index_name!r}: a write was not confirmed by a "
+                f"replica within {REPLICA_WAIT_MS} ms and could be lost in a failover; retry it"
+            )

@@ -1,0 +1,131 @@
+"""Parsing the RESP2 replies of the Redis stores' searches into hits and `ScoredChunk`s.
+
+Replies are not decoded (stored vectors are raw float32 bytes). A hit is identified by its
+key; `id_of` maps a key to the identity the rankings use (the key itself on one node, the
+chunk id on a cluster, whose keys carry a hash tag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+from redis.exceptions import RedisClusterException, RedisError
+
+from chatqna.documents import Chunk, ScoredChunk
+from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis.query import RETURNED
+from chatqna.retrieval.redis.schema import pairs, text
+
+
+def knn_hits(reply: Sequence[Any]) -> list[tuple[str, float, dict[str, Any]]]:
+    """`(key, cosine similarity, returned fields)` of a KNN `FT.SEARCH`, nearest first."""
+    hits = []
+    for at in range(1, len(reply), 2):
+        fields = pairs(reply[at + 1])
+        hits.append((text(reply[at]), 1.0 - float(text(fields["dist"])), fields))
+    return hits
+
+
+def scored_hits(reply: Sequence[Any]) -> list[tuple[str, float]]:
+    """`(key, score)` of a `WITHSCORES NOCONTENT` `FT.SEARCH`, in the server's order."""
+    return [(text(reply[at]), float(text(reply[at + 1]))) for at in range(1, len(reply), 2)]
+
+
+def aggregate_values(reply: Sequence[Any], field: str) -> list[str]:
+    """One loaded field of each `FT.AGGREGATE` row, in order."""
+    return [text(pairs(row)[field]) for row in reply[1:]]
+
+
+def top_bm25(
+    hits: Sequence[tuple[str, float]],
+    depth: int,
+    exact_order: Sequence[str] | None = None,
+    order_key: Callable[[str], str] = str,
+) -> dict[str, float]:
+    """The best `depth` hits, ties ordered by `order_key(key)` (the embedded index's order).
+
+    `hits` are `depth + 1` hits of `FT.SEARCH`, which orders ties by insertion. When a tie
+    straddles the cut (`straddles`), `exact_order` is the keys of `FT.AGGREGATE`'s exact
+    top, sorted on the server: every key it adds beyond those FT.SEARCH returned ties with
+    the score at the cut, which FT.SEARCH gave exactly (FT.AGGREGATE prints 12 digits).
+    """
+    chosen = list(hits)
+    if exact_order is not None and straddles(hits, depth):
+        exact, tied = dict(hits), hits[depth][1]
+        chosen = [(key, exact.get(key, tied)) for key in exact_order]
+    ranked = sorted(chosen, key=lambda hit: (-hit[1], order_key(hit[0])))[:depth]
+    return dict(ranked)
+
+
+def straddles(hits: Sequence[tuple[str, float]], depth: int) -> bool:
+    """Whether the hit after the cut ties with the last one kept."""
+    return len(hits) > depth and hits[depth][1] == hits[depth - 1][1]
+
+
+def stored_fields(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any] | None]:
+    """`HMGET key RETURNED...` rows as fields (None for a key that no longer exists)."""
+    return [None if row[0] is None else dict(zip(RETURNED, row, strict=True)) for row in rows]
+
+
+def vector_of(fields: dict[str, Any]) -> np.ndarray:
+    return np.frombuffer(fields["embedding"], dtype=np.float32)
+
+
+def scored_chunk(fields: dict[str, Any], scores: dict[str, float], stage: str) -> ScoredChunk:
+    """A hit's stored fields as a `ScoredChunk` scored by `scores[stage]`."""
+    chunk = Chunk(
+        id=text(fields["chunk_id"]),
+        text=text(fields["content"]),
+        source=text(fields["source"]),
+        title=text(fields.get("title", b"")),
+        index=int(text(fields.get("chunk_index", b"0"))),
+    )
+    embedding = vector_of(fields) if "embedding" in fields else None
+    return ScoredChunk(chunk, score=scores[stage], scores=scores, embedding=embedding)
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for readiness output and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    netloc = f"{parts.username or ''}:***@{netloc}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@asynccontextmanager
+async def unavailable_on_error(index: str, location: str, action: str) -> AsyncIterator[None]:
+    """Any Redis failure inside becomes `IndexUnavailable` (HTTP 503) naming the index."""
+    try:
+        yield
+    except (RedisError, RedisClusterException) as exc:
+        where = f" at {location}" if location else ""
+        raise IndexUnavailable(
+            f"Redis index {index!r}{where}: {action} failed: {exc or type(exc).__name__}"
+        ) from exc
+
+
+def hybrid_results(
+    fused: Sequence[tuple[str, float]],
+    dense: dict[str, float],
+    bm25: dict[str, float],
+    stored: Sequence[dict[str, Any] | None],
+    vector: np.ndarray,
+) -> list[ScoredChunk]:
+    """The fused passages with their three scores; a passage deleted since the search is
+    skipped, and one only BM25 found gets its cosine from its stored vector."""
+    results = []
+    for (key, score), fields in zip(fused, stored, strict=True):
+        if fields is None:
+            continue
+        similarity = dense[key] if key in dense else float(vector_of(fields) @ vector)
+        scores = {"dense": similarity, "bm25": bm25.get(key, 0.0), "fusion": score}
+        results.append(scored_chunk(fields, scores, "fusion"))
+    return results

@@ -1,0 +1,289 @@
+"""The remote retriever: a RediSearch index (Redis Stack 7.4+) searched by KNN + BM25 and RRF.
+
+Layout, for an index name `N` (default `rag-redis`): the passages' hashes under `N:chunk:`
+(see `chatqna.retrieval.redis.writes`), `N:meta` (the embedder name and dimension the index
+was built for, and the layout's format version), and the RediSearch index `N` over the
+`N:chunk:` keys (`chatqna.retrieval.redis.schema`). Its one full-text field, `terms`, holds
+the passage already tokenised by the embedded BM25's tokeniser (lower-cased words, stop
+words dropped), unstemmed, and queries run `VERBATIM` with the `BM25STD` scorer: the two
+indexes then see the same tokens (`chatqna.retrieval.query`) and the same query tree, and
+the tests check the server's scores against a reference model of RediSearch's formula.
+
+A hybrid search sends the KNN and the BM25 query in one pipelined round trip, each for its
+best `max(k, rrf_candidates)` passages (ids and scores only), fuses the two rankings in the
+client with `reciprocal_rank_fusion`, exactly as `EmbeddedHybridIndex` does, and then reads
+the `k` fused passages in a second round trip; a Redis 8.4+ server-side fusion (`FT.HYBRID`)
+can replace the fusion later. BM25 ties are ordered by passage id in both indexes:
+RediSearch orders them by insertion, so the client re-sorts, and when a tie straddles the
+cut it asks `FT.AGGREGATE` for the exact order instead.
+
+RediSearch's BM25 statistics lag behind deletes and overwrites: a replaced or deleted
+passage keeps counting in its document frequencies until the GC cleans it (every 30 s once
+100 such passages accumulate, by default), and in the average passage length for good. So
+unchanged chunks are never rewritten, and rankings equal the embedded index's as long as no
+passage was replaced or deleted; after that, BM25 scores drift slightly until the index is
+rebuilt. A restart that replays `FT.CREATE` from the append-only file (no AOF rewrite since
+the index was created) indexes every passage twice, and BM25 scores shift for good; so does
+writing while `FT.CREATE` still scans the keyspace, which is why `ensure_index` waits for
+that scan. After a restart RediSearch may index in the background for a while (`describe()`
+reports `indexing`). Dense search is unaffected by all of this.
+
+A Redis Cluster is served by `chatqna.retrieval.redis.cluster.RedisClusterHybridIndex`,
+which shares the schema, the queries and the reply parsing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+import redis.asyncio as aioredis
+
+from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
+from chatqna.documents import ScoredChunk
+from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
+from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.query import (
+    RETURNED,
+    bm25_aggregate,
+    bm25_query,
+    bm25_search,
+    knn_search,
+)
+from chatqna.retrieval.redis.replies import (
+    aggregate_values,
+    hybrid_results,
+    knn_hits,
+    redact_url,
+    scored_chunk,
+    scored_hits,
+    stored_fields,
+    straddles,
+    top_bm25,
+    unavailable_on_error,
+)
+from chatqna.retrieval.redis.schema import (
+    DEFAULT_INDEX_NAME,
+    FORMAT_VERSION,
+    IndexSchema,
+    VectorIndexParams,
+    index_info,
+    text,
+)
+from chatqna.retrieval.redis.writes import SingleNodeWriter, check_batches
+
+__all__ = ["DEFAULT_INDEX_NAME", "RedisHybridIndex", "VectorIndexParams", "bm25_query"]
+
+
+def query_vector(query: SearchQuery, dimension: int) -> np.ndarray:
+    vector = np.asarray(query.embedding, dtype=np.float32).reshape(-1)
+    if vector.shape[0] != dimension:
+        raise IndexUnavailable(
+            f"query vector has {vector.shape[0]} dimensions, the index {dimension}"
+        )
+    return vector
+
+
+class RedisHybridIndex:
+    """KNN + BM25 over a RediSearch index, fused with reciprocal rank fusion, in Redis.
+
+    Build it with `open()`, which connects, creates the index when it is missing and refuses
+    an index built for another embedder. The client must not decode responses: stored
+    vectors come back as raw float32 bytes, and are handed to the reranker with each hit.
+    """
+
+    supports_bm25_history = True
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        embedder_name: str,
+        dimension: int,
+        index_name: str = DEFAULT_INDEX_NAME,
+        vector: VectorIndexParams | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
+        write_batch: int = 500,
+        location: str = "",
+    ) -> None:
+        if min(dimension, write_batch, rrf_k, rrf_candidates) < 1:
+            raise ValueError("dimension, write_batch, rrf_k and rrf_candidates must be at least 1")
+        if not index_name or any(c.isspace() for c in index_name):
+            raise ValueError(f"invalid index name {index_name!r}")
+        self.client = client
+        self.embedder_name = embedder_name
+        self.dimension = dimension
+        self.index_name = index_name
+        self.vector = vector if vector is not None else VectorIndexParams()
+        self.rrf_k = rrf_k
+        self.rrf_candidates = rrf_candidates
+        self.write_batch = write_batch
+        self.location = location
+        self.writer = SingleNodeWriter(client, index_name, write_batch)
+        self.schema = IndexSchema(
+            index_name, self.writer.chunk_prefix, embedder_name, dimension, self.vector
+        )
+        self._meta_key = f"{index_name}:meta"
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        embedder_name: str,
+        dimension: int,
+        index_name: str = DEFAULT_INDEX_NAME,
+        vector: VectorIndexParams | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        rrf_candidates: int = FUSION_CANDIDATES,
+        write_batch: int = 500,
+        timeout_seconds: float = 10.0,
+    ) -> RedisHybridIndex:
+        """Connect to `url` (RESP2), create the index if missing, and check it fits."""
+        client = aioredis.Redis.from_url(
+            url,
+            protocol=2,
+            decode_responses=False,
+            socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+        )
+        index = cls(
+            client,
+            embedder_name=embedder_name,
+            dimension=dimension,
+            index_name=index_name,
+            vector=vector,
+            rrf_k=rrf_k,
+            rrf_candidates=rrf_candidates,
+            write_batch=write_batch,
+            location=redact_url(url),
+        )
+        try:
+            await index.ensure_index()
+        except BaseException:
+            await client.aclose()
+            raise
+        return index
+
+    def _redis(self, action: str) -> Any:
+        return unavailable_on_error(self.index_name, self.location, action)
+
+    async def ensure_index(self) -> None:
+        """Create the index when missing; refuse one built for another embedder or size."""
+        async with self._redis("opening the index"):
+            meta = cast(dict[bytes, bytes], await self.client.hgetall(self._meta_key))
+            if meta:
+                self.schema.check_meta(meta, FORMAT_VERSION)
+            info = await index_info(self.client, self.index_name)
+            if info is None:
+                await self._write_meta()
+                info = await self.schema.ensure(self.client)
+            self.schema.check_info(info, meta)
+            if not meta:  # an index whose creator stopped before writing the meta
+                await self._write_meta()
+
+    async def _write_meta(self) -> None:
+        await self.client.hset(self._meta_key, mapping=self.schema.meta())
+
+    # --- writes ------------------------------------------------------------------------------
+    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
+        check_batches(batches, self.dimension)
+        async with self._write_lock, self._redis("replacing sources"):
+            await self.writer.replace_sources(batches)
+
+    async def delete_sources(self, sources: Sequence[str] | None) -> int:
+        async with self._write_lock, self._redis("deleting sources"):
+            return await self.writer.delete_sources(sources)
+
+    # --- reads -------------------------------------------------------------------------------
+    def _queue(self, pipe: Any, args: Sequence[Any]) -> None:
+        pipe.execute_command(*args)
+
+    async def _call(self, args: Sequence[Any]) -> Any:
+        return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    async def search(self, query: SearchQuery) -> list[ScoredChunk]:
+        vector = query_vector(query, self.dimension)
+        if not query.hybrid:
+            return await self._dense_only(vector, query.k)
+        depth = max(query.k, self.rrf_candidates)
+        lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
+        text_query = bm25_query(lexical)
+        async with self._redis("search"):
+            pipe = self.client.pipeline(transaction=False)
+            self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False))
+            if text_query is not None:
+                self._queue(pipe, bm25_search(self.index_name, text_query, depth))
+            replies = await pipe.execute()
+            dense = {key: similarity for key, similarity, _ in knn_hits(replies[0])}
+            bm25: dict[str, float] = {}
+            if text_query is not None:
+                hits = scored_hits(replies[1])
+                exact = None
+                if straddles(hits, depth):
+                    args = bm25_aggregate(self.index_name, text_query, depth, "__key")
+                    exact = aggregate_values(await self._call(args), "__key")
+                bm25 = top_bm25(hits, depth, exact)
+            fused = reciprocal_rank_fusion(
+                [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
+            )[: query.k]
+            stored = await self._read([key for key, _ in fused])
+        return hybrid_results(fused, dense, bm25, stored, vector)
+
+    async def _read(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored fields of each key (None for a key that no longer exists)."""
+        if not keys:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(key, list(RETURNED))
+        return stored_fields(await pipe.execute())
+
+    async def _dense_only(self, vector: np.ndarray, k: int) -> list[ScoredChunk]:
+        async with self._redis("search"):
+            reply = await self._call(knn_search(self.index_name, vector, k, fields=True))
+        return [
+            scored_chunk(fields, {"dense": similarity}, "dense")
+            for _, similarity, fields in knn_hits(reply)
+        ]
+
+    async def list_sources(self) -> list[SourceInfo]:
+        async with self._redis("listing sources"):
+            members = await self.client.smembers(self.writer.sources_key)
+            names = sorted(text(s) for s in members)
+            pipe = self.client.pipeline(transaction=False)
+            for source in names:
+                pipe.hmget(self.writer.source_key(source), ["content_hash", "chunks"])
+            rows = await pipe.execute()
+        return [
+            SourceInfo(source=s, chunks=int(text(n or b"0")), content_hash=text(h or b""))
+            for s, (h, n) in zip(names, rows, strict=True)
+        ]
+
+    async def describe(self) -> dict[str, Any]:
+        async with self._redis("describe"):
+            info = await index_info(self.client, self.index_name)
+            sources = int(await self.client.scard(self.writer.sources_key))
+        if info is None:
+            raise IndexUnavailable(f"the Redis index {self.index_name!r} no longer exists")
+        return {
+            "kind": "redis",
+            "url": self.location,
+            "index": self.index_name,
+            "chunks": info.documents,
+            "sources": sources,
+            "dimension": self.dimension,
+            "algorithm": self.vector.algorithm,
+            # After a restart RediSearch re-indexes in the background; searches miss passages
+            # until it is done.
+            "indexing": info.indexing,
+            "percent_indexed": info.percent_indexed,
+        }
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,163 @@
+"""Remote retriever: a retriever service speaking OPEA's `/v1/retrieval` (ours or OPEA's).
+
+The megaservice sends the query text and the embedding it already computed (the blended
+vector, in blend mode), so the service searches with it instead of embedding again.
+Ingestion goes to the retriever service's own dataprep endpoints; through this client the
+index can be listed and sources deleted, but chunks cannot be written (`NotSupported`).
+Searches and listings are idempotent: each attempt is bounded by `timeout_seconds` as a
+whole and retried by the `RetryPolicy` given; deletions are tried once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
+from chatqna.documents import Chunk, ScoredChunk
+from chatqna.errors import NotSupported
+from chatqna.upstream.client import UpstreamClient, without_credentials
+from chatqna.upstream.policy import (
+    NO_RETRY,
+    UPSTREAM_FAILURES,
+    RetryPolicy,
+    post_json,
+    require,
+    translate_http_error,
+)
+
+BACKEND = "retriever"
+
+
+class RemoteRetriever:
+    """A `Retriever` backed by `POST /v1/retrieval` on another service.
+
+    OPEA's retrieval API has no field for earlier questions, so the history-aware BM25 leg
+    cannot run behind it.
+    """
+
+    supports_bm25_history = False
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_seconds: float = 30.0,
+        connect_timeout_seconds: float = 5.0,
+        headers: dict[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.endpoint = without_credentials(endpoint)
+        self.calls = 0
+        self._timeout = timeout_seconds
+        self._retry = retry if retry is not None else NO_RETRY
+        self._client = UpstreamClient(
+            endpoint,
+            timeout_seconds=timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            headers=headers,
+            transport=transport,
+        )
+
+    async def search(self, query: SearchQuery) -> list[ScoredChunk]:
+        payload = {
+            "text": query.text,
+            "embedding": np.asarray(query.embedding, dtype=np.float32).tolist(),
+            "k": query.k,
+            "hybrid": query.hybrid,
+            "search_type": "similarity",
+            "fusion_weights": list(query.fusion_weights),
+        }
+        body = await post_json(
+            self._client,
+            "/v1/retrieval",
+            payload,
+            backend=BACKEND,
+            retry=self._retry,
+            timeout_seconds=self._timeout,
+        )
+        self.calls += 1
+        require(
+            isinstance(body, dict) and isinstance(body.get("retrieved_docs"), list),
+            backend=BACKEND,
+            what="no retrieved_docs list",
+        )
+        return [self._scored(item) for item in body["retrieved_docs"]]
+
+    @staticmethod
+    def _scored(item: Any) -> ScoredChunk:
+        require(
+            isinstance(item, dict) and isinstance(item.get("text"), str),
+            backend=BACKEND,
+            what="a retrieved doc without text",
+        )
+        metadata: dict[str, Any] = (
+            item["metadata"] if isinstance(item.get("metadata"), dict) else {}
+        )
+        scores: dict[str, Any] = (
+            metadata["scores"] if isinstance(metadata.get("scores"), dict) else {}
+        )
+        score = item.get("score", 0.0)
+        require(isinstance(score, (int, float)), backend=BACKEND, what="score is not a number")
+        chunk = Chunk(
+            id=str(item.get("id", "")),
+            text=item["text"],
+            source=str(metadata.get("source", "")),
+            title=str(metadata.get("title", "")),
+            index=int(metadata.get("chunk_index", 0) or 0),
+        )
+        return ScoredChunk(
+            chunk,
+            float(score),
+            {str(k): float(v) for k, v in scores.items() if isinstance(v, (int, float))},
+        )
+
+    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
+        raise NotSupported(
+            "with RETRIEVER_ENDPOINT set, ingest through the retriever service's "
+            "POST /v1/dataprep/ingest"
+        )
+
+    async def delete_sources(self, sources: Sequence[str] | None) -> int:
+        removed = 0
+        for name in ["all"] if sources is None else list(sources):
+            body = await post_json(
+                self._client,
+                "/v1/dataprep/delete",
+                {"file_path": name},
+                backend=BACKEND,
+                timeout_seconds=self._timeout,
+            )
+            removed += int(body.get("removed_chunks", 0)) if isinstance(body, dict) else 0
+        return removed
+
+    async def list_sources(self) -> list[SourceInfo]:
+        body = await post_json(
+            self._client,
+            "/v1/dataprep/get",
+            {},
+            backend=BACKEND,
+            retry=self._retry,
+            timeout_seconds=self._timeout,
+        )
+        require(isinstance(body, list), backend=BACKEND, what="file list is not a list")
+        return [SourceInfo(str(item.get("name")), int(item.get("chunks", 0))) for item in body]
+
+    async def describe(self) -> dict[str, Any]:
+        try:
+            reply = await self._client.get("/v1/ready")
+        except UPSTREAM_FAILURES as exc:
+            raise translate_http_error(exc, backend=BACKEND, what="GET /v1/ready") from exc
+        require(
+            reply.status == 200,
+            backend=BACKEND,
+            what=f"retriever service not ready (HTTP {reply.status})",
+        )
+        return {"kind": "remote", "endpoint": self.endpoint, "calls": self.calls}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,54 @@
+"""What an upstream client gives its backends: timeouts, whole replies, streamed replies.
+
+Beside `chatqna.upstream.client` (the client), so that the backends and `http` import
+these without importing the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """`read` bounds a wait for a pooled connection and each read or write, `connect` a new
+    connection's handshake (httpx's `Timeout(read, connect=connect)`)."""
+
+    read: float
+    connect: float
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A whole response: status and the body as sent."""
+
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        """The body decoded as JSON (orjson; raises `orjson.JSONDecodeError`, a
+        `json.JSONDecodeError`, when it is not JSON)."""
+        return orjson.loads(self.body)
+
+
+class StreamReply(Protocol):
+    """A response whose body is read as it arrives; `aclose` must always be awaited."""
+
+    status: int
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes, chunk by chunk, as the network delivers them."""
+        ...
+
+    async def read(self) -> bytes:
+        """The rest of the body at once (an error answer's few bytes)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the connection: back to the pool when the body was read to its end,
+        closed (ending the upstream's work, e.g. a generation) when it was not."""
+        ...

@@ -1,0 +1,131 @@
+"""Chunking: sections become bounded, overlapping, deterministically identified chunks."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+from chatqna.documents import LoadedDocument, chunk_id_for
+from chatqna.ingest.chunking import chunk_document
+from chatqna.ingest.loaders import load_document
+
+
+def sentence(n: int) -> str:
+    return f"Sentence number {n} talks about refunds and invoices in some detail."
+
+
+def long_paragraphs(paragraphs: int, sentences_each: int) -> str:
+    return "\n\n".join(
+        " ".join(sentence(p * 100 + s) for s in range(sentences_each)) for p in range(paragraphs)
+    )
+
+
+def squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def test_short_sections_become_one_chunk_each() -> None:
+    doc = LoadedDocument("a.md", "Doc", [("Intro", "Hello."), ("Usage", "Use it.")])
+    chunks = chunk_document(doc)
+    assert [(c.index, c.title, c.text) for c in chunks] == [
+        (0, "Intro", "Hello."),
+        (1, "Usage", "Use it."),
+    ]
+    assert [c.id for c in chunks] == [chunk_id_for("a.md", 0), chunk_id_for("a.md", 1)]
+    assert all(c.source == "a.md" for c in chunks)
+
+
+def test_empty_sections_are_skipped_and_indexes_stay_contiguous() -> None:
+    doc = LoadedDocument("a.txt", "Doc", [("A", "one"), ("B", "  \n "), ("", "three")])
+    chunks = chunk_document(doc)
+    assert [c.index for c in chunks] == [0, 1]
+    # An empty heading falls back to the document title.
+    assert [c.title for c in chunks] == ["A", "Doc"]
+
+
+def test_long_section_respects_max_chars_and_carries_overlap() -> None:
+    text = long_paragraphs(paragraphs=6, sentences_each=5)
+    doc = LoadedDocument("long.md", "Long", [("Body", text)])
+    chunks = chunk_document(doc, max_chars=500, overlap_chars=80)
+    assert len(chunks) > 3
+    assert all(len(c.text) <= 500 for c in chunks)
+    assert all(c.title == "Body" for c in chunks)
+    words = set(text.split())
+    for previous, current in itertools.pairwise(chunks):
+        # The next chunk opens with a whole-word tail of the previous one, at most 80 chars.
+        overlap = max(
+            (k for k in range(1, 81) if current.text.startswith(previous.text[-k:])),
+            default=0,
+        )
+        assert 0 < overlap <= 80
+        assert previous.text[-overlap - 1].isspace()
+    for chunk in chunks:
+        assert set(chunk.text.split()) <= words, "a word was cut in half"
+
+
+def test_long_section_loses_no_text_without_overlap() -> None:
+    text = long_paragraphs(paragraphs=4, sentences_each=7)
+    doc = LoadedDocument("x.txt", "X", [("X", text)])
+    chunks = chunk_document(doc, max_chars=300, overlap_chars=0)
+    assert all(len(c.text) <= 300 for c in chunks)
+    assert squash("".join(c.text for c in chunks)) == squash(text)
+
+
+def test_split_prefers_paragraph_boundaries() -> None:
+    paragraphs = [f"Paragraph {n}. " + "word " * 60 for n in range(5)]
+    text = "\n\n".join(p.strip() for p in paragraphs)
+    doc = LoadedDocument("p.txt", "P", [("P", text)])
+    chunks = chunk_document(doc, max_chars=700, overlap_chars=0)
+    # Each paragraph is ~320 chars: two fit per chunk, and no paragraph is broken.
+    assert [c.text.count("Paragraph") for c in chunks] == [2, 2, 1]
+    assert all(c.text.startswith("Paragraph") for c in chunks)
+
+
+def test_paragraph_longer_than_max_splits_on_sentences() -> None:
+    text = " ".join(sentence(n) for n in range(20))
+    chunks = chunk_document(
+        LoadedDocument("s.txt", "S", [("S", text)]), max_chars=200, overlap_chars=0
+    )
+    assert all(len(c.text) <= 200 for c in chunks)
+    assert all(c.text.endswith("detail.") for c in chunks)
+
+
+def test_text_without_spaces_is_cut_hard_at_max_chars() -> None:
+    text = "x" * 1000
+    chunks = chunk_document(
+        LoadedDocument("b.txt", "B", [("B", text)]), max_chars=300, overlap_chars=50
+    )
+    assert all(len(c.text) <= 300 for c in chunks)
+    assert sum(len(c.text) for c in chunks) >= 1000
+
+
+def test_chunking_is_deterministic_and_ids_follow_the_source() -> None:
+    text = long_paragraphs(paragraphs=5, sentences_each=6)
+    doc = LoadedDocument("guide.md", "Guide", [("One", text), ("Two", "short")])
+    first, second = chunk_document(doc, 400, 60), chunk_document(doc, 400, 60)
+    assert first == second
+    assert [c.id for c in first] == [chunk_id_for("guide.md", i) for i in range(len(first))]
+    assert [c.index for c in first] == list(range(len(first)))
+    renamed = chunk_document(LoadedDocument("other.md", "Guide", doc.sections), 400, 60)
+    assert {c.id for c in renamed}.isdisjoint(c.id for c in first)
+
+
+@pytest.mark.parametrize(
+    ("max_chars", "overlap_chars"), [(100, 100), (100, 150), (100, -1), (0, 0)]
+)
+def test_invalid_sizes_are_rejected(max_chars: int, overlap_chars: int) -> None:
+    doc = LoadedDocument("a.txt", "A", [("A", "text")])
+    with pytest.raises(ValueError, match="max_chars"):
+        chunk_document(doc, max_chars=max_chars, overlap_chars=overlap_chars)
+
+
+def test_loaded_markdown_chunks_carry_section_headings() -> None:
+    body = " ".join(sentence(n) for n in range(40))
+    data = f"# Guide\n\nIntro.\n\n## Long part\n\n{body}\n\n## End\n\nBye.\n".encode()
+    chunks = chunk_document(load_document("guide.md", data), max_chars=600, overlap_chars=100)
+    titles = [c.title for c in chunks]
+    assert titles[0] == "Guide" and titles[-1] == "End"
+    assert titles.count("Long part") >= 4
+    assert chunks[0].text == "Intro." and chunks[-1].text == "Bye."

@@ -1,0 +1,108 @@
+"""HTML: main content only, <pre> verbatim, charsets as a browser reads them, h1-h6 sections."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatqna.errors import DocumentLoadError
+from chatqna.ingest.html_text import decode_html
+from chatqna.ingest.loaders import load_document
+
+PAGE = b"""<!doctype html>
+<html><head><title>Install guide</title><style>.x { color: red }</style></head>
+<body>
+<header><a href="/">Larkspur</a> site banner</header>
+<nav><ul><li><a href="/docs">Docs menu</a></li></ul></nav>
+<main>
+  <h1>Install guide</h1>
+  <p>Install   the CLI first.</p>
+  <h3>On Linux</h3>
+  <pre><code>curl -sSL https://example.invalid/install.sh | sh
+  larkspur login
+    --token XYZ</code></pre>
+  <noscript>Enable JavaScript to see this page.</noscript>
+  <template><p>Template text</p></template>
+  <svg><text>Chart label</text></svg>
+  <p hidden>Hidden paragraph</p>
+  <div aria-hidden="true">Decorative text</div>
+  <div style="display: none">Collapsed text</div>
+  <span style="VISIBILITY:hidden">Invisible text</span>
+  <h4>Proxy settings</h4>
+  <p>Set <em>HTTPS_PROXY</em><br>before login.</p>
+  <table><tr><th>Flag</th><th>Meaning</th></tr><tr><td>--quiet</td><td>no output</td></tr></table>
+</main>
+<aside>Related: other guides</aside>
+<footer>Copyright footer text</footer>
+<script>document.write("Script text")</script>
+</body></html>"""
+
+
+def test_main_content_sections_and_pre_verbatim() -> None:
+    doc = load_document("install.html", PAGE)
+    assert doc.title == "Install guide"
+    assert doc.sections == [
+        ("Install guide", "Install the CLI first."),
+        (
+            "On Linux",
+            "curl -sSL https://example.invalid/install.sh | sh\n  larkspur login\n    --token XYZ",
+        ),
+        ("Proxy settings", "Set HTTPS_PROXY\nbefore login.\n\nFlag: --quiet; Meaning: no output"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "dropped",
+    [
+        "site banner", "Docs menu", "Enable JavaScript", "Template text", "Chart label",
+        "Hidden paragraph", "Decorative text", "Collapsed text", "Invisible text",
+        "Copyright footer", "Script text", "color: red", "other guides",
+    ],
+)  # fmt: skip
+def test_what_a_reader_does_not_see_is_dropped(dropped: str) -> None:
+    text = " ".join(text for _, text in load_document("install.html", PAGE).sections)
+    assert dropped not in text
+
+
+def test_without_main_the_body_is_read_and_headings_of_every_level_start_sections() -> None:
+    page = b"<body><p>Intro.</p><h2>Two</h2><p>b</p><h5>Five</h5><p>e</p><h6>Six</h6><p>f</p>"
+    doc = load_document("levels.htm", page)
+    assert doc.title == "levels"
+    assert doc.sections == [("levels", "Intro."), ("Two", "b"), ("Five", "e"), ("Six", "f")]
+
+
+def test_single_article_is_the_main_content() -> None:
+    page = b"<body><div>Sidebar teaser</div><article><h2>News</h2><p>Body.</p></article></body>"
+    assert load_document("news.html", page).sections == [("News", "Body.")]
+
+
+def test_charset_from_meta_tag() -> None:
+    page = '<html><head><meta charset="windows-1252"><title>Caf\u00e9</title></head>'
+    page += "<body><p>Cr\u00e8me br\u00fbl\u00e9e \u2013 \u20ac4</p></body></html>"
+    doc = load_document("menu.html", page.encode("cp1252"))
+    assert doc.title == "Caf\u00e9"
+    assert doc.sections == [("Caf\u00e9", "Cr\u00e8me br\u00fbl\u00e9e \u2013 \u20ac4")]
+
+
+def test_charset_from_http_equiv_meta_and_latin1_label_reads_as_windows_1252() -> None:
+    head = '<meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1">'
+    page = (head + "<p>\u201cquoted\u201d</p>").encode("cp1252")
+    assert decode_html("q.html", page).endswith("<p>\u201cquoted\u201d</p>")
+
+
+def test_header_charset_beats_meta_and_bom_beats_both() -> None:
+    page = '<meta charset="utf-8"><p>\u00c5re</p>'.encode("iso-8859-15")
+    assert decode_html("s.html", page, header_charset="iso-8859-15").endswith("\u00c5re</p>")
+    bom = b"\xef\xbb\xbf" + '<meta charset="windows-1252"><p>\u00c5re</p>'.encode()
+    assert decode_html("b.html", bom, header_charset="iso-8859-15").endswith("\u00c5re</p>")
+    utf16 = "\ufeff<p>\u00c5re</p>".encode("utf-16-le")
+    assert decode_html("u.html", utf16) == "<p>\u00c5re</p>"
+
+
+def test_undeclared_non_utf8_page_is_a_load_error() -> None:
+    with pytest.raises(DocumentLoadError, match="declares no charset"):
+        load_document("latin.html", "<p>caf\u00e9</p>".encode("latin-1"))
+
+
+def test_deeply_nested_page_does_not_exhaust_the_stack() -> None:
+    page = b"<div>" * 5000 + b"deep text" + b"</div>" * 5000
+    assert load_document("deep.html", page).sections == [("deep", "deep text")]

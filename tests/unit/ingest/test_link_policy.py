@@ -1,0 +1,72 @@
+"""The address policy for `link_list`: what is refused by default and what the allow-list opens."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatqna.errors import LinkRefused, LinkUnreadable
+from chatqna.ingest.link_policy import LinkPolicy, resolve_checked
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback_address"),
+        ("127.8.9.10", "loopback_address"),
+        ("::1", "loopback_address"),
+        ("::ffff:127.0.0.1", "loopback_address"),
+        ("0.0.0.0", "unspecified_address"),
+        ("10.1.2.3", "private_address"),
+        ("172.16.0.1", "private_address"),
+        ("192.168.1.1", "private_address"),
+        ("fd12:3456::1", "private_address"),
+        ("169.254.10.20", "link_local_address"),
+        ("fe80::1", "link_local_address"),
+        ("169.254.169.254", "metadata_address"),
+        ("fd00:ec2::254", "metadata_address"),
+        ("100.100.100.200", "metadata_address"),
+        ("100.64.0.1", "reserved_address"),
+        ("224.0.0.1", "multicast_address"),
+        ("93.184.215.14", None),
+        ("2606:4700::1111", None),
+    ],
+)
+def test_default_refusals(address: str, reason: str | None) -> None:
+    assert LinkPolicy().refusal("host.test", address) == reason
+
+
+def test_allow_list_opens_named_hosts_and_networks() -> None:
+    policy = LinkPolicy.from_entries(["Intranet.Example", "10.20.0.0/16", "::1"])
+    assert policy.refusal("intranet.example", "10.9.9.9") is None
+    assert policy.refusal("intranet.example.", "127.0.0.1") is None
+    assert policy.refusal("other.example", "10.20.30.40") is None
+    assert policy.refusal("other.example", "10.21.0.1") == "private_address"
+    assert policy.refusal("other.example", "::1") is None
+    assert policy.refusal("other.example", "169.254.169.254") == "metadata_address"
+
+
+async def test_a_name_is_refused_when_any_of_its_addresses_is() -> None:
+    async def resolver(host: str, port: int) -> list[str]:
+        return {"mixed.test": ["93.184.215.14", "10.0.0.5"]}[host]
+
+    with pytest.raises(LinkRefused) as info:
+        await resolve_checked(LinkPolicy(), resolver, "http://mixed.test/a", "mixed.test", 80)
+    error = info.value
+    assert error.status_code == 403 and error.reason == "private_address"
+    assert error.details == {
+        "url": "http://mixed.test/a",
+        "host": "mixed.test",
+        "address": "10.0.0.5",
+    }
+    assert "http://mixed.test/a" in error.message and "10.0.0.5" in error.message
+
+
+async def test_an_unresolvable_name_is_unreadable() -> None:
+    async def resolver(host: str, port: int) -> list[str]:
+        raise OSError("Name or service not known")
+
+    with pytest.raises(LinkUnreadable) as info:
+        await resolve_checked(LinkPolicy(), resolver, "http://nowhere.test/", "nowhere.test", 80)
+    assert info.value.reason == "dns_error"

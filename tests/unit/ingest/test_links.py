@@ -1,0 +1,182 @@
+"""Fetching `link_list` URLs: content types, redirects, bounds; the network replaced by
+`httpx.MockTransport` and names resolved by a fake resolver."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+
+from chatqna.errors import LinkRefused, LinkUnreadable, PayloadTooLarge, UnsupportedFileType
+from chatqna.ingest.links import LinkFetcher
+from chatqna.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+NAMES = {"docs.test": ["93.184.215.14"], "intranet.test": ["10.1.2.3"]}
+
+
+async def fake_resolver(host: str, port: int) -> list[str]:
+    if host not in NAMES:
+        raise OSError(f"unknown host {host}")
+    return NAMES[host]
+
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def fetcher(handler: Handler, seen: list[str] | None = None, **settings: object) -> LinkFetcher:
+    def recording(request: httpx.Request) -> httpx.Response:
+        if seen is not None:
+            seen.append(str(request.url))
+        return handler(request)
+
+    return LinkFetcher(
+        Settings(**settings),  # type: ignore[arg-type]
+        resolver=fake_resolver,
+        transport=httpx.MockTransport(recording),
+    )
+
+
+def page(
+    body: bytes, content_type: str = "text/html; charset=utf-8", **kw: object
+) -> httpx.Response:
+    return httpx.Response(200, content=body, headers={"content-type": content_type}, **kw)  # type: ignore[arg-type]
+
+
+async def test_pages_are_named_by_url_and_typed_by_content_type() -> None:
+    bodies = {
+        "/guide": page(b"<h1>Guide</h1>", "text/html; charset=ISO-8859-15"),
+        "/data": page(b"[1]", "application/json"),
+        "/notes.md": page(b"# Notes", "text/plain"),
+        "/report.pdf": page(b"%PDF", "application/octet-stream"),
+    }
+    files = await fetcher(lambda r: bodies[r.url.path]).fetch_all(
+        [f"https://docs.test{path}" for path in bodies]
+    )
+    assert [(f.source, f.kind, f.charset) for f in files] == [
+        ("https://docs.test/guide", "html", "ISO-8859-15"),
+        ("https://docs.test/data", "json", None),
+        ("https://docs.test/notes.md", "markdown", None),
+        ("https://docs.test/report.pdf", "pdf", None),
+    ]
+
+
+async def test_redirects_are_followed_and_each_hop_is_checked() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/old":
+            return httpx.Response(301, headers={"location": "/new"})
+        if request.url.path == "/new":
+            return page(b"<p>moved</p>")
+        return httpx.Response(302, headers={"location": "http://intranet.test/admin"})
+
+    files = await fetcher(handler, seen).fetch_all(["https://docs.test/old"])
+    assert files[0].source == "https://docs.test/old" and files[0].data == b"<p>moved</p>"
+    with pytest.raises(LinkRefused) as info:
+        await fetcher(handler, seen).fetch_all(["https://docs.test/bounce"])
+    assert info.value.reason == "private_address"
+    assert info.value.details == {
+        "url": "https://docs.test/bounce",
+        "host": "intranet.test",
+        "address": "10.1.2.3",
+    }
+    assert not any("intranet.test" in url for url in seen)
+
+
+async def test_redirect_to_a_metadata_address_literal_is_refused() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(307, headers={"location": "http://169.254.169.254/latest/"})
+
+    with pytest.raises(LinkRefused) as info:
+        await fetcher(handler).fetch_all(["https://docs.test/x"])
+    assert info.value.reason == "metadata_address"
+
+
+async def test_too_many_redirects() -> None:
+    def loop(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(302, headers={"location": "/again"})
+
+    with pytest.raises(LinkUnreadable) as info:
+        await fetcher(loop, chatqna_dataprep_link_max_redirects=3).fetch_all(["https://docs.test/"])
+    assert info.value.reason == "too_many_redirects" and info.value.status_code == 422
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://docs.test/a", "http:///nohost"])
+async def test_only_http_urls_with_a_host(url: str) -> None:
+    with pytest.raises(LinkRefused) as info:
+        await fetcher(lambda r: page(b"x")).fetch_all([url])
+    assert info.value.reason == "bad_url" and info.value.details == {"url": url}
+
+
+async def test_unreadable_content_type_is_415() -> None:
+    with pytest.raises(UnsupportedFileType) as info:
+        await fetcher(lambda r: page(b"\x89PNG", "image/png")).fetch_all(["https://docs.test/logo"])
+    assert info.value.details == {"url": "https://docs.test/logo", "content_type": "image/png"}
+
+
+async def test_http_error_status_is_422() -> None:
+    with pytest.raises(LinkUnreadable) as info:
+        await fetcher(lambda r: httpx.Response(404)).fetch_all(["https://docs.test/gone"])
+    assert info.value.reason == "http_status" and info.value.details["status"] == 404
+
+
+async def test_declared_and_streamed_sizes_beyond_the_cap_are_413() -> None:
+    small = {"chatqna_dataprep_link_max_bytes": 1000}
+    declared = fetcher(lambda r: page(b"x" * 2000), **small)
+    with pytest.raises(PayloadTooLarge):
+        await declared.fetch_all(["https://docs.test/big"])
+
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            yield b"<p>" + b"y" * 500 + b"</p>"
+            await asyncio.sleep(0)
+
+    streamed = fetcher(lambda r: page(endless()), **small)
+    with pytest.raises(PayloadTooLarge) as info:
+        await streamed.fetch_all(["https://docs.test/endless"])
+    assert info.value.details == {"url": "https://docs.test/endless", "limit": 1000}
+
+
+async def test_a_trickle_that_never_ends_is_cut_at_the_deadline() -> None:
+    async def trickle() -> AsyncIterator[bytes]:
+        while True:
+            yield b"."
+            await asyncio.sleep(0.05)
+
+    slow = fetcher(lambda r: page(trickle()), chatqna_dataprep_link_timeout_seconds=0.3)
+    with pytest.raises(LinkUnreadable) as info:
+        await slow.fetch_all(["https://docs.test/slow"])
+    assert info.value.reason == "timeout" and info.value.details == {
+        "url": "https://docs.test/slow"
+    }
+
+
+async def test_unresolvable_name() -> None:
+    with pytest.raises(LinkUnreadable) as info:
+        await fetcher(lambda r: page(b"x")).fetch_all(["https://missing.test/"])
+    assert info.value.reason == "dns_error"
+
+
+async def test_a_name_that_rebinds_between_check_and_connect_is_refused() -> None:
+    """The pinned connection resolves and checks again, and connects only to what passed:
+    a name that answers a public address for the check and a private one for the
+    connection never gets the connection."""
+    answers = iter([["93.184.215.14"], ["10.0.0.9"]])
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        return next(answers)
+
+    real = LinkFetcher(Settings(), resolver=rebinding)  # no transport: the pinned one
+    with pytest.raises(LinkRefused) as info:
+        await real.fetch_all(["http://rebind.test/page"])
+    assert info.value.reason == "private_address"
+    assert info.value.details == {
+        "url": "http://rebind.test/page",
+        "host": "rebind.test",
+        "address": "10.0.0.9",
+    }
+    assert "when connecting" in info.value.message

@@ -1,0 +1,243 @@
+"""Loaders: each format becomes a title plus (heading, text) sections."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from pypdf import PdfReader, PdfWriter
+
+from chatqna.errors import DocumentLoadError, UnsupportedFileType
+from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, load_document
+
+
+def minimal_pdf(text: str, title: str | None = None) -> bytes:
+    """A one-page PDF drawing `text` in Helvetica, with a byte-exact xref table."""
+    content = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        (
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
+            b" /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
+        ),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+    ]
+    if title is not None:
+        objects.append(b"<< /Title (" + title.encode("latin-1") + b") >>")
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref_at = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for offset in offsets:
+        out += b"%010d 00000 n \n" % offset
+    info = b" /Info 6 0 R" if title is not None else b""
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(objects) + 1, info)
+    out += b"startxref\n%d\n%%%%EOF\n" % xref_at
+    return bytes(out)
+
+
+# --- markdown ---------------------------------------------------------------------------
+
+MARKDOWN = """\
+# Billing Guide
+
+How billing works.
+
+## Payment methods
+
+Cards are accepted.
+
+### Bank transfer
+
+Only on annual plans.
+
+## Refunds ##
+
+Refunds take 5 days.
+"""
+
+
+def test_markdown_title_and_level2_sections() -> None:
+    doc = load_document("guides/billing.md", MARKDOWN.encode())
+    assert doc.source == "guides/billing.md"
+    assert doc.title == "Billing Guide"
+    assert [heading for heading, _ in doc.sections] == [
+        "Billing Guide",
+        "Payment methods",
+        "Refunds",
+    ]
+    assert doc.sections[0][1] == "How billing works."
+    # A level-3 heading stays inside its level-2 section.
+    assert doc.sections[1][1] == "Cards are accepted.\n\n### Bank transfer\n\nOnly on annual plans."
+    assert doc.sections[2][1] == "Refunds take 5 days."
+
+
+def test_markdown_ignores_headings_inside_code_fences() -> None:
+    text = (
+        "# Shell tips\n\n## Comments\n\n"
+        "```bash\n# not a title\n## not a section\necho hi\n```\n\n"
+        "~~~~\n## still code\n~~~\n~~~~\n\nAfter the fences.\n"
+    )
+    doc = load_document("tips.markdown", text.encode())
+    assert doc.title == "Shell tips"
+    assert [heading for heading, _ in doc.sections] == ["Comments"]
+    body = doc.sections[0][1]
+    assert "## not a section" in body
+    assert "# not a title" in body
+    assert "## still code" in body
+    assert body.endswith("After the fences.")
+
+
+def test_markdown_without_h1_uses_stem_and_skips_empty_preamble() -> None:
+    doc = load_document("notes/setup-guide.MD", b"## Install\n\nRun it.\n\n## Use\n\nCall it.\n")
+    assert doc.title == "setup-guide"
+    assert doc.sections == [("Install", "Run it."), ("Use", "Call it.")]
+
+
+def test_markdown_with_bom_and_crlf() -> None:
+    doc = load_document("a.md", "\ufeff# Title\r\n\r\nBody text.\r\n".encode())
+    assert doc.title == "Title"
+    assert doc.sections == [("Title", "Body text.")]
+
+
+# --- html ---------------------------------------------------------------------------
+
+HTML = b"""<!doctype html>
+<html><head><title>Plans &amp; Pricing</title>
+<style>p { color: red }</style>
+<script>var secret = "<h2>not a heading</h2>";</script></head>
+<body>
+<nav><a href="/">Home</a><h2>Menu</h2></nav>
+<p>Choose a   plan &mdash; any plan.</p>
+<div>Line one<br>Line two</div>
+<h2>Free <em>tier</em></h2>
+<p>Up to 3 &lt;seats&gt;.</p><ul><li>one</li><li>two</li></ul>
+<h2>Business</h2>
+<p>SSO&nbsp;included.</p>
+<script>alert("x")</script>
+</body></html>"""
+
+
+def test_html_title_sections_and_dropped_elements() -> None:
+    doc = load_document("site/plans.html", HTML)
+    assert doc.title == "Plans & Pricing"
+    assert doc.sections == [
+        ("Plans & Pricing", "Choose a plan \u2014 any plan.\n\nLine one\nLine two"),
+        ("Free tier", "Up to 3 <seats>.\n\none\n\ntwo"),
+        ("Business", "SSO included."),
+    ]
+    everything = " ".join(text for _, text in doc.sections)
+    for dropped in ("secret", "alert", "color", "Home", "Menu", "not a heading"):
+        assert dropped not in everything
+
+
+def test_html_title_falls_back_to_first_h1() -> None:
+    doc = load_document("page.htm", b"<h1>Getting started</h1><p>Hello.</p><h2>Next</h2><p>Go.</p>")
+    assert doc.title == "Getting started"
+    assert doc.sections == [("Getting started", "Hello."), ("Next", "Go.")]
+
+
+def test_html_h1_starts_a_section_and_head_may_be_unclosed() -> None:
+    doc = load_document("p.html", b"<head><title>Site</title><body><h1>Page</h1><p>Text</p>")
+    assert doc.title == "Site"
+    assert doc.sections == [("Page", "Text")]
+
+
+# --- plain text ---------------------------------------------------------------------------
+
+
+def test_txt_is_one_section_with_paragraphs_preserved() -> None:
+    doc = load_document(
+        "faq/refund-policy.txt", b"First paragraph\nstill first.\n\n\nSecond.  \n\n"
+    )
+    assert doc.title == "refund-policy"
+    assert doc.sections == [("refund-policy", "First paragraph\nstill first.\n\nSecond.")]
+
+
+# --- pdf ---------------------------------------------------------------------------
+
+
+def test_hand_built_pdf_is_valid_in_strict_mode() -> None:
+    reader = PdfReader(io.BytesIO(minimal_pdf("Strict check")), strict=True)
+    assert "Strict check" in reader.pages[0].extract_text()
+
+
+def test_pdf_text_and_metadata_title() -> None:
+    doc = load_document("manual.pdf", minimal_pdf("Refunds take five days.", title="User Manual"))
+    assert doc.title == "User Manual"
+    assert doc.sections == [("User Manual (page 1)", "Refunds take five days.")]
+
+
+def test_pdf_title_falls_back_to_stem() -> None:
+    doc = load_document("docs/Manual.PDF", minimal_pdf("Hello PDF"))
+    assert doc.title == "Manual"
+    assert doc.sections[0][1] == "Hello PDF"
+
+
+def test_encrypted_pdf_is_rejected() -> None:
+    writer = PdfWriter()
+    writer.add_blank_page(width=200, height=200)
+    writer.encrypt("secret", algorithm="RC4-128")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    with pytest.raises(DocumentLoadError, match="encrypted"):
+        load_document("locked.pdf", buffer.getvalue())
+
+
+def test_garbage_pdf_is_rejected() -> None:
+    with pytest.raises(DocumentLoadError, match="not a readable PDF"):
+        load_document("broken.pdf", b"%PDF-1.4\nthis is not really a pdf\n")
+
+
+def test_pdf_without_text_is_rejected() -> None:
+    writer = PdfWriter()
+    writer.add_blank_page(width=200, height=200)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    with pytest.raises(DocumentLoadError, match="contains no text"):
+        load_document("blank.pdf", buffer.getvalue())
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["report.doc", "archive.tar.gz", "README"])
+def test_unsupported_suffix(source: str) -> None:
+    with pytest.raises(UnsupportedFileType) as info:
+        load_document(source, b"whatever")
+    message = str(info.value)
+    assert source in message
+    assert all(suffix in message for suffix in SUPPORTED_SUFFIXES)
+
+
+def test_invalid_utf8_is_a_load_error_not_a_silent_fallback() -> None:
+    with pytest.raises(DocumentLoadError, match="not valid UTF-8"):
+        load_document("latin.txt", "caf\u00e9".encode("latin-1"))
+
+
+@pytest.mark.parametrize("source", ["empty.txt", "empty.md", "empty.html", "empty.pdf"])
+@pytest.mark.parametrize("data", [b"", b"  \n\t\n"])
+def test_empty_file_contains_no_text(source: str, data: bytes) -> None:
+    with pytest.raises(DocumentLoadError, match="contains no text"):
+        load_document(source, data)
+
+
+@pytest.mark.parametrize(
+    ("source", "data"),
+    [
+        ("bom.txt", b"\xef\xbb\xbf \n"),
+        ("headings.md", b"# Title only\n\n## Empty\n"),
+        (
+            "script.html",
+            b"<html><head><title>T</title></head><script>x()</script></html>",
+        ),
+    ],
+)
+def test_no_extracted_text_is_rejected(source: str, data: bytes) -> None:
+    with pytest.raises(DocumentLoadError, match="contains no text"):
+        load_document(source, data)

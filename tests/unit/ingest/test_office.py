@@ -1,0 +1,115 @@
+"""Office loaders: headings, tables as named rows, slides with notes, and hostile files."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import pytest
+
+from chatqna.errors import DocumentLoadError, PayloadTooLarge
+from chatqna.ingest.loaders import LoadLimits, load_document
+from tests.unit.ingest.office_files import (
+    handbook_docx,
+    million_cell_xlsx,
+    ole_file,
+    onboarding_pptx,
+    price_list_xlsx,
+    zip_bomb,
+)
+
+
+def test_docx_headings_start_sections_and_tables_name_their_columns() -> None:
+    doc = load_document("hr/handbook.docx", handbook_docx())
+    assert doc.title == "Employee Handbook"
+    assert doc.sections == [
+        ("Employee Handbook", "Welcome to the company."),
+        ("Travel expenses", "Train tickets are reimbursed in second class only."),
+        (
+            "Per diem",
+            "City: Berlin; Daily allowance: 42 EUR\n\nCity: Lisbon; Daily allowance: 37 EUR",
+        ),
+        ("Parental leave", "Parents receive sixteen weeks of paid leave."),
+    ]
+
+
+def test_pptx_slides_keep_titles_notes_and_tables() -> None:
+    doc = load_document("onboarding.pptx", onboarding_pptx())
+    assert doc.title == "Onboarding"
+    headings = [heading for heading, _ in doc.sections]
+    assert headings == ["Slide 1: Onboarding", "Slide 2: Laptop setup", "Slide 3: Contacts"]
+    laptop = doc.sections[1][1]
+    assert laptop.startswith("Laptop setup\n\nCollect your laptop")
+    assert laptop.endswith("Notes: Remind them the VPN token expires after 90 days.")
+    assert doc.sections[2][1] == "Contacts\n\nTeam: Payroll; Extension: 4471"
+
+
+def test_xlsx_sheets_become_sections_of_named_rows() -> None:
+    doc = load_document("prices.xlsx", price_list_xlsx())
+    assert doc.sections == [
+        (
+            "prices: Prices",
+            "Product: Starter; Monthly price (EUR): 9; Seats: 3\n\n"
+            "Product: Business; Monthly price (EUR): 49; Seats: 50\n\n"
+            "Product: Enterprise; Monthly price (EUR): 199; Seats: 500",
+        ),
+        ("prices: Contacts", "Region: Nordics; Sales contact: Astrid Berg"),
+    ]
+
+
+def test_a_spreadsheet_beyond_the_cell_limit_is_413() -> None:
+    with pytest.raises(PayloadTooLarge, match="more than 300 cells"):
+        load_document("big.xlsx", price_list_xlsx(extra_rows=200), limits=LoadLimits(max_cells=300))
+
+
+def test_a_million_cells_is_refused_by_its_declared_size() -> None:
+    with pytest.raises(PayloadTooLarge) as info:
+        load_document("million.xlsx", million_cell_xlsx())
+    assert info.value.status_code == 413 and "CHATQNA_DATAPREP_MAX_CELLS" in info.value.message
+
+
+def test_an_undeclared_sheet_is_refused_once_the_limit_is_read() -> None:
+    data = million_cell_xlsx(rows=5000, dimension=False)
+    with pytest.raises(PayloadTooLarge, match="more than 5000 cells"):
+        load_document("undeclared.xlsx", data, limits=LoadLimits(max_cells=5000))
+
+
+@pytest.mark.parametrize(
+    ("name", "build", "part"),
+    [
+        ("bomb.xlsx", price_list_xlsx, "xl/media/zeros.bin"),
+        ("bomb.docx", handbook_docx, "word/media/zeros.bin"),
+    ],
+)
+def test_zip_bomb_is_refused_before_it_is_inflated(name: str, build: object, part: str) -> None:
+    assert callable(build)
+    bomb = zip_bomb(build(), part, 64 << 20)
+    assert len(bomb) < 1 << 20  # 64 MiB of zeros packs to well under a megabyte
+    with pytest.raises(PayloadTooLarge, match="unpacks to"):
+        load_document(name, bomb, limits=LoadLimits(max_unpacked_bytes=32 << 20))
+
+
+@pytest.mark.parametrize("name", ["broken.docx", "broken.pptx", "broken.xlsx"])
+def test_corrupt_office_files_are_unreadable(name: str) -> None:
+    with pytest.raises(DocumentLoadError, match="not a readable"):
+        load_document(name, b"PK\x03\x04 this is not really a zip")
+
+
+def test_a_zip_without_the_office_parts_is_unreadable() -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    with pytest.raises(DocumentLoadError, match="not a readable Word file"):
+        load_document("empty.docx", buffer.getvalue())
+
+
+def test_password_protected_office_file_is_named_as_such() -> None:
+    data = ole_file(["Root Entry", "EncryptionInfo", "EncryptedPackage"])
+    with pytest.raises(DocumentLoadError, match="password-protected") as info:
+        load_document("secret.xlsx", data)
+    assert info.value.reason == "encrypted" and info.value.status_code == 422
+
+
+def test_legacy_binary_office_file_is_named_as_such() -> None:
+    with pytest.raises(DocumentLoadError, match="legacy binary"):
+        load_document("old.docx", ole_file(["Root Entry", "WordDocument"]))

@@ -1,0 +1,89 @@
+"""CSV, JSON and JSON Lines loaders: rows and records keep their field names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chatqna.errors import DocumentLoadError, PayloadTooLarge
+from chatqna.ingest.loaders import LoadLimits, load_document
+
+
+def test_csv_rows_name_their_columns_and_the_delimiter_is_sniffed() -> None:
+    data = "\ufeffCountry;VAT rate;Invoice language\nGermany;19 %;German\nFrance;20 %;French\n"
+    doc = load_document("exports/vat.csv", data.encode())
+    assert doc.title == "vat"
+    assert doc.sections == [
+        (
+            "vat",
+            "Country: Germany; VAT rate: 19 %; Invoice language: German\n\n"
+            "Country: France; VAT rate: 20 %; Invoice language: French",
+        )
+    ]
+
+
+def test_csv_with_quoted_newlines_and_blank_header_cells() -> None:
+    data = b'Name,,Note\r\nAda,1815,"first line\r\nsecond line"\r\n'
+    doc = load_document("people.csv", data)
+    assert doc.sections[0][1] == "Name: Ada; Column 2: 1815; Note: first line second line"
+
+
+def test_json_list_of_records_flattens_nested_fields() -> None:
+    records = [
+        {"plan": "Starter", "price": {"monthly": 9, "currency": "EUR"}, "sso": False},
+        {"plan": "Business", "price": {"monthly": 49, "currency": "EUR"}, "sso": True},
+    ]
+    doc = load_document("plans.json", json.dumps(records).encode())
+    assert doc.sections == [
+        (
+            "plans",
+            "plan: Starter; price.monthly: 9; price.currency: EUR; sso: false\n\n"
+            "plan: Business; price.monthly: 49; price.currency: EUR; sso: true",
+        )
+    ]
+
+
+def test_json_object_fields_holding_containers_become_sections() -> None:
+    value = {
+        "product": "Larkspur",
+        "version": "4.2",
+        "limits": {"workspaces": 10, "storage_gb": 100},
+        "regions": [{"name": "eu-west", "city": "Dublin"}, {"name": "us-east"}],
+    }
+    doc = load_document("about.json", json.dumps(value).encode())
+    assert doc.sections == [
+        ("about", "product: Larkspur; version: 4.2"),
+        ("limits", "workspaces: 10; storage_gb: 100"),
+        ("regions", "name: eu-west; city: Dublin\n\nname: us-east"),
+    ]
+
+
+def test_jsonl_one_record_per_line() -> None:
+    lines = [{"q": "How do I reset my password?", "a": "Use the sign-in page link."}, "a note"]
+    data = "\n".join(json.dumps(line) for line in lines) + "\n\n"
+    doc = load_document("faq.jsonl", data.encode())
+    assert doc.sections == [
+        ("faq", "q: How do I reset my password?; a: Use the sign-in page link.\n\na note")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "data", "message"),
+    [
+        ("bad.json", b'{"a": ', "not valid JSON"),
+        ("bad.jsonl", b'{"a": 1}\n{"b": \n', "line 2 is not valid JSON"),
+        ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nests too deeply"),
+    ],
+)
+def test_unreadable_json_is_a_load_error(source: str, data: bytes, message: str) -> None:
+    with pytest.raises(DocumentLoadError, match=message):
+        load_document(source, data)
+
+
+def test_json_that_is_one_huge_string_is_413() -> None:
+    data = json.dumps("word " * 400_000).encode()
+    with pytest.raises(PayloadTooLarge, match="characters of text") as info:
+        load_document("huge.json", data, limits=LoadLimits(max_text_chars=1_000_000))
+    assert info.value.status_code == 413
+    assert info.value.details == {"source": "huge.json", "chars": 1_999_999}

@@ -1,0 +1,68 @@
+"""The RediSearch commands of the Redis stores, and the cluster store's key layout."""
+
+from __future__ import annotations
+
+import numpy as np
+from redis.crc import key_slot
+
+from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.cluster_writes import ClusterLayout, source_tag
+from chatqna.retrieval.redis.query import bm25_aggregate, bm25_query, bm25_search, knn_search
+from chatqna.retrieval.redis.replies import knn_hits, scored_hits, straddles, top_bm25
+
+
+def test_knn_search_asks_for_distances_or_every_field() -> None:
+    vector = np.ones(4, dtype=np.float64)
+    args = knn_search("idx", vector, 7, fields=False)
+    assert args[:3] == ["FT.SEARCH", "idx", "*=>[KNN 7 @embedding $vec AS dist]"]
+    at = args.index("RETURN")
+    assert args[at : at + 3] == ["RETURN", 1, "dist"]
+    assert args[args.index("SORTBY") + 1] == "dist" and args[args.index("DIALECT") + 1] == 2
+    assert args[args.index("LIMIT") + 1 : args.index("LIMIT") + 3] == [0, 7]
+    assert args[-1] == np.ones(4, dtype=np.float32).tobytes()  # float32 whatever came in
+    full = knn_search("idx", vector, 7, fields=True)
+    assert full[full.index("RETURN") + 1] == 7 and "embedding" in full
+
+
+def test_bm25_search_and_its_tie_breaker() -> None:
+    query = bm25_query(WeightedQuery.parse("refund-policy @card", "", 0.0))
+    assert query == "@terms:(refund | policy | card)"
+    args = bm25_search("idx", query, 50)
+    assert {"VERBATIM", "WITHSCORES", "NOCONTENT"} <= set(map(str, args))
+    assert args[args.index("SCORER") + 1] == "BM25STD"
+    assert args[args.index("LIMIT") + 2] == 51  # one more: does a tie straddle the cut?
+    by_key = bm25_aggregate("idx", query, 50, "__key")
+    assert by_key[by_key.index("LOAD") : by_key.index("LOAD") + 3] == ["LOAD", 1, "@__key"]
+    by_id = bm25_aggregate("idx", query, 50, "chunk_id")
+    assert by_id[by_id.index("LOAD") + 1 : by_id.index("LOAD") + 4] == [2, "@__key", "@chunk_id"]
+    assert by_id[by_id.index("SORTBY") + 1 : by_id.index("SORTBY") + 6] == [
+        4, "@__score", "DESC", "@chunk_id", "ASC",
+    ]  # fmt: skip
+    assert bm25_query(WeightedQuery.parse("is it the", "", 0.0)) is None
+
+
+def test_replies_parse_and_ties_order_by_the_given_key() -> None:
+    assert knn_hits([2, b"k:a", [b"dist", b"0.25"], b"k:b", [b"dist", b"0.5"]]) == [
+        ("k:a", 0.75, {"dist": b"0.25"}),
+        ("k:b", 0.5, {"dist": b"0.5"}),
+    ]
+    hits = scored_hits([4, b"k:c", b"2.0", b"k:b", b"1.0", b"k:a", b"1.0", b"k:d", b"1.0"])
+    assert straddles(hits, 2) and not straddles(hits, 1)
+    # Ties by key; by a key's last part when the order key says so.
+    assert list(top_bm25(hits, 3)) == ["k:c", "k:a", "k:b"]
+    assert list(top_bm25(hits, 3, order_key=lambda k: k[::-1])) == ["k:c", "k:a", "k:b"]
+    # The exact order of FT.AGGREGATE replaces FT.SEARCH's when the tie straddles.
+    assert top_bm25(hits, 2, ["k:c", "k:a"]) == {"k:c": 2.0, "k:a": 1.0}
+
+
+def test_a_sources_keys_share_one_slot_and_give_back_the_chunk_id() -> None:
+    layout = ClusterLayout("rag")
+    keys = [
+        layout.chunk_key("docs/a b.md", "abc-0001"),
+        layout.source_key("docs/a b.md"),
+        layout.source_chunks_key("docs/a b.md"),
+    ]
+    assert len({key_slot(key.encode()) for key in keys}) == 1
+    assert key_slot(keys[0].encode()) == key_slot(source_tag("docs/a b.md").encode())
+    assert keys[0].startswith("rag:chunk:{") and layout.chunk_id_of(keys[0]) == "abc-0001"
+    assert source_tag("a.md") != source_tag("b.md") and len(source_tag("a.md")) == 16

@@ -1,0 +1,93 @@
+"""The BM25 query: the shared tokeniser, weighted queries and the query tree."""
+
+from __future__ import annotations
+
+from chatqna.retrieval.query import (
+    FANOUT,
+    MAX_TOKEN_BYTES,
+    STOP_WORDS,
+    TermUnion,
+    WeightedQuery,
+    query_tree,
+    tokenize,
+)
+
+
+def q(text: str, history: str = "", weight: float = 0.0) -> WeightedQuery:
+    return WeightedQuery.parse(text, history, weight)
+
+
+def test_tokenize_lowercases() -> None:
+    assert tokenize("Refund POLICY Invoice") == ["refund", "policy", "invoice"]
+
+
+def test_tokenize_drops_stop_words() -> None:
+    assert tokenize("How long do I have to return it?") == ["long", "return"]
+    assert {"the", "and", "how", "do", "i"} <= STOP_WORDS
+
+
+def test_tokenize_splits_on_non_word_characters() -> None:
+    assert tokenize("e-mail: support@example.com/help (24h)") == [
+        "e",
+        "mail",
+        "support",
+        "example",
+        "com",
+        "help",
+        "24h",
+    ]
+    # Underscores and digits are word characters.
+    assert tokenize("snake_case v2.0") == ["snake_case", "v2", "0"]
+
+
+def test_tokenize_stop_words_are_matched_after_lowercasing() -> None:
+    assert tokenize("THE And OF") == []
+
+
+def test_tokenize_empty() -> None:
+    assert tokenize("") == []
+    assert tokenize("  ... !!! ") == []
+
+
+def test_tokenize_drops_tokens_redisearch_could_not_match() -> None:
+    longest = "a" * MAX_TOKEN_BYTES
+    assert tokenize(f"{longest} {longest}b refund") == [longest, "refund"]
+    # The limit counts UTF-8 bytes: 33 two-byte letters are 66 bytes.
+    assert tokenize("é" * 32 + " " + "é" * 33) == ["é" * 32]
+
+
+def test_history_terms_are_weighted_and_never_override_query_terms() -> None:
+    parsed = q("How long do I have?", "export my data long", 0.5)
+    assert parsed == WeightedQuery(("long",), ("export", "data"), 0.5)
+    assert q("How long?", "export data", 0.0) == WeightedQuery(("long",))
+    # Nothing new in the history: no weighted union at all.
+    assert q("long data", "data long", 0.5) == WeightedQuery(("long", "data"))
+    assert q("", "", 0.5).empty and not q("", "export", 0.5).empty
+
+
+def test_query_tree_keeps_every_union_narrow() -> None:
+    terms = [f"t{i:02d}" for i in range(20)]
+    tree = query_tree(WeightedQuery(tuple(terms)))
+    assert tree is not None
+
+    def widths(node: TermUnion) -> list[int]:
+        nested = [
+            w for child in node.children if isinstance(child, TermUnion) for w in widths(child)
+        ]
+        return [len(node.children), *nested]
+
+    def leaves(node: TermUnion) -> list[str]:
+        out: list[str] = []
+        for child in node.children:
+            out += [child] if isinstance(child, str) else leaves(child)
+        return out
+
+    assert max(widths(tree)) <= FANOUT
+    assert leaves(tree) == terms
+    # Only the last child of a union nests (RediSearch folds a leading group into its parent).
+    assert all(isinstance(c, str) for c in tree.children[:-1])
+    with_history = query_tree(WeightedQuery(tuple(terms), ("h1", "h2"), 0.3))
+    assert with_history is not None and len(with_history.children) == FANOUT
+    assert with_history.children[-1] == TermUnion(("h1", "h2"), 0.3)
+    assert query_tree(WeightedQuery((), ("h1", "h2"), 0.3)) == TermUnion(("h1", "h2"), 0.3)
+    assert query_tree(WeightedQuery(())) is None

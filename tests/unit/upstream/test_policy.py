@@ -1,0 +1,462 @@
+"""Shared HTTP plumbing (`upstream/policy.py`): retries and whole-call bounds of the remote clients,
+over `httpx.MockTransport`.
+
+Waits are recorded through the policy's injected `sleep`, never taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from chatqna.backends.openai_chat import OpenAIChatLLM
+from chatqna.backends.protocols import GenerationParams, SearchQuery
+from chatqna.backends.tei import TEIEmbedder, TEIReranker
+from chatqna.documents import Chunk, ScoredChunk
+from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from chatqna.retrieval.remote import RemoteRetriever
+from chatqna.upstream.client import UpstreamClient
+from chatqna.upstream.policy import RetryPolicy, is_retryable, post_json, translate_http_error
+from tests.unit.backends.conftest import shape
+
+pytestmark = pytest.mark.anyio
+
+BASE = "http://upstream.test"
+PARAMS = GenerationParams(max_tokens=8)
+MESSAGES = [{"role": "user", "content": "q"}]
+EMBEDDINGS = {"data": [{"index": 0, "embedding": [3.0, 4.0]}]}
+
+
+class Script:
+    """A transport answering from a list, one entry per call; records the calls."""
+
+    def __init__(self, *answers: httpx.Response | Exception) -> None:
+        self.answers = list(answers)
+        self.calls: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append(request)
+        answer = self.answers[min(len(self.calls), len(self.answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    @property
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self)
+
+
+class Waits:
+    """Stands in for `asyncio.sleep`: remembers each wait instead of taking it."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+
+def policy(attempts: int = 3, waits: Waits | None = None, jitter: float = 1.0) -> RetryPolicy:
+    return RetryPolicy(
+        attempts=attempts,
+        backoff_seconds=0.2,
+        sleep=waits if waits is not None else Waits(),
+        jitter=lambda: jitter,
+    )
+
+
+async def post(script: Script, retry: RetryPolicy, timeout: float | None = None) -> Any:
+    client = UpstreamClient(
+        BASE, timeout_seconds=5, connect_timeout_seconds=1, transport=script.transport
+    )
+    try:
+        return await post_json(
+            client,
+            "/v1/embeddings",
+            {"input": "x"},
+            backend="embedder",
+            retry=retry,
+            timeout_seconds=timeout,
+        )
+    finally:
+        await client.aclose()
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+def test_backoff_doubles_with_jitter_in_the_upper_half_and_is_capped() -> None:
+    high = RetryPolicy(backoff_seconds=0.2, max_backoff_seconds=1.0, jitter=lambda: 1.0)
+    low = RetryPolicy(backoff_seconds=0.2, max_backoff_seconds=1.0, jitter=lambda: 0.0)
+    assert [high.delay(n) for n in (1, 2, 3, 4)] == pytest.approx([0.2, 0.4, 0.8, 1.0])
+    assert [low.delay(n) for n in (1, 2, 3, 4)] == pytest.approx([0.1, 0.2, 0.4, 0.5])
+
+
+@pytest.mark.parametrize("attempts", [0, -1])
+def test_policy_needs_one_attempt(attempts: int) -> None:
+    with pytest.raises(ValueError, match="attempts"):
+        RetryPolicy(attempts=attempts)
+
+
+def _status_error(status: int) -> httpx.HTTPStatusError:
+    request = httpx.Request("POST", BASE)
+    return httpx.HTTPStatusError("x", request=request, response=httpx.Response(status))
+
+
+@pytest.mark.parametrize(
+    ("exc", "retryable"),
+    [
+        (_status_error(500), True),
+        (_status_error(503), True),
+        (_status_error(429), True),
+        (_status_error(400), False),
+        (_status_error(404), False),
+        (_status_error(422), False),
+        (httpx.ConnectError("refused"), True),
+        (httpx.ReadError("reset"), True),
+        (httpx.RemoteProtocolError("cut short"), True),
+        (httpx.ReadTimeout("slow"), True),
+        (TimeoutError(), True),
+        (httpx.UnsupportedProtocol("ftp"), False),
+        (ValueError("bad body"), False),
+    ],
+)
+def test_what_is_retryable(exc: BaseException, retryable: bool) -> None:
+    assert is_retryable(exc) is retryable
+
+
+def _from_aiohttp(exc: httpx.HTTPError, cause: BaseException) -> httpx.HTTPError:
+    """`exc` as the httpx-aiohttp transport raises it: the aiohttp error as its cause."""
+    exc.__cause__ = cause
+    return exc
+
+
+REQUEST_INFO = aiohttp.RequestInfo(URL(BASE), "POST", CIMultiDictProxy(CIMultiDict()))
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected", "named"),
+    [
+        # The transport maps every aiohttp connection error to ConnectTimeout.
+        (
+            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ServerDisconnectedError()),
+            UpstreamError,
+            "(ServerDisconnectedError)",
+        ),
+        (
+            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ClientOSError(104, "reset")),
+            UpstreamError,
+            "(ClientOSError)",
+        ),
+        (
+            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ConnectionTimeoutError()),
+            UpstreamTimeout,
+            "timed out",
+        ),
+        (
+            _from_aiohttp(httpx.ReadTimeout("x"), aiohttp.SocketTimeoutError()),
+            UpstreamTimeout,
+            "timed out",
+        ),
+        (httpx.ConnectTimeout("no cause: httpx's own"), UpstreamTimeout, "timed out"),
+        # What the transport passes through unmapped: a response aiohttp cannot parse.
+        (
+            aiohttp.ClientResponseError(REQUEST_INFO, (), status=400, message="Bad status line"),
+            UpstreamError,
+            "(ClientResponseError)",
+        ),
+    ],
+)
+def test_a_transport_failure_is_a_timeout_only_when_time_ran_out(
+    exc: Exception, expected: type[Exception], named: str
+) -> None:
+    error = translate_http_error(exc, backend="embedder", what="POST /v1/embeddings")
+    assert type(error) is expected
+    assert named in str(error)
+    assert is_retryable(exc)
+
+
+# --------------------------------------------------------------------------- post_json
+
+
+async def test_503_then_200_succeeds_on_the_second_attempt() -> None:
+    script = Script(httpx.Response(503), httpx.Response(200, json=EMBEDDINGS))
+    waits = Waits()
+    body = await post(script, policy(waits=waits))
+    assert body == EMBEDDINGS
+    assert len(script.calls) == 2
+    assert waits.seconds == pytest.approx([0.2])
+    assert json.loads(script.calls[1].content) == {"input": "x"}  # the same request again
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 413, 422])
+async def test_a_4xx_is_not_retried(status: int) -> None:
+    script = Script(httpx.Response(status), httpx.Response(200, json=EMBEDDINGS))
+    waits = Waits()
+    with pytest.raises(UpstreamError) as info:
+        await post(script, policy(waits=waits))
+    assert len(script.calls) == 1 and waits.seconds == []
+    assert f"HTTP {status}" in info.value.message and "attempts" not in info.value.message
+
+
+async def test_attempts_are_bounded_and_the_error_says_how_many() -> None:
+    script = Script(httpx.Response(503))
+    waits = Waits()
+    with pytest.raises(UpstreamError) as info:
+        await post(script, policy(attempts=4, waits=waits))
+    assert len(script.calls) == 4
+    assert waits.seconds == pytest.approx([0.2, 0.4, 0.8])
+    assert shape(info.value) == (502, "upstream_error", "embedder")
+    assert info.value.message == (
+        "embedder: POST /v1/embeddings returned HTTP 503 (after 4 attempts)"
+    )
+
+
+async def test_one_attempt_means_no_retry() -> None:
+    script = Script(httpx.Response(503), httpx.Response(200, json=EMBEDDINGS))
+    with pytest.raises(UpstreamError):
+        await post(script, policy(attempts=1))
+    assert len(script.calls) == 1
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        httpx.Response(429),
+        httpx.ConnectError("refused"),
+        httpx.ReadError("connection reset by peer"),
+        httpx.RemoteProtocolError("peer closed connection without sending complete body"),
+        httpx.ReadTimeout("slow"),
+    ],
+    ids=["429", "connect", "reset", "truncated", "read-timeout"],
+)
+async def test_transient_failures_are_retried(first: httpx.Response | Exception) -> None:
+    script = Script(first, httpx.Response(200, json=EMBEDDINGS))
+    assert await post(script, policy()) == EMBEDDINGS
+    assert len(script.calls) == 2
+
+
+async def test_a_malformed_body_is_not_retried() -> None:
+    script = Script(httpx.Response(200, text="{not json"), httpx.Response(200, json=EMBEDDINGS))
+    with pytest.raises(BadUpstreamResponse):
+        await post(script, policy())
+    assert len(script.calls) == 1
+
+
+async def test_a_whole_call_bound_ends_a_body_that_never_ends() -> None:
+    """Every chunk arrives in time, so only the whole-call bound can end this body."""
+    opened: list[int] = []
+
+    async def endless() -> AsyncIterator[bytes]:
+        opened.append(1)
+        yield b'{"data": ['
+        while True:
+            await asyncio.sleep(0.001)
+            yield b" "
+
+    calls: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, content=endless())
+
+    client = UpstreamClient(
+        BASE, timeout_seconds=5, connect_timeout_seconds=1, transport=httpx.MockTransport(answer)
+    )
+    with pytest.raises(UpstreamTimeout) as info:
+        await post_json(
+            client,
+            "/v1/embeddings",
+            {"input": "x"},
+            backend="embedder",
+            retry=policy(attempts=2),
+            timeout_seconds=0.05,
+        )
+    await client.aclose()
+    assert len(calls) == len(opened) == 2
+    assert info.value.message == "embedder: POST /v1/embeddings timed out (after 2 attempts)"
+
+
+# --------------------------------------------------------------------------- the clients
+
+
+def candidates(n: int) -> list[ScoredChunk]:
+    return [
+        ScoredChunk(Chunk(id=f"c{i}", text=f"passage {i}", source="a.md", index=i), 1.0, {})
+        for i in range(n)
+    ]
+
+
+ClientCall = Callable[[httpx.MockTransport, RetryPolicy], Any]
+
+
+async def _embed(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
+    client = TEIEmbedder(BASE, transport=transport, retry=retry)
+    try:
+        return await client.embed(["x"])
+    finally:
+        await client.aclose()
+
+
+async def _rerank(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
+    client = TEIReranker(BASE, transport=transport, retry=retry)
+    try:
+        return await client.rerank("q", candidates(1), 1)
+    finally:
+        await client.aclose()
+
+
+async def _search(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
+    client = RemoteRetriever(BASE, transport=transport, retry=retry)
+    try:
+        return await client.search(SearchQuery(text="q", embedding=[1.0, 0.0], k=2))
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("call", "good"),
+    [
+        (_embed, EMBEDDINGS),
+        (_rerank, [{"index": 0, "score": 0.5}]),
+        (_search, {"retrieved_docs": [{"id": "a", "text": "t", "score": 0.5}]}),
+    ],
+    ids=["embeddings", "rerank", "retrieval"],
+)
+async def test_idempotent_clients_retry_with_their_policy(call: ClientCall, good: Any) -> None:
+    script = Script(httpx.Response(503), httpx.Response(200, json=good))
+    result = await call(script.transport, policy())
+    assert len(result) == 1 and len(script.calls) == 2
+
+
+async def test_idempotent_clients_do_not_retry_by_default() -> None:
+    script = Script(httpx.Response(503), httpx.Response(200, json=EMBEDDINGS))
+    client = TEIEmbedder(BASE, transport=script.transport)
+    with pytest.raises(UpstreamError):
+        await client.embed(["x"])
+    await client.aclose()
+    assert len(script.calls) == 1
+
+
+async def test_retriever_deletions_are_not_retried() -> None:
+    script = Script(httpx.Response(503), httpx.Response(200, json={"removed_chunks": 1}))
+    client = RemoteRetriever(BASE, transport=script.transport, retry=policy())
+    with pytest.raises(UpstreamError):
+        await client.delete_sources(["a.md"])
+    await client.aclose()
+    assert len(script.calls) == 1
+
+
+# --------------------------------------------------------------------------- the chat LLM
+
+
+def _chunk(text: str) -> bytes:
+    body = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+async def test_chat_generation_is_not_retried() -> None:
+    script = Script(httpx.Response(503))
+    llm = OpenAIChatLLM(BASE, "m", transport=script.transport)
+    with pytest.raises(UpstreamError):
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            pass
+    with pytest.raises(UpstreamError):
+        await llm.complete(MESSAGES, PARAMS)
+    await llm.aclose()
+    assert len(script.calls) == 2  # one per call, none repeated
+
+
+class EndlessStream(httpx.AsyncByteStream):
+    """A streamed chat body that never ends; records whether the client closed it.
+
+    `aclose` is what closing an `httpx` response calls; on a real connection it is what
+    tells the LLM server to stop generating.
+    """
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.sent = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            yield _chunk("again ")
+            self.sent += 1
+            await asyncio.sleep(0.001)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(lambda request: httpx.Response(200, stream=self))
+
+
+async def test_a_stream_that_never_ends_meets_the_generation_deadline() -> None:
+    endless = EndlessStream()
+    llm = OpenAIChatLLM(BASE, "m", generation_timeout_seconds=0.05, transport=endless.transport())
+    seen = 0
+    with pytest.raises(UpstreamTimeout) as info:
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            seen += 1
+    await llm.aclose()
+    assert seen > 0 and endless.closed
+    assert shape(info.value) == (504, "upstream_timeout", "llm")
+    assert "longer than 0.05s" in info.value.message
+
+
+async def test_a_stalled_stream_meets_the_read_timeout() -> None:
+    async def stalled() -> AsyncIterator[bytes]:
+        yield _chunk("first")
+        await asyncio.Event().wait()  # never set
+        yield b""  # pragma: no cover
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=stalled()))
+    llm = OpenAIChatLLM(BASE, "m", generation_timeout_seconds=0.05, transport=transport)
+    with pytest.raises(UpstreamTimeout):
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            pass
+    await llm.aclose()
+
+
+@pytest.fixture
+def endless() -> Iterator[EndlessStream]:
+    yield EndlessStream()
+
+
+async def test_closing_the_stream_early_closes_the_upstream_response(
+    endless: EndlessStream,
+) -> None:
+    llm = OpenAIChatLLM(BASE, "m", transport=endless.transport())
+    stream = llm.stream(MESSAGES, PARAMS)
+    assert (await anext(stream)).text == "again "
+    assert not endless.closed
+    await stream.aclose()  # what a disconnected client's response does
+    assert endless.closed
+    await llm.aclose()
+
+
+async def test_cancelling_the_consumer_closes_the_upstream_response(
+    endless: EndlessStream,
+) -> None:
+    llm = OpenAIChatLLM(BASE, "m", transport=endless.transport())
+
+    async def consume() -> None:
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            pass
+
+    task = asyncio.create_task(consume())
+    while endless.sent < 3:
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert endless.closed
+    await llm.aclose()
