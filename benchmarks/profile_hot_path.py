@@ -43,10 +43,11 @@ DEFAULT_OUTPUT = HERE / "results" / "profile_hot_path.json"
 # (group, path fragments); the innermost frame's file decides. Order matters.
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "upstream HTTP client (httpx, httpcore, h11)",
+        "upstream HTTP client (httpx, httpx-aiohttp, aiohttp)",
         (
             "(chatqna/upstream/client.py",
             "(httpx/",
+            "(httpx_aiohttp/",
             "(httpcore/",
             "(h11/",
             "(aiohttp/",
