@@ -241,118 +241,119 @@ def print_event(event: ServerSentEvent) -> None:
             typer.echo(choice.get("delta", {}).get("content") or "", nl=False)
 
 
+# `chatqna bench` options. Grids are comma-separated lists; every value is tried.
+Datasets = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--dataset", help="Dataset directory (corpus + conversations); repeat for several"
+    ),
+]
+OutputDir = Annotated[Path | None, typer.Option(help="Where results go")]
+Alphas = Annotated[str, typer.Option(help="Blend alphas to try")]
+HistoryTurns = Annotated[str, typer.Option(help="Blend history windows")]
+WithLlm = Annotated[bool, typer.Option("--llm/--no-llm", help="Run condense with the LLM")]
+Samples = Annotated[int, typer.Option(help="Bootstrap samples")]
+CacheDir = Annotated[Path | None, typer.Option(help="Embedding cache")]
+ServiceUrl = Annotated[str | None, typer.Option(help="Score a running service instead")]
+Ingest = Annotated[bool, typer.Option(help="With --service: upload the corpus first")]
+HistoryOrder = Annotated[
+    str, typer.Option(help="Blend history orders: chronological, newest_first or both")
+]
+Bm25Weights = Annotated[str, typer.Option(help="BM25 fusion weights for hybrid")]
+Bm25HistoryWeights = Annotated[
+    str, typer.Option(help="Blend: weights of the history-aware BM25 leg (0 = off)")
+]
+HistoryRoles = Annotated[
+    str,
+    typer.Option(
+        help="Blend history roles, comma-separated: user_assistant, user, separate "
+        "(both = user_assistant,user)"
+    ),
+]
+AssistantWeights = Annotated[
+    str, typer.Option(help="Separate roles: the assistant messages' shares to try")
+]
+History = Annotated[
+    str,
+    typer.Option(
+        help="Assistant turns in the history: reference (the dataset's), own (the "
+        "system's own answers, replayed turn by turn) or both"
+    ),
+]
+PassageContext = Annotated[
+    str, typer.Option(help="What each passage's legs see besides its text: title or none")
+]
+FusionCandidates = Annotated[
+    str, typer.Option(help="Hybrid: passages per leg fused by RRF (at least the depth)")
+]
+Render = Annotated[
+    Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
+]
+RerankerEndpoint = Annotated[
+    str | None,
+    typer.Option(help="Rerank with this TEI-compatible /rerank server (TEI_RERANKING_ENDPOINT)"),
+]
+EmbeddedReranker = Annotated[
+    str | None,
+    typer.Option(help="Without an endpoint: none or similarity (CHATQNA_EMBEDDED_RERANKER)"),
+]
+
+
 @app.command()
 def bench(
-    dataset: Annotated[
-        list[Path] | None,
-        typer.Option(help="Dataset directory (corpus + conversations); repeat for several"),
-    ] = None,
-    output: Annotated[Path | None, typer.Option(help="Where results go")] = None,
-    alphas: Annotated[str, typer.Option(help="Blend alphas to try")] = "0.5,0.6,0.7,0.75,0.8,0.9",
-    history_turns: Annotated[str, typer.Option(help="Blend history windows")] = "2,4,6",
-    llm: Annotated[bool, typer.Option(help="Run condense with the configured LLM")] = True,
-    samples: Annotated[int, typer.Option(help="Bootstrap samples")] = 1000,
-    cache_dir: Annotated[Path | None, typer.Option(help="Embedding cache")] = None,
-    service: Annotated[str | None, typer.Option(help="Score a running service instead")] = None,
-    ingest: Annotated[bool, typer.Option(help="With --service: upload the corpus first")] = False,
-    history_order: Annotated[
-        str, typer.Option(help="Blend history orders: chronological, newest_first or both")
-    ] = "chronological",
-    bm25_weights: Annotated[str, typer.Option(help="BM25 fusion weights for hybrid")] = "1.0",
-    bm25_history_weights: Annotated[
-        str, typer.Option(help="Blend: weights of the history-aware BM25 leg (0 = off)")
-    ] = "0",
-    history_roles: Annotated[
-        str,
-        typer.Option(
-            help="Blend history roles, comma-separated: user_assistant, user, separate "
-            "(both = user_assistant,user)"
-        ),
-    ] = "user_assistant",
-    assistant_weights: Annotated[
-        str, typer.Option(help="Separate roles: the assistant messages' shares to try")
-    ] = "0.5",
-    history: Annotated[
-        str,
-        typer.Option(
-            help="Assistant turns in the history: reference (the dataset's), own (the "
-            "system's own answers, replayed turn by turn) or both"
-        ),
-    ] = "both",
-    passage_context: Annotated[
-        str, typer.Option(help="What each passage's legs see besides its text: title or none")
-    ] = "title",
-    fusion_candidates: Annotated[
-        str, typer.Option(help="Hybrid: passages per leg fused by RRF (at least the depth)")
-    ] = "50",
-    render: Annotated[
-        Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
-    ] = None,
-    reranker_endpoint: Annotated[
-        str | None,
-        typer.Option(
-            help="Rerank with this TEI-compatible /rerank server (TEI_RERANKING_ENDPOINT)"
-        ),
-    ] = None,
-    embedded_reranker: Annotated[
-        str | None,
-        typer.Option(help="Without an endpoint: none or similarity (CHATQNA_EMBEDDED_RERANKER)"),
-    ] = None,
+    dataset: Datasets = None,
+    output: OutputDir = None,
+    alphas: Alphas = "0.5,0.6,0.7,0.75,0.8,0.9",
+    history_turns: HistoryTurns = "2,4,6",
+    llm: WithLlm = True,
+    samples: Samples = 1000,
+    cache_dir: CacheDir = None,
+    service: ServiceUrl = None,
+    ingest: Ingest = False,
+    history_order: HistoryOrder = "chronological",
+    bm25_weights: Bm25Weights = "1.0",
+    bm25_history_weights: Bm25HistoryWeights = "0",
+    history_roles: HistoryRoles = "user_assistant",
+    assistant_weights: AssistantWeights = "0.5",
+    history: History = "both",
+    passage_context: PassageContext = "title",
+    fusion_candidates: FusionCandidates = "50",
+    render: Render = None,
+    reranker_endpoint: RerankerEndpoint = None,
+    embedded_reranker: EmbeddedReranker = None,
 ) -> None:
-    """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups)."""
-    from chatqna.evaluation.command import run_bench_command, run_service_command
+    """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups).
+
+    Progress goes to stderr: bars on a terminal, a line every 30 s per task elsewhere."""
+    from chatqna.evaluation.command import BenchGrid, run_bench_command, run_service_command
+    from chatqna.evaluation.report import render_from
 
     if render is not None:
-        from chatqna.evaluation.report import render_from
-
         for kind, path in render_from(render).items():
             typer.echo(f"{kind}: {path}")
         return
-    if not dataset:
-        typer.echo(
-            "--dataset is required: a directory with corpus.jsonl and conversations.jsonl", err=True
-        )
-        raise typer.Exit(2)
-    if history not in ("reference", "own", "both") or passage_context not in ("title", "none"):
-        typer.echo("--history is reference, own or both; --passage-context title or none", err=True)
-        raise typer.Exit(2)
-
+    options = {**locals(), "command": "chatqna bench " + " ".join(sys.argv[2:])}
+    try:
+        if not dataset:
+            raise ValueError(
+                "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
+            )
+        grid = BenchGrid.from_options(options)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
     settings = load_settings(
         tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
     )
     configure_logging(settings)
-    command = "chatqna bench " + " ".join(sys.argv[2:])
     for directory in dataset:
         # Several datasets: each one's outputs go to a directory of its name under --output.
         target = output / directory.name if output is not None and len(dataset) > 1 else output
         if service is not None:
-            asyncio.run(run_service_command(directory, service, target, ingest, samples, command))
-            continue
-        asyncio.run(
-            run_bench_command(
-                settings,
-                directory,
-                target,
-                alphas=tuple(float(a) for a in alphas.split(",")),
-                history_turns=tuple(int(n) for n in history_turns.split(",")),
-                with_llm=llm,
-                samples=samples,
-                cache_dir=cache_dir,
-                command=command,
-                orders=("chronological", "newest_first")
-                if history_order == "both"
-                else (history_order,),
-                bm25_weights=tuple(float(w) for w in bm25_weights.split(",")),
-                bm25_history_weights=tuple(float(w) for w in bm25_history_weights.split(",")),
-                roles=("user_assistant", "user")
-                if history_roles == "both"
-                else tuple(history_roles.split(",")),
-                candidates=tuple(int(c) for c in fusion_candidates.split(",")),
-                histories=("reference", "own") if history == "both" else (history,),
-                passage_context=passage_context,
-                assistant_weights=tuple(float(w) for w in assistant_weights.split(",")),
-            )
-        )
+            run = run_service_command(directory, service, target, ingest, samples, grid.command)
+        else:
+            run = run_bench_command(settings, directory, target, grid)
+        asyncio.run(run)
 
 
 def main() -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
+import os
+import platform
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
 from chatqna.composition import (
     build_condense_llm,
     build_embedder,
@@ -19,28 +26,95 @@ from chatqna.evaluation.compare import shipped_references
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.live import llm_answerer
 from chatqna.evaluation.modes import default_strategies
+from chatqna.evaluation.progress import Progress, stderr_progress, turn_logs_at_debug
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 
-DEFAULT_RESULTS = Path("tests/rag-benchmarks/results")
+DEFAULT_RESULTS = Path("benchmarks/results")
+HISTORIES = ("reference", "own", "both")
+PASSAGE_CONTEXTS = ("title", "none")
 
 
-def tqdm_progress() -> Callable[[str, int], Callable[[int], None]]:
-    from tqdm import tqdm
+def tqdm_progress() -> Progress:
+    """Progress on stderr: bars on a terminal, lines elsewhere (kept for the scripts)."""
+    return stderr_progress()
 
-    def start(description: str, total: int) -> Callable[[int], None]:
-        bar = tqdm(total=total, desc=description, file=sys.stderr, leave=False, disable=None)
 
-        def tick(count: int) -> None:
-            bar.update(count)
-            if bar.n >= total:
-                bar.close()
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(value) for value in text.split(","))
 
-        return tick
 
-    return start
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(value) for value in text.split(","))
+
+
+@dataclass(frozen=True)
+class BenchGrid:
+    """What one `chatqna bench` run varies: the blend grid, the retrieval switches, the
+    history kinds and the passage context, with the run's sampling and cache."""
+
+    alphas: tuple[float, ...] = (0.7,)
+    history_turns: tuple[int, ...] = (2,)
+    with_llm: bool = True
+    samples: int = 1000
+    cache_dir: Path | None = None
+    orders: tuple[str, ...] = ("chronological",)
+    bm25_weights: tuple[float, ...] = (1.0,)
+    bm25_history_weights: tuple[float, ...] = (0.0,)
+    roles: tuple[str, ...] = ("user_assistant",)
+    candidates: tuple[int, ...] = (FUSION_CANDIDATES,)
+    histories: tuple[str, ...] = ("reference",)
+    passage_context: str = "title"
+    assistant_weights: tuple[float, ...] = (0.5,)
+    command: str = field(default="", compare=False)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> BenchGrid:
+        """The grid from the command's comma-separated options (named as the CLI's
+        parameters); an unknown `history` or `passage_context` is a ValueError."""
+        history, context = options["history"], options["passage_context"]
+        if history not in HISTORIES or context not in PASSAGE_CONTEXTS:
+            raise ValueError("--history is reference, own or both; --passage-context title or none")
+        order, roles = options["history_order"], options["history_roles"]
+        return cls(
+            alphas=_floats(options["alphas"]),
+            history_turns=_ints(options["history_turns"]),
+            with_llm=options["llm"],
+            samples=options["samples"],
+            cache_dir=options["cache_dir"],
+            orders=("chronological", "newest_first") if order == "both" else (order,),
+            bm25_weights=_floats(options["bm25_weights"]),
+            bm25_history_weights=_floats(options["bm25_history_weights"]),
+            roles=("user_assistant", "user") if roles == "both" else tuple(roles.split(",")),
+            candidates=_ints(options["fusion_candidates"]),
+            histories=("reference", "own") if history == "both" else (history,),
+            passage_context=context,
+            assistant_weights=_floats(options["assistant_weights"]),
+            command=options.get("command", ""),
+        )
+
+
+def run_provenance() -> dict[str, Any]:
+    """Where a run was measured: the checkout's commit (None outside a git checkout), the
+    machine's cores and load averages, Python, and the date."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+        commit = done.stdout.strip() if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        commit = None
+    return {
+        "measured_at_commit": commit,
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(),
+        },
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def settings_snapshot(settings: Settings) -> dict[str, Any]:
@@ -48,85 +122,96 @@ def settings_snapshot(settings: Settings) -> dict[str, Any]:
     return snapshot
 
 
-async def run_bench_command(
-    settings: Settings,
-    dataset_dir: Path,
-    output: Path | None,
-    *,
-    alphas: tuple[float, ...],
-    history_turns: tuple[int, ...],
-    with_llm: bool,
-    samples: int,
-    cache_dir: Path | None,
-    command: str,
-    orders: tuple[str, ...] = ("chronological",),
-    bm25_weights: tuple[float, ...] = (1.0,),
-    bm25_history_weights: tuple[float, ...] = (0.0,),
-    roles: tuple[str, ...] = ("user_assistant",),
-    candidates: tuple[int, ...] = (FUSION_CANDIDATES,),
-    histories: tuple[str, ...] = ("reference",),
-    passage_context: str = "title",
-    assistant_weights: tuple[float, ...] = (0.5,),
-) -> dict[str, Any]:
-    dataset = load_dataset(dataset_dir)
-    raw = await build_embedder(settings)
-    cache = EmbeddingCache(cache_dir or settings.chatqna_data_dir / "bench-cache", raw.name)
-    embedder = CachingEmbedder(raw, cache)
-    answer_llm = await build_llm(settings) if with_llm else None
-    llm = build_condense_llm(settings, answer_llm) if answer_llm is not None else None
-    # The reranker the service would run with these settings (TEI_RERANKING_ENDPOINT,
-    # CHATQNA_EMBEDDED_RERANKER); the embedded default has none and keeps the fused order.
-    reranker = build_reranker(settings, embedder)
-    started = time.perf_counter()
-    try:
-        results = await run_benchmark(
-            dataset,
-            default_strategies(
-                alphas=alphas,
-                history_turns=history_turns,
-                with_llm=with_llm,
-                orders=orders,
-                bm25_history_weights=bm25_history_weights,
-                roles=roles,
-                assistant_weights=assistant_weights,
-            ),
-            embedder,
-            raw,
-            llm,
-            samples=samples,
-            progress=tqdm_progress(),
-            bm25_weights=bm25_weights,
-            candidates=candidates,
-            references=shipped_references(settings, depth=10),
-            reranker=reranker,
-            exact_max=settings.chatqna_embedded_exact_max_chunks,
-            histories=histories,
-            # With an LLM, own history holds its real answers; without, the top passage.
-            answer=llm_answerer(answer_llm) if answer_llm is not None else None,
-            passage_context=passage_context,
+@dataclass
+class BenchBackends:
+    """The models a run uses, built as the service builds them from `Settings`."""
+
+    raw: Embedder
+    embedder: CachingEmbedder
+    cache: EmbeddingCache
+    answer_llm: ChatLLM | None
+    llm: ChatLLM | None
+    reranker: Reranker | None
+
+
+@asynccontextmanager
+async def bench_backends(settings: Settings, grid: BenchGrid) -> AsyncIterator[BenchBackends]:
+    """The embedder (cached on disk), the LLMs when the grid condenses, and the reranker the
+    service would run with these settings (the embedded default has none and keeps the
+    fused order); all closed, and the cache saved, on exit."""
+    async with AsyncExitStack() as stack:
+        raw = await build_embedder(settings)
+        stack.push_async_callback(raw.aclose)
+        cache = EmbeddingCache(
+            grid.cache_dir or settings.chatqna_data_dir / "bench-cache", raw.name
         )
-    finally:
-        cache.save()
+        stack.callback(cache.save)
+        answer_llm = await build_llm(settings) if grid.with_llm else None
+        llm = build_condense_llm(settings, answer_llm) if answer_llm is not None else None
+        if answer_llm is not None:
+            stack.push_async_callback(answer_llm.aclose)
+        if llm is not None and llm is not answer_llm:
+            stack.push_async_callback(llm.aclose)
+        embedder = CachingEmbedder(raw, cache)
+        reranker = build_reranker(settings, embedder)
         if reranker is not None:
-            await reranker.aclose()
-        if llm is not None:
-            await llm.aclose()
-        if answer_llm is not None and answer_llm is not llm:
-            await answer_llm.aclose()
-        await raw.aclose()
-    results["command"] = command
-    results["settings"] = settings_snapshot(settings)
-    results["embedder"] = {
-        "name": raw.name,
-        "inputs_computed": embedder.inputs_computed,
-        "cache": str(cache.path),
-    }
-    results["condense_llm"] = llm.model if llm is not None else None
-    results["seconds_total"] = round(time.perf_counter() - started, 1)
-    paths = write_outputs(results, output or DEFAULT_RESULTS / dataset.name)
+            stack.push_async_callback(reranker.aclose)
+        yield BenchBackends(raw, embedder, cache, answer_llm, llm, reranker)
+
+
+def _write(results: dict[str, Any], output: Path) -> None:
+    results.update(run_provenance())
+    paths = write_outputs(results, output)
     print(markdown(results).split("## Every mode")[0])
     for kind, path in paths.items():
         print(f"{kind}: {path}", file=sys.stderr)
+
+
+async def run_bench_command(
+    settings: Settings, dataset_dir: Path, output: Path | None, grid: BenchGrid
+) -> dict[str, Any]:
+    dataset = load_dataset(dataset_dir)
+    started = time.perf_counter()
+    async with bench_backends(settings, grid) as models:
+        # With an LLM, own history holds its real answers; without, the top passage.
+        answer = llm_answerer(models.answer_llm) if models.answer_llm is not None else None
+        strategies = default_strategies(
+            alphas=grid.alphas,
+            history_turns=grid.history_turns,
+            with_llm=grid.with_llm,
+            orders=grid.orders,
+            bm25_history_weights=grid.bm25_history_weights,
+            roles=grid.roles,
+            assistant_weights=grid.assistant_weights,
+        )
+        with turn_logs_at_debug():
+            results = await run_benchmark(
+                dataset,
+                strategies,
+                models.embedder,
+                models.raw,
+                models.llm,
+                samples=grid.samples,
+                progress=stderr_progress(),
+                bm25_weights=grid.bm25_weights,
+                candidates=grid.candidates,
+                references=shipped_references(settings, depth=10),
+                reranker=models.reranker,
+                exact_max=settings.chatqna_embedded_exact_max_chunks,
+                histories=grid.histories,
+                answer=answer,
+                passage_context=grid.passage_context,
+            )
+    results["command"] = grid.command
+    results["settings"] = settings_snapshot(settings)
+    results["embedder"] = {
+        "name": models.raw.name,
+        "inputs_computed": models.embedder.inputs_computed,
+        "cache": str(models.cache.path),
+    }
+    results["condense_llm"] = models.llm.model if models.llm is not None else None
+    results["seconds_total"] = round(time.perf_counter() - started, 1)
+    _write(results, output or DEFAULT_RESULTS / dataset.name)
     return results
 
 
@@ -136,10 +221,9 @@ async def run_service_command(
     from chatqna.evaluation.service import run_against_service
 
     dataset = load_dataset(dataset_dir)
-    results = await run_against_service(dataset, url, ingest=ingest, samples=samples)
+    results = await run_against_service(
+        dataset, url, ingest=ingest, samples=samples, progress=stderr_progress()
+    )
     results["command"] = command
-    paths = write_outputs(results, output or DEFAULT_RESULTS / f"{dataset.name}-service")
-    print(markdown(results).split("## Every mode")[0])
-    for kind, path in paths.items():
-        print(f"{kind}: {path}", file=sys.stderr)
+    _write(results, output or DEFAULT_RESULTS / f"{dataset.name}-service")
     return results

@@ -14,7 +14,7 @@ import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,9 @@ from chatqna.evaluation.modes import (
     plan_turn,
     reads_answers,
 )
+from chatqna.evaluation.progress import Progress
 from chatqna.retrieval.embedded.index import EXACT_MAX_CHUNKS, EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
-
-Progress = Callable[[str, int], Callable[[int], None]]
 
 
 async def build_index(
@@ -202,6 +201,58 @@ async def measure_latency(
     return medians
 
 
+@dataclass
+class Ranker:
+    """Ranks any mode of one run: its turns, their plans by strategy, the index, the
+    reranker and the own-history replay."""
+
+    turns: Sequence[EvalTurn]
+    plans: dict[str, dict[str, QueryPlan]]
+    index: EmbeddedHybridIndex
+    reranker: Reranker | None
+    depth: int
+    own: OwnHistory
+
+    async def rank(self, mode: Mode) -> tuple[ModeResult, dict[str, QueryPlan]]:
+        plans = self.plans[mode.query.label]
+        return await rank_with_history(
+            mode, self.turns, plans, self.index, self.reranker, self.depth, self.own
+        )
+
+
+async def rank_every_mode(
+    ranker: Ranker,
+    strategies: Sequence[QueryStrategy],
+    switches: Sequence[tuple[bool, float, int]],
+    histories: Sequence[str],
+    latency: dict[str, float],
+    samples: int,
+) -> list[dict[str, Any]]:
+    """Every strategy under every switch (hybrid, BM25 weight, per-leg depth), with the
+    reranker and without, for every history kind."""
+    modes = []
+    for kind in histories:
+        for strategy in strategies:
+            for hybrid, weight, legs in switches:
+                for rerank in (True, False):
+                    mode = Mode(strategy, hybrid, rerank, weight, legs, history=kind)
+                    ranked, used = await ranker.rank(mode)
+                    described = describe_mode(ranked, ranker.turns, used, latency, samples)
+                    modes.append({**described, "history": kind})
+    return modes
+
+
+async def compare_every_history(
+    ranker: Ranker, references: Sequence[Reference], histories: Sequence[str], samples: int
+) -> dict[str, dict[str, Any]]:
+    """The configuration under test against the references, under each history kind."""
+    comparisons = {}
+    for kind in histories if references else ():
+        ranked = [(await ranker.rank(replace(r.mode, history=kind)))[0] for r in references]
+        comparisons[kind] = compare_references(references, ranked, ranker.turns, samples=samples)
+    return comparisons
+
+
 async def run_benchmark(
     dataset: Dataset,
     strategies: Sequence[QueryStrategy],
@@ -221,29 +272,17 @@ async def run_benchmark(
     answer: Answerer | None = None,
     passage_context: str = "title",
 ) -> dict[str, Any]:
-    """Every strategy under every retrieval switch and history kind; returns the results
-    document.
-
-    The switches are hybrid at each BM25 fusion weight of `bm25_weights` (1.0 is plain RRF)
-    and each per-leg depth of `candidates`, and dense only, each with and without
-    `reranker` (the service's, from `build_reranker`; None keeps the fused order, as the
-    embedded default does). `exact_max` is the index's exact-search size
-    (`CHATQNA_EMBEDDED_EXACT_MAX_CHUNKS`; 0 ranks with the HNSW graph). `histories` holds
-    `reference` (the dataset's assistant turns) and/or `own` (each earlier assistant turn
-    replaced by `answer`'s, see `chatqna.evaluation.live`; the top passage's first 800
-    characters by default). `references` (named modes, see `chatqna.evaluation.compare`)
-    are ranked too, under each history kind, and compared with the configuration under
-    test. `passage_context` is what each passage's dense and BM25 legs see besides its
-    text (`title`: its title line first; `none`).
-    """
+    """Every strategy under every switch (hybrid at each BM25 weight and per-leg depth, dense
+    only; with `reranker` and without) and history kind (`reference`, `own`: earlier answers
+    replaced by `answer`'s, see `chatqna.evaluation.live`), and `references` against the
+    configuration under test; returns the results document. `exact_max` 0 ranks with the
+    HNSW graph; `passage_context` is what each passage's legs see besides its text."""
     switches = [(True, float(w), int(c)) for w in bm25_weights for c in candidates]
     switches.append((False, 1.0, FUSION_CANDIDATES))
     turns = dataset.scored_turns
     started = time.perf_counter()
-    texts = {p.id: p.text for p in dataset.passages}
-    own = OwnHistory(
-        dialogues(dataset, turns), answer or passage_answerer(texts), embedder, llm, progress
-    )
+    answerer = answer or passage_answerer({p.id: p.text for p in dataset.passages})
+    own = OwnHistory(dialogues(dataset, turns), answerer, embedder, llm, progress)
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(
             dataset,
@@ -256,36 +295,9 @@ async def run_benchmark(
         planned = list(dict.fromkeys([*strategies, *(r.mode.query for r in references)]))
         plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in planned}
         latency = await measure_latency(turns, planned, raw_embedder, llm, plans)
-        modes = []
-        for kind in histories:
-            for strategy in strategies:
-                for hybrid, weight, legs in switches:
-                    for rerank in (True, False):
-                        mode = Mode(strategy, hybrid, rerank, weight, legs, history=kind)
-                        ranked, used = await rank_with_history(
-                            mode, turns, plans[strategy.label], index, reranker, depth, own
-                        )
-                        described = describe_mode(ranked, turns, used, latency, samples)
-                        modes.append({**described, "history": kind})
-        comparisons = {}
-        for kind in histories if references else ():
-            ranked_references = [
-                (
-                    await rank_with_history(
-                        replace(r.mode, history=kind),
-                        turns,
-                        plans[r.mode.query.label],
-                        index,
-                        reranker,
-                        depth,
-                        own,
-                    )
-                )[0]
-                for r in references
-            ]
-            comparisons[kind] = compare_references(
-                references, ranked_references, turns, samples=samples
-            )
+        ranker = Ranker(turns, plans, index, reranker, depth, own)
+        modes = await rank_every_mode(ranker, strategies, switches, histories, latency, samples)
+        comparisons = await compare_every_history(ranker, references, histories, samples)
     document: dict[str, Any] = {
         "dataset": dataset.summary(),
         "depth": depth,

@@ -6,7 +6,7 @@ n-grams, 97 languages) decides. Its weights are inside the wheel (`model.npz.xz`
 it needs nothing but numpy, and it never downloads anything. Its normalised probability is
 the confidence: below `MIN_CONFIDENCE` a message counts as `unknown` and is left as it is,
 so a product name or an "ok" is never sent to translation on a whim.
-`tests/rag-benchmarks/language_id.py` measures it on short follow-ups in 18 languages.
+`benchmarks/language_id.py` measures it on short follow-ups in 18 languages.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ of every upstream is built, so what it does is what every upstream call does:
   `base_url` (what spans, logs and `describe()` name) has the credentials removed.
 
 Why `httpx-aiohttp`'s transport under httpx, not httpx's own: per call it costs the caller
-well under httpx's own transport (`tests/rag-benchmarks/http_client_cost.py`, the
+well under httpx's own transport (`benchmarks/http_client_cost.py`, the
 Resilience page), and the caller keeps httpx's API, its exceptions and its test seam
 (tests pass `transport=`: `httpx.MockTransport`; respx with its `httpx` mocker). The
 proxies come from httpx, not from aiohttp's own `trust_env`: that looks up `~/.netrc` and

@@ -14,7 +14,7 @@ from tests.standins.servers import create_standin_app, serve_in_thread
 
 pytestmark = pytest.mark.slow
 
-LAB = REPO / "tests" / "rag-benchmarks" / "datasets" / "handbook-lab"
+LAB = REPO / "benchmarks" / "datasets" / "handbook-lab"
 
 
 def bench(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -50,6 +50,11 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     quick = ("--no-llm", "--alphas", "0.7", "--history-turns", "6", "--output", str(out))
     run = bench(*quick, tmp_path=tmp_path)
     assert "## Headline" in run.stdout
+    # stderr is a pipe here: progress shows as lines, and no turn is logged at INFO.
+    assert "embedding corpus: 36/36 (100%)" in run.stderr
+    assert "replaying stateless" not in run.stderr  # stateless reads no answers
+    assert any(line.startswith("replaying blend") for line in run.stderr.splitlines())
+    assert " INFO chatqna.multiturn" not in run.stderr
     results = json.loads((out / "results.json").read_text())
     assert (out / "results.md").read_text().startswith("# Multi-turn retrieval benchmark")
     assert (out / "follow_up_recall5.png").read_bytes()[:4] == b"\x89PNG"
@@ -59,6 +64,7 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     assert "## Reference history and own history, side by side" in run.stdout
     assert results["comparisons"]["own"]["turn_1_identical"] == {"no rerank": True, "rerank": True}
     assert results["settings"]["multi_turn_blend_alpha"] == 0.7
+    assert results["machine"]["cores"] >= 1 and "measured_at_commit" in results
     by_label = {m["label"]: m for m in results["modes"]}
     stateless = by_label["stateless (dense, no rerank)"]
     gold = by_label["condense (gold rewrite) (dense, no rerank)"]

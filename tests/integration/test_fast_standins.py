@@ -56,7 +56,7 @@ SAME_ANSWERS: list[tuple[str, str, Any]] = [
 
 def _load_chats() -> ModuleType:
     """The benchmarks' process helpers (a script beside the benchmarks, not a package)."""
-    path = REPO / "tests" / "rag-benchmarks" / "load_chats.py"
+    path = REPO / "benchmarks" / "load_chats.py"
     spec = importlib.util.spec_from_file_location("load_chats", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

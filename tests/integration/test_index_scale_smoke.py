@@ -14,7 +14,7 @@ from tests.integration.conftest import REPO, clean_env
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = REPO / "tests" / "rag-benchmarks" / "index_scale.py"
+SCRIPT = REPO / "benchmarks" / "index_scale.py"
 
 
 def test_index_scale_times_the_exact_and_the_graph_paths(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from tests.integration.conftest import REPO, clean_env
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = REPO / "tests" / "rag-benchmarks" / "load_chats.py"
+SCRIPT = REPO / "benchmarks" / "load_chats.py"
 
 
 def test_load_benchmark_runs_twice_against_one_server(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LAB = REPO / "tests" / "rag-benchmarks" / "datasets" / "handbook-lab"
+LAB = REPO / "benchmarks" / "datasets" / "handbook-lab"
 SAMPLE_CORPUS = REPO / "chatqna" / "sample_corpus"
 ROLES = ["user", "assistant"] * 3
 
@@ -48,7 +48,7 @@ def _user_turns(conversations: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_corpus_matches_the_sample_corpus(corpus: list[dict[str, Any]]) -> None:
     builder = _load_builder()
     assert corpus == builder.build_passages(SAMPLE_CORPUS), (
-        "corpus.jsonl is stale: rerun tests/rag-benchmarks/datasets/handbook-lab/build_corpus.py"
+        "corpus.jsonl is stale: rerun benchmarks/datasets/handbook-lab/build_corpus.py"
     )
 
 

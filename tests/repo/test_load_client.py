@@ -1,4 +1,4 @@
-"""The overhead benchmarks' load generator client (`tests/rag-benchmarks/load_client.py`):
+"""The overhead benchmarks' load generator client (`benchmarks/load_client.py`):
 against the fast stand-ins and against raw servers that misbehave, in this process."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from tests.standins import fast_servers
 
 REPO = Path(__file__).resolve().parents[2]
-BENCHMARKS = REPO / "tests" / "rag-benchmarks"
+BENCHMARKS = REPO / "benchmarks"
 TOKENS = 5
 
 

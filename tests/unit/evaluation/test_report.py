@@ -14,8 +14,8 @@ from chatqna.evaluation.report import render_from, write_outputs
 # A real results document: the committed handbook-lab run.
 RESULTS: dict[str, Any] = json.loads(
     (
-        Path(__file__).resolve().parents[2]
-        / "rag-benchmarks"
+        Path(__file__).resolve().parents[3]
+        / "benchmarks"
         / "results"
         / "handbook-lab"
         / "results.json"

@@ -4,6 +4,7 @@ nothing installed over a provider that is there already (the tests' own, here)."
 from __future__ import annotations
 
 import pytest
+import requests
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
@@ -11,8 +12,15 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from requests import Response
 
 from chatqna import __version__
 from chatqna.settings import Settings
@@ -63,22 +71,42 @@ def test_http_json_is_refused_when_settings_load() -> None:
         Settings(otel_exporter_otlp_protocol="http/json")  # type: ignore[arg-type]
 
 
-def test_the_http_exporter_sends_to_the_traces_path_of_the_base_endpoint() -> None:
+def posted_to(exporter: SpanExporter, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs `exporter` posts one span to, caught at `requests` (the SDK's HTTP client)."""
+    urls: list[str] = []
+
+    def request(_session: requests.Session, method: str, url: str, **_: object) -> Response:
+        urls.append(url)
+        answer = Response()
+        answer.status_code = 200
+        return answer
+
+    monkeypatch.setattr(requests.Session, "request", request)
+    provider = TracerProvider()
+    spans = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    provider.get_tracer("test").start_span("one").end()
+    assert exporter.export(spans.get_finished_spans()) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    return urls
+
+
+def test_the_http_exporter_sends_to_the_traces_path_of_the_base_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     settings = Settings(otel_exporter_otlp_endpoint=f"{COLLECTOR}/")
     exporter = build_exporter("otlp_proto_http", settings)
     assert isinstance(exporter, HttpSpanExporter)
-    assert exporter._endpoint == f"{COLLECTOR}/v1/traces"
-    exporter.shutdown()
+    assert posted_to(exporter, monkeypatch) == [f"{COLLECTOR}/v1/traces"]
 
 
-def test_the_traces_endpoint_is_taken_as_it_is() -> None:
+def test_the_traces_endpoint_is_taken_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
     full = "http://traces.test:10428/insert/opentelemetry/v1/traces"
     settings = Settings(
         otel_exporter_otlp_endpoint=COLLECTOR, otel_exporter_otlp_traces_endpoint=full
     )
     exporter = build_exporter("otlp_proto_http", settings)
-    assert exporter._endpoint == full  # type: ignore[attr-defined]
-    exporter.shutdown()
+    assert posted_to(exporter, monkeypatch) == [full]
 
 
 def test_the_grpc_exporter_and_the_console_one_are_the_sdks() -> None:

@@ -1,0 +1,103 @@
+"""The condense prompt and output guard on the handbook lab: every rewrite, judged.
+
+    .venv/bin/python benchmarks/condense_rewrites.py [--dataset DIR]
+
+For each follow-up of the dataset (the handbook lab by default) the configured LLM (the
+embedded SmolLM2 unless LLM_ENDPOINT / CONDENSE_LLM_ENDPOINT say otherwise) rewrites the
+message with `condense_follow_up`, the code the service runs. The script prints the
+conversation, the rewrite (or the failure reason) and the verdict of the automatic rule in
+`chatqna.evaluation.standalone`, then the share judged standalone, and writes
+`results/condense_rewrites.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from provenance import write_result
+
+from chatqna.composition import build_condense_llm, build_llm
+from chatqna.errors import CondenseFailed
+from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.standalone import judge_standalone
+from chatqna.multiturn.condense import condense_follow_up
+from chatqna.multiturn.history import Conversation
+from chatqna.settings import Settings
+
+HERE = Path(__file__).parent
+
+
+async def run(dataset_dir: Path) -> dict[str, Any]:
+    settings = Settings()
+    dataset = load_dataset(dataset_dir)
+    llm = build_condense_llm(settings, await build_llm(settings))
+    rows = []
+    try:
+        for turn in (t for t in dataset.turns if t.is_follow_up):
+            try:
+                outcome = await condense_follow_up(
+                    Conversation(turn.query, turn.history),
+                    llm,
+                    history_turns=settings.multi_turn_history_turns,
+                    timeout_seconds=60.0,
+                )
+                rewrite, failure = outcome.query, None
+            except CondenseFailed as exc:
+                rewrite, failure = None, f"{exc.reason}: {exc.detail}"
+            verdict, why = judge_standalone(rewrite, turn.query, turn.gold_rewrite or turn.query)
+            rows.append(
+                {
+                    "task": turn.key,
+                    "history": [m.content for m in turn.history],
+                    "message": turn.query,
+                    "rewrite": rewrite,
+                    "failure": failure,
+                    "reference": turn.gold_rewrite,
+                    "standalone": verdict,
+                    "why": why,
+                }
+            )
+    finally:
+        await llm.aclose()
+    judged = sum(1 for row in rows if row["standalone"])
+    return {
+        "dataset": dataset.name,
+        "llm": llm.model,
+        "follow_ups": len(rows),
+        "standalone": judged,
+        "share_standalone": round(judged / len(rows), 3),
+        "failed": sum(1 for row in rows if row["failure"]),
+        "rows": rows,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", type=Path, default=HERE / "datasets" / "handbook-lab")
+    parser.add_argument("--output", type=Path, default=HERE / "results" / "condense_rewrites.json")
+    args = parser.parse_args()
+    result = asyncio.run(run(args.dataset))
+    for row in result["rows"]:
+        print(f"[{row['task']}]")
+        for line in row["history"][-2:]:
+            print(f"   ... {line[:100]}")
+        print(f"  message:   {row['message']}")
+        shown = row["rewrite"] or f"(failed: {row['failure']})"
+        print(f"  rewrite:   {shown}")
+        print(f"  reference: {row['reference']}")
+        print(f"  verdict:   {row['why']}")
+    print(
+        f"\n{result['llm']}: {result['standalone']}/{result['follow_ups']} rewrites judged "
+        f"standalone ({result['share_standalone']:.0%}), {result['failed']} failed the guard "
+        "or the call"
+    )
+    write_result(args.output, result)
+    print(f"written to {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
