@@ -15,7 +15,11 @@
 measured blend variants are formed around it: `alpha_rule="content_words"` plans each
 follow-up with the alpha `content_word_alpha` gives it, and `answer_terms=k` adds the
 previous answer's `k` terms of highest IDF over the corpus
-(`chatqna.multiturn.evidence`) to the BM25 history leg. Each
+(`chatqna.multiturn.evidence`) to the BM25 history leg. Two hedging variants add dense
+legs to a blended follow-up, fused by the same RRF at a fixed share of the dense leg's
+weight (`hedge_legs`, `chatqna.evaluation.hedge`): `query_leg_weight` searches with the
+follow-up's own vector beside the blend, `answer_leg_weight` with the previous assistant
+message's (the blend's history then being the user's questions). Each
 strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
 per-leg depth asked for) and with the reranker on and off.
 `condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
@@ -39,7 +43,7 @@ from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.metrics import summarise
 from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_score_alpha
 from chatqna.multiturn.condense import condense_follow_up
-from chatqna.multiturn.evidence import Idf, answer_terms
+from chatqna.multiturn.evidence import Idf, answer_terms, previous_answer
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.multiturn.strategy import QueryPlan as ServicePlan
@@ -65,6 +69,8 @@ class QueryStrategy:
     assistant_weight: float = 0.5
     alpha_rule: str = "fixed"
     answer_terms: int = 0
+    query_leg_weight: float = 0.0
+    answer_leg_weight: float = 0.0
 
     @property
     def label(self) -> str:
@@ -79,6 +85,10 @@ class QueryStrategy:
                 extra += f" alpha-rule={self.alpha_rule}"
             if self.answer_terms:
                 extra += f" answer-terms={self.answer_terms}"
+            if self.query_leg_weight:
+                extra += f" query-leg={self.query_leg_weight:g}"
+            if self.answer_leg_weight:
+                extra += f" answer-leg={self.answer_leg_weight:g}"
             if self.rerank_query != "conversation":
                 extra += f" rerank-query={self.rerank_query}"
             return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
@@ -129,7 +139,9 @@ def reads_answers(strategy: QueryStrategy) -> bool:
     """Whether the strategy's query depends on the assistant's earlier messages (only
     those rank differently with own history)."""
     if strategy.strategy == "blend":
-        return strategy.roles != "user" or strategy.answer_terms > 0
+        return (
+            strategy.roles != "user" or strategy.answer_terms > 0 or strategy.answer_leg_weight > 0
+        )
     return strategy.strategy == "condense_llm"
 
 
@@ -147,6 +159,7 @@ class QueryPlan:
     bm25_history_weight: float = 0.0
     rerank_text: str | None = None
     rerank_vector: np.ndarray | None = None
+    dense_legs: tuple[tuple[np.ndarray, float], ...] = ()
 
     @property
     def rerank_query(self) -> str:
@@ -237,6 +250,26 @@ def answer_leg(
     return " ".join(terms), ANSWER_TERMS_WEIGHT
 
 
+async def hedge_legs(
+    strategy: QueryStrategy, conversation: Conversation, planned: ServicePlan, embedder: Embedder
+) -> tuple[tuple[np.ndarray, float], ...]:
+    """The hedging dense legs of a blended follow-up, each with its RRF weight as a share of
+    the dense leg's: the follow-up's own vector `EQ` (`query_leg_weight`; the blend already
+    computed it) and the previous assistant message's vector (`answer_leg_weight`; a third
+    input of the blend's batched call in a service, here a call of its own, which ranks
+    alike). None on a turn the blend did not run, so a first turn stays stateless."""
+    blend = planned.blend
+    if blend is None or not blend.executed:
+        return ()
+    legs: list[tuple[np.ndarray, float]] = []
+    if strategy.query_leg_weight > 0.0:
+        legs.append((blend.query_embedding, strategy.query_leg_weight))
+    answer = previous_answer(conversation).strip()
+    if strategy.answer_leg_weight > 0.0 and answer:
+        legs.append(((await embedder.embed([answer]))[0], strategy.answer_leg_weight))
+    return tuple(legs)
+
+
 async def service_plan(
     turn: EvalTurn,
     strategy: QueryStrategy,
@@ -283,12 +316,15 @@ async def plan_turn(
             turn, strategy, embedder, conversation, signals
         )
         executed = planned.blend is not None and planned.blend.executed
+        legs = await hedge_legs(strategy, conversation, planned, embedder)
+        answered = len(legs) - int(strategy.query_leg_weight > 0.0 and executed)
         return replace(
-            done(planned.text, planned.embedding, 2 if executed else 1),
+            done(planned.text, planned.embedding, 2 + answered if executed else 1),
             bm25_history=bm25_history,
             bm25_history_weight=bm25_weight,
             rerank_text=planned.rerank.text,
             rerank_vector=planned.rerank.vector,
+            dense_legs=legs,
         )
     if strategy.strategy == "append":
         earlier = [m.content for m in turn.history if m.role == "user"]
