@@ -8,7 +8,8 @@ a dense and a BM25 leg; `hedged_search` ranks the same two legs through the embe
 own search (each leg's best `candidates`, as the index takes them) and fuses them with the
 hedging legs by `reciprocal_rank_fusion`. With no hedging leg it ranks exactly as
 `EmbeddedHybridIndex.search_sync`: the same lists, in the same order, fused by the same
-function.
+function. `hedge_legs` plans the legs of a blended follow-up (the benchmark's
+`query_leg_weight` and `answer_leg_weight`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,35 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chatqna.backends.protocols import SearchQuery
+from chatqna.backends.protocols import Embedder, SearchQuery
 from chatqna.documents import ScoredChunk
+from chatqna.multiturn.evidence import previous_answer
+from chatqna.multiturn.history import Conversation
+from chatqna.multiturn.strategy import QueryPlan
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import reciprocal_rank_fusion
+
+
+async def hedge_legs(
+    weights: tuple[float, float], conversation: Conversation, planned: QueryPlan, embedder: Embedder
+) -> tuple[tuple[np.ndarray, float], ...]:
+    """The hedging dense legs of a blended follow-up, each with its RRF weight as a share of
+    the dense leg's (`weights`: the query leg's, the answer leg's; 0 leaves a leg out): the
+    follow-up's own vector `EQ` (the blend already computed it) and the previous assistant
+    message's vector (a third input of the blend's batched call in a service, here a call of
+    its own, which ranks alike). None on a turn the blend did not run, so a first turn
+    stays stateless."""
+    blend = planned.blend
+    if blend is None or not blend.executed:
+        return ()
+    query_share, answer_share = weights
+    legs: list[tuple[np.ndarray, float]] = []
+    if query_share > 0.0:
+        legs.append((blend.query_embedding, query_share))
+    answer = previous_answer(conversation).strip()
+    if answer_share > 0.0 and answer:
+        legs.append(((await embedder.embed([answer]))[0], answer_share))
+    return tuple(legs)
 
 
 def dense_leg(index: EmbeddedHybridIndex, vector: np.ndarray, depth: int) -> list[ScoredChunk]:

@@ -17,7 +17,7 @@ follow-up with the alpha `content_word_alpha` gives it, and `answer_terms=k` add
 previous answer's `k` terms of highest IDF over the corpus
 (`chatqna.multiturn.evidence`) to the BM25 history leg. Two hedging variants add dense
 legs to a blended follow-up, fused by the same RRF at a fixed share of the dense leg's
-weight (`hedge_legs`, `chatqna.evaluation.hedge`): `query_leg_weight` searches with the
+weight (`chatqna.evaluation.hedge`): `query_leg_weight` searches with the
 follow-up's own vector beside the blend, `answer_leg_weight` with the previous assistant
 message's (the blend's history then being the user's questions). Each
 strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
@@ -40,10 +40,11 @@ import numpy as np
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
+from chatqna.evaluation.hedge import hedge_legs
 from chatqna.evaluation.metrics import summarise
 from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_score_alpha
 from chatqna.multiturn.condense import condense_follow_up
-from chatqna.multiturn.evidence import Idf, answer_terms, previous_answer
+from chatqna.multiturn.evidence import Idf, answer_terms
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.multiturn.strategy import QueryPlan as ServicePlan
@@ -250,41 +251,37 @@ def answer_leg(
     return " ".join(terms), ANSWER_TERMS_WEIGHT
 
 
-async def hedge_legs(
-    strategy: QueryStrategy, conversation: Conversation, planned: ServicePlan, embedder: Embedder
-) -> tuple[tuple[np.ndarray, float], ...]:
-    """The hedging dense legs of a blended follow-up, each with its RRF weight as a share of
-    the dense leg's: the follow-up's own vector `EQ` (`query_leg_weight`; the blend already
-    computed it) and the previous assistant message's vector (`answer_leg_weight`; a third
-    input of the blend's batched call in a service, here a call of its own, which ranks
-    alike). None on a turn the blend did not run, so a first turn stays stateless."""
-    blend = planned.blend
-    if blend is None or not blend.executed:
-        return ()
-    legs: list[tuple[np.ndarray, float]] = []
-    if strategy.query_leg_weight > 0.0:
-        legs.append((blend.query_embedding, strategy.query_leg_weight))
-    answer = previous_answer(conversation).strip()
-    if strategy.answer_leg_weight > 0.0 and answer:
-        legs.append(((await embedder.embed([answer]))[0], strategy.answer_leg_weight))
-    return tuple(legs)
-
-
 async def service_plan(
     turn: EvalTurn,
     strategy: QueryStrategy,
     embedder: Embedder,
-    conversation: Conversation,
     signals: CorpusSignals | None,
-) -> tuple[ServicePlan, str, float]:
+    started: float,
+) -> QueryPlan:
     """The service's own planning (its multi-turn strategy): blend, history-aware BM25 leg
     and the reranker's query, exactly as served under these settings; with the BM25 history
-    leg's text and weight (`answer_leg`)."""
+    leg's text and weight (`answer_leg`) and the hedging dense legs (`hedge_legs`)."""
+    conversation = Conversation(turn.query, turn.history)
     adapted = await turn_strategy(strategy, turn, embedder, signals)
     config = MultiTurnConfig.from_settings(planning_settings(adapted))
     planned = await build_strategy(config, embedder=embedder).plan(conversation)
     bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
-    return planned, bm25_history, bm25_weight
+    weights = (strategy.query_leg_weight, strategy.answer_leg_weight)
+    legs = await hedge_legs(weights, conversation, planned, embedder)
+    executed = planned.blend is not None and planned.blend.executed
+    answered = len(legs) - int(strategy.query_leg_weight > 0.0 and executed)
+    return QueryPlan(
+        planned.text,
+        planned.embedding,
+        2 + answered if executed else 1,
+        0,
+        (time.perf_counter() - started) * 1000,
+        bm25_history=bm25_history,
+        bm25_history_weight=bm25_weight,
+        rerank_text=planned.rerank.text,
+        rerank_vector=planned.rerank.vector,
+        dense_legs=legs,
+    )
 
 
 async def plan_turn(
@@ -312,20 +309,7 @@ async def plan_turn(
         return QueryPlan(text, vector, inputs, calls, elapsed, failure)
 
     if strategy.strategy in ("stateless", "blend"):
-        planned, bm25_history, bm25_weight = await service_plan(
-            turn, strategy, embedder, conversation, signals
-        )
-        executed = planned.blend is not None and planned.blend.executed
-        legs = await hedge_legs(strategy, conversation, planned, embedder)
-        answered = len(legs) - int(strategy.query_leg_weight > 0.0 and executed)
-        return replace(
-            done(planned.text, planned.embedding, 2 + answered if executed else 1),
-            bm25_history=bm25_history,
-            bm25_history_weight=bm25_weight,
-            rerank_text=planned.rerank.text,
-            rerank_vector=planned.rerank.vector,
-            dense_legs=legs,
-        )
+        return await service_plan(turn, strategy, embedder, signals, started)
     if strategy.strategy == "append":
         earlier = [m.content for m in turn.history if m.role == "user"]
         text = " ".join([*earlier, turn.query])
