@@ -10,7 +10,10 @@ orchestrators in front of the same stand-ins: `chatqna serve` with `RETRIEVER_EN
 pointing at the stand-in retriever, and OPEA's `ServiceOrchestrator` running the EMBEDDING
 -> RETRIEVER -> RERANK -> LLM graph (`opea/megaservice.py`, in its own venv). Both are
 pinned to `--orchestrator-cpu` (taskset), the stand-ins and this load generator to
-`--client-cpu`; both run with tracing and the access log off.
+`--client-cpu`; both run with tracing and the access log off. With `--traced`, a third
+system joins the rotation: `chatqna serve` sampling 10% of traces
+(`parentbased_traceidratio`) and exporting them over OTLP/HTTP to a receiver on loopback
+(`tests/integration/otlp_receiver.py`, on the client core), measured against OPEA untraced.
 
 The client side must not be what limits requests/s, so by default the stand-ins are
 `python -m tests.standins.fast_servers` (`--standins fast`: HTTP/1.1 on httptools, the same
@@ -75,6 +78,12 @@ OPEA_PYTHON = REPO / ".cache" / "opea-venv" / "bin" / "python"
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "opea-overhead" / "opea_overhead.json"
 SYSTEMS = ("chatqna", "opea")
+TRACED = "chatqna_traced"  # --traced: ChatQnA with 10% of traces exported over OTLP
+TRACED_ENV = {
+    "OTEL_TRACES_EXPORTER": "otlp",
+    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+    "OTEL_TRACES_SAMPLER_ARG": "0.1",
+}
 MODES = ("stream", "non-stream")
 # --standins: the cheap HTTP/1.1 stand-ins by default, the FastAPI app (with faults) on request
 STANDIN_MODULES = {"fast": "tests.standins.fast_servers", "app": STANDINS}
@@ -98,6 +107,21 @@ def services(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Process
         started["chatqna"] = start_remote_chatqna(
             "chatqna", upstream, root, {"OTEL_TRACES_EXPORTER": "none"}, args.orchestrator_cpu
         )
+        if args.traced:
+            port = free_port()
+            started["receiver"] = start_process(
+                "receiver",
+                [sys.executable, "-m", "tests.integration.otlp_receiver", str(port)],
+                orchestrator_env(),
+                port,
+                root,
+                ready_path="/",
+                cpus=args.client_cpu,
+            )
+            exporting = {**TRACED_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": started["receiver"].url}
+            started[TRACED] = start_remote_chatqna(
+                TRACED, upstream, root, exporting, args.orchestrator_cpu
+            )
         port = free_port()
         started["opea"] = start_process(
             "opea",
@@ -318,9 +342,14 @@ def stand_in_latency(upstreams: Process, mode: str, args: argparse.Namespace) ->
     )
 
 
+def systems(args: argparse.Namespace) -> tuple[str, ...]:
+    return (SYSTEMS[0], TRACED, SYSTEMS[1]) if args.traced else SYSTEMS
+
+
 def run_all(procs: dict[str, Process], args: argparse.Namespace) -> dict[str, Any]:
-    helpers = [procs["upstreams"]]
-    for system in SYSTEMS:  # warm-up: imports, connection pools, first-request paths
+    helpers = [procs["upstreams"], *([procs["receiver"]] if args.traced else [])]
+    measured_systems = systems(args)
+    for system in measured_systems:  # warm-up: imports, connection pools, first-request paths
         for mode in args.modes:
             call = system_call(mode == "stream")
             drive(
@@ -336,11 +365,14 @@ def run_all(procs: dict[str, Process], args: argparse.Namespace) -> dict[str, An
             # Measured next to the points it is subtracted from, so the load matches.
             baseline[mode].append(stand_in_latency(procs["upstreams"], mode, args))
             for index, c in enumerate(args.concurrency):
-                # A/B then B/A: neither system always runs on the warmer (or noisier) side.
-                flip = (round_number + mode_index * len(args.concurrency) + index) % 2
+                # The order rotates (A/B, then B/A): no system always runs on the warmer
+                # (or noisier) side.
+                turn = (round_number + mode_index * len(args.concurrency) + index) % len(
+                    measured_systems
+                )
                 key = f"{mode} c={c}"
-                point = points.setdefault(key, {system: [] for system in SYSTEMS})
-                for system in SYSTEMS[::-1] if flip else SYSTEMS:
+                point = points.setdefault(key, {system: [] for system in measured_systems})
+                for system in measured_systems[turn:] + measured_systems[:turn]:
                     call = system_call(mode == "stream")
                     measured = measure_point(procs[system], helpers, call, args, c)
                     point[system].append(measured)
@@ -389,6 +421,10 @@ def summarise(raw: dict[str, Any]) -> list[dict[str, Any]]:
             "added_p99": _ratio(ours["added_p99_ms"], theirs["added_p99_ms"]),
             "cpu_per_request": _ratio(ours["cpu_ms_per_request"], theirs["cpu_ms_per_request"]),
         }
+        if TRACED in row:  # traced CPU against OPEA's untraced
+            row["ratio"]["cpu_per_request_traced"] = _ratio(
+                row[TRACED]["cpu_ms_per_request"], theirs["cpu_ms_per_request"]
+            )
         rows.append(row)
     return rows
 
@@ -426,6 +462,17 @@ def print_table(rows: list[dict[str, Any]], raw: dict[str, Any], args: argparse.
             f"| {ours['cpu_ms_per_request']:.1f} / {theirs['cpu_ms_per_request']:.1f} "
             f"| {ours['errors']} / {theirs['errors']} |"
         )
+    if any(TRACED in row for row in rows):
+        print("\nWith tracing on (10% of traces sampled, exported over OTLP/HTTP on loopback):")
+        print("| mode | conc. | CPU ms/request traced / untraced / OPEA | traced / OPEA | errors |")
+        print("|---|---|---|---|---|")
+        for row in rows:
+            traced, ours, theirs = row[TRACED], row["chatqna"], row["opea"]
+            print(
+                f"| {row['mode']} | {row['concurrency']} | {traced['cpu_ms_per_request']:.2f} / "
+                f"{ours['cpu_ms_per_request']:.2f} / {theirs['cpu_ms_per_request']:.2f} "
+                f"| {_fmt(row['ratio']['cpu_per_request_traced'])} | {traced['errors']} |"
+            )
 
 
 def _fmt(value: float | None) -> str:
@@ -455,7 +502,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="lean: load_client.py (keep-alive httptools connections on uvloop); "
         "aiohttp: an aiohttp.ClientSession on the stdlib event loop (earlier runs)",
     )
-    parser.add_argument("--orchestrator-cpu", default="0", help="taskset list for both systems")
+    parser.add_argument(
+        "--traced",
+        action="store_true",
+        help="also run ChatQnA with 10%% of traces sampled and exported over OTLP/HTTP to a "
+        "receiver on loopback (on the client core), as a third system in the rotation",
+    )
+    parser.add_argument("--orchestrator-cpu", default="0", help="taskset list for every system")
     parser.add_argument("--client-cpu", default="1", help="taskset list for stand-ins + client")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     return parser.parse_args(argv)
@@ -488,6 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tokens": args.tokens,
             "orchestrator_cpu": args.orchestrator_cpu,
             "client_cpu": args.client_cpu,
+            "traced": TRACED_ENV if args.traced else None,
             "request": request_body("<question>", True) | {"stream": "true | false"},
         },
         "load_average_start": load_start,
@@ -500,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     write_result(args.output, report)
     print(f"wrote {args.output}")
-    errors = sum(row[s]["errors"] for row in rows for s in SYSTEMS)
+    errors = sum(row[s]["errors"] for row in rows for s in systems(args))
     return 1 if errors else 0
 
 

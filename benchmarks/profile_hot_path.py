@@ -43,9 +43,10 @@ DEFAULT_OUTPUT = HERE / "results" / "profile_hot_path.json"
 # (group, path fragments); the innermost frame's file decides. Order matters.
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "upstream HTTP client (httpx, httpx-aiohttp, aiohttp)",
+        "upstream HTTP client (aiohttp, httpx)",
         (
             "(chatqna/upstream/client.py",
+            "(chatqna/upstream/sessions.py",
             "(httpx/",
             "(httpx_aiohttp/",
             "(httpcore/",

@@ -181,13 +181,14 @@ class OpenAIChatLLM:
                     yield delta
                 if done:
                     return
+        except (*TRANSPORT_FAILURES, HTTPStatusFailure) as exc:
+            # Before `TimeoutError`: aiohttp's read timeout is both.
+            raise translate_http_error(exc, backend=self.backend, what=what) from exc
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{self.backend}: generation took longer than {self._generation_timeout}s",
                 backend=self.backend,
             ) from exc
-        except (*TRANSPORT_FAILURES, HTTPStatusFailure) as exc:
-            raise translate_http_error(exc, backend=self.backend, what=what) from exc
         finally:
             # Closing the response is what stops generation upstream when our client
             # disconnects (this generator is then closed or cancelled mid-stream).

@@ -89,41 +89,24 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
-# What the client raises on a transport failure: httpx's exceptions, and aiohttp's own where
-# `httpx-aiohttp` passes one through unmapped (a response aiohttp cannot parse:
-# `aiohttp.ClientResponseError`).
-TRANSPORT_FAILURES = (httpx.HTTPError, aiohttp.ClientError)
+# What the client raises on a transport failure: aiohttp's exceptions (the service's
+# session), httpx's (a client over a given httpx transport).
+TRANSPORT_FAILURES = (aiohttp.ClientError, httpx.HTTPError)
 
 
 RETRYABLE_FAILURES = (
+    aiohttp.ClientError,
     httpx.TimeoutException,
     httpx.NetworkError,
     httpx.RemoteProtocolError,
-    aiohttp.ClientError,
     TimeoutError,
 )
 
 
-def _aiohttp_cause(exc: BaseException) -> aiohttp.ClientError | None:
-    cause = exc.__cause__
-    return cause if isinstance(cause, aiohttp.ClientError) else None
-
-
 def timed_out(exc: BaseException) -> bool:
-    """Whether time ran out: a whole-call bound (`asyncio.timeout`) or a transport timeout.
-
-    `httpx-aiohttp` 0.2.0 raises `httpx.ConnectTimeout` for every
-    `aiohttp.ClientConnectionError`, a refused connection (`ClientConnectorError`) and one
-    the server dropped (`ServerDisconnectedError`, `ClientOSError`) too: its entry for
-    `ClientConnectionError` wins over the narrower ones. The aiohttp exception it came from
-    (`__cause__`) says whether time ran out: aiohttp's timeouts are `TimeoutError`s.
-    """
-    if isinstance(exc, TimeoutError):
-        return True
-    if not isinstance(exc, httpx.TimeoutException):
-        return False
-    cause = _aiohttp_cause(exc)
-    return cause is None or isinstance(cause, TimeoutError)
+    """Whether time ran out: a whole-call bound (`asyncio.timeout`) or a transport timeout
+    (aiohttp's are `TimeoutError`s: `ConnectionTimeoutError`, `SocketTimeoutError`)."""
+    return isinstance(exc, (TimeoutError, httpx.TimeoutException))
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -135,8 +118,7 @@ def is_retryable(exc: BaseException) -> bool:
 
 
 def _failure(exc: BaseException) -> str:
-    """The failure's name: an HTTP status, or the exception's class; for a connection
-    failure the transport calls `ConnectTimeout` (see `timed_out`), aiohttp's own."""
+    """The failure's name: an HTTP status, or the exception's class."""
     status = _status(exc)
     return f"HTTP {status}" if status is not None else failure_type(exc)
 

@@ -1,31 +1,38 @@
-"""The upstream client's contract on its real transport (httpx-aiohttp's), against one
-loopback server: the bytes go out as sent, replies and streams come back whole and in order,
-and each failure is an httpx exception that `chatqna.upstream.policy` retries and translates
-to the right typed error (a refused connection is not a timeout)."""
+"""The upstream client's contract over both sessions it can send through, against one
+loopback server: the service's aiohttp session, and httpx over its own transport (the
+session the unit tests reach through `httpx.MockTransport` and respx). The same request goes
+on the wire; replies and streams come back whole, in order and decoded (gzip), past an
+interim `103`; and each failure is an exception that `chatqna.upstream.policy` retries and
+translates to the same typed error (a refused connection is not a timeout)."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import socket
 from collections.abc import AsyncIterator
 
-import aiohttp
 import httpx
 import pytest
 
 from chatqna.errors import UpstreamError, UpstreamTimeout
 from chatqna.upstream.client import UpstreamClient
-from chatqna.upstream.policy import is_retryable, translate_http_error
+from chatqna.upstream.policy import is_retryable, timed_out, translate_http_error
 
 pytestmark = pytest.mark.anyio
 
 PIECES = [b"data: a\n\n", b"data: b\n\n", b"data: [DONE]\n\n"]
+SESSIONS = ("aiohttp", "httpx")
+SEEN: list[bytes] = []  # the request heads the server read, newest last
 
 
 async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Route by path: /json echoes the body, /busy is a 503, /stream is chunked SSE,
-    /silent never answers, /short promises more body than it sends."""
+    """One request per connection (each answer says `Connection: close`). Route by path:
+    /json echoes the body, /busy is a 503, /stream is chunked SSE,
+    /silent never answers, /short promises more body than it sends, /hints sends a
+    `103 Early Hints` first, /gzip and /gzip-stream gzip their bodies."""
     head = await reader.readuntil(b"\r\n\r\n")
+    SEEN.append(head)
     lines = head.lower().split(b"\r\n")
     sizes = [int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length:")]
     length = sizes[0] if sizes else 0
@@ -33,11 +40,31 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     path = head.split(b" ")[1]
     if path == b"/json":
         echo = b'{"got":' + body + b"}"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(echo), echo))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(echo), echo)
+        )
+    elif path == b"/hints":
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+        writer.write(b'HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 9\r\n\r\n{"ok": 1}')
+    elif path == b"/gzip":
+        packed = gzip.compress(b'{"packed": true}')
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Encoding: gzip\r\n")
+        writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(packed), packed))
+    elif path == b"/gzip-stream":
+        packed = gzip.compress(b"".join(PIECES))
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Encoding: gzip\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        for start in range(0, len(packed), 16):
+            piece = packed[start : start + 16]
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
     elif path == b"/busy":
-        writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy")
+        writer.write(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n")
+        writer.write(b"Content-Length: 4\r\n\r\nbusy")
     elif path == b"/stream":
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n")
         for piece in PIECES:
             writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             await writer.drain()
@@ -46,7 +73,7 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     elif path == b"/silent":
         await reader.read()
     elif path == b"/short":
-        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{"cut":')
+        writer.write(b'HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 50\r\n\r\n{"cut":')
     await writer.drain()
     writer.close()
 
@@ -58,15 +85,63 @@ async def base() -> AsyncIterator[str]:
     server.close()
 
 
-def client(base: str) -> UpstreamClient:
-    return UpstreamClient(base, timeout_seconds=0.5, connect_timeout_seconds=1.0)
+def client(base: str, session: str) -> UpstreamClient:
+    transport = httpx.AsyncHTTPTransport() if session == "httpx" else None
+    return UpstreamClient(
+        base, timeout_seconds=0.5, connect_timeout_seconds=1.0, transport=transport
+    )
+
+
+@pytest.fixture(params=SESSIONS)
+def session(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-async def upstream(base: str) -> AsyncIterator[UpstreamClient]:
-    built = client(base)
+async def upstream(base: str, session: str) -> AsyncIterator[UpstreamClient]:
+    built = client(base, session)
     yield built
     await built.aclose()
+
+
+def request_head(head: bytes) -> tuple[bytes, dict[bytes, bytes]]:
+    """The request line and the headers that say what is sent (lower-case names)."""
+    line, *fields = head.rstrip(b"\r\n").split(b"\r\n")
+    pairs = [field.split(b": ", 1) for field in fields]
+    named = {name.lower(): value for name, value in pairs}
+    kept = (b"content-type", b"accept", b"content-length", b"authorization")
+    return line, {name: named[name] for name in kept if name in named}
+
+
+async def test_both_sessions_put_the_same_request_on_the_wire(base: str) -> None:
+    heads = []
+    for session in SESSIONS:
+        built = client(base.replace("http://", "http://u:p%40ss@"), session)
+        try:
+            await built.post("/json", {"input": ["q"]})
+        finally:
+            await built.aclose()
+        heads.append(request_head(SEEN[-1]))
+    assert heads[0] == heads[1]
+    line, named = heads[0]
+    assert line == b"POST /json HTTP/1.1"
+    assert named[b"content-type"] == b"application/json"
+    assert named[b"content-length"] == b"15"
+    assert named[b"authorization"] == b"Basic dTpwQHNz"  # u:p@ss
+
+
+async def test_an_interim_response_is_read_past(upstream: UpstreamClient) -> None:
+    reply = await upstream.post("/hints", {})
+    assert (reply.status, reply.json()) == (200, {"ok": 1})
+
+
+async def test_gzip_bodies_come_back_decoded_whole_and_streamed(upstream: UpstreamClient) -> None:
+    assert (await upstream.post("/gzip", {})).json() == {"packed": True}
+    stream = await upstream.open_stream("/gzip-stream", {})
+    try:
+        assert b"".join([chunk async for chunk in stream.chunks()]) == b"".join(PIECES)
+    finally:
+        await stream.aclose()
 
 
 async def test_a_json_call_returns_status_and_body_as_sent(upstream: UpstreamClient) -> None:
@@ -97,34 +172,45 @@ async def test_an_error_stream_can_be_read_at_once(upstream: UpstreamClient) -> 
         await stream.aclose()
 
 
-async def test_a_refused_connection_is_a_retryable_upstream_error_not_a_timeout() -> None:
+# What each session raises; the policy makes the same typed error of both.
+REFUSED = {"aiohttp": "ClientConnectorError", "httpx": "ConnectError"}
+SILENT = {"aiohttp": "SocketTimeoutError", "httpx": "ReadTimeout"}
+SHORT = {"aiohttp": "ClientPayloadError", "httpx": "RemoteProtocolError"}
+
+
+async def test_a_refused_connection_is_a_retryable_upstream_error_not_a_timeout(
+    session: str,
+) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    refused = client(f"http://127.0.0.1:{port}")
+    refused = client(f"http://127.0.0.1:{port}", session)
     try:
-        # httpx-aiohttp reports it as a ConnectTimeout, aiohttp's own error as the cause.
-        with pytest.raises(httpx.TransportError) as caught:
+        with pytest.raises(Exception) as caught:
             await refused.post("/json", {})
     finally:
         await refused.aclose()
-    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
-    assert is_retryable(caught.value)
+    assert type(caught.value).__name__ == REFUSED[session]
+    assert is_retryable(caught.value) and not timed_out(caught.value)
     error = translate_http_error(caught.value, backend="llm", what="POST /json")
     assert type(error) is UpstreamError and error.status_code == 502
-    assert "(ClientConnectorError)" in str(error)
+    assert f"({REFUSED[session]})" in str(error)
 
 
-async def test_a_silent_upstream_is_a_read_timeout(upstream: UpstreamClient) -> None:
-    with pytest.raises(httpx.ReadTimeout) as caught:
+async def test_a_silent_upstream_is_a_read_timeout(upstream: UpstreamClient, session: str) -> None:
+    with pytest.raises(Exception) as caught:
         await upstream.post("/silent", {})
+    assert type(caught.value).__name__ == SILENT[session]
     error = translate_http_error(caught.value, backend="llm", what="POST /silent")
     assert type(error) is UpstreamTimeout and error.status_code == 504
 
 
-async def test_a_body_cut_short_is_a_read_error(upstream: UpstreamClient) -> None:
-    with pytest.raises(httpx.ReadError) as caught:
+async def test_a_body_cut_short_is_a_retryable_error(
+    upstream: UpstreamClient, session: str
+) -> None:
+    with pytest.raises(Exception) as caught:
         await upstream.post("/short", {})
+    assert type(caught.value).__name__ == SHORT[session]
     assert is_retryable(caught.value)
     error = translate_http_error(caught.value, backend="llm", what="POST /short")
     assert type(error) is UpstreamError and error.status_code == 502

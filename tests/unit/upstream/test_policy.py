@@ -133,46 +133,27 @@ def test_what_is_retryable(exc: BaseException, retryable: bool) -> None:
     assert is_retryable(exc) is retryable
 
 
-def _from_aiohttp(exc: httpx.HTTPError, cause: BaseException) -> httpx.HTTPError:
-    """`exc` as the httpx-aiohttp transport raises it: the aiohttp error as its cause."""
-    exc.__cause__ = cause
-    return exc
-
-
 REQUEST_INFO = aiohttp.RequestInfo(URL(BASE), "POST", CIMultiDictProxy(CIMultiDict()))
 
 
 @pytest.mark.parametrize(
     ("exc", "expected", "named"),
     [
-        # The transport maps every aiohttp connection error to ConnectTimeout.
-        (
-            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ServerDisconnectedError()),
-            UpstreamError,
-            "(ServerDisconnectedError)",
-        ),
-        (
-            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ClientOSError(104, "reset")),
-            UpstreamError,
-            "(ClientOSError)",
-        ),
-        (
-            _from_aiohttp(httpx.ConnectTimeout("x"), aiohttp.ConnectionTimeoutError()),
-            UpstreamTimeout,
-            "timed out",
-        ),
-        (
-            _from_aiohttp(httpx.ReadTimeout("x"), aiohttp.SocketTimeoutError()),
-            UpstreamTimeout,
-            "timed out",
-        ),
-        (httpx.ConnectTimeout("no cause: httpx's own"), UpstreamTimeout, "timed out"),
-        # What the transport passes through unmapped: a response aiohttp cannot parse.
+        # What the service's aiohttp session raises.
+        (aiohttp.ServerDisconnectedError(), UpstreamError, "(ServerDisconnectedError)"),
+        (aiohttp.ClientOSError(104, "reset"), UpstreamError, "(ClientOSError)"),
+        (aiohttp.ClientPayloadError("cut short"), UpstreamError, "(ClientPayloadError)"),
         (
             aiohttp.ClientResponseError(REQUEST_INFO, (), status=400, message="Bad status line"),
             UpstreamError,
             "(ClientResponseError)",
         ),
+        (aiohttp.ConnectionTimeoutError(), UpstreamTimeout, "timed out"),
+        (aiohttp.SocketTimeoutError(), UpstreamTimeout, "timed out"),
+        # What httpx raises over a given transport.
+        (httpx.ConnectTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx.ReadTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx.ConnectError("refused"), UpstreamError, "(ConnectError)"),
     ],
 )
 def test_a_transport_failure_is_a_timeout_only_when_time_ran_out(
