@@ -2,11 +2,12 @@
 
     .venv/bin/python benchmarks/follow_up_selection.py \\
         --datasets ../shared/datasets/mtrag-clapnq ../shared/datasets/mtrag-govt \\
-        [--grid fixed|adaptive] [--cache-dir benchmarks/.cache] \\
+        [--grid fixed|adaptive|hedged] [--cache-dir benchmarks/.cache] \\
         [--passage-context title]
 
 Every candidate of the grid (`fixed_grid`, the fixed settings the shipped one was chosen
-from; `adaptive_grid`, the shipped setting against the adaptive mechanisms), and stateless
+from; `adaptive_grid`, the shipped setting against the adaptive mechanisms; `hedged_grid`,
+the shipped setting against hedging dense legs), and stateless
 and the gold rewrite (the references), is
 ranked with the product's code under the shipped retrieval (hybrid, RRF weights 1 / 0.2,
 50 passages per leg, no reranker, depth 10) on each dataset with reference history (the
@@ -102,7 +103,23 @@ def adaptive_grid() -> list[QueryStrategy]:
     ]
 
 
-GRIDS = {"fixed": fixed_grid, "adaptive": adaptive_grid}
+def hedged_grid() -> list[QueryStrategy]:
+    """The hedging candidates, fixed before their run: the shipped setting; the shipped
+    setting with a second dense leg searching with the follow-up's own vector, fused at 0.5
+    or 1 times the dense leg's RRF weight; and the user's 2 questions in the blend (BM25
+    history 0.3) with the previous assistant message searched as a dense leg of its own at
+    0.25 or 0.5 times the dense leg's weight, instead of being blended."""
+    questions = replace(SHIPPED, roles="user")
+    return [
+        SHIPPED,
+        replace(SHIPPED, query_leg_weight=0.5),
+        replace(SHIPPED, query_leg_weight=1.0),
+        replace(questions, answer_leg_weight=0.25),
+        replace(questions, answer_leg_weight=0.5),
+    ]
+
+
+GRIDS = {"fixed": fixed_grid, "adaptive": adaptive_grid, "hedged": hedged_grid}
 
 
 def shipped_mode(strategy: QueryStrategy, history: str) -> Mode:
@@ -254,7 +271,7 @@ async def main() -> None:
     lodo = leave_one_domain_out(cells, candidates, chosen, runner_up)
     references = [GOLD.label, SHIPPED_BEFORE.label] if args.grid == "fixed" else [GOLD.label]
     labels = list(dict.fromkeys([*references, chosen.label, runner_up.label]))
-    if args.grid == "adaptive":
+    if args.grid != "fixed":
         labels = list(dict.fromkeys([*labels, *(c.label for c in candidates)]))
     document = {
         "command": " ".join(["benchmarks/follow_up_selection.py", *sys.argv[1:]]),

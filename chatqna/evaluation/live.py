@@ -32,6 +32,7 @@ from chatqna.backends.protocols import (
 )
 from chatqna.documents import ScoredChunk
 from chatqna.evaluation.dataset import Dataset, EvalTurn
+from chatqna.evaluation.hedge import hedged_search
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryPlan, plan_turn
 from chatqna.multiturn.history import Conversation, Message
@@ -103,21 +104,23 @@ async def retrieve(
     reranker: Reranker | None,
     depth: int,
 ) -> list[ScoredChunk]:
-    """One turn's ranked passages under `mode`, as the service retrieves and reranks."""
+    """One turn's ranked passages under `mode`, as the service retrieves and reranks (a
+    plan with hedging dense legs fuses them in, `chatqna.evaluation.hedge`)."""
     if plan.vector is None:
         return []
-    hits = index.search_sync(
-        SearchQuery(
-            plan.text,
-            plan.vector,
-            depth,
-            mode.hybrid,
-            fusion_weights=mode.fusion_weights,
-            bm25_history=plan.bm25_history,
-            bm25_history_weight=plan.bm25_history_weight,
-        ),
-        candidates=mode.candidates,
+    query = SearchQuery(
+        plan.text,
+        plan.vector,
+        depth,
+        mode.hybrid,
+        fusion_weights=mode.fusion_weights,
+        bm25_history=plan.bm25_history,
+        bm25_history_weight=plan.bm25_history_weight,
     )
+    if plan.dense_legs and mode.hybrid:
+        hits = hedged_search(index, query, plan.dense_legs, mode.candidates)
+    else:
+        hits = index.search_sync(query, candidates=mode.candidates)
     if mode.rerank and reranker is not None:
         hits = await reranker.rerank(plan.rerank_query, hits, depth, vector=plan.rerank_vector)
     return list(hits)

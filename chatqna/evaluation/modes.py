@@ -15,7 +15,11 @@
 measured blend variants are formed around it: `alpha_rule="content_words"` plans each
 follow-up with the alpha `content_word_alpha` gives it, and `answer_terms=k` adds the
 previous answer's `k` terms of highest IDF over the corpus
-(`chatqna.multiturn.evidence`) to the BM25 history leg. Each
+(`chatqna.multiturn.evidence`) to the BM25 history leg. Two hedging variants add dense
+legs to a blended follow-up, fused by the same RRF at a fixed share of the dense leg's
+weight (`chatqna.evaluation.hedge`): `query_leg_weight` searches with the
+follow-up's own vector beside the blend, `answer_leg_weight` with the previous assistant
+message's (the blend's history then being the user's questions). Each
 strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
 per-leg depth asked for) and with the reranker on and off.
 `condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
@@ -36,6 +40,7 @@ import numpy as np
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
+from chatqna.evaluation.hedge import hedge_legs
 from chatqna.evaluation.metrics import summarise
 from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_score_alpha
 from chatqna.multiturn.condense import condense_follow_up
@@ -65,6 +70,8 @@ class QueryStrategy:
     assistant_weight: float = 0.5
     alpha_rule: str = "fixed"
     answer_terms: int = 0
+    query_leg_weight: float = 0.0
+    answer_leg_weight: float = 0.0
 
     @property
     def label(self) -> str:
@@ -79,6 +86,10 @@ class QueryStrategy:
                 extra += f" alpha-rule={self.alpha_rule}"
             if self.answer_terms:
                 extra += f" answer-terms={self.answer_terms}"
+            if self.query_leg_weight:
+                extra += f" query-leg={self.query_leg_weight:g}"
+            if self.answer_leg_weight:
+                extra += f" answer-leg={self.answer_leg_weight:g}"
             if self.rerank_query != "conversation":
                 extra += f" rerank-query={self.rerank_query}"
             return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
@@ -129,7 +140,9 @@ def reads_answers(strategy: QueryStrategy) -> bool:
     """Whether the strategy's query depends on the assistant's earlier messages (only
     those rank differently with own history)."""
     if strategy.strategy == "blend":
-        return strategy.roles != "user" or strategy.answer_terms > 0
+        return (
+            strategy.roles != "user" or strategy.answer_terms > 0 or strategy.answer_leg_weight > 0
+        )
     return strategy.strategy == "condense_llm"
 
 
@@ -147,6 +160,7 @@ class QueryPlan:
     bm25_history_weight: float = 0.0
     rerank_text: str | None = None
     rerank_vector: np.ndarray | None = None
+    dense_legs: tuple[tuple[np.ndarray, float], ...] = ()
 
     @property
     def rerank_query(self) -> str:
@@ -241,17 +255,33 @@ async def service_plan(
     turn: EvalTurn,
     strategy: QueryStrategy,
     embedder: Embedder,
-    conversation: Conversation,
     signals: CorpusSignals | None,
-) -> tuple[ServicePlan, str, float]:
+    started: float,
+) -> QueryPlan:
     """The service's own planning (its multi-turn strategy): blend, history-aware BM25 leg
     and the reranker's query, exactly as served under these settings; with the BM25 history
-    leg's text and weight (`answer_leg`)."""
+    leg's text and weight (`answer_leg`) and the hedging dense legs (`hedge_legs`)."""
+    conversation = Conversation(turn.query, turn.history)
     adapted = await turn_strategy(strategy, turn, embedder, signals)
     config = MultiTurnConfig.from_settings(planning_settings(adapted))
     planned = await build_strategy(config, embedder=embedder).plan(conversation)
     bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
-    return planned, bm25_history, bm25_weight
+    weights = (strategy.query_leg_weight, strategy.answer_leg_weight)
+    legs = await hedge_legs(weights, conversation, planned, embedder)
+    executed = planned.blend is not None and planned.blend.executed
+    answered = len(legs) - int(strategy.query_leg_weight > 0.0 and executed)
+    return QueryPlan(
+        planned.text,
+        planned.embedding,
+        2 + answered if executed else 1,
+        0,
+        (time.perf_counter() - started) * 1000,
+        bm25_history=bm25_history,
+        bm25_history_weight=bm25_weight,
+        rerank_text=planned.rerank.text,
+        rerank_vector=planned.rerank.vector,
+        dense_legs=legs,
+    )
 
 
 async def plan_turn(
@@ -279,17 +309,7 @@ async def plan_turn(
         return QueryPlan(text, vector, inputs, calls, elapsed, failure)
 
     if strategy.strategy in ("stateless", "blend"):
-        planned, bm25_history, bm25_weight = await service_plan(
-            turn, strategy, embedder, conversation, signals
-        )
-        executed = planned.blend is not None and planned.blend.executed
-        return replace(
-            done(planned.text, planned.embedding, 2 if executed else 1),
-            bm25_history=bm25_history,
-            bm25_history_weight=bm25_weight,
-            rerank_text=planned.rerank.text,
-            rerank_vector=planned.rerank.vector,
-        )
+        return await service_plan(turn, strategy, embedder, signals, started)
     if strategy.strategy == "append":
         earlier = [m.content for m in turn.history if m.role == "user"]
         text = " ".join([*earlier, turn.query])

@@ -56,15 +56,19 @@ def simplicity(strategy: QueryStrategy) -> tuple[int, int, int]:
     a rule, the previous answer's terms in the BM25 leg), which rank as more complex than
     any combination of the fixed ones; then the number of fixed mechanisms beyond the
     seed's blend of the user's questions at alpha 0.7 (reading assistant messages,
-    embedding them as their own input, the history-aware BM25 leg, another alpha); then the
-    history window."""
+    embedding them as their own input, the history-aware BM25 leg, another alpha, a hedging
+    dense leg of the follow-up's own vector, one of the previous answer's vector, which
+    also reads assistant messages); then the history window."""
     adaptive = sum((strategy.alpha_rule != "fixed", strategy.answer_terms > 0))
+    answer_leg = strategy.answer_leg_weight > 0.0
     mechanisms = sum(
         (
-            strategy.roles != "user",
+            strategy.roles != "user" or answer_leg,
             strategy.roles == "separate",
             strategy.bm25_history_weight > 0.0,
             strategy.alpha_rule == "fixed" and strategy.alpha != SEED_ALPHA,
+            strategy.query_leg_weight > 0.0,
+            answer_leg,
         )
     )
     return (adaptive, mechanisms, strategy.history_turns)

@@ -89,3 +89,26 @@ async def test_the_top_score_alpha_reads_the_follow_ups_own_best_hit(tmp_path: P
     assert searched == [follow_up.query] and opening.bm25_history == ""
     with pytest.raises(ValueError, match="top-1"):
         await plan_turn(follow_up, adaptive, embedder, None)
+
+
+async def test_hedging_legs_ride_only_on_blended_follow_ups(tmp_path: Path) -> None:
+    first, follow_up = load_dataset(write_dataset(tmp_path / "tiny")).turns
+    embedder = HashingEmbedder()
+    shipped = QueryStrategy("blend", 0.7, 2, "newest_first", "user_assistant", 0.3)
+    own = (await embedder.embed([follow_up.query]))[0]
+    answer = (await embedder.embed(["Use the export zip."]))[0]
+    query_leg = await plan_turn(follow_up, replace(shipped, query_leg_weight=0.5), embedder, None)
+    ((vector, share),) = query_leg.dense_legs
+    assert share == 0.5 and query_leg.embedding_inputs == 2
+    np.testing.assert_allclose(vector, own)
+    questions = replace(shipped, roles="user", answer_leg_weight=0.25)
+    answer_leg = await plan_turn(follow_up, questions, embedder, None)
+    ((vector, share),) = answer_leg.dense_legs
+    assert share == 0.25 and answer_leg.embedding_inputs == 3
+    np.testing.assert_allclose(vector, answer)
+    baseline = await plan_turn(first, QueryStrategy("stateless"), embedder, None)
+    for strategy in (replace(shipped, query_leg_weight=1.0), questions):
+        opening = await plan_turn(first, strategy, embedder, None)
+        assert opening.dense_legs == () and opening.vector is not None
+        assert baseline.vector is not None
+        np.testing.assert_array_equal(opening.vector, baseline.vector)

@@ -77,3 +77,15 @@ def test_adaptive_mechanisms_rank_as_more_complex_than_any_fixed_setting() -> No
     assert simplicity(RICH) < simplicity(evidence) < simplicity(words)
     data = cells({RICH.label: (0.05, 0.05), words.label: (0.055, 0.05)}, 0.2)
     assert choose(data, [RICH, words], samples=500)["chosen"] == RICH
+
+
+def test_hedging_legs_count_as_fixed_mechanisms() -> None:
+    shipped = QueryStrategy("blend", 0.7, 2, "newest_first", "user_assistant", 0.3)
+    hedged = QueryStrategy(
+        "blend", 0.7, 2, "newest_first", "user_assistant", 0.3, query_leg_weight=0.5
+    )
+    answer = QueryStrategy("blend", 0.7, 2, "newest_first", "user", 0.3, answer_leg_weight=0.25)
+    assert simplicity(shipped) == (0, 2, 2)
+    assert simplicity(hedged) == (0, 3, 2) and simplicity(answer) == (0, 3, 2)
+    data = cells({shipped.label: (0.05, 0.05), hedged.label: (0.055, 0.05)}, 0.2)
+    assert choose(data, [hedged, shipped], samples=500)["chosen"] == shipped
