@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from chatqna import __version__
+from chatqna.telemetry.tracing import dropped
 
 TRACER_NAME = "chatqna.http"
 _TRACER = trace.get_tracer(TRACER_NAME, __version__)
@@ -79,7 +80,13 @@ class ClientSpans:
     @contextmanager
     def call(self, method: str, path: str, headers: dict[str, str]) -> Iterator[ClientCall]:
         """A span for one call, current for the block; the trace context goes into
-        `headers` (the dict then sent)."""
+        `headers` (the dict then sent). In a trace the sampler dropped no span is started
+        (`chatqna.telemetry.tracing.dropped`): the dropped context goes along as it is."""
+        parent = trace.get_current_span()
+        if dropped(parent):
+            propagate.inject(headers)
+            yield ClientCall(parent)
+            return
         attributes: dict[str, AttributeValue] = {
             "http.request.method": method,
             "url.full": self.prefix + path.partition("?")[0],

@@ -23,9 +23,13 @@ application embedding the service), it is used as it is and nothing is installed
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import entry_points
+from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -39,12 +43,51 @@ DEFAULT_SERVICE_NAME = "chatqna"
 EXPORTER_GROUP = "opentelemetry_traces_exporter"
 OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 
-# A proxy: it hands out spans of whichever provider is installed, once one is.
-_TRACER = trace.get_tracer(TRACER_NAME, __version__)
+
+def dropped(parent: trace.Span) -> bool:
+    """Whether `parent` belongs to a trace the sampler dropped: a valid context whose
+    sampled flag is off. The SDK's samplers record no span under it (a parent-based one
+    follows the parent; a ratio one decides by the trace id, the parent's), so the service
+    starts none there: each would cost CPU on most requests once sampling is on, for
+    nothing. The dropped parent stays current and its context goes upstream."""
+    context = parent.get_span_context()
+    return context.is_valid and not context.trace_flags.sampled
 
 
-def tracer() -> trace.Tracer:
-    """The service's tracer (spans do nothing until a provider is installed)."""
+class ServiceTracer:
+    """The service's tracer: the installed provider's (through OpenTelemetry's proxy, so
+    spans do nothing until a provider is installed), except in a trace the sampler dropped,
+    where a span asked for is the dropped parent itself (`dropped`)."""
+
+    def __init__(self, delegate: trace.Tracer) -> None:
+        self._delegate = delegate
+
+    def start_span(
+        self, name: str, context: Context | None = None, *args: Any, **kwargs: Any
+    ) -> trace.Span:
+        parent = trace.get_current_span(context)
+        if dropped(parent):
+            return parent
+        return self._delegate.start_span(name, context, *args, **kwargs)
+
+    @contextmanager
+    def start_as_current_span(
+        self, name: str, context: Context | None = None, *args: Any, **kwargs: Any
+    ) -> Iterator[trace.Span]:
+        parent = trace.get_current_span(context)
+        if dropped(parent):
+            with trace.use_span(parent, end_on_exit=False):
+                yield parent
+            return
+        with self._delegate.start_as_current_span(name, context, *args, **kwargs) as span:
+            yield span
+
+
+_TRACER = ServiceTracer(trace.get_tracer(TRACER_NAME, __version__))
+
+
+def tracer() -> ServiceTracer:
+    """The service's tracer (`ServiceTracer`)."""
     return _TRACER
 
 

@@ -92,8 +92,10 @@ async def test_a_dropped_trace_gets_no_recorded_span_but_its_context_goes_along(
         await upstream.post("/rerank", {"query": "q"})
     assert spans.get_finished_spans() == ()
     for request in seen:
-        version, trace_id, _, flags = request.headers["traceparent"].split("-")
+        # No client span was started: the dropped parent's own context goes along.
+        version, trace_id, parent_id, flags = request.headers["traceparent"].split("-")
         assert (version, trace_id, flags) == ("00", "0af7651916cd43dd8448eb211c80319c", "00")
+        assert parent_id == "b7ad6b7169203331"
         assert request.headers["tracestate"] == "vendor=v1"
 
 

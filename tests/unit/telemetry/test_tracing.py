@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from requests import Response
 
 from chatqna import __version__
@@ -28,6 +29,7 @@ from chatqna.telemetry.tracing import (
     build_exporter,
     configure_tracing,
     current_trace_id,
+    dropped,
     exporter_names,
     service_resource,
     tracer,
@@ -165,3 +167,41 @@ def test_the_trace_id_is_the_current_spans(spans: InMemorySpanExporter) -> None:
     (finished,) = spans.get_finished_spans()
     assert finished.instrumentation_scope is not None
     assert finished.instrumentation_scope.name == "chatqna"
+
+
+DROPPED = SpanContext(
+    0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False, TraceFlags(TraceFlags.DEFAULT)
+)
+
+
+def test_in_a_dropped_trace_no_span_is_started_and_the_parent_stays(
+    spans: InMemorySpanExporter,
+) -> None:
+    parent = NonRecordingSpan(DROPPED)
+    with trace.use_span(parent):
+        assert tracer().start_span("child") is parent
+        with tracer().start_as_current_span("work") as span:
+            assert span is parent and trace.get_current_span() is parent
+            assert current_trace_id() == "0af7651916cd43dd8448eb211c80319c"
+    assert tracer().start_span("child", context=trace.set_span_in_context(parent)) is parent
+    assert spans.get_finished_spans() == ()
+
+
+def test_in_a_sampled_trace_spans_are_started_under_the_parent(
+    spans: InMemorySpanExporter,
+) -> None:
+    with tracer().start_as_current_span("turn") as turn:
+        assert not dropped(turn)
+        with tracer().start_as_current_span("work") as work:
+            assert work is not turn
+    work_span, turn_span = spans.get_finished_spans()
+    assert work_span.parent is not None
+    assert work_span.parent.span_id == turn_span.context.span_id
+
+
+def test_an_ended_sampled_span_still_gets_children(spans: InMemorySpanExporter) -> None:
+    turn = tracer().start_span("turn")
+    turn.end()
+    child = tracer().start_span("late", context=trace.set_span_in_context(turn))
+    child.end()
+    assert [span.name for span in spans.get_finished_spans()] == ["turn", "late"]
