@@ -174,6 +174,15 @@ def start_upstreams(
     )
 
 
+def start_receiver(root: Path, cpus: str | None = None) -> Process:
+    """An OTLP/HTTP receiver (`tests/integration/otlp_receiver.py`) on a free port, pinned
+    to `cpus`: where the traced benchmarks export their spans."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.integration.otlp_receiver", str(port)]
+    env = orchestrator_env()
+    return start_process("receiver", argv, env, port, root, ready_path="/", cpus=cpus)
+
+
 def start_remote_chatqna(
     name: str, upstream: str, root: Path, env: dict[str, str], cpus: str | None = None
 ) -> Process:

@@ -69,6 +69,7 @@ from load_chats import (  # the sibling script: process control and statistics
     orchestrator_env,
     percentile,
     start_process,
+    start_receiver,
     start_remote_chatqna,
     start_upstreams,
 )
@@ -108,16 +109,7 @@ def services(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Process
             "chatqna", upstream, root, {"OTEL_TRACES_EXPORTER": "none"}, args.orchestrator_cpu
         )
         if args.traced:
-            port = free_port()
-            started["receiver"] = start_process(
-                "receiver",
-                [sys.executable, "-m", "tests.integration.otlp_receiver", str(port)],
-                orchestrator_env(),
-                port,
-                root,
-                ready_path="/",
-                cpus=args.client_cpu,
-            )
+            started["receiver"] = start_receiver(root, args.client_cpu)
             exporting = {**TRACED_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": started["receiver"].url}
             started[TRACED] = start_remote_chatqna(
                 TRACED, upstream, root, exporting, args.orchestrator_cpu

@@ -38,11 +38,9 @@ import httpx
 from load_chats import (
     REPO,
     Process,
-    free_port,
     load_average,
     load_conversations,
-    orchestrator_env,
-    start_process,
+    start_receiver,
     start_remote_chatqna,
     start_upstreams,
 )
@@ -79,16 +77,7 @@ def services(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Process
         started["upstreams"] = start_upstreams(
             root, options, STANDIN_MODULES["fast"], args.client_cpu
         )
-        port = free_port()
-        started["receiver"] = start_process(
-            "receiver",
-            [sys.executable, "-m", "tests.integration.otlp_receiver", str(port)],
-            orchestrator_env(),
-            port,
-            root,
-            ready_path="/",
-            cpus=args.client_cpu,
-        )
+        started["receiver"] = start_receiver(root, args.client_cpu)
         receiver = started["receiver"].url
         for name, tracing in SETTINGS.items():
             exporting = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver} if tracing else {}
