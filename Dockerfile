@@ -40,8 +40,9 @@ RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
 FROM ${PYTHON_IMAGE} AS runtime
 
 # libgomp1: llama.cpp in the xllamacpp wheel links OpenMP, which the slim image lacks.
+# ca-certificates: the CA store an https upstream's certificate is verified against.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libgomp1 \
+ && apt-get install -y --no-install-recommends libgomp1 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --system --gid 10001 chatqna \
