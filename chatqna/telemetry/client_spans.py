@@ -18,7 +18,7 @@ clients' logical calls: the batched embedding call is the one `POST` span under
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
@@ -67,11 +67,7 @@ class ClientCall:
 class ClientSpans:
     """The client spans of one upstream (`base_url`, parsed once)."""
 
-    def __init__(
-        self, base_url: str, *, error_type: Callable[[BaseException], str] | None = None
-    ) -> None:
-        """`error_type` names a failed call's exception (`error.type`; default: its class)."""
-        self.error_type = error_type or _class_name
+    def __init__(self, base_url: str) -> None:
         parts = urlsplit(base_url)
         self.prefix = url_full(base_url).rstrip("/")
         self.host = parts.hostname or ""
@@ -105,7 +101,7 @@ class ClientSpans:
                 yield ClientCall(span)
             except Exception as exc:
                 if span.is_recording():
-                    name = self.error_type(exc)
+                    name = _class_name(exc)
                     span.set_attribute("error.type", name)
                     span.set_status(Status(StatusCode.ERROR, name))
                 raise

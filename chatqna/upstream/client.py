@@ -47,11 +47,6 @@ JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"
 default_transport: Callable[[], httpx.AsyncBaseTransport] | None = None
 
 
-def failure_type(exc: BaseException) -> str:
-    """A transport failure's name, as spans and logs give it: its class."""
-    return type(exc).__name__
-
-
 def without_credentials(url: str) -> str:
     """`url` without a `user:pass@` part (what may be logged or shown)."""
     parts = urlsplit(url)
@@ -105,7 +100,7 @@ class UpstreamClient:
         )
         self._headers = {**JSON_HEADERS, **(headers or {})}
         self._bare_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
-        self._spans = ClientSpans(self.base_url, error_type=failure_type)
+        self._spans = ClientSpans(self.base_url)
         self.is_closed = False
 
     async def request(self, method: str, path: str, payload: Any = None) -> Reply:

@@ -26,7 +26,7 @@ import aiohttp
 import httpx
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
-from chatqna.upstream.client import UpstreamClient, failure_type
+from chatqna.upstream.client import UpstreamClient
 from chatqna.upstream.types import Reply
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def is_retryable(exc: BaseException) -> bool:
 def _failure(exc: BaseException) -> str:
     """The failure's name: an HTTP status, or the exception's class."""
     status = _status(exc)
-    return f"HTTP {status}" if status is not None else failure_type(exc)
+    return f"HTTP {status}" if status is not None else type(exc).__name__
 
 
 def translate_http_error(
