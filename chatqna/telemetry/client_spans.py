@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from chatqna import __version__
-from chatqna.telemetry.tracing import dropped
+from chatqna.telemetry.tracing import inert
 
 TRACER_NAME = "chatqna.http"
 _TRACER = trace.get_tracer(TRACER_NAME, __version__)
@@ -76,10 +76,11 @@ class ClientSpans:
     @contextmanager
     def call(self, method: str, path: str, headers: dict[str, str]) -> Iterator[ClientCall]:
         """A span for one call, current for the block; the trace context goes into
-        `headers` (the dict then sent). In a trace the sampler dropped no span is started
-        (`chatqna.telemetry.tracing.dropped`): the dropped context goes along as it is."""
+        `headers` (the dict then sent). Where a span would record nothing (a trace the
+        sampler dropped, no tracer provider: `chatqna.telemetry.tracing.inert`) none is
+        started, and the current context, if any, goes along as it is."""
         parent = trace.get_current_span()
-        if dropped(parent):
+        if inert(parent):
             propagate.inject(headers)
             yield ClientCall(parent)
             return

@@ -47,17 +47,26 @@ OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc
 def dropped(parent: trace.Span) -> bool:
     """Whether `parent` belongs to a trace the sampler dropped: a valid context whose
     sampled flag is off. The SDK's samplers record no span under it (a parent-based one
-    follows the parent; a ratio one decides by the trace id, the parent's), so the service
-    starts none there: each would cost CPU on most requests once sampling is on, for
-    nothing. The dropped parent stays current and its context goes upstream."""
+    follows the parent; a ratio one decides by the trace id, the parent's)."""
     context = parent.get_span_context()
     return context.is_valid and not context.trace_flags.sampled
 
 
+def inert(parent: trace.Span) -> bool:
+    """Whether a span started under `parent` would record nothing, so the service starts
+    none: `parent` records nothing itself and either its trace was dropped (`dropped`) or
+    no tracer provider is installed (OpenTelemetry's proxy would hand out a no-op span).
+    Each span started there would cost CPU on most requests, for nothing; instead the
+    parent stays current and its context, if any, goes upstream."""
+    if parent.is_recording():
+        return False
+    return dropped(parent) or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 class ServiceTracer:
     """The service's tracer: the installed provider's (through OpenTelemetry's proxy, so
-    spans do nothing until a provider is installed), except in a trace the sampler dropped,
-    where a span asked for is the dropped parent itself (`dropped`)."""
+    a provider installed later is used), except where a span would record nothing
+    (`inert`): a span asked for there is the parent itself, already current."""
 
     def __init__(self, delegate: trace.Tracer) -> None:
         self._delegate = delegate
@@ -66,7 +75,7 @@ class ServiceTracer:
         self, name: str, context: Context | None = None, *args: Any, **kwargs: Any
     ) -> trace.Span:
         parent = trace.get_current_span(context)
-        if dropped(parent):
+        if inert(parent):
             return parent
         return self._delegate.start_span(name, context, *args, **kwargs)
 
@@ -75,7 +84,10 @@ class ServiceTracer:
         self, name: str, context: Context | None = None, *args: Any, **kwargs: Any
     ) -> Iterator[trace.Span]:
         parent = trace.get_current_span(context)
-        if dropped(parent):
+        if inert(parent):
+            if context is None:  # the parent is the current span already
+                yield parent
+                return
             with trace.use_span(parent, end_on_exit=False):
                 yield parent
             return

@@ -142,3 +142,14 @@ async def test_a_streamed_call_is_one_span_that_ends_with_the_headers(
     assert (span.attributes or {})["url.full"] == "http://llm.test:9000/v1/chat/completions"
     assert seen[0].headers["accept"] == "text/event-stream"
     assert format(span.context.span_id, "016x") in seen[0].headers["traceparent"]
+
+
+async def test_without_a_tracer_provider_calls_start_no_span_and_send_no_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    seen: list[httpx.Request] = []
+    upstream = client(200, seen)
+    await upstream.post("/v1/embeddings", {"input": ["q"]})
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    assert "traceparent" not in seen[0].headers

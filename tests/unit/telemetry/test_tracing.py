@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, StaticSampler
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from requests import Response
 
@@ -31,6 +32,7 @@ from chatqna.telemetry.tracing import (
     current_trace_id,
     dropped,
     exporter_names,
+    inert,
     service_resource,
     tracer,
 )
@@ -185,6 +187,43 @@ def test_in_a_dropped_trace_no_span_is_started_and_the_parent_stays(
             assert current_trace_id() == "0af7651916cd43dd8448eb211c80319c"
     assert tracer().start_span("child", context=trace.set_span_in_context(parent)) is parent
     assert spans.get_finished_spans() == ()
+
+
+def test_without_a_tracer_provider_no_span_is_started_and_nothing_is_attached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    assert inert(trace.INVALID_SPAN)
+    assert tracer().start_span("child") is trace.INVALID_SPAN
+    remote = NonRecordingSpan(
+        SpanContext(DROPPED.trace_id, DROPPED.span_id, True, TraceFlags(TraceFlags.SAMPLED))
+    )
+    with trace.use_span(remote):
+        before = trace.get_current_span()
+        with tracer().start_as_current_span("work") as span:
+            # The incoming context stays current, so it still goes upstream.
+            assert span is remote and trace.get_current_span() is before
+    given = trace.set_span_in_context(remote)
+    with tracer().start_as_current_span("work", context=given) as span:
+        assert span is remote and trace.get_current_span() is remote
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_a_recording_parent_is_never_handed_out_as_a_new_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sampler may record a span it does not sample (RECORD_ONLY); such a parent is not
+    inert, so the service's spans under it are real ones, never the parent ended early."""
+    provider = TracerProvider(sampler=StaticSampler(Decision.RECORD_ONLY))
+    parent = provider.get_tracer("test").start_span("server")
+    assert parent.is_recording() and dropped(parent) and not inert(parent)
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    with trace.use_span(parent):
+        child = tracer().start_span("child")
+        assert child is not parent
+        child.end()
+    assert parent.is_recording()
+    parent.end()
 
 
 def test_in_a_sampled_trace_spans_are_started_under_the_parent(
