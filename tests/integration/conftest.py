@@ -54,6 +54,13 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
 
+# `free_port` frees the port it found, so another socket may take it before the server
+# binds: above all the embedded LLM's own server, which the lifespan starts on a port the
+# kernel picks, before uvicorn binds the service's. Such a start is tried again.
+PORT_TAKEN = "address already in use"
+START_ATTEMPTS = 3
+
+
 def start_server(
     data_dir: Path,
     log_path: Path,
@@ -64,7 +71,31 @@ def start_server(
     **env: str,
 ) -> ServerProcess:
     """`chatqna <command>` on a free port (run by `launcher`, e.g. `opentelemetry-instrument`,
-    when given), once it answers `ready_path`."""
+    when given), once it answers `ready_path`; on a new port if the one found was taken."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start_server_once(
+                data_dir, log_path, timeout, ready_path, command, launcher, env
+            )
+        except PortTaken:
+            if attempt == START_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind the port `free_port` found: something took it first."""
+
+
+def _start_server_once(
+    data_dir: Path,
+    log_path: Path,
+    timeout: float,
+    ready_path: str,
+    command: str,
+    launcher: Sequence[str],
+    env: dict[str, str],
+) -> ServerProcess:
     port = free_port()
     full_env = clean_env(
         CHATQNA_DATA_DIR=str(data_dir),
@@ -86,7 +117,10 @@ def start_server(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited early:\n{server.stop()}")
+            logged = server.stop()
+            if f"{port}): {PORT_TAKEN}" in logged:
+                raise PortTaken(f"port {port} was taken:\n{logged}")
+            raise RuntimeError(f"server exited early:\n{logged}")
         try:
             if httpx.get(f"{server.url}{ready_path}", timeout=2).status_code == 200:
                 return server
