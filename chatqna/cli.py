@@ -283,6 +283,13 @@ History = Annotated[
 PassageContext = Annotated[
     str, typer.Option(help="What each passage's legs see besides its text: title or none")
 ]
+SelfContained = Annotated[
+    str,
+    typer.Option(
+        help="Blend: similarities to the previous question at which a follow-up is "
+        "searched on its own (0 = never)"
+    ),
+]
 FusionCandidates = Annotated[
     str, typer.Option(help="Hybrid: passages per leg fused by RRF (at least the depth)")
 ]
@@ -315,6 +322,7 @@ def bench(
     bm25_history_weights: Bm25HistoryWeights = "0",
     history_roles: HistoryRoles = "user_assistant",
     assistant_weights: AssistantWeights = "0.5",
+    self_contained_similarities: SelfContained = "0",
     history: History = "both",
     passage_context: PassageContext = "title",
     fusion_candidates: FusionCandidates = "50",

@@ -123,6 +123,7 @@ class Settings(BaseSettings):
     multi_turn_history_roles: Literal["user_assistant", "user", "separate"] = "user_assistant"
     multi_turn_assistant_weight: float = Field(0.5, ge=0.0, le=1.0)
     multi_turn_bm25_history_weight: float = Field(0.3, ge=0.0, le=1.0)
+    multi_turn_self_contained_similarity: float = Field(0.4, ge=0.0, le=1.0)
     multi_turn_rerank_query: Literal["conversation", "message"] = "conversation"
     multi_turn_translate_history: bool = True
     multi_turn_translation_cache_size: int = Field(1024, ge=1)
@@ -230,10 +231,14 @@ class Settings(BaseSettings):
             raise ValueError("LLM_MODEL_ID is required when LLM_ENDPOINT is set")
         if self.condense_llm_endpoint is not None and not self.condense_llm_model_id:
             raise ValueError("CONDENSE_LLM_MODEL_ID is required when CONDENSE_LLM_ENDPOINT is set")
-        if self.multi_turn_history_turns + 1 > self.tei_embedding_max_batch:
+        # The query, the history, and the previous question when the self-contained check is on.
+        batch = (
+            self.multi_turn_history_turns + 1 + int(self.multi_turn_self_contained_similarity > 0)
+        )
+        if batch > self.tei_embedding_max_batch:
             raise ValueError(
                 f"MULTI_TURN_HISTORY_TURNS={self.multi_turn_history_turns} needs a batch of "
-                f"{self.multi_turn_history_turns + 1} embedding inputs, beyond "
+                f"{batch} embedding inputs, beyond "
                 f"TEI_EMBEDDING_MAX_BATCH={self.tei_embedding_max_batch}"
             )
         if self.rrf_dense_weight == 0.0 and self.rrf_bm25_weight == 0.0:

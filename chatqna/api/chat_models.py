@@ -91,6 +91,8 @@ class BlendInfo(BaseModel):
     history_messages: int
     history_order: str
     history_roles: str
+    # The message's cosine with the previous user question (the self-contained check).
+    question_similarity: float | None = None
     translation: TranslationInfo
 
     @classmethod
@@ -116,6 +118,7 @@ class BlendInfo(BaseModel):
             history_messages=blend.history_messages,
             history_order=blend.order,
             history_roles=blend.roles,
+            question_similarity=blend.question_similarity,
             translation=translation,
         )
 

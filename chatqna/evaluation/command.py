@@ -68,6 +68,7 @@ class BenchGrid:
     histories: tuple[str, ...] = ("reference",)
     passage_context: str = "title"
     assistant_weights: tuple[float, ...] = (0.5,)
+    self_contained: tuple[float, ...] = (0.0,)
     command: str = field(default="", compare=False)
 
     @classmethod
@@ -92,6 +93,7 @@ class BenchGrid:
             histories=("reference", "own") if history == "both" else (history,),
             passage_context=context,
             assistant_weights=_floats(options["assistant_weights"]),
+            self_contained=_floats(options["self_contained_similarities"]),
             command=options.get("command", ""),
         )
 
@@ -183,6 +185,7 @@ async def run_bench_command(
             bm25_history_weights=grid.bm25_history_weights,
             roles=grid.roles,
             assistant_weights=grid.assistant_weights,
+            self_contained=grid.self_contained,
         )
         with turn_logs_at_debug():
             results = await run_benchmark(

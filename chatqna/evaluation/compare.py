@@ -56,6 +56,7 @@ def default_strategy(settings: Settings) -> QueryStrategy:
         settings.multi_turn_history_roles,
         settings.multi_turn_bm25_history_weight,
         assistant_weight=settings.multi_turn_assistant_weight,
+        self_contained=settings.multi_turn_self_contained_similarity,
     )
 
 

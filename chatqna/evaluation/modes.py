@@ -11,17 +11,16 @@
 | `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
-`stateless` and `blend` are planned by the service's own multi-turn strategy. Two
-measured blend variants are formed around it: `alpha_rule="content_words"` plans each
-follow-up with the alpha `content_word_alpha` gives it, and `answer_terms=k` adds the
-previous answer's `k` terms of highest IDF over the corpus
-(`chatqna.multiturn.evidence`) to the BM25 history leg. Two hedging variants add dense
-legs to a blended follow-up, fused by the same RRF at a fixed share of the dense leg's
-weight (`chatqna.evaluation.hedge`): `query_leg_weight` searches with the
-follow-up's own vector beside the blend, `answer_leg_weight` with the previous assistant
-message's (the blend's history then being the user's questions). Each
-strategy runs with hybrid retrieval on and off (hybrid at each BM25 fusion weight and
-per-leg depth asked for) and with the reranker on and off.
+`stateless` and `blend` are planned by the service's own multi-turn strategy (with
+`self_contained`, its check against the previous question). Measured variants around it:
+`alpha_rule="content_words"` plans each follow-up with the alpha `content_word_alpha`
+gives it; `answer_terms=k` adds the previous answer's `k` terms of highest IDF over the
+corpus (`chatqna.multiturn.evidence`) to the BM25 history leg; two hedging variants add a
+dense leg fused by the same RRF at a fixed share of the dense weight
+(`chatqna.evaluation.hedge`): `query_leg_weight` the follow-up's own vector beside the
+blend, `answer_leg_weight` the previous assistant message's (the blend then holding the
+user's questions). Each strategy runs with hybrid retrieval on and off (at each BM25
+fusion weight and per-leg depth asked for) and with the reranker on and off.
 `condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
 failed turn (an empty ranking), as it is a 503 in the service.
 """
@@ -72,6 +71,7 @@ class QueryStrategy:
     answer_terms: int = 0
     query_leg_weight: float = 0.0
     answer_leg_weight: float = 0.0
+    self_contained: float = 0.0
 
     @property
     def label(self) -> str:
@@ -90,6 +90,8 @@ class QueryStrategy:
                 extra += f" query-leg={self.query_leg_weight:g}"
             if self.answer_leg_weight:
                 extra += f" answer-leg={self.answer_leg_weight:g}"
+            if self.self_contained:
+                extra += f" self-contained={self.self_contained:g}"
             if self.rerank_query != "conversation":
                 extra += f" rerank-query={self.rerank_query}"
             return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
@@ -179,6 +181,7 @@ def planning_settings(strategy: QueryStrategy) -> Settings:
         multi_turn_bm25_history_weight=strategy.bm25_history_weight,
         multi_turn_rerank_query=strategy.rerank_query,
         multi_turn_assistant_weight=strategy.assistant_weight,
+        multi_turn_self_contained_similarity=strategy.self_contained,
     )
 
 
@@ -208,10 +211,8 @@ class CorpusSignals:
 async def turn_strategy(
     strategy: QueryStrategy, turn: EvalTurn, embedder: Embedder, signals: CorpusSignals | None
 ) -> QueryStrategy:
-    """The strategy with this follow-up's alpha: `alpha_rule="content_words"` sets it from
-    the follow-up's distinct content words (`content_word_alpha`), `"top_score"` from how
-    sure the follow-up's own best dense hit is (`top_score_alpha`, around the fixed alpha).
-    A first turn never blends, so its alpha is left as it is."""
+    """The strategy with this follow-up's alpha (`content_word_alpha` for "content_words",
+    `top_score_alpha` for "top_score"); a first turn never blends and keeps its alpha."""
     if strategy.alpha_rule == "fixed" or not turn.history:
         return strategy
     if strategy.alpha_rule == "content_words":
@@ -231,9 +232,8 @@ def answer_leg(
     planned: ServicePlan,
     signals: CorpusSignals | None,
 ) -> tuple[str, float]:
-    """The BM25 history leg with the previous answer's `answer_terms` most informative
-    terms: beside the earlier questions (at their weight) when that leg runs, else alone at
-    `ANSWER_TERMS_WEIGHT`; only on a blended follow-up, so a first turn stays stateless."""
+    """The BM25 history leg with the previous answer's `answer_terms` rarest terms beside
+    the earlier questions, or alone at `ANSWER_TERMS_WEIGHT`; only on a blended follow-up."""
     leg = planned.history_leg
     history = leg.questions if leg is not None else ""
     weight = leg.search_weight if leg is not None else 0.0
@@ -258,9 +258,8 @@ async def service_plan(
     signals: CorpusSignals | None,
     started: float,
 ) -> QueryPlan:
-    """The service's own planning (its multi-turn strategy): blend, history-aware BM25 leg
-    and the reranker's query, exactly as served under these settings; with the BM25 history
-    leg's text and weight (`answer_leg`) and the hedging dense legs (`hedge_legs`)."""
+    """The service's own planning, exactly as served under these settings, with the BM25
+    history leg of `answer_leg` and the hedging dense legs of `hedge_legs`."""
     conversation = Conversation(turn.query, turn.history)
     adapted = await turn_strategy(strategy, turn, embedder, signals)
     config = MultiTurnConfig.from_settings(planning_settings(adapted))
@@ -270,10 +269,12 @@ async def service_plan(
     legs = await hedge_legs(weights, conversation, planned, embedder)
     executed = planned.blend is not None and planned.blend.executed
     answered = len(legs) - int(strategy.query_leg_weight > 0.0 and executed)
+    # The self-contained check embeds the previous question in the same call, blended or not.
+    checked = planned.blend is not None and planned.blend.question_similarity is not None
     return QueryPlan(
         planned.text,
         planned.embedding,
-        2 + answered if executed else 1,
+        3 + answered if checked else 2 + answered if executed else 1,
         0,
         (time.perf_counter() - started) * 1000,
         bm25_history=bm25_history,
@@ -380,10 +381,12 @@ def default_strategies(
     bm25_history_weights: tuple[float, ...] = (0.0,),
     roles: tuple[str, ...] = ("user_assistant",),
     assistant_weights: tuple[float, ...] = (0.5,),
+    self_contained: tuple[float, ...] = (0.0,),
 ) -> list[QueryStrategy]:
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
     strategies += [
-        QueryStrategy("blend", a, n, order, role, w, assistant_weight=share)
+        QueryStrategy("blend", a, n, order, role, w, assistant_weight=share, self_contained=gate)
+        for gate in self_contained
         for w in bm25_history_weights
         for role in roles
         for share in (assistant_weights if role == "separate" else (0.5,))

@@ -53,13 +53,16 @@ class Cell:
 
 def simplicity(strategy: QueryStrategy) -> tuple[int, int, int]:
     """Lower is simpler: first the number of adaptive mechanisms (an alpha set per turn by
-    a rule, the previous answer's terms in the BM25 leg), which rank as more complex than
+    a rule, the previous answer's terms in the BM25 leg, the self-contained check that
+    turns the blend off per turn), which rank as more complex than
     any combination of the fixed ones; then the number of fixed mechanisms beyond the
     seed's blend of the user's questions at alpha 0.7 (reading assistant messages,
     embedding them as their own input, the history-aware BM25 leg, another alpha, a hedging
     dense leg of the follow-up's own vector, one of the previous answer's vector, which
     also reads assistant messages); then the history window."""
-    adaptive = sum((strategy.alpha_rule != "fixed", strategy.answer_terms > 0))
+    adaptive = sum(
+        (strategy.alpha_rule != "fixed", strategy.answer_terms > 0, strategy.self_contained > 0)
+    )
     answer_leg = strategy.answer_leg_weight > 0.0
     mechanisms = sum(
         (

@@ -21,6 +21,14 @@ the BM25 query adds at `MULTI_TURN_BM25_HISTORY_WEIGHT`. All earlier questions, 
 the blend's window: the first question usually names the topic (on ClapNQ, more questions
 scored better, up to all of them); the cap bounds the cost of very long chats.
 
+A follow-up that already says what the previous question said is searched on its own:
+with `MULTI_TURN_SELF_CONTAINED_SIMILARITY` above 0, the same batched call also embeds the
+newest earlier user question, and when the follow-up's cosine with it reaches the threshold
+the blend does not run (`self_contained`): the turn ranks exactly as stateless. On MTRAG
+the blend helped the follow-ups least like the previous question ("Can you elaborate?")
+and hurt the most alike, which name their subject and are only dragged towards the
+previous turn's passages.
+
 `content_word_alpha` is an alpha that adapts to how much the follow-up says on its own
 (its distinct content words); the benchmark measures it against the fixed alpha.
 """
@@ -43,6 +51,7 @@ logger = logging.getLogger(__name__)
 SKIP_DISABLED = "disabled"
 SKIP_NO_HISTORY = "no_history"
 SKIP_WINDOW_ZERO = "history_turns_zero"
+SKIP_SELF_CONTAINED = "self_contained"
 BM25_HISTORY_QUESTIONS = 8
 ALPHA_HALF_WORDS = 1.5
 TYPICAL_TOP_SCORE = 0.57
@@ -125,6 +134,23 @@ class BlendResult:
     translation: TranslationReport | None = None
     order: str = "chronological"
     roles: str = "user_assistant"
+    question_similarity: float | None = None
+
+
+def previous_question(conversation: Conversation, window: Sequence[Message]) -> str:
+    """The newest earlier user question: as the window holds it (translated) when it is
+    there, else as asked; empty when the user has asked nothing before."""
+    for messages in (window, conversation.history):
+        asked = [m.content.strip() for m in messages if m.role == "user" and m.content.strip()]
+        if asked:
+            return asked[-1]
+    return ""
+
+
+def question_similarity(query: np.ndarray, question: np.ndarray) -> float:
+    """The cosine of the query's and the previous question's embeddings."""
+    pair = l2_normalise(np.asarray([query, question], dtype=np.float32))
+    return float(pair[0] @ pair[1])
 
 
 def content_word_alpha(content_words: int, half: float = ALPHA_HALF_WORDS) -> float:
@@ -157,6 +183,19 @@ def _skip_reason(enabled: bool, history_turns: int, window: Sequence[Message]) -
     return skip
 
 
+def _self_contained(similarity: float | None, threshold: float) -> bool:
+    """Whether the query's similarity to the previous question reaches `threshold`."""
+    if similarity is None or similarity < threshold:
+        return False
+    logger.info(
+        "blend not run (%s): similarity %.2f to the previous question, at least %.2f",
+        SKIP_SELF_CONTAINED,
+        similarity,
+        threshold,
+    )
+    return True
+
+
 async def blend_query(
     conversation: Conversation,
     embedder: Embedder,
@@ -168,12 +207,14 @@ async def blend_query(
     order: str = "chronological",
     roles: str = "user_assistant",
     assistant_weight: float = 0.5,
+    self_contained: float = 0.0,
 ) -> BlendResult:
     """Embed the turn's query, blended with its history when the blend can run.
 
     With `roles="separate"` the user's and the assistant's messages are two inputs of the
     same batched call (`[query, user messages, assistant messages]`), mixed by
-    `assistant_weight` into the history vector."""
+    `assistant_weight` into the history vector. With `self_contained` above 0 the call also
+    embeds the previous user question; a query that alike to it is not blended."""
     window = history_window(conversation, history_turns, roles)
     skip = _skip_reason(enabled, history_turns, window)
     outcome = TranslationOutcome(tuple(window))
@@ -193,20 +234,25 @@ async def blend_query(
         return BlendResult(
             vector, vector, False, skip, alpha, history_turns, order=order, roles=roles
         )
-    vectors = await embedder.embed([conversation.query, *(text for _, text in parts)])
+    asked = previous_question(conversation, outcome.messages) if self_contained > 0.0 else ""
+    inputs = [conversation.query, *(text for _, text in parts)]
+    vectors = await embedder.embed([*inputs, asked] if asked else inputs)
+    similarity = question_similarity(vectors[0], vectors[len(inputs)]) if asked else None
+    executed = not _self_contained(similarity, self_contained)
     history = mix_roles(
         {role: vectors[i + 1] for i, (role, _) in enumerate(parts)}, assistant_weight
     )
     return BlendResult(
-        embedding=blend_vectors(vectors[0], history, alpha),
+        embedding=blend_vectors(vectors[0], history, alpha) if executed else vectors[0],
         query_embedding=vectors[0],
-        executed=True,
-        reason="executed",
+        executed=executed,
+        reason="executed" if executed else SKIP_SELF_CONTAINED,
         alpha=alpha,
         history_turns=history_turns,
         history_messages=len(window),
-        history="\n".join(text for _, text in parts),
+        history="\n".join(text for _, text in parts) if executed else "",
         translation=outcome.report(translator is not None),
         order=order,
         roles=roles,
+        question_similarity=similarity,
     )

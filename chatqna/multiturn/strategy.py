@@ -6,10 +6,12 @@ gets a `QueryPlan`:
 
 - `BlendStrategy` (`MULTI_TURN_MODE=blend`): the dense leg searches with the blended
   vector, or the query's own vector when the blend does not run (stateless: the blend flag
-  is off, or a first turn). BM25 gets the isolated query text; on a blended follow-up BM25
-  also hears the earlier questions at `MULTI_TURN_BM25_HISTORY_WEIGHT` (where the retriever
-  supports it) and the reranker scores against the conversation
-  (`MULTI_TURN_RERANK_QUERY`, see `chatqna.multiturn.rerank_query`).
+  is off, a first turn, or a follow-up as alike to the previous question as
+  `MULTI_TURN_SELF_CONTAINED_SIMILARITY` says). BM25 gets the isolated query text; on a
+  blended follow-up BM25 also hears the earlier questions at
+  `MULTI_TURN_BM25_HISTORY_WEIGHT` (where the retriever supports it) and the reranker
+  scores against the conversation (`MULTI_TURN_RERANK_QUERY`, see
+  `chatqna.multiturn.rerank_query`).
 - `CondenseStrategy` (`MULTI_TURN_MODE=condense`): the LLM's standalone rewrite (or, with
   no history, the raw message) drives the dense leg, BM25 and the reranker; a failed
   rewrite raises `CondenseFailed`.
@@ -125,6 +127,7 @@ class MultiTurnConfig:
     history_roles: str = "user_assistant"
     assistant_weight: float = 0.5
     bm25_history_weight: float = 0.3
+    self_contained_similarity: float = 0.4
     rerank_query: str = KIND_CONVERSATION
     condense_timeout_seconds: float = 10.0
     condense_max_query_chars: int = 500
@@ -140,6 +143,7 @@ class MultiTurnConfig:
             history_roles=settings.multi_turn_history_roles,
             assistant_weight=settings.multi_turn_assistant_weight,
             bm25_history_weight=settings.multi_turn_bm25_history_weight,
+            self_contained_similarity=settings.multi_turn_self_contained_similarity,
             rerank_query=settings.multi_turn_rerank_query,
             condense_timeout_seconds=settings.condense_timeout_seconds,
             condense_max_query_chars=settings.condense_max_query_chars,
@@ -169,6 +173,7 @@ class BlendStrategy:
                 order=config.history_order,
                 roles=config.history_roles,
                 assistant_weight=config.assistant_weight,
+                self_contained=config.self_contained_similarity,
             )
         )
         # The history-aware BM25 leg and the conversation's rerank query run only when the

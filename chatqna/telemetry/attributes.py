@@ -61,6 +61,8 @@ def orchestrate(span: Span, record: TurnRecord, record_content: bool) -> None:
         values[names.BLEND_ALPHA] = float(blend.alpha)
         values[names.BLEND_HISTORY_TURNS] = blend.history_turns
         values[names.BLEND_HISTORY_MESSAGES] = blend.history_messages
+        if blend.question_similarity is not None:
+            values[names.BLEND_QUESTION_SIMILARITY] = blend.question_similarity
         values[names.BLEND_TRANSLATED] = (
             translation.translated + translation.from_cache if translation else 0
         )

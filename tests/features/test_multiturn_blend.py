@@ -79,9 +79,13 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
     # The defaults blend the last two messages of both sides, newest first.
     history = history_text([Message("user", FIRST), Message("assistant", ANSWER)], "newest_first")
     assert history == f"{ANSWER}\n{FIRST}"
-    assert json.loads(route.calls[0].request.content) == {"input": [FOLLOW_UP, history]}
+    # The same call embeds the previous question for the self-contained check.
+    sent = json.loads(route.calls[0].request.content)
+    assert sent == {"input": [FOLLOW_UP, history, FIRST]}
 
     eq, eh = unit(HASHER.vector(FOLLOW_UP)), unit(HASHER.vector(history))
+    similarity = float(eq @ unit(HASHER.vector(FIRST)))
+    assert similarity < blend_settings.multi_turn_self_contained_similarity
     expected = unit(0.7 * eq + 0.3 * eh)
     (query,) = retriever.queries
     np.testing.assert_allclose(query.embedding, expected, rtol=1e-5, atol=1e-7)
@@ -111,6 +115,7 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
         "history_messages": 2,
         "history_order": "newest_first",
         "history_roles": "user_assistant",
+        "question_similarity": pytest.approx(similarity, rel=1e-5),
         "translation": {
             "enabled": True,
             "ran": False,
@@ -119,6 +124,47 @@ async def test_follow_up_makes_one_batched_call_and_searches_with_the_blend(
             "failed": 0,
         },
     }
+
+
+async def test_a_follow_up_alike_to_the_previous_question_is_searched_on_its_own(
+    client_for: ClientFactory, blend_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="chatqna.multiturn.blend")
+    alike = "How long is data kept after cancellation of a plan?"
+    messages = [*CHAT[:2], {"role": "user", "content": alike}]
+    eq = unit(HASHER.vector(alike))
+    similarity = float(eq @ unit(HASHER.vector(FIRST)))
+    assert similarity >= blend_settings.multi_turn_self_contained_similarity
+    with upstream_mock() as router:
+        route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        client, retriever, reranker = await _app(client_for, blend_settings)
+        response = await client.post("/v1/chatqna", json={"messages": messages, "stream": False})
+    assert response.status_code == 200
+    # Still one call; the turn then searches exactly as stateless: its own vector, plain
+    # BM25, and the message for the reranker.
+    history = f"{ANSWER}\n{FIRST}"
+    assert [json.loads(c.request.content) for c in route.calls] == [
+        {"input": [alike, history, FIRST]}
+    ]
+    np.testing.assert_allclose(retriever.queries[0].embedding, eq, rtol=1e-5)
+    assert retriever.queries[0].bm25_history_weight == 0.0
+    assert reranker.queries == [alike]
+    retrieval = response.json()["metadata"]["retrieval"]
+    assert retrieval["strategy"] == "stateless"
+    assert retrieval["blend"]["executed"] is False
+    assert retrieval["blend"]["reason"] == "self_contained"
+    assert retrieval["blend"]["question_similarity"] == pytest.approx(similarity, rel=1e-5)
+    assert retrieval["bm25_history"]["ran"] is False
+    assert any("self_contained" in r.getMessage() for r in caplog.records)
+
+    # With the check off, the same turn is blended.
+    off = blend_settings.model_copy(update={"multi_turn_self_contained_similarity": 0.0})
+    with upstream_mock() as router:
+        route = router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        client, retriever, _ = await _app(client_for, off)
+        response = await client.post("/v1/chatqna", json={"messages": messages, "stream": False})
+    assert [json.loads(c.request.content) for c in route.calls] == [{"input": [alike, history]}]
+    assert response.json()["metadata"]["retrieval"]["blend"]["reason"] == "executed"
 
 
 @pytest.mark.parametrize(

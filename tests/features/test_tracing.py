@@ -97,6 +97,7 @@ async def test_blend_executed_spans(
     assert attributes[names.BLEND_ALPHA] == 0.7
     assert attributes[names.BLEND_HISTORY_TURNS] == 2
     assert attributes[names.BLEND_HISTORY_MESSAGES] == 2
+    assert 0.0 <= attributes[names.BLEND_QUESTION_SIMILARITY] < 0.4
     assert attributes[names.HISTORY_ORDER] == "newest_first"
     assert attributes[names.BM25_HISTORY_RAN] is True
     assert (attributes[names.FUSION_DENSE_WEIGHT], attributes[names.FUSION_BM25_WEIGHT]) == (

@@ -97,9 +97,14 @@ def test_bad_values_fail_naming_the_variable(
 
 
 def test_history_turns_must_fit_the_embedding_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    message = _error_for(monkeypatch, MULTI_TURN_HISTORY_TURNS="8", TEI_EMBEDDING_MAX_BATCH="8")
-    assert "TEI_EMBEDDING_MAX_BATCH=8" in message
+    message = _error_for(monkeypatch, MULTI_TURN_HISTORY_TURNS="8", TEI_EMBEDDING_MAX_BATCH="9")
+    assert "a batch of 10 embedding inputs" in message
+    assert "TEI_EMBEDDING_MAX_BATCH=9" in message
+    monkeypatch.setenv("TEI_EMBEDDING_MAX_BATCH", "10")
+    assert Settings().multi_turn_history_turns == 8
+    # Without the self-contained check the previous question is not embedded.
     monkeypatch.setenv("TEI_EMBEDDING_MAX_BATCH", "9")
+    monkeypatch.setenv("MULTI_TURN_SELF_CONTAINED_SIMILARITY", "0")
     assert Settings().multi_turn_history_turns == 8
 
 

@@ -23,6 +23,7 @@ OPTIONS: dict[str, Any] = {
     "bm25_history_weights": "0,0.3",
     "history_roles": "both",
     "assistant_weights": "0.5",
+    "self_contained_similarities": "0,0.4",
     "history": "both",
     "passage_context": "none",
     "fusion_candidates": "10,50",
@@ -38,6 +39,7 @@ def test_the_options_become_the_grid() -> None:
     assert grid.histories == ("reference", "own")
     assert grid.bm25_weights == (0.2, 1.0) and grid.bm25_history_weights == (0.0, 0.3)
     assert grid.candidates == (10, 50) and grid.passage_context == "none"
+    assert grid.self_contained == (0.0, 0.4)
     assert not grid.with_llm and grid.samples == 50 and grid.cache_dir == Path("cache")
     assert grid.command == "chatqna bench --dataset lab"
 

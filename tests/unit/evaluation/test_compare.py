@@ -23,6 +23,7 @@ SETTINGS = Settings(
     multi_turn_history_order="newest_first",
     multi_turn_history_roles="user_assistant",
     multi_turn_bm25_history_weight=0.3,
+    multi_turn_self_contained_similarity=0.5,
     rrf_bm25_weight=0.2,
 )
 
@@ -33,7 +34,7 @@ def test_references_follow_the_settings_and_the_seed() -> None:
     default = references["default blend"]
     assert default.under_test and not default.mode.rerank
     assert default.mode.query == QueryStrategy(
-        "blend", 0.75, 4, "newest_first", "user_assistant", 0.3
+        "blend", 0.75, 4, "newest_first", "user_assistant", 0.3, self_contained=0.5
     )
     assert default.mode.fusion_weights == (1.0, 0.2)
     assert default.mode.candidates == FUSION_CANDIDATES

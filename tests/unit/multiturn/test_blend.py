@@ -15,6 +15,8 @@ from chatqna.multiturn.blend import (
     content_word_alpha,
     history_text,
     history_window,
+    previous_question,
+    question_similarity,
     top_score_alpha,
 )
 from chatqna.multiturn.history import Conversation, Message, split_conversation
@@ -243,3 +245,49 @@ def test_top_score_alpha_moves_the_fixed_alpha_by_how_sure_the_own_hit_is() -> N
     assert top_score_alpha(0.37, 0.7) == pytest.approx(0.5)
     assert top_score_alpha(0.99, 0.9, typical=0.5) == 1.0
     assert top_score_alpha(-0.5, 0.2, typical=0.5) == 0.0
+
+
+def test_previous_question_prefers_the_window_then_the_history() -> None:
+    asked = Conversation("And then?", (*HISTORY, Message("assistant", "Anything else?")))
+    assert previous_question(asked, ()) == "How do I reset my password?"
+    translated = (Message("user", "How do I reset my password? (translated)"),)
+    assert previous_question(asked, translated) == translated[0].content
+    assert previous_question(Conversation("Hi", (Message("assistant", "Hello"),)), ()) == ""
+
+
+def test_question_similarity_is_the_cosine() -> None:
+    a = np.array([3.0, 0.0], dtype=np.float32)
+    b = np.array([1.0, 1.0], dtype=np.float32)
+    assert question_similarity(a, b) == pytest.approx(np.sqrt(0.5), rel=1e-6)
+    assert question_similarity(a, a) == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize(("threshold", "executed"), [(0.0, True), (0.95, True), (0.2, False)])
+async def test_self_contained_check_embeds_the_question_in_the_same_call(
+    threshold: float, executed: bool
+) -> None:
+    embedder = HashingEmbedder()
+    conversation = Conversation("How do I reset my password quickly?", HISTORY)
+    result = await blend_query(
+        conversation,
+        embedder,
+        enabled=True,
+        alpha=0.7,
+        history_turns=2,
+        translator=None,
+        self_contained=threshold,
+    )
+    similarity = question_similarity(
+        embedder.vector(conversation.query), embedder.vector(HISTORY[0].content)
+    )
+    assert 0.2 <= similarity < 0.95
+    inputs = [conversation.query, history_text(HISTORY)]
+    assert embedder.batches == [[*inputs, HISTORY[0].content] if threshold else inputs]
+    assert result.executed is executed
+    assert result.reason == ("executed" if executed else "self_contained")
+    assert result.question_similarity == (
+        pytest.approx(similarity, rel=1e-5) if threshold else None
+    )
+    if not executed:
+        np.testing.assert_allclose(result.embedding, result.query_embedding)
+        assert result.history == ""

@@ -91,9 +91,11 @@ async def test_follow_up_bm25_hears_all_earlier_questions_not_only_the_window() 
     assert plan.history_leg is not None and plan.history_leg.ran
     assert plan.history_leg.questions == "Refund policy?\nHow long?"
     assert plan.history_leg.search_weight == 0.3
+    # One call: the query, the history, and the previous question (the self-contained check).
     assert embedder.batches[-1] == [
         "And for annual plans?",
         "answer 2\nHow long?\nanswer 1\nRefund policy?",
+        "How long?",
     ]
 
 
