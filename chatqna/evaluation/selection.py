@@ -150,21 +150,26 @@ def leave_one_domain_out(
     chosen: QueryStrategy,
     runner_up: QueryStrategy,
     *,
+    shipped: QueryStrategy | None = None,
     samples: int = 2000,
 ) -> list[dict[str, Any]]:
     """Per held-out dataset: the setting the rule picks on the other dataset alone, and the
-    chosen setting and the runner-up, each with its gain on the other dataset (where it
-    would have been chosen) and on the held-out one, and the share kept."""
+    chosen setting and the runner-up (and the `shipped` one, when it is another), each with
+    its gain on the other dataset (where it would have been chosen) and on the held-out
+    one, and the share kept."""
     rows = []
     names = sorted({c.dataset for c in cells})
     for held_out in names:
         others = [c for c in cells if c.dataset != held_out]
         picked = choose(others, candidates, samples=samples)["chosen"]
-        for role, strategy in (
+        roles = [
             ("chosen on the other dataset", picked),
             ("chosen setting", chosen),
             ("runner-up", runner_up),
-        ):
+        ]
+        if shipped is not None and shipped not in (chosen, runner_up):
+            roles.append(("shipped", shipped))
+        for role, strategy in roles:
             tuned = float(
                 np.mean([cell_gain(cells, d, strategy.label) for d in names if d != held_out])
             )

@@ -89,3 +89,22 @@ def test_hedging_legs_count_as_fixed_mechanisms() -> None:
     assert simplicity(hedged) == (0, 3, 2) and simplicity(answer) == (0, 3, 2)
     data = cells({shipped.label: (0.05, 0.05), hedged.label: (0.055, 0.05)}, 0.2)
     assert choose(data, [hedged, shipped], samples=500)["chosen"] == shipped
+
+
+def test_the_shipped_setting_gets_its_own_row_when_it_is_neither_pick() -> None:
+    data = cells(
+        {SIMPLE.label: (0.04, 0.02), RICH.label: (0.1, -0.01), WEAK.label: (0.03, 0.06)}, 0.0
+    )
+    rows = leave_one_domain_out(data, [SIMPLE, RICH, WEAK], SIMPLE, RICH, shipped=WEAK, samples=200)
+    shipped = {r["held_out"]: r for r in rows if r["row"] == "shipped"}
+    assert set(shipped) == {"a", "b"} and shipped["b"]["label"] == WEAK.label
+    assert np.isclose(shipped["b"]["kept"], 2.0) and np.isclose(shipped["a"]["kept"], 0.5)
+    again = leave_one_domain_out(data, [SIMPLE, RICH], SIMPLE, RICH, shipped=RICH, samples=200)
+    assert not any(r["row"] == "shipped" for r in again)
+
+
+def test_the_self_contained_check_counts_as_adaptive() -> None:
+    checked = QueryStrategy(
+        "blend", 0.7, 2, "newest_first", "user_assistant", 0.3, self_contained=0.4
+    )
+    assert simplicity(checked) == (1, 2, 2)
