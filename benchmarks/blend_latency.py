@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/blend_latency.py [--repeat 200] [--tei URL]
 
 Runs the embedding stage of the pipeline (`blend_query`, the code `handle_request` calls)
-for the same follow-up turn, alternating baseline (blend off: one single-string call) and
-blend (one batched call of query + history), `--repeat` times each in the same process, on
+for the same follow-up turn, alternating baseline (blend off: one single-string call),
+blend (one batched call of query + history) and blend with the self-contained check as
+shipped (the previous question a third input of the same call), `--repeat` times each in
+the same process, on
 the embedded MiniLM (or a TEI server with `--tei`). Prints medians, p95 and the ratio, and
 writes `results/blend_latency.json`.
 """
@@ -27,6 +29,8 @@ from chatqna.multiturn.blend import blend_query
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.settings import Settings
 
+MODES = ("baseline", "blend", "checked")
+CHECK = 0.4  # MULTI_TURN_SELF_CONTAINED_SIMILARITY as shipped
 TURN = Conversation(
     "Can you elaborate on this?",
     (
@@ -48,18 +52,19 @@ TURN = Conversation(
 
 async def measure(settings: Settings, repeat: int) -> dict[str, Any]:
     embedder = await build_embedder(settings)
-    samples: dict[str, list[float]] = {"baseline": [], "blend": []}
+    samples: dict[str, list[float]] = {mode: [] for mode in MODES}
     try:
         for round_ in range(repeat + 5):
-            for mode in ("baseline", "blend"):
+            for mode in MODES:
                 started = time.perf_counter()
                 await blend_query(
                     TURN,
                     embedder,
-                    enabled=mode == "blend",
+                    enabled=mode != "baseline",
                     alpha=0.7,
                     history_turns=6,
                     translator=None,
+                    self_contained=CHECK if mode == "checked" else 0.0,
                 )
                 if round_ >= 5:  # the first rounds warm the runtime up
                     samples[mode].append((time.perf_counter() - started) * 1000)
@@ -74,8 +79,9 @@ async def measure(settings: Settings, repeat: int) -> dict[str, Any]:
         "median_ms": {k: round(v, 3) for k, v in medians.items()},
         "p95_ms": {k: round(v, 3) for k, v in p95.items()},
         "ratio_median": round(medians["blend"] / medians["baseline"], 3),
-        "embedding_inputs": {"baseline": 1, "blend": 2},
-        "embedding_calls": {"baseline": 1, "blend": 1},
+        "ratio_median_checked": round(medians["checked"] / medians["baseline"], 3),
+        "embedding_inputs": {"baseline": 1, "blend": 2, "checked": 3},
+        "embedding_calls": {"baseline": 1, "blend": 1, "checked": 1},
     }
 
 
@@ -95,13 +101,14 @@ def main() -> None:
     )
     print("| path     | inputs | calls | median ms | p95 ms |")
     print("|----------|--------|-------|-----------|--------|")
-    for mode in ("baseline", "blend"):
+    for mode in MODES:
         print(
             f"| {mode:<8} | {result['embedding_inputs'][mode]:>6} | "
             f"{result['embedding_calls'][mode]:>5} | {result['median_ms'][mode]:>9.2f} | "
             f"{result['p95_ms'][mode]:>6.2f} |"
         )
     print(f"blend / baseline (medians): {result['ratio_median']:.2f}x")
+    print(f"checked / baseline (medians): {result['ratio_median_checked']:.2f}x")
     write_result(args.output, result)
     print(f"written to {args.output}", file=sys.stderr)
 

@@ -3,8 +3,9 @@
     V = normalise(a * EQ + (1 - a) * EH)
 
 `EQ` embeds the latest user message, `EH` the history text, `a` is
-`MULTI_TURN_BLEND_ALPHA`. Both are embedded in ONE batched call (`[query, history]`; on TEI
-that is one `POST /v1/embeddings`). `V` drives the dense leg; BM25 keeps the isolated query
+`MULTI_TURN_BLEND_ALPHA`. Both are embedded in ONE batched call (`[query, history]`, and
+the previous question for the self-contained check below; on TEI that is one
+`POST /v1/embeddings`). `V` drives the dense leg; BM25 keeps the isolated query
 text (plus the earlier questions, below), and the reranker's query is built from the
 conversation (`chatqna.multiturn.rerank_query`).
 
