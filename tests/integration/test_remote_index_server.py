@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 CHAT = [
     {"role": "user", "content": "How do I export my data?"},
     {"role": "assistant", "content": "Open Settings > Workspace > Export."},
-    {"role": "user", "content": "What export formats are there?"},
+    # Not alike enough to the first question to be searched on its own: the turn is blended.
+    {"role": "user", "content": "Which formats does it offer?"},
 ]
 
 
