@@ -215,7 +215,7 @@ async def blend_query(
     With `roles="separate"` the user's and the assistant's messages are two inputs of the
     same batched call (`[query, user messages, assistant messages]`), mixed by
     `assistant_weight` into the history vector. With `self_contained` above 0 the call also
-    embeds the previous user question; a query that alike to it is not blended."""
+    embeds the previous user question; a query at least that alike to it is not blended."""
     window = history_window(conversation, history_turns, roles)
     skip = _skip_reason(enabled, history_turns, window)
     outcome = TranslationOutcome(tuple(window))
