@@ -358,7 +358,7 @@ def bench(
         # Several datasets: each one's outputs go to a directory of its name under --output.
         target = output / directory.name if output is not None and len(dataset) > 1 else output
         if service is not None:
-            run = run_service_command(directory, service, target, ingest, samples, grid.command)
+            run = run_service_command(directory, service, target, ingest, grid)
         else:
             run = run_bench_command(settings, directory, target, grid)
         asyncio.run(run)

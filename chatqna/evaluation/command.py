@@ -219,14 +219,19 @@ async def run_bench_command(
 
 
 async def run_service_command(
-    dataset_dir: Path, url: str, output: Path | None, ingest: bool, samples: int, command: str
+    dataset_dir: Path, url: str, output: Path | None, ingest: bool, grid: BenchGrid
 ) -> dict[str, Any]:
     from chatqna.evaluation.service import run_against_service
 
     dataset = load_dataset(dataset_dir)
     results = await run_against_service(
-        dataset, url, ingest=ingest, samples=samples, progress=stderr_progress()
+        dataset,
+        url,
+        ingest=ingest,
+        samples=grid.samples,
+        progress=stderr_progress(),
+        histories=grid.histories,
     )
-    results["command"] = command
+    results["command"] = grid.command
     _write(results, output or DEFAULT_RESULTS / f"{dataset.name}-service")
     return results

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chatqna.backends.protocols import (
     ChatLLM,
@@ -126,6 +126,27 @@ async def retrieve(
     return list(hits)
 
 
+Step = Callable[[EvalTurn, bool], Awaitable[str]]
+
+
+async def replay_dialogue(dialogue: Dialogue, step: Step) -> None:
+    """Walk one conversation user turn by user turn. `step(turn, scored)` ranks the turn (its
+    history holds the answers `step` gave before) and returns the answer that replaces the
+    assistant message after it; `scored` says whether the dataset scores the turn."""
+    history: list[Message] = []
+    answered = ""
+    for position, message in enumerate(dialogue.messages):
+        if message.role != "user":
+            own = message.role == "assistant"
+            history.append(Message(message.role, answered) if own else message)
+            continue
+        scored = dialogue.scored.get(position)
+        turn = scored or EvalTurn(dialogue.conversation_id, 0, message.content, (), (), None)
+        turn = replace(turn, history=tuple(history))
+        answered = await step(turn, scored is not None)
+        history.append(message)
+
+
 async def replay_mode(
     mode: Mode,
     conversations: Sequence[Dialogue],
@@ -142,43 +163,30 @@ async def replay_mode(
     """Rank every scored turn of `conversations` under `mode` with own history."""
     result = ModeResult(mode)
     plans: dict[str, QueryPlan] = {}
+
+    async def step(turn: EvalTurn, scored: bool) -> str:
+        plan = await plan_turn(turn, mode.query, embedder, llm, signals=signals)
+        hits = await retrieve(mode, plan, index, reranker, depth)
+        answered = await answer(Conversation(turn.query, turn.history), hits)
+        if not scored:
+            return answered
+        ranking = [hit.chunk.id for hit in hits]
+        plans[turn.key] = plan
+        if plan.failure is not None:
+            result.failures[turn.key] = plan.failure
+        result.rankings[turn.key] = ranking
+        result.per_turn[turn.key] = turn_metrics(ranking, turn.relevant_ids)
+        logger.debug(
+            "own history %s | %s: R@5 %.2f, top %s",
+            mode.label,
+            turn.key,
+            result.per_turn[turn.key]["R@5"],
+            ranking[0] if ranking else None,
+        )
+        if tick:
+            tick(1)
+        return answered
+
     for dialogue in conversations:
-        history: list[Message] = []
-        answered = ""
-        for position, message in enumerate(dialogue.messages):
-            if message.role != "user":
-                own = message.role == "assistant"
-                history.append(Message(message.role, answered) if own else message)
-                continue
-            scored = dialogue.scored.get(position)
-            turn = scored or EvalTurn(dialogue.conversation_id, 0, message.content, (), (), None)
-            turn = EvalTurn(
-                turn.conversation_id,
-                turn.turn,
-                turn.query,
-                tuple(history),
-                turn.relevant_ids,
-                turn.gold_rewrite,
-            )
-            plan = await plan_turn(turn, mode.query, embedder, llm, signals=signals)
-            hits = await retrieve(mode, plan, index, reranker, depth)
-            answered = await answer(Conversation(turn.query, turn.history), hits)
-            history.append(message)
-            if scored is None:
-                continue
-            ranking = [hit.chunk.id for hit in hits]
-            plans[turn.key] = plan
-            if plan.failure is not None:
-                result.failures[turn.key] = plan.failure
-            result.rankings[turn.key] = ranking
-            result.per_turn[turn.key] = turn_metrics(ranking, turn.relevant_ids)
-            logger.debug(
-                "own history %s | %s: R@5 %.2f, top %s",
-                mode.label,
-                turn.key,
-                result.per_turn[turn.key]["R@5"],
-                ranking[0] if ranking else None,
-            )
-            if tick:
-                tick(1)
+        await replay_dialogue(dialogue, step)
     return result, plans

@@ -6,6 +6,11 @@ the ranking is the `source_documents` of the response's metadata. Passages are u
 (`--ingest`) as one Markdown file each, named after the passage id, so a source maps back
 to it, with the passage title as the document title: the service then indexes the title
 line and the passage, as the in-process harness does.
+
+With own history (`--history own`) each conversation is replayed through the service turn
+by turn, every earlier assistant message replaced by the first 800 characters of the
+passage the service ranked first at that turn: the in-process harness's LLM-free proxy
+(`chatqna.evaluation.live`), measured black box.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from urllib.parse import quote, unquote
 import httpx
 
 from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage
+from chatqna.evaluation.live import ANSWER_CHARS, dialogues, replay_dialogue
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy
 from chatqna.evaluation.progress import Progress
@@ -62,12 +68,14 @@ async def ingest_corpus(client: httpx.AsyncClient, dataset: Dataset, batch: int 
 @dataclass(frozen=True)
 class ServiceTurn:
     """What the service did on one scored turn: its ranking (passage ids), or the condense
-    failure it answered with, the metadata's `retrieval` report and the milliseconds."""
+    failure it answered with, the metadata's `retrieval` report, the milliseconds, and the
+    text of the passage it ranked first (the own-history proxy for its answer)."""
 
     ranking: list[str]
     failure: str | None
     retrieval: dict[str, Any] | None
     milliseconds: float
+    top_text: str = ""
 
     def plan(self, query: str) -> QueryPlan:
         """The turn as a plan: the query sent, no embedding or LLM of the harness's own."""
@@ -87,8 +95,10 @@ async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> 
         return ServiceTurn([], str(response.json().get("reason")), None, elapsed)
     response.raise_for_status()
     metadata = response.json()["metadata"]
-    sources = (passage_id_of(doc["source"]) for doc in metadata["source_documents"])
-    return ServiceTurn(list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed)
+    documents = metadata["source_documents"]
+    sources = (passage_id_of(doc["source"]) for doc in documents)
+    top_text = documents[0]["text"] if documents else ""
+    return ServiceTurn(list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text)
 
 
 def service_mode(
@@ -99,17 +109,74 @@ def service_mode(
     url: str,
     samples: int,
 ) -> dict[str, Any]:
-    """The service's one mode, labelled with how the service says it retrieved."""
+    """The service's mode under one history kind, labelled with how the service says it
+    retrieved."""
     mode = describe_mode(result, turns, plans, {}, samples)
+    own = " [own history]" if result.mode.history == "own" else ""
     mode["label"] = (
         f"service {url}: {retrieval.get('multi_turn_mode', '?')} | "
         f"{'hybrid' if retrieval.get('hybrid') else 'dense'} | "
-        f"{'rerank' if retrieval.get('reranker') else 'no rerank'}"
+        f"{'rerank' if retrieval.get('reranker') else 'no rerank'}{own}"
     )
+    mode["history"] = result.mode.history
     mode["hybrid"] = bool(retrieval.get("hybrid"))
     mode["rerank"] = bool(retrieval.get("reranker"))
     mode["service_retrieval"] = retrieval
     return mode
+
+
+class ServiceScorer:
+    """Scores the service's answers to turns, one history kind at a time."""
+
+    def __init__(self, client: httpx.AsyncClient, kind: str, depth: int) -> None:
+        self.client = client
+        self.depth = depth
+        self.result = ModeResult(Mode(QueryStrategy("service"), True, True, history=kind))
+        self.plans: dict[str, QueryPlan] = {}
+        self.reports: list[dict[str, Any]] = []
+
+    async def ask(self, turn: EvalTurn, scored: bool = True) -> str:
+        """Send `turn` with its history; record it if `scored`; return the own-history
+        answer: the first `ANSWER_CHARS` characters of the top passage."""
+        answered = await ask_service(self.client, turn, self.depth)
+        if answered.retrieval is not None:
+            self.reports.append(answered.retrieval)
+        if scored:
+            if answered.failure is not None:
+                self.result.failures[turn.key] = answered.failure
+            self.plans[turn.key] = answered.plan(turn.query)
+            self.result.rankings[turn.key] = answered.ranking
+            self.result.per_turn[turn.key] = turn_metrics(answered.ranking, turn.relevant_ids)
+        return answered.top_text[:ANSWER_CHARS]
+
+
+async def score_service(
+    client: httpx.AsyncClient,
+    dataset: Dataset,
+    kind: str,
+    depth: int,
+    progress: Progress | None,
+) -> ServiceScorer:
+    """Every scored turn of `dataset`: with the dataset's history (`reference`), or replayed
+    conversation by conversation with each earlier assistant message replaced by the top
+    passage the service returned at that turn (`own`, as `chatqna.evaluation.live`)."""
+    turns = dataset.scored_turns
+    scorer = ServiceScorer(client, kind, depth)
+    tick = progress(f"asking the service ({kind} history)", len(turns)) if progress else None
+
+    async def step(turn: EvalTurn, scored: bool) -> str:
+        answer = await scorer.ask(turn, scored)
+        if scored and tick:
+            tick(1)
+        return answer
+
+    if kind == "own":
+        for dialogue in dialogues(dataset, turns):
+            await replay_dialogue(dialogue, step)
+    else:
+        for turn in turns:
+            await step(turn, True)
+    return scorer
 
 
 async def run_against_service(
@@ -121,37 +188,28 @@ async def run_against_service(
     depth: int = 10,
     api_key: str | None = None,
     progress: Progress | None = None,
+    histories: Sequence[str] = ("reference",),
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> dict[str, Any]:
     turns = dataset.scored_turns
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     started = time.perf_counter()
-    reports: list[dict[str, Any]] = []
-    plans: dict[str, QueryPlan] = {}
-    result = ModeResult(Mode(QueryStrategy("service"), hybrid=True, rerank=True))
+    modes = []
     timeout = httpx.Timeout(300, connect=10)
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout) as client:
+    client = httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout, transport=transport)
+    async with client:
         if ingest:
             await ingest_corpus(client, dataset)
-        tick = progress(f"asking {url}", len(turns)) if progress else None
-        for turn in turns:
-            answered = await ask_service(client, turn, depth)
-            if answered.failure is not None:
-                result.failures[turn.key] = answered.failure
-            if answered.retrieval is not None:
-                reports.append(answered.retrieval)
-            plans[turn.key] = QueryPlan(
-                turn.query, None, 0, 0, answered.milliseconds, answered.failure
-            )
-            result.rankings[turn.key] = answered.ranking
-            result.per_turn[turn.key] = turn_metrics(answered.ranking, turn.relevant_ids)
-            if tick:
-                tick(1)
-    retrieval = reports[0] if reports else {}
+        for kind in histories:
+            scorer = await score_service(client, dataset, kind, depth, progress)
+            retrieval = scorer.reports[0] if scorer.reports else {}
+            modes.append(service_mode(scorer.result, turns, scorer.plans, retrieval, url, samples))
     return {
         "dataset": dataset.summary(),
         "depth": depth,
         "bootstrap_samples": samples,
         "seconds": round(time.perf_counter() - started, 1),
         "service": url,
-        "modes": [service_mode(result, turns, plans, retrieval, url, samples)],
+        "histories": list(histories),
+        "modes": modes,
     }

@@ -122,8 +122,15 @@ def test_harness_scores_a_running_service(tmp_path: Path) -> None:
         finally:
             server.stop()
     results = json.loads((out / "results.json").read_text())
-    (mode,) = results["modes"]
-    assert mode["service_retrieval"]["multi_turn_mode"] == "blend"
-    assert mode["splits"]["turn_1"]["metrics"]["R@5"]["mean"] >= 0.9
-    assert 0.0 < follow_up(mode, "R@5") <= 1.0
-    assert mode["cost"]["failed_turns"] == 0
+    reference, own = results["modes"]
+    assert (reference["history"], own["history"]) == ("reference", "own")
+    for mode in (reference, own):
+        assert mode["service_retrieval"]["multi_turn_mode"] == "blend"
+        assert mode["splits"]["turn_1"]["metrics"]["R@5"]["mean"] >= 0.9
+        assert 0.0 < follow_up(mode, "R@5") <= 1.0
+        assert mode["cost"]["failed_turns"] == 0
+    # A first turn has no history, so it ranks alike under both.
+    first = [key for key in reference["per_turn_R@5"] if key.endswith("<::>1")]
+    assert first and all(
+        reference["per_turn_R@5"][key] == own["per_turn_R@5"][key] for key in first
+    )

@@ -1,11 +1,26 @@
-"""Scoring a running service: the files a corpus is uploaded as."""
+"""Scoring a running service: the files a corpus is uploaded as, and the turns it is
+asked with reference and with own history."""
 
 from __future__ import annotations
 
-from chatqna.evaluation.dataset import Passage
-from chatqna.evaluation.service import passage_file, passage_filename, passage_id_of
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chatqna.evaluation.dataset import Passage, load_dataset
+from chatqna.evaluation.live import ANSWER_CHARS
+from chatqna.evaluation.service import (
+    passage_file,
+    passage_filename,
+    passage_id_of,
+    run_against_service,
+)
 from chatqna.ingest.chunking import chunk_document
 from chatqna.ingest.loaders import load_document
+from tests.unit.evaluation.test_dataset import write_dataset
 
 
 def ingested(passage: Passage) -> list[tuple[str, str]]:
@@ -24,3 +39,63 @@ def test_the_service_indexes_an_uploaded_passage_as_the_harness_does() -> None:
 def test_a_line_starting_with_a_hash_does_not_split_the_passage() -> None:
     passage = Passage("p", "Style", "Intro.\n## Not a heading\n# Nor this")
     assert ingested(passage) == [("Style", "Intro.\n\\## Not a heading\n\\# Nor this")]
+
+
+def service_reply(top: str, text: str) -> dict[str, Any]:
+    """A `stream: false` reply of `/v1/chatqna` whose metadata ranks `top` first."""
+    document = {
+        "id": f"{top}#0",
+        "doc_id": top,
+        "source": passage_filename(top),
+        "title": top,
+        "text": text,
+        "score": 1.0,
+        "scores": {},
+    }
+    return {"metadata": {"source_documents": [document], "retrieval": {"hybrid": True}}}
+
+
+class FakeService:
+    """Answers every turn with one passage, chosen by the user's last message, and keeps
+    the messages each request carried."""
+
+    def __init__(self, ranking: dict[str, tuple[str, str]]) -> None:
+        self.ranking = ranking
+        self.requests: list[list[dict[str, str]]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        messages = json.loads(request.content)["messages"]
+        self.requests.append(messages)
+        return httpx.Response(200, json=service_reply(*self.ranking[messages[-1]["content"]]))
+
+
+@pytest.mark.anyio
+async def test_own_history_sends_the_top_passage_the_service_returned_as_the_answer(
+    tmp_path: Path,
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    wrong = "Annual plans are refundable. " * 40  # longer than ANSWER_CHARS
+    fake = FakeService(
+        {
+            "How do I export my workspace?": ("p-refund", wrong),
+            "How long is it kept?": ("p-retain", "Data is kept 30 days after cancel."),
+        }
+    )
+    transport = httpx.MockTransport(fake)
+    results = await run_against_service(
+        dataset,
+        "http://service",
+        ingest=False,
+        samples=50,
+        histories=("reference", "own"),
+        transport=transport,
+    )
+    reference, own = fake.requests[:2], fake.requests[2:]
+    # Reference history: the dataset's assistant turn, as it stands.
+    assert reference[1][1] == {"role": "assistant", "content": "Use the export zip."}
+    # Own history: what the service ranked first at turn 1, cut like the in-process proxy.
+    assert own[1][1] == {"role": "assistant", "content": wrong[:ANSWER_CHARS]}
+    assert [m["history"] for m in results["modes"]] == ["reference", "own"]
+    assert results["modes"][1]["label"].endswith("[own history]")
+    for mode in results["modes"]:
+        assert mode["per_turn_R@5"] == {"c1<::>1": 0.0, "c1<::>2": 0.5}
