@@ -224,14 +224,16 @@ async def run_service_command(
     from chatqna.evaluation.service import run_against_service
 
     dataset = load_dataset(dataset_dir)
-    results = await run_against_service(
-        dataset,
-        url,
-        ingest=ingest,
-        samples=grid.samples,
-        progress=stderr_progress(),
-        histories=grid.histories,
-    )
+    # A line per request would bury the progress: httpx's request log is DEBUG here.
+    with turn_logs_at_debug(("httpx",)):
+        results = await run_against_service(
+            dataset,
+            url,
+            ingest=ingest,
+            samples=grid.samples,
+            progress=stderr_progress(),
+            histories=grid.histories,
+        )
     results["command"] = grid.command
     _write(results, output or DEFAULT_RESULTS / f"{dataset.name}-service")
     return results

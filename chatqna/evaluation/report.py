@@ -1,7 +1,8 @@
 """Benchmark outputs: the JSON document, a Markdown table and a PNG chart.
 
 The headline table has, per retrieval setting, stateless, append, the best blend setting
-(by follow-up R@5), condense with the configured LLM and condense with the gold rewrite,
+(by follow-up R@5), condense with the configured LLM and condense with the gold rewrite
+(or, scoring a running service, the service under each history kind),
 each with turn-1 and follow-up Recall@5 and nDCG@5 and their 95% intervals. The comparison
 table sets the configured defaults against stateless, the seed's blend and the gold rewrite
 with paired intervals (`chatqna.evaluation.compare`). The full table lists every mode. The
@@ -19,7 +20,7 @@ from typing import Any
 
 from chatqna.evaluation.compare import comparison_markdown, side_by_side_markdown
 
-HEADLINE_STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
+HEADLINE_STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold", "service")
 
 
 def metric(mode: dict[str, Any], split: str, name: str) -> dict[str, float] | None:
@@ -87,12 +88,16 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for mode in headline(results["modes"]):
         cost = mode["cost"]
+        costs = (
+            "- | - | -"  # a service's embedding and LLM calls are its own
+            if mode["strategy"] == "service"
+            else f"{cost['embedding_inputs_per_follow_up'] - 1:+.2f} | "
+            f"{cost['llm_calls_per_turn']:.2f} | {cost['added_ms_vs_stateless']:+.1f}"
+        )
         lines.append(
             f"| {mode['label']} | {cell(mode, 'turn_1', 'R@5')} | "
             f"{cell(mode, 'follow_ups', 'R@5')} | {cell(mode, 'follow_ups', 'nDCG@5')} | "
-            f"{cell(mode, 'turn_1', 'nDCG@5')} | "
-            f"{cost['embedding_inputs_per_follow_up'] - 1:+.2f} | "
-            f"{cost['llm_calls_per_turn']:.2f} | {cost['added_ms_vs_stateless']:+.1f} |"
+            f"{cell(mode, 'turn_1', 'nDCG@5')} | {costs} |"
         )
     comparisons = results.get("comparisons") or {}
     if len(comparisons) > 1:

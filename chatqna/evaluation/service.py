@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,27 +102,44 @@ async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> 
     return ServiceTurn(list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text)
 
 
+def service_strategy(retrieval: dict[str, Any]) -> str:
+    """How the service says it treats follow-ups: condense, blend, or stateless (blend mode
+    with the blend switched off)."""
+    mode = str(retrieval.get("multi_turn_mode", "?"))
+    if mode == "blend" and not (retrieval.get("blend") or {}).get("enabled"):
+        return "stateless"
+    return mode
+
+
 def service_mode(
     result: ModeResult,
     turns: Sequence[EvalTurn],
     plans: dict[str, QueryPlan],
-    retrieval: dict[str, Any],
+    reports: Sequence[dict[str, Any]],
     url: str,
     samples: int,
 ) -> dict[str, Any]:
     """The service's mode under one history kind, labelled with how the service says it
-    retrieved."""
+    retrieved, and how many turns it searched which way (`strategy`, and the blend's
+    reason on the turns it did not blend)."""
+    retrieval = reports[0] if reports else {}
     mode = describe_mode(result, turns, plans, {}, samples)
     own = " [own history]" if result.mode.history == "own" else ""
     mode["label"] = (
-        f"service {url}: {retrieval.get('multi_turn_mode', '?')} | "
-        f"{'hybrid' if retrieval.get('hybrid') else 'dense'} | "
+        f"service {url}: {service_strategy(retrieval)}, "
+        f"{'hybrid' if retrieval.get('hybrid') else 'dense'}, "
         f"{'rerank' if retrieval.get('reranker') else 'no rerank'}{own}"
     )
     mode["history"] = result.mode.history
     mode["hybrid"] = bool(retrieval.get("hybrid"))
     mode["rerank"] = bool(retrieval.get("reranker"))
     mode["service_retrieval"] = retrieval
+    mode["service_turns"] = dict(
+        Counter(
+            str((report.get("blend") or {}).get("reason") or report.get("strategy"))
+            for report in reports
+        )
+    )
     return mode
 
 
@@ -139,9 +157,9 @@ class ServiceScorer:
         """Send `turn` with its history; record it if `scored`; return the own-history
         answer: the first `ANSWER_CHARS` characters of the top passage."""
         answered = await ask_service(self.client, turn, self.depth)
-        if answered.retrieval is not None:
-            self.reports.append(answered.retrieval)
         if scored:
+            if answered.retrieval is not None:
+                self.reports.append(answered.retrieval)
             if answered.failure is not None:
                 self.result.failures[turn.key] = answered.failure
             self.plans[turn.key] = answered.plan(turn.query)
@@ -202,8 +220,9 @@ async def run_against_service(
             await ingest_corpus(client, dataset)
         for kind in histories:
             scorer = await score_service(client, dataset, kind, depth, progress)
-            retrieval = scorer.reports[0] if scorer.reports else {}
-            modes.append(service_mode(scorer.result, turns, scorer.plans, retrieval, url, samples))
+            modes.append(
+                service_mode(scorer.result, turns, scorer.plans, scorer.reports, url, samples)
+            )
     return {
         "dataset": dataset.summary(),
         "depth": depth,

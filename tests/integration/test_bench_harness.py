@@ -118,9 +118,12 @@ def test_harness_scores_a_running_service(tmp_path: Path) -> None:
         )
         try:
             out = tmp_path / "service"
-            bench("--service", server.url, "--ingest", "--output", str(out), tmp_path=tmp_path)
+            run = bench(
+                "--service", server.url, "--ingest", "--output", str(out), tmp_path=tmp_path
+            )
         finally:
             server.stop()
+    assert "HTTP Request" not in run.stderr, "a line per request would bury the progress"
     results = json.loads((out / "results.json").read_text())
     reference, own = results["modes"]
     assert (reference["history"], own["history"]) == ("reference", "own")

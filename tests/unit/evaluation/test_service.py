@@ -17,6 +17,7 @@ from chatqna.evaluation.service import (
     passage_filename,
     passage_id_of,
     run_against_service,
+    service_strategy,
 )
 from chatqna.ingest.chunking import chunk_document
 from chatqna.ingest.loaders import load_document
@@ -41,8 +42,9 @@ def test_a_line_starting_with_a_hash_does_not_split_the_passage() -> None:
     assert ingested(passage) == [("Style", "Intro.\n\\## Not a heading\n\\# Nor this")]
 
 
-def service_reply(top: str, text: str) -> dict[str, Any]:
-    """A `stream: false` reply of `/v1/chatqna` whose metadata ranks `top` first."""
+def service_reply(top: str, text: str, reason: str) -> dict[str, Any]:
+    """A `stream: false` reply of `/v1/chatqna` whose metadata ranks `top` first, from a
+    service in blend mode that says why it did or did not blend (`reason`)."""
     document = {
         "id": f"{top}#0",
         "doc_id": top,
@@ -52,7 +54,14 @@ def service_reply(top: str, text: str) -> dict[str, Any]:
         "score": 1.0,
         "scores": {},
     }
-    return {"metadata": {"source_documents": [document], "retrieval": {"hybrid": True}}}
+    retrieval = {
+        "multi_turn_mode": "blend",
+        "strategy": "blend" if reason == "executed" else "stateless",
+        "blend": {"enabled": True, "executed": reason == "executed", "reason": reason},
+        "hybrid": True,
+        "reranker": None,
+    }
+    return {"metadata": {"source_documents": [document], "retrieval": retrieval}}
 
 
 class FakeService:
@@ -66,7 +75,9 @@ class FakeService:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         messages = json.loads(request.content)["messages"]
         self.requests.append(messages)
-        return httpx.Response(200, json=service_reply(*self.ranking[messages[-1]["content"]]))
+        reason = "executed" if len(messages) > 1 else "no_history"
+        reply = service_reply(*self.ranking[messages[-1]["content"]], reason)
+        return httpx.Response(200, json=reply)
 
 
 @pytest.mark.anyio
@@ -96,6 +107,23 @@ async def test_own_history_sends_the_top_passage_the_service_returned_as_the_ans
     # Own history: what the service ranked first at turn 1, cut like the in-process proxy.
     assert own[1][1] == {"role": "assistant", "content": wrong[:ANSWER_CHARS]}
     assert [m["history"] for m in results["modes"]] == ["reference", "own"]
-    assert results["modes"][1]["label"].endswith("[own history]")
+    assert results["modes"][1]["label"] == (
+        "service http://service: blend, hybrid, no rerank [own history]"
+    )
     for mode in results["modes"]:
+        assert mode["service_turns"] == {"no_history": 1, "executed": 1}
         assert mode["per_turn_R@5"] == {"c1<::>1": 0.0, "c1<::>2": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("retrieval", "strategy"),
+    [
+        ({"multi_turn_mode": "blend", "blend": {"enabled": True}}, "blend"),
+        ({"multi_turn_mode": "blend", "blend": {"enabled": False}}, "stateless"),
+        ({"multi_turn_mode": "condense", "blend": {"enabled": False}}, "condense"),
+    ],
+)
+def test_a_service_is_named_for_what_it_does_with_follow_ups(
+    retrieval: dict[str, Any], strategy: str
+) -> None:
+    assert service_strategy(retrieval) == strategy
