@@ -25,6 +25,10 @@ const BLEND_SKIPS = {
   disabled: ["Blend off", "blending is switched off (MULTI_TURN_BLEND_ENABLED)"],
   no_history: ["Blend skipped", "no earlier messages to blend"],
   history_turns_zero: ["Blend skipped", "the history window is 0 (MULTI_TURN_HISTORY_TURNS)"],
+  self_contained: [
+    "Searched alone",
+    "alike to the previous question, so it names its subject (MULTI_TURN_SELF_CONTAINED_SIMILARITY)",
+  ],
 };
 
 /**
@@ -71,6 +75,9 @@ export function describeRetrieval(retrieval) {
     rows.push(["Alpha (query weight)", String(blend.alpha)]);
     rows.push(["History window", plural(blend.history_turns, "message")]);
     if (ran) rows.push(["Messages blended", String(blend.history_messages)]);
+    if (blend.question_similarity != null) {
+      rows.push(["Similarity to the previous question", blend.question_similarity.toFixed(2)]);
+    }
     const history = retrieval.bm25_history;
     if (history) {
       rows.push(["BM25 history leg", history.ran ? `ran, weight ${history.weight}` : "not run"]);

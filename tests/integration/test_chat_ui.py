@@ -308,6 +308,34 @@ def no_horizontal_overflow(driver: WebDriver) -> bool:
     )
 
 
+# The metadata's `retrieval` for a follow-up the self-contained check searched alone.
+SELF_CONTAINED_RETRIEVAL = {
+    "multi_turn_mode": "blend",
+    "raw_query": "How long is data kept after cancellation of a plan?",
+    "history_messages": 2,
+    "strategy": "stateless",
+    "query": "How long is data kept after cancellation of a plan?",
+    "blend": {
+        "enabled": True,
+        "executed": False,
+        "reason": "self_contained",
+        "alpha": 0.7,
+        "history_turns": 2,
+        "history_messages": 0,
+        "history_order": "newest_first",
+        "history_roles": "user_assistant",
+        "question_similarity": 0.6213,
+        "translation": {},
+    },
+    "bm25_history": {"ran": False, "weight": 0.3},
+    "hybrid": True,
+    "reranker": None,
+    "rerank": {"ran": False, "reason": "embedded_default", "query_kind": None, "query": None},
+    "k": 4,
+    "top_n": 3,
+}
+
+
 # --- tests --------------------------------------------------------------------------------
 
 
@@ -361,6 +389,16 @@ def test_conversation_follow_up_upload_and_new_chat(
     assert details["Blend"] == "ran" and details["Alpha (query weight)"] == "0.7"
     assert details["Messages blended"] == "2" and details["Mode"] == "blend"
     assert details["Reranker"] == "none (fused order kept)"
+    similarity = float(details["Similarity to the previous question"])
+    assert 0.0 <= similarity < 0.4, "a pronoun-only follow-up is blended"
+    # A follow-up alike to the previous question is searched alone, and says why.
+    alone = browser.execute_async_script(
+        "const [retrieval, done] = arguments;"
+        "import('/ui/render.js').then((m) => done(m.describeRetrieval(retrieval)));",
+        SELF_CONTAINED_RETRIEVAL,
+    )
+    assert alone["badge"] == "Searched alone" and "previous question" in alone["summary"]
+    assert ["Similarity to the previous question", "0.62"] in alone["rows"]
     user_turns = browser.find_elements(By.CSS_SELECTOR, "#messages .turn-user")
     browser.execute_script("arguments[0].scrollIntoView()", user_turns[1])
     screenshot(browser, "conversation")
