@@ -251,7 +251,14 @@ Datasets = Annotated[
 OutputDir = Annotated[Path | None, typer.Option(help="Where results go")]
 Alphas = Annotated[str, typer.Option(help="Blend alphas to try")]
 HistoryTurns = Annotated[str, typer.Option(help="Blend history windows")]
-WithLlm = Annotated[bool, typer.Option("--llm/--no-llm", help="Run condense with the LLM")]
+WithLlm = Annotated[
+    bool,
+    typer.Option(
+        "--llm/--no-llm",
+        help="Run condense with the LLM; own history holds the LLM's answers (with --service, "
+        "the service's), not the top passage",
+    ),
+]
 Samples = Annotated[int, typer.Option(help="Bootstrap samples")]
 CacheDir = Annotated[Path | None, typer.Option(help="Embedding cache")]
 ServiceUrl = Annotated[str | None, typer.Option(help="Score a running service instead")]

@@ -233,6 +233,7 @@ async def run_service_command(
             samples=grid.samples,
             progress=stderr_progress(),
             histories=grid.histories,
+            answers=grid.with_llm,
         )
     results["command"] = grid.command
     _write(results, output or DEFAULT_RESULTS / f"{dataset.name}-service")

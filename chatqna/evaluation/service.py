@@ -8,9 +8,10 @@ to it, with the passage title as the document title: the service then indexes th
 line and the passage, as the in-process harness does.
 
 With own history (`--history own`) each conversation is replayed through the service turn
-by turn, every earlier assistant message replaced by the first 800 characters of the
-passage the service ranked first at that turn: the in-process harness's LLM-free proxy
-(`chatqna.evaluation.live`), measured black box.
+by turn, every earlier assistant message replaced by what the service gave at that turn:
+with `--no-llm` the first 800 characters of the passage it ranked first (the in-process
+harness's LLM-free proxy, `chatqna.evaluation.live`), with `--llm` its real answer (up to
+`ANSWER_TOKENS` tokens at temperature 0), as a user of it would see.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from chatqna.evaluation.progress import Progress
 from chatqna.evaluation.runner import describe_mode
 
 SUFFIX = ".md"
+# The longest answer asked of the service for own history (as the harness's LLM answerer).
+ANSWER_TOKENS = 256
 _HEADING_LINE = re.compile(r"^#", re.MULTILINE)
 
 
@@ -70,25 +73,38 @@ async def ingest_corpus(client: httpx.AsyncClient, dataset: Dataset, batch: int 
 class ServiceTurn:
     """What the service did on one scored turn: its ranking (passage ids), or the condense
     failure it answered with, the metadata's `retrieval` report, the milliseconds, and the
-    text of the passage it ranked first (the own-history proxy for its answer)."""
+    text of the passage it ranked first (the own-history proxy for its answer) and its
+    answer."""
 
     ranking: list[str]
     failure: str | None
     retrieval: dict[str, Any] | None
     milliseconds: float
     top_text: str = ""
+    answer: str = ""
 
     def plan(self, query: str) -> QueryPlan:
         """The turn as a plan: the query sent, no embedding or LLM of the harness's own."""
         return QueryPlan(query, None, 0, 0, self.milliseconds, self.failure)
 
 
-async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> ServiceTurn:
-    """One turn with its history (`stream: false`, `k` and `top_n` of the depth,
-    `max_tokens: 1`); a 503 `condense_failed` is a failed turn, any other error raises."""
+async def ask_service(
+    client: httpx.AsyncClient, turn: EvalTurn, depth: int, answer_tokens: int = 0
+) -> ServiceTurn:
+    """One turn with its history (`stream: false`, `k` and `top_n` of the depth); the answer
+    is cut to one token unless `answer_tokens` asks for it (at temperature 0). A 503
+    `condense_failed` is a failed turn, any other error raises."""
     messages = [m.as_openai() for m in turn.history]
     messages.append({"role": "user", "content": turn.query})
-    body = {"messages": messages, "stream": False, "k": depth, "top_n": depth, "max_tokens": 1}
+    body: dict[str, Any] = {
+        "messages": messages,
+        "stream": False,
+        "k": depth,
+        "top_n": depth,
+        "max_tokens": answer_tokens or 1,
+    }
+    if answer_tokens:
+        body["temperature"] = 0.0
     sent = time.perf_counter()
     response = await client.post("/v1/chatqna", json=body)
     elapsed = (time.perf_counter() - sent) * 1000
@@ -99,7 +115,11 @@ async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> 
     documents = metadata["source_documents"]
     sources = (passage_id_of(doc["source"]) for doc in documents)
     top_text = documents[0]["text"] if documents else ""
-    return ServiceTurn(list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text)
+    choices = response.json().get("choices") or [{}]
+    answer = str((choices[0].get("message") or {}).get("content") or "")
+    return ServiceTurn(
+        list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text, answer
+    )
 
 
 def service_strategy(retrieval: dict[str, Any]) -> str:
@@ -144,19 +164,24 @@ def service_mode(
 
 
 class ServiceScorer:
-    """Scores the service's answers to turns, one history kind at a time."""
+    """Scores the service's answers to turns, one history kind at a time; with
+    `answer_tokens` the own history holds the service's real answers."""
 
-    def __init__(self, client: httpx.AsyncClient, kind: str, depth: int) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, kind: str, depth: int, answer_tokens: int = 0
+    ) -> None:
         self.client = client
         self.depth = depth
+        self.answer_tokens = answer_tokens
         self.result = ModeResult(Mode(QueryStrategy("service"), True, True, history=kind))
         self.plans: dict[str, QueryPlan] = {}
         self.reports: list[dict[str, Any]] = []
 
     async def ask(self, turn: EvalTurn, scored: bool = True) -> str:
         """Send `turn` with its history; record it if `scored`; return the own-history
-        answer: the first `ANSWER_CHARS` characters of the top passage."""
-        answered = await ask_service(self.client, turn, self.depth)
+        answer: the service's answer, or the first `ANSWER_CHARS` characters of its top
+        passage."""
+        answered = await ask_service(self.client, turn, self.depth, self.answer_tokens)
         if scored:
             if answered.retrieval is not None:
                 self.reports.append(answered.retrieval)
@@ -165,7 +190,7 @@ class ServiceScorer:
             self.plans[turn.key] = answered.plan(turn.query)
             self.result.rankings[turn.key] = answered.ranking
             self.result.per_turn[turn.key] = turn_metrics(answered.ranking, turn.relevant_ids)
-        return answered.top_text[:ANSWER_CHARS]
+        return answered.answer if self.answer_tokens else answered.top_text[:ANSWER_CHARS]
 
 
 async def score_service(
@@ -174,12 +199,14 @@ async def score_service(
     kind: str,
     depth: int,
     progress: Progress | None,
+    answer_tokens: int = 0,
 ) -> ServiceScorer:
     """Every scored turn of `dataset`: with the dataset's history (`reference`), or replayed
     conversation by conversation with each earlier assistant message replaced by the top
-    passage the service returned at that turn (`own`, as `chatqna.evaluation.live`)."""
+    passage the service returned at that turn, or with `answer_tokens` by its answer (`own`,
+    as `chatqna.evaluation.live`)."""
     turns = dataset.scored_turns
-    scorer = ServiceScorer(client, kind, depth)
+    scorer = ServiceScorer(client, kind, depth, answer_tokens if kind == "own" else 0)
     tick = progress(f"asking the service ({kind} history)", len(turns)) if progress else None
 
     async def step(turn: EvalTurn, scored: bool) -> str:
@@ -207,8 +234,11 @@ async def run_against_service(
     api_key: str | None = None,
     progress: Progress | None = None,
     histories: Sequence[str] = ("reference",),
+    answers: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> dict[str, Any]:
+    """Every scored turn under each history kind; with `answers`, own history holds the
+    service's real answers instead of its top passages."""
     turns = dataset.scored_turns
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     started = time.perf_counter()
@@ -219,7 +249,8 @@ async def run_against_service(
         if ingest:
             await ingest_corpus(client, dataset)
         for kind in histories:
-            scorer = await score_service(client, dataset, kind, depth, progress)
+            tokens = ANSWER_TOKENS if answers else 0
+            scorer = await score_service(client, dataset, kind, depth, progress, tokens)
             modes.append(
                 service_mode(scorer.result, turns, scorer.plans, scorer.reports, url, samples)
             )
@@ -230,5 +261,6 @@ async def run_against_service(
         "seconds": round(time.perf_counter() - started, 1),
         "service": url,
         "histories": list(histories),
+        "own_history_answers": "the service's answers" if answers else "top passages",
         "modes": modes,
     }

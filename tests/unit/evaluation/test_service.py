@@ -13,6 +13,7 @@ import pytest
 from chatqna.evaluation.dataset import Passage, load_dataset
 from chatqna.evaluation.live import ANSWER_CHARS
 from chatqna.evaluation.service import (
+    ANSWER_TOKENS,
     passage_file,
     passage_filename,
     passage_id_of,
@@ -61,7 +62,11 @@ def service_reply(top: str, text: str, reason: str) -> dict[str, Any]:
         "hybrid": True,
         "reranker": None,
     }
-    return {"metadata": {"source_documents": [document], "retrieval": retrieval}}
+    choice = {"index": 0, "message": {"role": "assistant", "content": f"About {top}."}}
+    return {
+        "choices": [choice],
+        "metadata": {"source_documents": [document], "retrieval": retrieval},
+    }
 
 
 class FakeService:
@@ -71,10 +76,13 @@ class FakeService:
     def __init__(self, ranking: dict[str, tuple[str, str]]) -> None:
         self.ranking = ranking
         self.requests: list[list[dict[str, str]]] = []
+        self.bodies: list[dict[str, Any]] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
-        messages = json.loads(request.content)["messages"]
+        body = json.loads(request.content)
+        messages = body["messages"]
         self.requests.append(messages)
+        self.bodies.append(body)
         reason = "executed" if len(messages) > 1 else "no_history"
         reply = service_reply(*self.ranking[messages[-1]["content"]], reason)
         return httpx.Response(200, json=reply)
@@ -127,3 +135,28 @@ def test_a_service_is_named_for_what_it_does_with_follow_ups(
     retrieval: dict[str, Any], strategy: str
 ) -> None:
     assert service_strategy(retrieval) == strategy
+
+
+@pytest.mark.anyio
+async def test_with_answers_own_history_holds_what_the_service_answered(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    fake = FakeService(
+        {
+            "How do I export my workspace?": ("p-refund", "Annual plans are refundable."),
+            "How long is it kept?": ("p-retain", "Data is kept 30 days after cancel."),
+        }
+    )
+    results = await run_against_service(
+        dataset,
+        "http://service",
+        ingest=False,
+        samples=50,
+        histories=("reference", "own"),
+        answers=True,
+        transport=httpx.MockTransport(fake),
+    )
+    reference, own = fake.bodies[:2], fake.bodies[2:]
+    assert [b["max_tokens"] for b in reference] == [1, 1], "reference history needs no answer"
+    assert [(b["max_tokens"], b["temperature"]) for b in own] == [(ANSWER_TOKENS, 0.0)] * 2
+    assert own[1]["messages"][1] == {"role": "assistant", "content": "About p-refund."}
+    assert results["own_history_answers"] == "the service's answers"
