@@ -10,8 +10,9 @@ line and the passage, as the in-process harness does.
 With own history (`--history own`) each conversation is replayed through the service turn
 by turn, every earlier assistant message replaced by what the service gave at that turn:
 with `--no-llm` the first 800 characters of the passage it ranked first (the in-process
-harness's LLM-free proxy, `chatqna.evaluation.live`), with `--llm` its real answer (up to
-`ANSWER_TOKENS` tokens at temperature 0), as a user of it would see.
+harness's LLM-free proxy, `chatqna.evaluation.live`), with `--llm` its real answer, asked
+for separately with the service's own `k` and `top_n` (up to `ANSWER_TOKENS` tokens at
+temperature 0), as a user of it would see it.
 """
 
 from __future__ import annotations
@@ -73,38 +74,33 @@ async def ingest_corpus(client: httpx.AsyncClient, dataset: Dataset, batch: int 
 class ServiceTurn:
     """What the service did on one scored turn: its ranking (passage ids), or the condense
     failure it answered with, the metadata's `retrieval` report, the milliseconds, and the
-    text of the passage it ranked first (the own-history proxy for its answer) and its
-    answer."""
+    text of the passage it ranked first (the own-history proxy for its answer)."""
 
     ranking: list[str]
     failure: str | None
     retrieval: dict[str, Any] | None
     milliseconds: float
     top_text: str = ""
-    answer: str = ""
 
     def plan(self, query: str) -> QueryPlan:
         """The turn as a plan: the query sent, no embedding or LLM of the harness's own."""
         return QueryPlan(query, None, 0, 0, self.milliseconds, self.failure)
 
 
-async def ask_service(
-    client: httpx.AsyncClient, turn: EvalTurn, depth: int, answer_tokens: int = 0
-) -> ServiceTurn:
-    """One turn with its history (`stream: false`, `k` and `top_n` of the depth); the answer
-    is cut to one token unless `answer_tokens` asks for it (at temperature 0). A 503
-    `condense_failed` is a failed turn, any other error raises."""
-    messages = [m.as_openai() for m in turn.history]
-    messages.append({"role": "user", "content": turn.query})
-    body: dict[str, Any] = {
-        "messages": messages,
+def turn_messages(turn: EvalTurn) -> list[dict[str, str]]:
+    return [*(m.as_openai() for m in turn.history), {"role": "user", "content": turn.query}]
+
+
+async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> ServiceTurn:
+    """One turn with its history (`stream: false`, `k` and `top_n` of the depth,
+    `max_tokens: 1`); a 503 `condense_failed` is a failed turn, any other error raises."""
+    body = {
+        "messages": turn_messages(turn),
         "stream": False,
         "k": depth,
         "top_n": depth,
-        "max_tokens": answer_tokens or 1,
+        "max_tokens": 1,
     }
-    if answer_tokens:
-        body["temperature"] = 0.0
     sent = time.perf_counter()
     response = await client.post("/v1/chatqna", json=body)
     elapsed = (time.perf_counter() - sent) * 1000
@@ -115,11 +111,23 @@ async def ask_service(
     documents = metadata["source_documents"]
     sources = (passage_id_of(doc["source"]) for doc in documents)
     top_text = documents[0]["text"] if documents else ""
-    choices = response.json().get("choices") or [{}]
-    answer = str((choices[0].get("message") or {}).get("content") or "")
-    return ServiceTurn(
-        list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text, answer
-    )
+    return ServiceTurn(list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text)
+
+
+async def service_answer(client: httpx.AsyncClient, turn: EvalTurn, tokens: int) -> str:
+    """The answer a user of the service would get: its own `k` and `top_n`, at most
+    `tokens` tokens at temperature 0 ("" when the turn fails closed)."""
+    body = {
+        "messages": turn_messages(turn),
+        "stream": False,
+        "max_tokens": tokens,
+        "temperature": 0.0,
+    }
+    response = await client.post("/v1/chatqna", json=body)
+    if response.status_code == 503 and response.json().get("error") == "condense_failed":
+        return ""
+    response.raise_for_status()
+    return str(response.json()["choices"][0]["message"]["content"])
 
 
 def service_strategy(retrieval: dict[str, Any]) -> str:
@@ -181,7 +189,7 @@ class ServiceScorer:
         """Send `turn` with its history; record it if `scored`; return the own-history
         answer: the service's answer, or the first `ANSWER_CHARS` characters of its top
         passage."""
-        answered = await ask_service(self.client, turn, self.depth, self.answer_tokens)
+        answered = await ask_service(self.client, turn, self.depth)
         if scored:
             if answered.retrieval is not None:
                 self.reports.append(answered.retrieval)
@@ -190,7 +198,9 @@ class ServiceScorer:
             self.plans[turn.key] = answered.plan(turn.query)
             self.result.rankings[turn.key] = answered.ranking
             self.result.per_turn[turn.key] = turn_metrics(answered.ranking, turn.relevant_ids)
-        return answered.answer if self.answer_tokens else answered.top_text[:ANSWER_CHARS]
+        if self.answer_tokens:
+            return await service_answer(self.client, turn, self.answer_tokens)
+        return answered.top_text[:ANSWER_CHARS]
 
 
 async def score_service(

@@ -157,6 +157,10 @@ async def test_with_answers_own_history_holds_what_the_service_answered(tmp_path
     )
     reference, own = fake.bodies[:2], fake.bodies[2:]
     assert [b["max_tokens"] for b in reference] == [1, 1], "reference history needs no answer"
-    assert [(b["max_tokens"], b["temperature"]) for b in own] == [(ANSWER_TOKENS, 0.0)] * 2
-    assert own[1]["messages"][1] == {"role": "assistant", "content": "About p-refund."}
+    # Own history: each turn ranked at the depth, then answered as the service answers users.
+    ranked, answered = own[0::2], own[1::2]
+    assert [(b["k"], b["top_n"], b["max_tokens"]) for b in ranked] == [(10, 10, 1)] * 2
+    assert all("k" not in b and "top_n" not in b for b in answered)
+    assert [(b["max_tokens"], b["temperature"]) for b in answered] == [(ANSWER_TOKENS, 0.0)] * 2
+    assert ranked[1]["messages"][1] == {"role": "assistant", "content": "About p-refund."}
     assert results["own_history_answers"] == "the service's answers"
