@@ -3,6 +3,7 @@
     ChatQnAError                      base; carries an HTTP status and an error code
     +-- InvalidRequest        400/422 the request is malformed or breaks a rule
     |   +-- PayloadTooLarge       413 a message or upload is beyond the configured limit
+    |   |   +-- ContextTooLong    413 the answer prompt is longer than the LLM's context
     |   +-- UnsupportedFileType   415 an ingested file has a type we cannot read
     |   +-- DocumentLoadError     422 a supported file that yields no usable text
     |   |   +-- LinkUnreadable    422 a link that cannot be fetched (timeout, HTTP error...)
@@ -75,6 +76,13 @@ class PayloadTooLarge(InvalidRequest):
 
     status_code = 413
     code = "payload_too_large"
+
+
+class ContextTooLong(PayloadTooLarge):
+    """The LLM refused the prompt as longer than its context window: the question, the
+    conversation and the passages together (or a rewrite or translation prompt)."""
+
+    code = "context_too_long"
 
 
 class UnsupportedFileType(InvalidRequest):

@@ -16,6 +16,7 @@ once tokens have gone out a second answer cannot be spliced onto the first.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ import httpx
 import orjson
 
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
-from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from chatqna.errors import BadUpstreamResponse, ContextTooLong, UpstreamError, UpstreamTimeout
 from chatqna.upstream.client import UpstreamClient, without_credentials
 from chatqna.upstream.policy import (
     TRANSPORT_FAILURES,
@@ -67,6 +68,46 @@ def merged(deltas: Sequence[Delta]) -> Delta:
     finish = next((d.finish_reason for d in reversed(deltas) if d.finish_reason), None)
     usage = next((d.usage for d in reversed(deltas) if d.usage is not None), None)
     return Delta(text="".join(pieces), finish_reason=finish, usage=usage, pieces=pieces)
+
+
+# How OpenAI-compatible servers say a prompt is longer than the model's context window:
+# llama.cpp's error type, OpenAI's error code, and the words of vLLM's and TGI's messages.
+CONTEXT_ERROR_KINDS = frozenset({"exceed_context_size_error", "context_length_exceeded"})
+CONTEXT_ERROR_WORDS = re.compile(
+    r"maximum context length|context (?:size|length|window)|tokens \+ `max_new_tokens` must be",
+    re.IGNORECASE,
+)
+
+
+def context_overflow(exc: BaseException | None, backend: str) -> ContextTooLong | None:
+    """The typed error for an HTTP error answer that says the prompt does not fit the
+    model's context window, or None for any other failure."""
+    if not isinstance(exc, HTTPStatusFailure) or exc.status not in (400, 413, 422):
+        return None
+    try:
+        body = orjson.loads(exc.body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    fields: dict[str, Any] = error if isinstance(error, dict) else body
+    message = fields.get("message") if isinstance(fields.get("message"), str) else error
+    kinds = {str(fields.get("type")), str(fields.get("code"))}
+    if not kinds & CONTEXT_ERROR_KINDS and not (
+        isinstance(message, str) and CONTEXT_ERROR_WORDS.search(message)
+    ):
+        return None
+    prompt, context = fields.get("n_prompt_tokens"), fields.get("n_ctx")
+    size = (
+        f" ({prompt} prompt tokens, a context of {context})"
+        if isinstance(prompt, int) and isinstance(context, int)
+        else ""
+    )
+    return ContextTooLong(
+        f"{backend}: the prompt is longer than the model's context window{size}. Shorten the "
+        "question or the conversation, or ask for fewer passages (top_n)."
+    )
 
 
 class OpenAIChatLLM:
@@ -114,13 +155,19 @@ class OpenAIChatLLM:
         self, messages: Sequence[dict[str, str]], params: GenerationParams
     ) -> Completion:
         self.calls += 1
-        body = await post_json(
-            self._client,
-            COMPLETIONS_PATH,
-            self._payload(messages, params, False),
-            backend=self.backend,
-            timeout_seconds=self._generation_timeout,
-        )
+        try:
+            body = await post_json(
+                self._client,
+                COMPLETIONS_PATH,
+                self._payload(messages, params, False),
+                backend=self.backend,
+                timeout_seconds=self._generation_timeout,
+            )
+        except UpstreamError as exc:
+            overflow = context_overflow(exc.__cause__, self.backend)
+            if overflow is None:
+                raise
+            raise overflow from exc
         require(isinstance(body, dict), backend=self.backend, what="body is not an object")
         choices = body.get("choices")
         require(
@@ -160,8 +207,7 @@ class OpenAIChatLLM:
             async with asyncio.timeout_at(deadline):
                 response = await self._client.open_stream(COMPLETIONS_PATH, payload)
                 if response.status >= 400:
-                    await response.read()
-                    raise HTTPStatusFailure(response.status)
+                    raise HTTPStatusFailure(response.status, await response.read())
             decoder = SSEDecoder()
             reads = response.chunks()
             while True:
@@ -183,6 +229,9 @@ class OpenAIChatLLM:
                     return
         except (*TRANSPORT_FAILURES, HTTPStatusFailure) as exc:
             # Before `TimeoutError`: aiohttp's read timeout is both.
+            overflow = context_overflow(exc, self.backend)
+            if overflow is not None:
+                raise overflow from exc
             raise translate_http_error(exc, backend=self.backend, what=what) from exc
         except TimeoutError as exc:
             raise UpstreamTimeout(

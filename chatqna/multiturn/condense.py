@@ -39,7 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chatqna.backends.protocols import ChatLLM, GenerationParams
-from chatqna.errors import BadUpstreamResponse, CondenseFailed, UpstreamError, UpstreamTimeout
+from chatqna.errors import (
+    BadUpstreamResponse,
+    CondenseFailed,
+    ContextTooLong,
+    UpstreamError,
+    UpstreamTimeout,
+)
 from chatqna.multiturn.history import Conversation, Message
 
 logger = logging.getLogger(__name__)
@@ -220,7 +226,7 @@ async def condense_follow_up(
     except BadUpstreamResponse as exc:
         failure = CondenseFailed("bad_body", exc.message)
         raise _record(failure, started, len(window), llm.model) from exc
-    except UpstreamError as exc:
+    except (UpstreamError, ContextTooLong) as exc:  # the LLM refused the request
         failure = CondenseFailed("http_error", exc.message)
         raise _record(failure, started, len(window), llm.model) from exc
     latency = round((time.perf_counter() - started) * 1000, 3)

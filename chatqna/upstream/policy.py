@@ -67,17 +67,23 @@ NO_RETRY = RetryPolicy(attempts=1)
 
 
 class HTTPStatusFailure(Exception):
-    """An upstream answered with an error status (4xx, 5xx)."""
+    """An upstream answered with an error status (4xx, 5xx); `body` is the start of what
+    it said (for a client that reads a known error out of it)."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, body: bytes = b"") -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
+        self.body = body[:ERROR_BODY_BYTES]
+
+
+# How much of an error answer is kept: error objects are small.
+ERROR_BODY_BYTES = 4096
 
 
 def raise_for_status(reply: Reply) -> Reply:
     """`reply` itself, unless its status is an error."""
     if reply.status >= 400:
-        raise HTTPStatusFailure(reply.status)
+        raise HTTPStatusFailure(reply.status, reply.body)
     return reply
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import ChatLLM, Delta, GenerationParams
+from chatqna.errors import ContextTooLong
 from chatqna.settings import Settings
 from tests.contract import wire
 
@@ -21,6 +22,8 @@ MESSAGES = [
     {"role": "user", "content": "How long do refunds for annual plans take?"},
 ]
 GREEDY = GenerationParams(max_tokens=8, temperature=0.0, seed=7)
+# Far beyond the 2,048 tokens the embedded model is started with here, and the stand-in's.
+TOO_LONG = [{"role": "user", "content": " ".join(f"item{i}" for i in range(3000))}]
 
 
 @pytest.fixture(scope="module", params=["openai", pytest.param("local", marks=pytest.mark.slow)])
@@ -88,3 +91,15 @@ async def test_a_stream_closed_early_leaves_the_model_usable(llm: ChatLLM) -> No
 async def test_describe_names_the_model(llm: ChatLLM) -> None:
     details = await llm.describe()
     assert isinstance(details["kind"], str) and details["model"] == llm.model
+
+
+async def test_a_prompt_beyond_the_context_is_context_too_long(llm: ChatLLM) -> None:
+    with pytest.raises(ContextTooLong):
+        await llm.complete(TOO_LONG, GREEDY)
+    with pytest.raises(ContextTooLong):
+        await collect_from(llm.stream(TOO_LONG, GREEDY))
+    assert (await llm.complete(MESSAGES, GREEDY)).text.strip(), "the model stays usable"
+
+
+async def collect_from(stream: AsyncIterator[Delta]) -> list[Delta]:
+    return [delta async for delta in stream]

@@ -62,11 +62,26 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> st
     return f"data: {json.dumps(body)}\n\n"
 
 
+# The longest prompt (characters of all messages) the stand-in chat server accepts.
+CONTEXT_CHARS = 8192
+
+
 def openai_chat(request: httpx.Request) -> httpx.Response:
-    """An OpenAI-compatible chat server whose answer is `REPLY` cut to `max_tokens` words."""
+    """An OpenAI-compatible chat server whose answer is `REPLY` cut to `max_tokens` words; a
+    prompt over `CONTEXT_CHARS` is refused as beyond the model's context."""
     if request.url.path == "/v1/models":
         return httpx.Response(200, json={"object": "list", "data": [{"id": "contract-model"}]})
     body = json.loads(request.content)
+    prompt_chars = sum(len(m["content"]) for m in body["messages"])
+    if prompt_chars > CONTEXT_CHARS:  # refused as llama.cpp's server refuses it
+        error = {
+            "code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": prompt_chars // 4,
+            "n_ctx": CONTEXT_CHARS // 4,
+        }
+        return httpx.Response(400, json={"error": error})
     words = REPLY.split()
     limit = body.get("max_tokens") or len(words)
     kept = words[:limit]

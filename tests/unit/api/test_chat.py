@@ -193,6 +193,33 @@ async def test_llm_error_before_stream_is_5xx_for_non_stream(
     }
 
 
+LLAMA_CPP_CONTEXT_ERROR = {
+    "error": {
+        "code": 400,
+        "message": "the request exceeds the available context size, try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 5210,
+        "n_ctx": 4096,
+    }
+}
+
+
+async def test_a_prompt_beyond_the_llm_context_is_413_or_an_error_event(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    llm = _llm(lambda request: httpx.Response(400, json=LLAMA_CPP_CONTEXT_ERROR))
+    client = await client_for(await make_backends(settings, llm=llm))
+    response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": False})
+    assert response.status_code == 413
+    assert response.json()["error"] == "context_too_long"
+    assert "5210 prompt tokens, a context of 4096" in response.json()["message"]
+    # Streamed, the sources are already out when the LLM refuses: an error event ends it.
+    streamed = await client.post("/v1/chatqna", json={"messages": "hi"})
+    events = parse_sse(streamed.text)
+    assert events[0][0] == "metadata" and events[-2][0] == "error"
+    assert json.loads(events[-2][1])["error"] == "context_too_long"
+
+
 async def test_llm_failure_after_stream_start_is_error_event(
     client_for: ClientFactory, settings: Settings
 ) -> None:

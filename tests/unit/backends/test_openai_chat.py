@@ -12,7 +12,7 @@ import respx
 
 from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of, merged
 from chatqna.backends.protocols import Delta, GenerationParams, Usage
-from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from chatqna.errors import BadUpstreamResponse, ContextTooLong, UpstreamError, UpstreamTimeout
 from tests.unit.backends.conftest import shape
 
 pytestmark = pytest.mark.anyio
@@ -200,6 +200,96 @@ async def test_complete_http_error_is_upstream_error(
         await llm.complete(MESSAGES, PARAMS)
     assert type(info.value) is UpstreamError
     assert shape(info.value) == (502, "upstream_error", "llm")
+
+
+# What servers answer to a prompt longer than the model's context, as each documents it.
+CONTEXT_ERRORS = {
+    "llama.cpp": (
+        400,
+        {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": 5210,
+                "n_ctx": 4096,
+            }
+        },
+    ),
+    "openai": (
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 8192 tokens. However, your "
+                "messages resulted in 9012 tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+    ),
+    "vllm": (
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 4096 tokens. However, you "
+            "requested 5210 tokens (4698 in the messages, 512 in the completion). Please reduce "
+            "the length of the messages or completion.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+    ),
+    "tgi": (
+        422,
+        {
+            "error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= "
+            "4096. Given: 4698 `inputs` tokens and 512 `max_new_tokens`",
+            "error_type": "validation",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("server", sorted(CONTEXT_ERRORS))
+async def test_a_prompt_beyond_the_context_is_context_too_long(
+    router: respx.MockRouter, llm: OpenAIChatLLM, server: str
+) -> None:
+    status, body = CONTEXT_ERRORS[server]
+    router.post(PATH).respond(status, json=body)
+    with pytest.raises(ContextTooLong) as whole:
+        await llm.complete(MESSAGES, PARAMS)
+    seen: list[Delta] = []
+    with pytest.raises(ContextTooLong) as streamed:
+        await collect(llm, seen)
+    assert seen == []
+    for info in (whole, streamed):
+        assert (info.value.status_code, info.value.code) == (413, "context_too_long")
+        assert "context window" in info.value.message and "top_n" in info.value.message
+    if server == "llama.cpp":
+        assert "(5210 prompt tokens, a context of 4096)" in whole.value.message
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, {"error": {"message": "temperature must be at most 2", "type": "invalid_value"}}),
+        (400, {"error": "context"}),
+        (500, {"error": {"message": "maximum context length is 4096 tokens"}}),
+        (400, "not json"),
+    ],
+)
+async def test_other_refusals_stay_upstream_errors(
+    router: respx.MockRouter, llm: OpenAIChatLLM, status: int, body: Any
+) -> None:
+    if isinstance(body, str):
+        router.post(PATH).respond(status, text=body)
+    else:
+        router.post(PATH).respond(status, json=body)
+    with pytest.raises(UpstreamError):
+        await llm.complete(MESSAGES, PARAMS)
+    with pytest.raises(UpstreamError):
+        await collect(llm)
 
 
 async def test_complete_timeout_is_upstream_timeout(router: respx.MockRouter) -> None:

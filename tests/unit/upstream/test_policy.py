@@ -24,7 +24,16 @@ from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 from chatqna.retrieval.remote import RemoteRetriever
 from chatqna.upstream.client import UpstreamClient
-from chatqna.upstream.policy import RetryPolicy, is_retryable, post_json, translate_http_error
+from chatqna.upstream.policy import (
+    ERROR_BODY_BYTES,
+    HTTPStatusFailure,
+    RetryPolicy,
+    is_retryable,
+    post_json,
+    raise_for_status,
+    translate_http_error,
+)
+from chatqna.upstream.types import Reply
 from tests.unit.backends.conftest import shape
 
 pytestmark = pytest.mark.anyio
@@ -441,3 +450,11 @@ async def test_cancelling_the_consumer_closes_the_upstream_response(
         await task
     assert endless.closed
     await llm.aclose()
+
+
+def test_an_error_status_keeps_the_start_of_what_the_upstream_said() -> None:
+    assert raise_for_status(Reply(200, b"{}")) == Reply(200, b"{}")
+    said = b'{"error": "' + b"x" * (2 * ERROR_BODY_BYTES) + b'"}'
+    with pytest.raises(HTTPStatusFailure) as info:
+        raise_for_status(Reply(400, said))
+    assert info.value.status == 400 and info.value.body == said[:ERROR_BODY_BYTES]
