@@ -69,7 +69,11 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
         limit=settings.chatqna_max_concurrent_chats,
         queue_timeout_seconds=settings.chatqna_queue_timeout_seconds,
     )
-    app.add_middleware(BodySizeLimit, max_bytes=settings.chatqna_max_request_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.chatqna_max_request_bytes,
+        max_upload_bytes=settings.chatqna_max_upload_request_bytes,
+    )
     app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key)
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
     if settings.chatqna_cors_origins:

@@ -86,33 +86,40 @@ class ApiKeyGuard:
         await refuse(error, scope, receive, send, **{"WWW-Authenticate": challenge})
 
 
-class BodySizeLimit:
-    """Refuses a request body beyond `max_bytes` with 413 (multipart uploads excepted).
+UPLOAD_PATH = "/v1/dataprep/ingest"
 
-    Uploads to `/v1/dataprep/ingest` are limited per file by `CHATQNA_MAX_UPLOAD_BYTES`
-    instead. A declared `Content-Length` is refused before the body is read; a chunked body
-    is counted as the route reads it.
+
+class BodySizeLimit:
+    """Refuses a request body beyond its limit with 413: `max_upload_bytes` for a multipart
+    upload to `/v1/dataprep/ingest` (all its files together; each file is also held to
+    `CHATQNA_MAX_UPLOAD_BYTES` by the route), `max_bytes` for any other body.
+
+    A declared `Content-Length` is refused before the body is read; a chunked body is
+    counted as the route reads it, so an upload stops being spooled once it is too large.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_upload_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_upload_bytes = max_upload_bytes
 
-    def _error_text(self) -> str:
-        limit = self.max_bytes
-        return f"The request body is larger than {limit} bytes (CHATQNA_MAX_REQUEST_BYTES)."
+    def _limit(self, scope: Scope, headers: Headers) -> tuple[int, str]:
+        """The limit on this request's body and the variable that sets it."""
+        content_type = headers.get("content-type", "")
+        if scope["path"] == UPLOAD_PATH and content_type.startswith("multipart/form-data"):
+            return self.max_upload_bytes, "CHATQNA_MAX_UPLOAD_REQUEST_BYTES"
+        return self.max_bytes, "CHATQNA_MAX_REQUEST_BYTES"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if headers.get("content-type", "").startswith("multipart/"):
-            await self.app(scope, receive, send)
-            return
+        limit, variable = self._limit(scope, headers)
+        error_text = f"The request body is larger than {limit} bytes ({variable})."
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await refuse(PayloadTooLarge(self._error_text()), scope, receive, send)
+        if declared.isdigit() and int(declared) > limit:
+            await refuse(PayloadTooLarge(error_text), scope, receive, send)
             return
         received = 0
 
@@ -121,10 +128,10 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     # An HTTPException is what FastAPI lets through from reading a body; the
                     # error handler renders it as the `payload_too_large` envelope.
-                    raise HTTPException(413, detail=self._error_text())
+                    raise HTTPException(413, detail=error_text)
             return message
 
         await self.app(scope, counted, send)

@@ -46,9 +46,31 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+# NAT64: the well-known prefix carries an IPv4 address in its low 32 bits (RFC 6052); the
+# local-use prefix (RFC 8215) embeds it where each network chooses, so it is refused whole.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+# IPv4-compatible addresses (`::a.b.c.d`, deprecated), except `::` and `::1`.
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches: IPv4-mapped, NAT64 (well-known prefix), 6to4
+    or IPv4-compatible; None when it carries none."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _why_refused(address: Address) -> str | None:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _NAT64_LOCAL:
+            return "reserved_address"
+        address = embedded_ipv4(address) or address
     if address in _METADATA:
         return "metadata_address"
     checks = (

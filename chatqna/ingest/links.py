@@ -73,6 +73,11 @@ def parse_link_list(raw: str | None, limit: int) -> list[str]:
         value = json.loads(raw)
     except ValueError as exc:
         raise InvalidRequest(f"link_list is not valid JSON: {exc}", reason="bad_link_list") from exc
+    except RecursionError as exc:  # nested deeper than the parser goes: not a list of URLs
+        raise InvalidRequest(
+            "link_list is nested too deeply to be a JSON list of URL strings",
+            reason="bad_link_list",
+        ) from exc
     if not isinstance(value, list) or not all(isinstance(url, str) for url in value):
         raise InvalidRequest("link_list must be a JSON list of URL strings", reason="bad_link_list")
     urls = [url.strip() for url in value if url.strip()]
@@ -225,6 +230,19 @@ class LinkFetcher:
                 details={"url": url, "status": response.status_code},
             )
         kind = _kind_of(url, response)
+        codings = [
+            c.strip()
+            for c in response.headers.get("content-encoding", "").split(",")
+            if c.strip() and c.strip().lower() != "identity"
+        ]
+        if len(codings) > 1:
+            # Each layer multiplies what a few bytes unpack to, before the size cap can count.
+            raise LinkUnreadable(
+                f"{url}: the body is encoded {len(codings)} times over "
+                f"({', '.join(codings)}); one content coding at most is read",
+                reason="content_encoding",
+                details={"url": url, "content_encoding": codings},
+            )
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_bytes:
             raise self._too_large(url)

@@ -161,17 +161,64 @@ async def test_a_chunked_body_is_counted_as_it_arrives(
     assert "CHATQNA_MAX_REQUEST_BYTES" in response.json()["message"]
 
 
-async def test_uploads_are_limited_per_file_not_by_the_body_limit(
+async def test_uploads_have_their_own_limit_on_the_whole_body(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    limits = {"chatqna_max_request_bytes": 1024, "chatqna_max_upload_request_bytes": 6000}
+    client = await client_for(settings_=settings.model_copy(update=limits))
+    text = ("Invoices are sent by email on the first day of the month. " * 40).encode()
+    before = [entry["name"] for entry in (await client.post("/v1/dataprep/get")).json()]
+    one = [("files", ("invoices.md", text, "text/markdown"))]
+    response = await client.post("/v1/dataprep/ingest", files=one)
+    assert 1024 < len(text) < 6000
+    assert response.status_code == 200, response.text
+    # Three such files are over the upload limit together: refused, nothing ingested.
+    three = [("files", (f"invoices-{n}.md", text, "text/markdown")) for n in range(3)]
+    response = await client.post("/v1/dataprep/ingest", files=three)
+    assert response.status_code == 413
+    assert "CHATQNA_MAX_UPLOAD_REQUEST_BYTES" in response.json()["message"]
+    listed = await client.post("/v1/dataprep/get")
+    assert sorted(entry["name"] for entry in listed.json()) == sorted([*before, "invoices.md"])
+
+
+async def test_a_chunked_upload_stops_at_the_upload_limit(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    limits = {"chatqna_max_upload_request_bytes": 4096}
+    client = await client_for(settings_=settings.model_copy(update=limits))
+    request = client.build_request(
+        "POST",
+        "/v1/dataprep/ingest",
+        files=[("files", ("big.md", b"x" * 20_000, "text/markdown"))],
+    )
+    body = request.read()
+    sent: list[int] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 1000):
+            sent.append(start)
+            yield body[start : start + 1000]
+
+    response = await client.post(
+        "/v1/dataprep/ingest",
+        content=chunks(),
+        headers={"content-type": request.headers["content-type"]},
+    )
+    assert response.status_code == 413
+    assert "CHATQNA_MAX_UPLOAD_REQUEST_BYTES" in response.json()["message"]
+
+
+async def test_multipart_elsewhere_is_held_to_the_request_limit(
     client_for: ClientFactory, settings: Settings
 ) -> None:
     small = settings.model_copy(update={"chatqna_max_request_bytes": 1024})
     client = await client_for(settings_=small)
-    text = ("Invoices are sent by email on the first day of the month. " * 40).encode()
-    response = await client.post(
-        "/v1/dataprep/ingest", files=[("files", ("invoices.md", text, "text/markdown"))]
-    )
-    assert len(text) > 1024
-    assert response.status_code == 200, response.text
+    for content_type in ("multipart/form-data; boundary=x", "multipart/x"):
+        response = await client.post(
+            "/v1/dataprep/delete", content=b"x" * 5000, headers={"content-type": content_type}
+        )
+        assert response.status_code == 413
+        assert "CHATQNA_MAX_REQUEST_BYTES" in response.json()["message"]
 
 
 # --------------------------------------------------------------------------- disconnects

@@ -31,6 +31,16 @@ pytestmark = pytest.mark.anyio
         ("224.0.0.1", "multicast_address"),
         ("93.184.215.14", None),
         ("2606:4700::1111", None),
+        # IPv6 forms that reach an IPv4 address are judged by that address.
+        ("64:ff9b::a00:1", "private_address"),  # NAT64 to 10.0.0.1
+        ("64:ff9b::a9fe:a9fe", "metadata_address"),  # NAT64 to 169.254.169.254
+        ("64:ff9b::5db8:d70e", None),  # NAT64 to 93.184.215.14
+        ("64:ff9b:1::a00:1", "reserved_address"),  # local-use NAT64: refused whole
+        ("2002:a9fe:a9fe::1", "metadata_address"),  # 6to4 from 169.254.169.254
+        ("2002:7f00:1::1", "loopback_address"),  # 6to4 from 127.0.0.1
+        ("2002:5db8:d70e::1", None),  # 6to4 from 93.184.215.14
+        ("::a00:1", "private_address"),  # IPv4-compatible 10.0.0.1
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "private_address"),  # Teredo
     ],
 )
 def test_default_refusals(address: str, reason: str | None) -> None:

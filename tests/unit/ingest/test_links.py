@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -139,6 +140,20 @@ async def test_declared_and_streamed_sizes_beyond_the_cap_are_413() -> None:
     with pytest.raises(PayloadTooLarge) as info:
         await streamed.fetch_all(["https://docs.test/endless"])
     assert info.value.details == {"url": "https://docs.test/endless", "limit": 1000}
+
+
+async def test_a_body_encoded_more_than_once_is_not_unpacked() -> None:
+    # Each gzip layer multiplies what a few bytes unpack to (three layers hold 300 MB of
+    # zeros in 258 bytes), so a second layer is refused before any is unpacked.
+    layered = gzip.compress(gzip.compress(gzip.compress(b"notes")))
+    headers = {"content-type": "text/plain", "content-encoding": "gzip, gzip, gzip"}
+    bomb = fetcher(lambda r: httpx.Response(200, content=layered, headers=headers))
+    with pytest.raises(LinkUnreadable) as info:
+        await bomb.fetch_all(["https://docs.test/bomb"])
+    assert info.value.reason == "content_encoding"
+    once = {"content-type": "text/plain", "content-encoding": "gzip"}
+    plain = fetcher(lambda r: httpx.Response(200, content=gzip.compress(b"notes"), headers=once))
+    assert (await plain.fetch_all(["https://docs.test/notes"]))[0].data == b"notes"
 
 
 async def test_a_trickle_that_never_ends_is_cut_at_the_deadline() -> None:
