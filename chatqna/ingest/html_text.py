@@ -57,19 +57,34 @@ _LABEL_OVERRIDES = {
 }
 
 
+# Names Python's codec registry knows that are not encodings a page is written in. The
+# bytes-to-bytes codecs (hex, zlib, base64, rot13...) are caught by `_is_text_encoding`;
+# these three decode to text but raise on ordinary bytes or read them as something else.
+# The Encoding standard knows no UTF-32 label, and a page whose <meta> an ASCII prescan could
+# read is not UTF-32: both fall back as an unknown label does.
+_NOT_PAGE_CODECS = frozenset({"idna", "undefined", "punycode"})
+
+
 def _codec(label: str | None) -> str | None:
+    """The Python codec for a charset label, or None for a label no browser would use."""
     if not label:
         return None
     label = label.strip().lower()
     try:
-        name = codecs.lookup(_LABEL_OVERRIDES.get(label, label)).name
+        info = codecs.lookup(_LABEL_OVERRIDES.get(label, label))
     except LookupError:
+        return None
+    name = info.name
+    if not info._is_text_encoding or name in _NOT_PAGE_CODECS or name.startswith("utf-32"):
         return None
     return "utf-8" if name.startswith("utf-16") else name
 
 
 def decode_html(source: str, data: bytes, header_charset: str | None = None) -> str:
-    """The page's text, decoded by BOM, then `header_charset`, then `<meta>`, else UTF-8."""
+    """The page's text, decoded by BOM, then `header_charset`, then `<meta>`, else UTF-8.
+
+    Raises `DocumentLoadError` (reason `encoding`) when the bytes cannot be decoded.
+    """
     for bom, bom_encoding in _BOMS:
         if data.startswith(bom):
             return data[len(bom) :].decode(bom_encoding, errors="replace")
@@ -78,13 +93,25 @@ def decode_html(source: str, data: bytes, header_charset: str | None = None) -> 
         match = _META_CHARSET.search(data[:1024])
         encoding = _codec(match.group(1).decode("ascii")) if match else None
     if encoding is not None:
-        return data.decode(encoding, errors="replace")
+        return _decode_declared(source, data, encoding)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DocumentLoadError(
             f"{source} is not valid UTF-8 and declares no charset (invalid byte at offset "
             f"{exc.start}); add <meta charset=...> or re-save it as UTF-8",
+            reason="encoding",
+        ) from exc
+
+
+def _decode_declared(source: str, data: bytes, encoding: str) -> str:
+    try:
+        return data.decode(encoding, errors="replace")
+    except (UnicodeError, LookupError) as exc:
+        # `errors="replace"` covers bad bytes in every codec `_codec` lets through; a codec
+        # that still fails is the page's fault, not the service's.
+        raise DocumentLoadError(
+            f"{source} cannot be decoded as its declared charset {encoding!r}: {exc}",
             reason="encoding",
         ) from exc
 

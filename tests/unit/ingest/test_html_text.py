@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Iterator
+
 import pytest
 
 from chatqna.errors import DocumentLoadError
@@ -101,6 +104,52 @@ def test_header_charset_beats_meta_and_bom_beats_both() -> None:
 def test_undeclared_non_utf8_page_is_a_load_error() -> None:
     with pytest.raises(DocumentLoadError, match="declares no charset"):
         load_document("latin.html", "<p>caf\u00e9</p>".encode("latin-1"))
+
+
+# Codecs Python knows that are no page encoding: bytes-to-bytes codecs, codecs that raise
+# on ordinary bytes, and UTF-32 (no HTML label). A browser ignores such a label.
+NOT_PAGE_ENCODINGS = [
+    "hex", "rot13", "zlib", "base64", "bz2", "uu", "quopri", "idna", "undefined",
+    "punycode", "utf-32", "no-such-charset",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label", NOT_PAGE_ENCODINGS)
+def test_a_label_that_names_no_page_encoding_falls_back_to_utf8(label: str) -> None:
+    page = f'<meta charset="{label}"><p>Cr\u00e8me</p>'.encode()
+    assert load_document("menu.html", page).sections == [("menu", "Cr\u00e8me")]
+    fetched = "<p>Cr\u00e8me</p>".encode()
+    assert load_document("menu.html", fetched, charset=label).sections == [("menu", "Cr\u00e8me")]
+
+
+@pytest.mark.parametrize("label", ["hex", "idna"])
+def test_a_non_utf8_page_with_such_a_label_is_a_load_error(label: str) -> None:
+    page = f'<meta charset="{label}"><p>caf\u00e9</p>'.encode("latin-1")
+    with pytest.raises(DocumentLoadError) as caught:
+        load_document("latin.html", page)
+    assert caught.value.reason == "encoding"
+
+
+def _broken_codec(name: str) -> codecs.CodecInfo | None:
+    def fail(data: object, errors: str = "strict") -> tuple[str, int]:
+        raise UnicodeError("this codec cannot decode anything")
+
+    return codecs.CodecInfo(fail, fail, name=name) if name == "chatqna_broken" else None
+
+
+@pytest.fixture
+def broken_codec() -> Iterator[None]:
+    codecs.register(_broken_codec)
+    yield
+    codecs.unregister(_broken_codec)
+
+
+@pytest.mark.usefixtures("broken_codec")
+def test_a_declared_codec_that_fails_to_decode_is_a_load_error() -> None:
+    page = b'<meta charset="chatqna-broken"><p>text</p>'
+    with pytest.raises(DocumentLoadError, match="declared charset") as caught:
+        load_document("broken.html", page)
+    assert (caught.value.status_code, caught.value.reason) == (422, "encoding")
 
 
 def test_deeply_nested_page_does_not_exhaust_the_stack() -> None:
