@@ -19,7 +19,7 @@ from typing import Any
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from chatqna.errors import DocumentLoadError
-from chatqna.ingest.tables import table_rows
+from chatqna.ingest.tables import Counters, table_rows
 
 __all__ = ["decode_html", "html_sections"]
 
@@ -170,18 +170,18 @@ def _main_content(tree: LexborHTMLParser) -> LexborNode | None:
     return tree.body if tree.body is not None else tree.root
 
 
-def _table(node: LexborNode, out: _Sections) -> None:
+def _table(node: LexborNode, out: _Sections, counters: Counters) -> None:
     rows = [
         [cell.text(deep=True, separator=" ") for cell in row.css("th, td")]
         for row in node.css("tr")
     ]
     out.paragraph()
-    for line in table_rows(rows):
+    for line in table_rows(rows, counters.text):
         out.text(line)
         out.paragraph()
 
 
-def _walk(root: LexborNode, out: _Sections) -> None:
+def _walk(root: LexborNode, out: _Sections, counters: Counters) -> None:
     # An explicit stack: a page nested thousands of levels deep must not exhaust recursion.
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
@@ -200,7 +200,7 @@ def _walk(root: LexborNode, out: _Sections) -> None:
         elif tag == "pre":
             out.verbatim(node.text(deep=True))
         elif tag == "table":
-            _table(node, out)
+            _table(node, out, counters)
         elif tag == "br":
             out.line_break()
         else:
@@ -212,8 +212,8 @@ def _walk(root: LexborNode, out: _Sections) -> None:
     out.paragraph()
 
 
-def html_sections(text: str, stem: str) -> tuple[str, Sections]:
-    """The page's title and its `(heading, text)` sections."""
+def html_sections(text: str, stem: str, counters: Counters) -> tuple[str, Sections]:
+    """The page's title and its `(heading, text)` sections; `counters` bound its tables."""
     tree = LexborHTMLParser(text)
     title_node = tree.css_first("head > title") or tree.css_first("title")
     title = _collapse(title_node.text()) if title_node is not None else ""
@@ -225,5 +225,5 @@ def html_sections(text: str, stem: str) -> tuple[str, Sections]:
     out = _Sections()
     root = _main_content(tree)
     if root is not None:
-        _walk(root, out)
+        _walk(root, out, counters)
     return title, [(heading or title, "\n\n".join(parts)) for heading, parts in out.sections]

@@ -21,7 +21,7 @@ from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileTy
 from chatqna.ingest.html_text import decode_html, html_sections
 from chatqna.ingest.office import load_docx, load_pptx, load_xlsx
 from chatqna.ingest.structured import load_csv, load_json, load_jsonl
-from chatqna.ingest.tables import LoadLimits
+from chatqna.ingest.tables import Counters, LoadLimits
 
 # Callers import the error types from chatqna.errors, where they map to HTTP statuses.
 __all__ = ["SUPPORTED_SUFFIXES", "LoadLimits", "format_of", "load_document"]
@@ -101,7 +101,8 @@ def _load(
         title, sections = office(source, stem, data, limits)
         return LoadedDocument(source, title, _nonempty(sections))
     if kind == "html":
-        title, sections = html_sections(decode_html(source, data, charset), stem)
+        page = decode_html(source, data, charset)
+        title, sections = html_sections(page, stem, Counters(source, limits))
         return LoadedDocument(source, title, _nonempty(sections))
     text = _decode(source, data)
     if kind == "markdown":

@@ -23,7 +23,7 @@ from docx.text.paragraph import Paragraph
 from pptx.util import Length
 
 from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge
-from chatqna.ingest.tables import CellCounter, LoadLimits, table_rows
+from chatqna.ingest.tables import CellCounter, Counters, LoadLimits, table_rows
 
 __all__ = ["load_docx", "load_pptx", "load_xlsx"]
 
@@ -101,12 +101,12 @@ def _heading_level(paragraph: Paragraph) -> int | None:
 def _read_docx(document: Any, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
     title = (document.core_properties.title or "").strip()
     sections: list[tuple[str | None, list[str]]] = [(None, [])]
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
     for block in document.iter_inner_content():
         if isinstance(block, WordTable):
             rows = [[cell.text for cell in row.cells] for row in block.rows]
-            cells.add(sum(len(row) for row in rows))
-            sections[-1][1].extend(table_rows(rows))
+            counters.cells.add(sum(len(row) for row in rows))
+            sections[-1][1].extend(table_rows(rows, counters.text))
             continue
         text = block.text.strip()
         if not text:
@@ -135,18 +135,18 @@ def load_pptx(source: str, stem: str, data: bytes, limits: LoadLimits) -> tuple[
     return result
 
 
-def _shape_texts(shapes: Any, cells: CellCounter) -> Iterator[str]:
+def _shape_texts(shapes: Any, counters: Counters) -> Iterator[str]:
     # Reading order on a slide: top to bottom, then left to right.
     def position(shape: Any) -> tuple[Length, Length]:
         return (shape.top or Length(0), shape.left or Length(0))
 
     for shape in sorted(shapes, key=position):
         if shape.shape_type is not None and hasattr(shape, "shapes"):  # a group
-            yield from _shape_texts(shape.shapes, cells)
+            yield from _shape_texts(shape.shapes, counters)
         elif getattr(shape, "has_table", False) and shape.has_table:
             rows = [[cell.text for cell in row.cells] for row in shape.table.rows]
-            cells.add(sum(len(row) for row in rows))
-            yield from table_rows(rows)
+            counters.cells.add(sum(len(row) for row in rows))
+            yield from table_rows(rows, counters.text)
         elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
             text = shape.text_frame.text.strip()
             if text:
@@ -155,7 +155,7 @@ def _shape_texts(shapes: Any, cells: CellCounter) -> Iterator[str]:
 
 def _read_pptx(deck: Any, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
     title = (deck.core_properties.title or "").strip()
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
     sections: Sections = []
     for number, slide in enumerate(deck.slides, start=1):
         title_shape = slide.shapes.title
@@ -163,7 +163,7 @@ def _read_pptx(deck: Any, stem: str, source: str, limits: LoadLimits) -> tuple[s
         others = [
             s for s in slide.shapes if title_shape is None or s.shape_id != title_shape.shape_id
         ]
-        parts = list(_shape_texts(others, cells))
+        parts = list(_shape_texts(others, counters))
         if slide.has_notes_slide:
             notes = slide.notes_slide.notes_text_frame
             if notes is not None and notes.text.strip():
@@ -194,16 +194,15 @@ def _read_xlsx(data: bytes, stem: str, source: str, limits: LoadLimits) -> tuple
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
         title = (workbook.properties.title or "").strip() or stem
-        cells = CellCounter(source, limits.max_cells)
+        counters = Counters(source, limits)
         sections: Sections = []
         for sheet in workbook.worksheets:
             # The declared dimension lets a huge sheet be refused before a row is parsed;
             # the count while reading still holds when the declaration is missing or lies.
             if sheet.max_row is not None and sheet.max_column is not None:
                 CellCounter(source, limits.max_cells).add(sheet.max_row * sheet.max_column)
-            sections.append(
-                (f"{title}: {sheet.title}", "\n\n".join(table_rows(_rows(sheet, cells))))
-            )
+            rows = table_rows(_rows(sheet, counters.cells), counters.text)
+            sections.append((f"{title}: {sheet.title}", "\n\n".join(rows)))
         return title, sections
     finally:
         workbook.close()

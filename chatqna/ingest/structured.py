@@ -13,7 +13,14 @@ import json
 from typing import Any
 
 from chatqna.errors import DocumentLoadError
-from chatqna.ingest.tables import CellCounter, LoadLimits, flatten, record_text, table_rows
+from chatqna.ingest.tables import (
+    Counters,
+    LoadLimits,
+    TextCounter,
+    flatten,
+    record_text,
+    table_rows,
+)
 
 __all__ = ["load_csv", "load_json", "load_jsonl"]
 
@@ -28,15 +35,15 @@ def load_csv(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
         dialect: Any = csv.Sniffer().sniff(sample, delimiters=_DELIMITERS)
     except csv.Error:
         dialect = csv.excel  # one column, or nothing to tell the delimiter by
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
     rows: list[list[str]] = []
     try:
         for row in csv.reader(text.splitlines(keepends=True), dialect):
-            cells.add(len(row))
+            counters.cells.add(len(row))
             rows.append(row)
     except csv.Error as exc:
         raise DocumentLoadError(f"{source} is not readable CSV: {exc}", reason="corrupt") from exc
-    return [(stem, "\n\n".join(table_rows(rows)))]
+    return [(stem, "\n\n".join(table_rows(rows, counters.text)))]
 
 
 def _parse_json(source: str, text: str, where: str = "") -> Any:
@@ -52,17 +59,17 @@ def _parse_json(source: str, text: str, where: str = "") -> Any:
         ) from exc
 
 
-def _record(value: Any) -> str:
+def _record(value: Any, text: TextCounter) -> str:
     if isinstance(value, dict | list):
-        return record_text(flatten(value))
-    return record_text([("", value)])
+        return record_text(flatten(value), text)
+    return record_text([("", value)], text)
 
 
-def _records(values: list[Any], cells: CellCounter) -> str:
+def _records(values: list[Any], counters: Counters) -> str:
     lines = []
     for value in values:
-        line = _record(value)
-        cells.add(line.count("; ") + 1)
+        line = _record(value, counters.text)
+        counters.cells.add(line.count("; ") + 1)
         if line:
             lines.append(line)
     return "\n\n".join(lines)
@@ -70,21 +77,21 @@ def _records(values: list[Any], cells: CellCounter) -> str:
 
 def load_json(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
     value = _parse_json(source, text)
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
     if isinstance(value, list):
-        return [(stem, _records(value, cells))]
+        return [(stem, _records(value, counters))]
     if not isinstance(value, dict):
-        return [(stem, _record(value))]
+        return [(stem, _record(value, counters.text))]
     scalars: list[tuple[str, object]] = []
     sections: Sections = []
     for key, item in value.items():
         if isinstance(item, list):
-            sections.append((str(key), _records(item, cells)))
+            sections.append((str(key), _records(item, counters)))
         elif isinstance(item, dict):
-            sections.append((str(key), _records([item], cells)))
+            sections.append((str(key), _records([item], counters)))
         else:
             scalars.append((str(key), item))
-    return [(stem, record_text(scalars)), *sections]
+    return [(stem, record_text(scalars, counters.text)), *sections]
 
 
 def load_jsonl(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
@@ -92,4 +99,4 @@ def load_jsonl(source: str, stem: str, text: str, limits: LoadLimits) -> Section
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             values.append(_parse_json(source, line, f" line {number}"))
-    return [(stem, _records(values, CellCounter(source, limits.max_cells)))]
+    return [(stem, _records(values, Counters(source, limits)))]

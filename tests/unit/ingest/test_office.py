@@ -15,6 +15,7 @@ from tests.unit.ingest.office_files import (
     ole_file,
     onboarding_pptx,
     price_list_xlsx,
+    shared_string_xlsx,
     zip_bomb,
 )
 
@@ -72,6 +73,15 @@ def test_an_undeclared_sheet_is_refused_once_the_limit_is_read() -> None:
     data = million_cell_xlsx(rows=5000, dimension=False)
     with pytest.raises(PayloadTooLarge, match="more than 5000 cells"):
         load_document("undeclared.xlsx", data, limits=LoadLimits(max_cells=5000))
+
+
+def test_one_shared_string_on_every_row_is_refused_once_the_text_passes_the_limit() -> None:
+    # 1,000 rows of 10,000 characters each from a workbook of a few kilobytes.
+    data = shared_string_xlsx(rows=1000, text="word " * 2000)
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_TEXT_CHARS") as info:
+        load_document("shared.xlsx", data, limits=LoadLimits(max_text_chars=100_000))
+    # Stopped at the row that passed the limit, not once all ten million were built.
+    assert 100_000 < info.value.details["chars"] < 100_000 + 10_010
 
 
 @pytest.mark.parametrize(

@@ -87,3 +87,11 @@ def test_json_that_is_one_huge_string_is_413() -> None:
         load_document("huge.json", data, limits=LoadLimits(max_text_chars=1_000_000))
     assert info.value.status_code == 413
     assert info.value.details == {"source": "huge.json", "chars": 1_999_999}
+
+
+def test_a_long_key_above_many_fields_is_refused_once_the_text_passes_the_limit() -> None:
+    # Every field's path repeats the 10,000-character key: 20 MB of text from 30 KB.
+    data = json.dumps([{"k" * 10_000: {str(i): 1 for i in range(2000)}}]).encode()
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_TEXT_CHARS") as info:
+        load_document("paths.json", data, limits=LoadLimits(max_text_chars=100_000))
+    assert 100_000 < info.value.details["chars"] < 100_000 + 10_010
