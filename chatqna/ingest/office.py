@@ -19,6 +19,7 @@ import docx
 import openpyxl
 import pptx
 from docx.table import Table as WordTable
+from docx.table import _Cell as WordCell
 from docx.text.paragraph import Paragraph
 from pptx.util import Length
 
@@ -104,9 +105,7 @@ def _read_docx(document: Any, stem: str, source: str, limits: LoadLimits) -> tup
     counters = Counters(source, limits)
     for block in document.iter_inner_content():
         if isinstance(block, WordTable):
-            rows = [[cell.text for cell in row.cells] for row in block.rows]
-            counters.cells.add(sum(len(row) for row in rows))
-            sections[-1][1].extend(table_rows(rows, counters.text))
+            sections[-1][1].extend(table_rows(_word_rows(block, counters.cells), counters.text))
             continue
         text = block.text.strip()
         if not text:
@@ -120,6 +119,35 @@ def _read_docx(document: Any, stem: str, source: str, limits: LoadLimits) -> tup
             sections[-1][1].append(text)
     title = title or stem
     return title, [(heading or title, "\n\n".join(parts)) for heading, parts in sections]
+
+
+def _word_rows(table: WordTable, cells: CellCounter) -> list[list[str]]:
+    """The table's cell texts, row by row, as python-docx's `row.cells` gives them: a cell
+    once for each grid column it spans, a vertically merged cell on every row it covers.
+
+    The spans are counted against the cell limit before any is expanded: one `gridSpan` of
+    a million would otherwise repeat a cell a million times first. python-docx finds the
+    cell above a merged one by searching the rows above one by one, which takes minutes on
+    a tall merged column; the texts of the previous row, by starting grid column, take one
+    look-up. A repeated cell is the same string, not a copy.
+    """
+    body = table._tbl
+    cells.add(sum(tc.grid_span for tr in body.tr_lst for tc in tr.tc_lst))
+    rows: list[list[str]] = []
+    above: dict[int, str] = {}
+    for tr in body.tr_lst:
+        row: list[str] = []
+        starts: dict[int, str] = {}
+        column = tr.grid_before
+        for tc in tr.tc_lst:
+            merged = tc.vMerge == "continue"
+            text = above.get(column, "") if merged else WordCell(tc, table).text
+            starts[column] = text
+            row.extend([text] * tc.grid_span)
+            column += tc.grid_span
+        rows.append(row)
+        above = starts
+    return rows
 
 
 # --- PowerPoint ------------------------------------------------------------------------

@@ -30,6 +30,27 @@ def handbook_docx() -> bytes:
     return buffer.getvalue()
 
 
+def word_cell(text: str, span: int = 1, merge: str | None = None) -> str:
+    """A `<w:tc>` holding `text`, spanning `span` grid columns, vertically merged
+    (`merge="restart"` starts a merge, `"continue"` carries on the one above) or not."""
+    props = (f'<w:gridSpan w:val="{span}"/>' if span > 1 else "") + (
+        f'<w:vMerge w:val="{merge}"/>' if merge else ""
+    )
+    return f"<w:tc><w:tcPr>{props}</w:tcPr><w:p><w:r><w:t>{text}</w:t></w:r></w:p></w:tc>"
+
+
+def table_docx(rows: list[list[str]]) -> bytes:
+    """A Word document holding one table whose rows are the given `word_cell`s."""
+    document = docx.Document()
+    document.add_table(rows=1, cols=1)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    body = _part(buffer.getvalue(), "word/document.xml")
+    start, end = body.index("<w:tr"), body.rindex("</w:tr>") + len("</w:tr>")
+    trs = "".join("<w:tr>" + "".join(cells) + "</w:tr>" for cells in rows)
+    return with_parts(buffer.getvalue(), {"word/document.xml": body[:start] + trs + body[end:]})
+
+
 def onboarding_pptx() -> bytes:
     """A deck: a title slide, a bulleted slide with speaker notes, a slide with a table."""
     deck = pptx.Presentation()
