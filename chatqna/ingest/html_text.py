@@ -7,19 +7,21 @@ not see is dropped: navigation, footers, banners, scripts, styles, `<noscript>`,
 `<template>`, `<svg>`, and elements that are `hidden`, `aria-hidden` or styled
 `display: none` / `visibility: hidden`. The main content is `<main>` (or `role="main"`, or
 the page's only `<article>`), else the body. Every `<h1>`-`<h6>` starts a section named by
-its text, `<pre>` keeps its text verbatim, and a table becomes rows that name their columns.
+its text, `<pre>` keeps its text verbatim, and a table becomes rows that name their columns
+(a table nested in a cell is part of that cell's text).
 """
 
 from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from chatqna.errors import DocumentLoadError
-from chatqna.ingest.tables import Counters, table_rows
+from chatqna.ingest.tables import CellCounter, Counters, table_rows
 
 __all__ = ["decode_html", "html_sections"]
 
@@ -32,6 +34,8 @@ _DROPPED = (
 )
 _INVISIBLE_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+_ROW_GROUPS = frozenset({"thead", "tbody", "tfoot"})
+_CELLS = frozenset({"th", "td"})
 _BLOCKS = frozenset(
     {
         "address", "article", "aside", "blockquote", "dd", "details", "div", "dl", "dt",
@@ -170,13 +174,28 @@ def _main_content(tree: LexborHTMLParser) -> LexborNode | None:
     return tree.body if tree.body is not None else tree.root
 
 
+def _own_rows(table: LexborNode) -> Iterator[LexborNode]:
+    """The table's own `<tr>`s (its children, or its row groups' children): a nested
+    table's rows are not this table's."""
+    for child in table.iter():
+        if child.tag == "tr":
+            yield child
+        elif child.tag in _ROW_GROUPS:
+            yield from (row for row in child.iter() if row.tag == "tr")
+
+
+def _cell_texts(table: LexborNode, cells: CellCounter) -> Iterator[list[str]]:
+    for row in _own_rows(table):
+        own = [cell for cell in row.iter() if cell.tag in _CELLS]
+        cells.add(len(own))
+        # A nested table is read as part of the cell that holds it, so its text is taken
+        # once, not again at every level it is nested in.
+        yield [cell.text(deep=True, separator=" ") for cell in own]
+
+
 def _table(node: LexborNode, out: _Sections, counters: Counters) -> None:
-    rows = [
-        [cell.text(deep=True, separator=" ") for cell in row.css("th, td")]
-        for row in node.css("tr")
-    ]
     out.paragraph()
-    for line in table_rows(rows, counters.text):
+    for line in table_rows(_cell_texts(node, counters.cells), counters.text):
         out.text(line)
         out.paragraph()
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from chatqna.errors import DocumentLoadError
+from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.html_text import decode_html
-from chatqna.ingest.loaders import load_document
+from chatqna.ingest.loaders import LoadLimits, load_document
 
 PAGE = b"""<!doctype html>
 <html><head><title>Install guide</title><style>.x { color: red }</style></head>
@@ -155,3 +155,29 @@ def test_a_declared_codec_that_fails_to_decode_is_a_load_error() -> None:
 def test_deeply_nested_page_does_not_exhaust_the_stack() -> None:
     page = b"<div>" * 5000 + b"deep text" + b"</div>" * 5000
     assert load_document("deep.html", page).sections == [("deep", "deep text")]
+
+
+def test_a_nested_table_is_read_once_as_part_of_its_cell() -> None:
+    page = (
+        b"<table><thead><tr><th>Plan</th><th>Limits</th></tr></thead>"
+        b"<tr><td>Pro</td><td><table><tr><td>Seats</td><td>50</td></tr></table></td></tr>"
+        b"<tfoot><tr><td>Team</td><td>10</td></tr></tfoot></table>"
+    )
+    assert load_document("plans.html", page).sections == [
+        ("plans", "Plan: Pro; Limits: Seats 50\n\nPlan: Team; Limits: 10")
+    ]
+
+
+def test_deeply_nested_tables_yield_their_text_once() -> None:
+    # Each level used to repeat every row and cell below it: cubic in the depth.
+    depth = 300
+    page = ("<table><tr><td>x" * depth + "</td></tr></table>" * depth).encode()
+    assert load_document("nested.html", page).sections == [("nested", " ".join(["x"] * depth))]
+
+
+def test_html_table_cells_count_against_the_cell_limit() -> None:
+    row = "<tr>" + "<td>v</td>" * 10 + "</tr>"
+    page = f"<table>{row * 3}</table>".encode()
+    assert load_document("ok.html", page, limits=LoadLimits(max_cells=30)).sections
+    with pytest.raises(PayloadTooLarge, match="more than 29 cells"):
+        load_document("wide.html", page, limits=LoadLimits(max_cells=29))
