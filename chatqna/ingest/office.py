@@ -238,5 +238,7 @@ def _read_xlsx(data: bytes, stem: str, source: str, limits: LoadLimits) -> tuple
 
 def _rows(sheet: Any, cells: CellCounter) -> Iterator[tuple[object, ...]]:
     for row in sheet.iter_rows(values_only=True):
-        cells.add(len(row))
+        # openpyxl yields every row up to the last one named, empty ones as `()`: a sheet
+        # that names row 1,048,576 alone must still run into the limit.
+        cells.add(max(len(row), 1))
         yield row

@@ -183,6 +183,18 @@ def shared_string_xlsx(rows: int, text: str) -> bytes:
     )
 
 
+def far_row_xlsx(last_row: int) -> bytes:
+    """A workbook whose first sheet holds two rows and then names only row `last_row`,
+    empty: a few bytes that openpyxl reads as `last_row` rows."""
+    sheet = (
+        f'<worksheet xmlns="{SHEET_NS}"><sheetData>'
+        '<row r="1"><c r="A1" t="inlineStr"><is><t>Name</t></is></c></row>'
+        '<row r="2"><c r="A2" t="inlineStr"><is><t>x</t></is></c></row>'
+        f'<row r="{last_row}"/></sheetData></worksheet>'
+    )
+    return with_parts(price_list_xlsx(), {"xl/worksheets/sheet1.xml": sheet})
+
+
 def ole_file(streams: list[str]) -> bytes:
     """The header and directory names of an OLE2 compound file, as Office encrypts into."""
     header = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 504

@@ -13,6 +13,7 @@ from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.loaders import LoadLimits, load_document
 from chatqna.ingest.tables import TextCounter, table_rows
 from tests.unit.ingest.office_files import (
+    far_row_xlsx,
     handbook_docx,
     million_cell_xlsx,
     ole_file,
@@ -142,6 +143,15 @@ def test_one_shared_string_on_every_row_is_refused_once_the_text_passes_the_limi
         load_document("shared.xlsx", data, limits=LoadLimits(max_text_chars=100_000))
     # Stopped at the row that passed the limit, not once all ten million were built.
     assert 100_000 < info.value.details["chars"] < 100_000 + 10_010
+
+
+def test_empty_rows_count_against_the_cell_limit() -> None:
+    # An empty row counts as one cell: 900 rows and the 4 cells of the second sheet fit.
+    limits = LoadLimits(max_cells=1000)
+    near = load_document("near.xlsx", far_row_xlsx(last_row=900), limits=limits)
+    assert near.sections[0][1] == "Name: x"
+    with pytest.raises(PayloadTooLarge, match="more than 1000 cells"):
+        load_document("far.xlsx", far_row_xlsx(last_row=100_000), limits=limits)
 
 
 @pytest.mark.parametrize(
