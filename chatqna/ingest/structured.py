@@ -90,6 +90,8 @@ def load_json(source: str, stem: str, text: str, limits: LoadLimits) -> Sections
         elif isinstance(item, dict):
             sections.append((str(key), _records([item], counters)))
         else:
+            # A top-level scalar is a field like a record's, and counts as a cell the same.
+            counters.cells.add(1)
             scalars.append((str(key), item))
     return [(stem, record_text(scalars, counters.text)), *sections]
 

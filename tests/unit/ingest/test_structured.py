@@ -95,3 +95,12 @@ def test_a_long_key_above_many_fields_is_refused_once_the_text_passes_the_limit(
     with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_TEXT_CHARS") as info:
         load_document("paths.json", data, limits=LoadLimits(max_text_chars=100_000))
     assert 100_000 < info.value.details["chars"] < 100_000 + 10_010
+
+
+@pytest.mark.parametrize("shape", ["object", "list of one record"])
+def test_an_objects_top_level_fields_count_against_the_cell_limit(shape: str) -> None:
+    fields = {f"k{i}": i for i in range(30)}
+    data = json.dumps(fields if shape == "object" else [fields]).encode()
+    assert load_document("ok.json", data, limits=LoadLimits(max_cells=30)).sections
+    with pytest.raises(PayloadTooLarge, match="more than 29 cells"):
+        load_document("wide.json", data, limits=LoadLimits(max_cells=29))
