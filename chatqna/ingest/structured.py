@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 from typing import Any
 
-from chatqna.errors import DocumentLoadError
+from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.tables import (
     Counters,
     LoadLimits,
@@ -27,6 +28,8 @@ __all__ = ["load_csv", "load_json", "load_jsonl"]
 Sections = list[tuple[str, str]]
 
 _DELIMITERS = ",;\t|"
+_FIELD_TOO_LARGE = "field larger than field limit"
+_FIELD_LIMIT_LOCK = threading.Lock()
 
 
 def load_csv(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
@@ -36,14 +39,33 @@ def load_csv(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
     except csv.Error:
         dialect = csv.excel  # one column, or nothing to tell the delimiter by
     counters = Counters(source, limits)
+    _allow_fields_of(limits.max_text_chars)
     rows: list[list[str]] = []
     try:
         for row in csv.reader(text.splitlines(keepends=True), dialect):
             counters.cells.add(len(row))
             rows.append(row)
     except csv.Error as exc:
+        if _FIELD_TOO_LARGE in str(exc):
+            raise PayloadTooLarge(
+                f"{source} has a field longer than {limits.max_text_chars} characters "
+                "(CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into smaller files",
+                details={"source": source, "limit": limits.max_text_chars},
+            ) from exc
         raise DocumentLoadError(f"{source} is not readable CSV: {exc}", reason="corrupt") from exc
     return [(stem, "\n\n".join(table_rows(rows, counters.text)))]
+
+
+def _allow_fields_of(chars: int) -> None:
+    """Let the csv module read fields of up to `chars` characters, so a long field is read,
+    or refused by the text limit, rather than reported as corrupt.
+
+    The csv module's limit (131,072 by default) is process-wide: it is only ever raised,
+    under a lock, so a larger one set elsewhere stays.
+    """
+    with _FIELD_LIMIT_LOCK:
+        if csv.field_size_limit() < chars:
+            csv.field_size_limit(chars)
 
 
 def _parse_json(source: str, text: str, where: str = "") -> Any:
