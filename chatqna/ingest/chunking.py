@@ -21,6 +21,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 # whitespace; CJK full stops need no following space.
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’)\]])\s+|(?<=[。！？])")
 _WHITESPACE = re.compile(r"\s")
+_NON_SPACE = re.compile(r"\S")
 
 # A unit is an unbreakable run of text plus the separator that joins it to the previous one.
 _Unit = tuple[str, str]
@@ -121,22 +122,32 @@ def _sentences(paragraph: str) -> list[_Unit]:
 
 
 def _hard_split(sentence: str, limit: int) -> list[_Unit]:
-    """Cut at the last whitespace before `limit`; inside a word only if there is none."""
+    """Cut at the last whitespace before `limit`; inside a word only if there is none.
+
+    Walks `sentence` by index: slicing off the rest at every cut would copy it each time,
+    quadratic in a long text without sentence or paragraph breaks.
+    """
     pieces: list[_Unit] = []
     separator = ""
-    rest = sentence
-    while len(rest) > limit:
-        window = rest[: limit + 1]
-        cut = max((m.start() for m in _WHITESPACE.finditer(window)), default=0)
-        if cut > 0:
-            pieces.append((separator, rest[:cut].rstrip()))
-            rest, separator = rest[cut:].lstrip(), " "
+    start, end = 0, len(sentence)
+    while end - start > limit:
+        spaces = _WHITESPACE.finditer(sentence, start, start + limit + 1)
+        cut = max((m.start() for m in spaces), default=start)
+        if cut > start:
+            pieces.append((separator, sentence[start:cut].rstrip()))
+            start, separator = _next_non_space(sentence, cut), " "
         else:
-            pieces.append((separator, rest[:limit]))
-            rest, separator = rest[limit:], ""
-    if rest:
-        pieces.append((separator, rest))
+            pieces.append((separator, sentence[start : start + limit]))
+            start, separator = start + limit, ""
+    if start < end:
+        pieces.append((separator, sentence[start:]))
     return pieces
+
+
+def _next_non_space(text: str, start: int) -> int:
+    """Where `text[start:].lstrip()` begins (`\\S` is exactly what `str.isspace` is not)."""
+    match = _NON_SPACE.search(text, start)
+    return match.start() if match is not None else len(text)
 
 
 def _tail(text: str, size: int) -> str:

@@ -7,19 +7,21 @@ not see is dropped: navigation, footers, banners, scripts, styles, `<noscript>`,
 `<template>`, `<svg>`, and elements that are `hidden`, `aria-hidden` or styled
 `display: none` / `visibility: hidden`. The main content is `<main>` (or `role="main"`, or
 the page's only `<article>`), else the body. Every `<h1>`-`<h6>` starts a section named by
-its text, `<pre>` keeps its text verbatim, and a table becomes rows that name their columns.
+its text, `<pre>` keeps its text verbatim, and a table becomes rows that name their columns
+(a table nested in a cell is part of that cell's text).
 """
 
 from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from chatqna.errors import DocumentLoadError
-from chatqna.ingest.tables import table_rows
+from chatqna.ingest.tables import CellCounter, Counters, table_rows
 
 __all__ = ["decode_html", "html_sections"]
 
@@ -32,6 +34,8 @@ _DROPPED = (
 )
 _INVISIBLE_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+_ROW_GROUPS = frozenset({"thead", "tbody", "tfoot"})
+_CELLS = frozenset({"th", "td"})
 _BLOCKS = frozenset(
     {
         "address", "article", "aside", "blockquote", "dd", "details", "div", "dl", "dt",
@@ -57,19 +61,34 @@ _LABEL_OVERRIDES = {
 }
 
 
+# Names Python's codec registry knows that are not encodings a page is written in. The
+# bytes-to-bytes codecs (hex, zlib, base64, rot13...) are caught by `_is_text_encoding`;
+# these three decode to text but raise on ordinary bytes or read them as something else.
+# The Encoding standard knows no UTF-32 label, and a page whose <meta> an ASCII prescan could
+# read is not UTF-32: both fall back as an unknown label does.
+_NOT_PAGE_CODECS = frozenset({"idna", "undefined", "punycode"})
+
+
 def _codec(label: str | None) -> str | None:
+    """The Python codec for a charset label, or None for a label no browser would use."""
     if not label:
         return None
     label = label.strip().lower()
     try:
-        name = codecs.lookup(_LABEL_OVERRIDES.get(label, label)).name
+        info = codecs.lookup(_LABEL_OVERRIDES.get(label, label))
     except LookupError:
+        return None
+    name = info.name
+    if not info._is_text_encoding or name in _NOT_PAGE_CODECS or name.startswith("utf-32"):
         return None
     return "utf-8" if name.startswith("utf-16") else name
 
 
 def decode_html(source: str, data: bytes, header_charset: str | None = None) -> str:
-    """The page's text, decoded by BOM, then `header_charset`, then `<meta>`, else UTF-8."""
+    """The page's text, decoded by BOM, then `header_charset`, then `<meta>`, else UTF-8.
+
+    Raises `DocumentLoadError` (reason `encoding`) when the bytes cannot be decoded.
+    """
     for bom, bom_encoding in _BOMS:
         if data.startswith(bom):
             return data[len(bom) :].decode(bom_encoding, errors="replace")
@@ -78,13 +97,25 @@ def decode_html(source: str, data: bytes, header_charset: str | None = None) -> 
         match = _META_CHARSET.search(data[:1024])
         encoding = _codec(match.group(1).decode("ascii")) if match else None
     if encoding is not None:
-        return data.decode(encoding, errors="replace")
+        return _decode_declared(source, data, encoding)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DocumentLoadError(
             f"{source} is not valid UTF-8 and declares no charset (invalid byte at offset "
             f"{exc.start}); add <meta charset=...> or re-save it as UTF-8",
+            reason="encoding",
+        ) from exc
+
+
+def _decode_declared(source: str, data: bytes, encoding: str) -> str:
+    try:
+        return data.decode(encoding, errors="replace")
+    except (UnicodeError, LookupError) as exc:
+        # `errors="replace"` covers bad bytes in every codec `_codec` lets through; a codec
+        # that still fails is the page's fault, not the service's.
+        raise DocumentLoadError(
+            f"{source} cannot be decoded as its declared charset {encoding!r}: {exc}",
             reason="encoding",
         ) from exc
 
@@ -143,18 +174,33 @@ def _main_content(tree: LexborHTMLParser) -> LexborNode | None:
     return tree.body if tree.body is not None else tree.root
 
 
-def _table(node: LexborNode, out: _Sections) -> None:
-    rows = [
-        [cell.text(deep=True, separator=" ") for cell in row.css("th, td")]
-        for row in node.css("tr")
-    ]
+def _own_rows(table: LexborNode) -> Iterator[LexborNode]:
+    """The table's own `<tr>`s (its children, or its row groups' children): a nested
+    table's rows are not this table's."""
+    for child in table.iter():
+        if child.tag == "tr":
+            yield child
+        elif child.tag in _ROW_GROUPS:
+            yield from (row for row in child.iter() if row.tag == "tr")
+
+
+def _cell_texts(table: LexborNode, cells: CellCounter) -> Iterator[list[str]]:
+    for row in _own_rows(table):
+        own = [cell for cell in row.iter() if cell.tag in _CELLS]
+        cells.add(len(own))
+        # A nested table is read as part of the cell that holds it, so its text is taken
+        # once, not again at every level it is nested in.
+        yield [cell.text(deep=True, separator=" ") for cell in own]
+
+
+def _table(node: LexborNode, out: _Sections, counters: Counters) -> None:
     out.paragraph()
-    for line in table_rows(rows):
+    for line in table_rows(_cell_texts(node, counters.cells), counters.text):
         out.text(line)
         out.paragraph()
 
 
-def _walk(root: LexborNode, out: _Sections) -> None:
+def _walk(root: LexborNode, out: _Sections, counters: Counters) -> None:
     # An explicit stack: a page nested thousands of levels deep must not exhaust recursion.
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
@@ -173,7 +219,7 @@ def _walk(root: LexborNode, out: _Sections) -> None:
         elif tag == "pre":
             out.verbatim(node.text(deep=True))
         elif tag == "table":
-            _table(node, out)
+            _table(node, out, counters)
         elif tag == "br":
             out.line_break()
         else:
@@ -185,8 +231,8 @@ def _walk(root: LexborNode, out: _Sections) -> None:
     out.paragraph()
 
 
-def html_sections(text: str, stem: str) -> tuple[str, Sections]:
-    """The page's title and its `(heading, text)` sections."""
+def html_sections(text: str, stem: str, counters: Counters) -> tuple[str, Sections]:
+    """The page's title and its `(heading, text)` sections; `counters` bound its tables."""
     tree = LexborHTMLParser(text)
     title_node = tree.css_first("head > title") or tree.css_first("title")
     title = _collapse(title_node.text()) if title_node is not None else ""
@@ -198,5 +244,5 @@ def html_sections(text: str, stem: str) -> tuple[str, Sections]:
     out = _Sections()
     root = _main_content(tree)
     if root is not None:
-        _walk(root, out)
+        _walk(root, out, counters)
     return title, [(heading or title, "\n\n".join(parts)) for heading, parts in out.sections]

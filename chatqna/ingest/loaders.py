@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 from pypdf import PdfReader
 
 from chatqna.documents import LoadedDocument
-from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileType
+from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.html_text import decode_html, html_sections
 from chatqna.ingest.office import load_docx, load_pptx, load_xlsx
 from chatqna.ingest.structured import load_csv, load_json, load_jsonl
-from chatqna.ingest.tables import LoadLimits
+from chatqna.ingest.tables import Counters, LoadLimits, TextCounter
 
 # Callers import the error types from chatqna.errors, where they map to HTTP statuses.
 __all__ = ["SUPPORTED_SUFFIXES", "LoadLimits", "format_of", "load_document"]
@@ -95,13 +96,14 @@ def _load(
     kind: str, source: str, stem: str, data: bytes, charset: str | None, limits: LoadLimits
 ) -> LoadedDocument:
     if kind == "pdf":
-        return _load_pdf(source, stem, data)
+        return _load_pdf(source, stem, data, TextCounter(source, limits.max_text_chars))
     office = {"docx": load_docx, "pptx": load_pptx, "xlsx": load_xlsx}.get(kind)
     if office is not None:
         title, sections = office(source, stem, data, limits)
         return LoadedDocument(source, title, _nonempty(sections))
     if kind == "html":
-        title, sections = html_sections(decode_html(source, data, charset), stem)
+        page = decode_html(source, data, charset)
+        title, sections = html_sections(page, stem, Counters(source, limits))
         return LoadedDocument(source, title, _nonempty(sections))
     text = _decode(source, data)
     if kind == "markdown":
@@ -168,12 +170,14 @@ def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
     return LoadedDocument(source, title, _nonempty(resolved))
 
 
-def _load_pdf(source: str, stem: str, data: bytes) -> LoadedDocument:
+def _load_pdf(source: str, stem: str, data: bytes, text: TextCounter) -> LoadedDocument:
     try:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
         metadata = None if encrypted else reader.metadata
-        pages = [] if encrypted else [page.extract_text() or "" for page in reader.pages]
+        pages = [] if encrypted else list(_page_texts(reader, text))
+    except ChatQnAError:
+        raise
     except Exception as exc:
         # pypdf signals damaged input with many unrelated exception types (PdfReadError,
         # KeyError, ValueError, ...); to the uploader they all mean "unreadable PDF".
@@ -184,7 +188,14 @@ def _load_pdf(source: str, stem: str, data: bytes) -> LoadedDocument:
     meta_title = str(metadata.title).strip() if metadata and metadata.title else ""
     title = meta_title or stem
     # One section per page keeps the page number next to each passage for citations.
-    sections = [
-        (f"{title} (page {number})", _tidy(text)) for number, text in enumerate(pages, start=1)
-    ]
+    sections = [(f"{title} (page {number})", page) for number, page in enumerate(pages, start=1)]
     return LoadedDocument(source, title, _nonempty(sections))
+
+
+def _page_texts(reader: PdfReader, text: TextCounter) -> Iterator[str]:
+    """Each page's text, counted as it is extracted: many pages can draw one content
+    stream, so a small PDF can hold far more text than its size suggests."""
+    for page in reader.pages:
+        page_text = _tidy(page.extract_text() or "")
+        text.add(len(page_text))
+        yield page_text

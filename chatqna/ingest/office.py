@@ -19,11 +19,12 @@ import docx
 import openpyxl
 import pptx
 from docx.table import Table as WordTable
+from docx.table import _Cell as WordCell
 from docx.text.paragraph import Paragraph
 from pptx.util import Length
 
 from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge
-from chatqna.ingest.tables import CellCounter, LoadLimits, table_rows
+from chatqna.ingest.tables import CellCounter, Counters, LoadLimits, table_rows
 
 __all__ = ["load_docx", "load_pptx", "load_xlsx"]
 
@@ -101,12 +102,10 @@ def _heading_level(paragraph: Paragraph) -> int | None:
 def _read_docx(document: Any, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
     title = (document.core_properties.title or "").strip()
     sections: list[tuple[str | None, list[str]]] = [(None, [])]
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
     for block in document.iter_inner_content():
         if isinstance(block, WordTable):
-            rows = [[cell.text for cell in row.cells] for row in block.rows]
-            cells.add(sum(len(row) for row in rows))
-            sections[-1][1].extend(table_rows(rows))
+            sections[-1][1].extend(table_rows(_word_rows(block, counters.cells), counters.text))
             continue
         text = block.text.strip()
         if not text:
@@ -122,6 +121,35 @@ def _read_docx(document: Any, stem: str, source: str, limits: LoadLimits) -> tup
     return title, [(heading or title, "\n\n".join(parts)) for heading, parts in sections]
 
 
+def _word_rows(table: WordTable, cells: CellCounter) -> list[list[str]]:
+    """The table's cell texts, row by row, as python-docx's `row.cells` gives them: a cell
+    once for each grid column it spans, a vertically merged cell on every row it covers.
+
+    The spans are counted against the cell limit before any is expanded: one `gridSpan` of
+    a million would otherwise repeat a cell a million times first. python-docx finds the
+    cell above a merged one by searching the rows above one by one, which takes minutes on
+    a tall merged column; the texts of the previous row, by starting grid column, take one
+    look-up. A repeated cell is the same string, not a copy.
+    """
+    body = table._tbl
+    cells.add(sum(tc.grid_span for tr in body.tr_lst for tc in tr.tc_lst))
+    rows: list[list[str]] = []
+    above: dict[int, str] = {}
+    for tr in body.tr_lst:
+        row: list[str] = []
+        starts: dict[int, str] = {}
+        column = tr.grid_before
+        for tc in tr.tc_lst:
+            merged = tc.vMerge == "continue"
+            text = above.get(column, "") if merged else WordCell(tc, table).text
+            starts[column] = text
+            row.extend([text] * tc.grid_span)
+            column += tc.grid_span
+        rows.append(row)
+        above = starts
+    return rows
+
+
 # --- PowerPoint ------------------------------------------------------------------------
 
 
@@ -135,18 +163,18 @@ def load_pptx(source: str, stem: str, data: bytes, limits: LoadLimits) -> tuple[
     return result
 
 
-def _shape_texts(shapes: Any, cells: CellCounter) -> Iterator[str]:
+def _shape_texts(shapes: Any, counters: Counters) -> Iterator[str]:
     # Reading order on a slide: top to bottom, then left to right.
     def position(shape: Any) -> tuple[Length, Length]:
         return (shape.top or Length(0), shape.left or Length(0))
 
     for shape in sorted(shapes, key=position):
         if shape.shape_type is not None and hasattr(shape, "shapes"):  # a group
-            yield from _shape_texts(shape.shapes, cells)
+            yield from _shape_texts(shape.shapes, counters)
         elif getattr(shape, "has_table", False) and shape.has_table:
             rows = [[cell.text for cell in row.cells] for row in shape.table.rows]
-            cells.add(sum(len(row) for row in rows))
-            yield from table_rows(rows)
+            counters.cells.add(sum(len(row) for row in rows))
+            yield from table_rows(rows, counters.text)
         elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
             text = shape.text_frame.text.strip()
             if text:
@@ -155,7 +183,7 @@ def _shape_texts(shapes: Any, cells: CellCounter) -> Iterator[str]:
 
 def _read_pptx(deck: Any, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
     title = (deck.core_properties.title or "").strip()
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
     sections: Sections = []
     for number, slide in enumerate(deck.slides, start=1):
         title_shape = slide.shapes.title
@@ -163,7 +191,7 @@ def _read_pptx(deck: Any, stem: str, source: str, limits: LoadLimits) -> tuple[s
         others = [
             s for s in slide.shapes if title_shape is None or s.shape_id != title_shape.shape_id
         ]
-        parts = list(_shape_texts(others, cells))
+        parts = list(_shape_texts(others, counters))
         if slide.has_notes_slide:
             notes = slide.notes_slide.notes_text_frame
             if notes is not None and notes.text.strip():
@@ -194,16 +222,15 @@ def _read_xlsx(data: bytes, stem: str, source: str, limits: LoadLimits) -> tuple
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
         title = (workbook.properties.title or "").strip() or stem
-        cells = CellCounter(source, limits.max_cells)
+        counters = Counters(source, limits)
         sections: Sections = []
         for sheet in workbook.worksheets:
             # The declared dimension lets a huge sheet be refused before a row is parsed;
             # the count while reading still holds when the declaration is missing or lies.
             if sheet.max_row is not None and sheet.max_column is not None:
                 CellCounter(source, limits.max_cells).add(sheet.max_row * sheet.max_column)
-            sections.append(
-                (f"{title}: {sheet.title}", "\n\n".join(table_rows(_rows(sheet, cells))))
-            )
+            rows = table_rows(_rows(sheet, counters.cells), counters.text)
+            sections.append((f"{title}: {sheet.title}", "\n\n".join(rows)))
         return title, sections
     finally:
         workbook.close()
@@ -211,5 +238,7 @@ def _read_xlsx(data: bytes, stem: str, source: str, limits: LoadLimits) -> tuple
 
 def _rows(sheet: Any, cells: CellCounter) -> Iterator[tuple[object, ...]]:
     for row in sheet.iter_rows(values_only=True):
-        cells.add(len(row))
+        # openpyxl yields every row up to the last one named, empty ones as `()`: a sheet
+        # that names row 1,048,576 alone must still run into the limit.
+        cells.add(max(len(row), 1))
         yield row

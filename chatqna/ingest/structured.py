@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 from typing import Any
 
-from chatqna.errors import DocumentLoadError
-from chatqna.ingest.tables import CellCounter, LoadLimits, flatten, record_text, table_rows
+from chatqna.errors import DocumentLoadError, PayloadTooLarge
+from chatqna.ingest.tables import (
+    Counters,
+    LoadLimits,
+    TextCounter,
+    flatten,
+    record_text,
+    table_rows,
+)
 
 __all__ = ["load_csv", "load_json", "load_jsonl"]
 
 Sections = list[tuple[str, str]]
 
 _DELIMITERS = ",;\t|"
+_FIELD_TOO_LARGE = "field larger than field limit"
+_FIELD_LIMIT_LOCK = threading.Lock()
 
 
 def load_csv(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
@@ -28,15 +38,34 @@ def load_csv(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
         dialect: Any = csv.Sniffer().sniff(sample, delimiters=_DELIMITERS)
     except csv.Error:
         dialect = csv.excel  # one column, or nothing to tell the delimiter by
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
+    _allow_fields_of(limits.max_text_chars)
     rows: list[list[str]] = []
     try:
         for row in csv.reader(text.splitlines(keepends=True), dialect):
-            cells.add(len(row))
+            counters.cells.add(len(row))
             rows.append(row)
     except csv.Error as exc:
+        if _FIELD_TOO_LARGE in str(exc):
+            raise PayloadTooLarge(
+                f"{source} has a field longer than {limits.max_text_chars} characters "
+                "(CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into smaller files",
+                details={"source": source, "limit": limits.max_text_chars},
+            ) from exc
         raise DocumentLoadError(f"{source} is not readable CSV: {exc}", reason="corrupt") from exc
-    return [(stem, "\n\n".join(table_rows(rows)))]
+    return [(stem, "\n\n".join(table_rows(rows, counters.text)))]
+
+
+def _allow_fields_of(chars: int) -> None:
+    """Let the csv module read fields of up to `chars` characters, so a long field is read,
+    or refused by the text limit, rather than reported as corrupt.
+
+    The csv module's limit (131,072 by default) is process-wide: it is only ever raised,
+    under a lock, so a larger one set elsewhere stays.
+    """
+    with _FIELD_LIMIT_LOCK:
+        if csv.field_size_limit() < chars:
+            csv.field_size_limit(chars)
 
 
 def _parse_json(source: str, text: str, where: str = "") -> Any:
@@ -52,17 +81,17 @@ def _parse_json(source: str, text: str, where: str = "") -> Any:
         ) from exc
 
 
-def _record(value: Any) -> str:
+def _record(value: Any, text: TextCounter) -> str:
     if isinstance(value, dict | list):
-        return record_text(flatten(value))
-    return record_text([("", value)])
+        return record_text(flatten(value), text)
+    return record_text([("", value)], text)
 
 
-def _records(values: list[Any], cells: CellCounter) -> str:
+def _records(values: list[Any], counters: Counters) -> str:
     lines = []
     for value in values:
-        line = _record(value)
-        cells.add(line.count("; ") + 1)
+        line = _record(value, counters.text)
+        counters.cells.add(line.count("; ") + 1)
         if line:
             lines.append(line)
     return "\n\n".join(lines)
@@ -70,21 +99,23 @@ def _records(values: list[Any], cells: CellCounter) -> str:
 
 def load_json(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
     value = _parse_json(source, text)
-    cells = CellCounter(source, limits.max_cells)
+    counters = Counters(source, limits)
     if isinstance(value, list):
-        return [(stem, _records(value, cells))]
+        return [(stem, _records(value, counters))]
     if not isinstance(value, dict):
-        return [(stem, _record(value))]
+        return [(stem, _record(value, counters.text))]
     scalars: list[tuple[str, object]] = []
     sections: Sections = []
     for key, item in value.items():
         if isinstance(item, list):
-            sections.append((str(key), _records(item, cells)))
+            sections.append((str(key), _records(item, counters)))
         elif isinstance(item, dict):
-            sections.append((str(key), _records([item], cells)))
+            sections.append((str(key), _records([item], counters)))
         else:
+            # A top-level scalar is a field like a record's, and counts as a cell the same.
+            counters.cells.add(1)
             scalars.append((str(key), item))
-    return [(stem, record_text(scalars)), *sections]
+    return [(stem, record_text(scalars, counters.text)), *sections]
 
 
 def load_jsonl(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
@@ -92,4 +123,4 @@ def load_jsonl(source: str, stem: str, text: str, limits: LoadLimits) -> Section
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             values.append(_parse_json(source, line, f" line {number}"))
-    return [(stem, _records(values, CellCounter(source, limits.max_cells)))]
+    return [(stem, _records(values, Counters(source, limits)))]

@@ -11,10 +11,20 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from chatqna.errors import PayloadTooLarge
 
-__all__ = ["LoadLimits", "cell_text", "flatten", "record_text", "table_rows"]
+__all__ = [
+    "CellCounter",
+    "Counters",
+    "LoadLimits",
+    "TextCounter",
+    "cell_text",
+    "flatten",
+    "record_text",
+    "table_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,39 @@ class CellCounter:
             )
 
 
+class TextCounter:
+    """Counts the characters of text a file has yielded so far and raises `PayloadTooLarge`
+    past the limit.
+
+    A small file can expand: a table cell repeated across every column it spans, one large
+    shared string referenced by every row of a sheet, long column names repeated on every
+    row, one page stream drawn on every page of a PDF. Counting while the text is produced
+    refuses such a file once it passes the limit, before the rest is built.
+    """
+
+    def __init__(self, source: str, limit: int) -> None:
+        self._source = source
+        self._limit = limit
+        self.count = 0
+
+    def add(self, chars: int) -> None:
+        self.count += chars
+        if self.count > self._limit:
+            raise PayloadTooLarge(
+                f"{self._source} holds more than {self._limit} characters of text "
+                "(CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into smaller files",
+                details={"source": self._source, "chars": self.count},
+            )
+
+
+class Counters:
+    """The cell and text counters of one file, made from its `LoadLimits`."""
+
+    def __init__(self, source: str, limits: LoadLimits) -> None:
+        self.cells = CellCounter(source, limits.max_cells)
+        self.text = TextCounter(source, limits.max_text_chars)
+
+
 def cell_text(value: object) -> str:
     """A cell's value as one line of text: `9.0` -> `9`, dates in ISO form, no newlines."""
     if value is None:
@@ -64,30 +107,33 @@ def cell_text(value: object) -> str:
     return " ".join(str(value).split())
 
 
-def record_text(pairs: Iterable[tuple[str, object]]) -> str:
-    """`name: value; name: value`, leaving out empty values."""
-    parts = []
+def record_text(pairs: Iterable[tuple[str, object]], text: TextCounter) -> str:
+    """`name: value; name: value`, leaving out empty values; each part is counted by `text`
+    as it is made, so a record that would grow past the limit stops there."""
+    parts: list[str] = []
     for name, value in pairs:
-        text = cell_text(value)
-        if text:
-            parts.append(f"{name}: {text}" if name else text)
+        value_text = cell_text(value)
+        if value_text:
+            part = f"{name}: {value_text}" if name else value_text
+            text.add(len(part) + (2 if parts else 0))
+            parts.append(part)
     return "; ".join(parts)
 
 
-def table_rows(rows: Iterable[Sequence[object]]) -> list[str]:
+def table_rows(rows: Iterable[Sequence[object]], text: TextCounter) -> list[str]:
     """Each row after the header as a `record_text` line; the first non-empty row names
-    the columns (a blank name becomes `Column N`)."""
+    the columns (a blank name becomes `Column N`). `text` counts the header's cells and
+    every line as they are made."""
     header: list[str] | None = None
     lines: list[str] = []
     for row in rows:
-        cells = [cell_text(value) for value in row]
-        if not any(cells):
-            continue
         if header is None:
-            header = [name or f"Column {i}" for i, name in enumerate(cells, start=1)]
+            cells = _counted_cells(row, text)
+            if any(cells):
+                header = [name or f"Column {i}" for i, name in enumerate(cells, start=1)]
             continue
-        names = header + [f"Column {i}" for i in range(len(header) + 1, len(cells) + 1)]
-        line = record_text(zip(names, cells, strict=False))
+        names = header + [f"Column {i}" for i in range(len(header) + 1, len(row) + 1)]
+        line = record_text(zip(names, row, strict=False), text)
         if line:
             lines.append(line)
     if header is not None and not lines:
@@ -96,19 +142,52 @@ def table_rows(rows: Iterable[Sequence[object]]) -> list[str]:
     return lines
 
 
+def _counted_cells(row: Iterable[object], text: TextCounter) -> list[str]:
+    cells = []
+    for value in row:
+        cell = cell_text(value)
+        text.add(len(cell))
+        cells.append(cell)
+    return cells
+
+
+class _Step(NamedTuple):
+    """One step down a JSON value: a dict key (a `str`) or a list index (an `int`)."""
+
+    parent: _Step | None
+    key: str | int
+
+
 def flatten(value: object, prefix: str = "") -> Iterator[tuple[str, object]]:
     """`(dotted.path, scalar)` pairs of a JSON value, in document order.
 
-    Iterative, so a deeply nested document cannot exhaust the interpreter's stack.
+    Iterative, so a deeply nested document cannot exhaust the interpreter's stack. A path
+    is written out only when a scalar is reached: children share their parent's steps, so
+    a long key above many children is not copied once per child before a limit can stop it.
     """
-    stack: list[tuple[str, object]] = [(prefix, value)]
+    stack: list[tuple[_Step | None, object]] = [(None, value)]
     while stack:
-        path, item = stack.pop()
+        step, item = stack.pop()
         if isinstance(item, dict):
-            children = [(f"{path}.{key}" if path else str(key), v) for key, v in item.items()]
-            stack.extend(reversed(children))
+            stack.extend((_Step(step, str(key)), v) for key, v in reversed(item.items()))
         elif isinstance(item, list):
-            children = [(f"{path}[{i}]" if path else f"[{i}]", v) for i, v in enumerate(item)]
-            stack.extend(reversed(children))
+            stack.extend((_Step(step, i), item[i]) for i in reversed(range(len(item))))
         else:
-            yield path, item
+            yield _path(prefix, step), item
+
+
+def _path(prefix: str, step: _Step | None) -> str:
+    """`prefix` followed by the steps: `.key` (or `key` first) and `[index]`."""
+    keys: list[str | int] = []
+    while step is not None:
+        keys.append(step.key)
+        step = step.parent
+    parts = [prefix]
+    written = bool(prefix)
+    for key in reversed(keys):
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        else:
+            parts.append(f".{key}" if written else key)
+        written = written or bool(parts[-1])
+    return "".join(parts)

@@ -76,6 +76,33 @@ async def test_unreadable_and_missing_files(client_for: ClientFactory) -> None:
         assert links.status_code == 400 and links.json()["reason"] == "bad_link_list"
 
 
+@pytest.mark.parametrize(
+    ("page", "status"),
+    [
+        # A codec Python knows but no page is written in: ignored, the page read as UTF-8.
+        (b'<meta charset="hex"><p>hex page</p>', 200),
+        (b'<meta charset="idna"><p>idna page</p>', 200),
+        # Ignored too, and the bytes are not UTF-8: the client's mistake, not a 500.
+        (b'<meta charset="zlib"><p>caf\xe9</p>', 422),
+    ],
+)
+async def test_an_html_charset_naming_no_text_encoding_is_never_a_500(
+    client_for: ClientFactory, page: bytes, status: int
+) -> None:
+    client = await client_for()
+    response = await client.post(
+        "/v1/dataprep/ingest", files=[("files", ("page.html", page, "text/html"))]
+    )
+    assert response.status_code == status, response.text
+    if status == 422:
+        assert (response.json()["error"], response.json()["reason"]) == (
+            "document_unreadable",
+            "encoding",
+        )
+    else:
+        assert (await _sources(client))["page.html"] == 1
+
+
 async def test_upload_size_limit(client_for: ClientFactory, settings: Settings) -> None:
     small = settings.model_copy(update={"chatqna_max_upload_bytes": 10})
     client = await client_for(await make_backends(small), small)

@@ -30,6 +30,27 @@ def handbook_docx() -> bytes:
     return buffer.getvalue()
 
 
+def word_cell(text: str, span: int = 1, merge: str | None = None) -> str:
+    """A `<w:tc>` holding `text`, spanning `span` grid columns, vertically merged
+    (`merge="restart"` starts a merge, `"continue"` carries on the one above) or not."""
+    props = (f'<w:gridSpan w:val="{span}"/>' if span > 1 else "") + (
+        f'<w:vMerge w:val="{merge}"/>' if merge else ""
+    )
+    return f"<w:tc><w:tcPr>{props}</w:tcPr><w:p><w:r><w:t>{text}</w:t></w:r></w:p></w:tc>"
+
+
+def table_docx(rows: list[list[str]]) -> bytes:
+    """A Word document holding one table whose rows are the given `word_cell`s."""
+    document = docx.Document()
+    document.add_table(rows=1, cols=1)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    body = _part(buffer.getvalue(), "word/document.xml")
+    start, end = body.index("<w:tr"), body.rindex("</w:tr>") + len("</w:tr>")
+    trs = "".join("<w:tr>" + "".join(cells) + "</w:tr>" for cells in rows)
+    return with_parts(buffer.getvalue(), {"word/document.xml": body[:start] + trs + body[end:]})
+
+
 def onboarding_pptx() -> bytes:
     """A deck: a title slide, a bulleted slide with speaker notes, a slide with a table."""
     deck = pptx.Presentation()
@@ -92,6 +113,29 @@ def zip_bomb(like: bytes, part: str, size: int) -> bytes:
     return buffer.getvalue()
 
 
+SHEET_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+
+
+def with_parts(like: bytes, parts: dict[str, str]) -> bytes:
+    """The zip `like` with the named parts' contents replaced, or added."""
+    buffer = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(like)) as source,
+        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
+        for item in source.infolist():
+            body = parts[item.filename].encode() if item.filename in parts else source.read(item)
+            target.writestr(item.filename, body)
+        for name in parts.keys() - set(source.namelist()):
+            target.writestr(name, parts[name])
+    return buffer.getvalue()
+
+
+def _part(data: bytes, name: str) -> str:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return archive.read(name).decode()
+
+
 def million_cell_xlsx(rows: int = 50_000, columns: int = 20, dimension: bool = True) -> bytes:
     """A workbook whose first sheet holds `rows * columns` numeric cells (written as XML
     directly: building a million cells through openpyxl takes far longer), declaring its
@@ -99,23 +143,56 @@ def million_cell_xlsx(rows: int = 50_000, columns: int = 20, dimension: bool = T
     row_xml = "<row>" + "<c><v>7</v></c>" * columns + "</row>"
     sheet = (
         '<?xml version="1.0" encoding="UTF-8"?>'
-        '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+        f'<worksheet xmlns="{SHEET_NS}">'
         + (f'<dimension ref="A1:{chr(64 + columns)}{rows}"/>' if dimension else "")
         + "<sheetData>"
         + row_xml * rows
         + "</sheetData></worksheet>"
     )
-    buffer = io.BytesIO()
-    with (
-        zipfile.ZipFile(io.BytesIO(price_list_xlsx())) as source,
-        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as target,
-    ):
-        for item in source.infolist():
-            body = (
-                sheet.encode() if item.filename == "xl/worksheets/sheet1.xml" else source.read(item)
-            )
-            target.writestr(item.filename, body)
-    return buffer.getvalue()
+    return with_parts(price_list_xlsx(), {"xl/worksheets/sheet1.xml": sheet})
+
+
+def shared_string_xlsx(rows: int, text: str) -> bytes:
+    """A workbook whose first sheet is a `Name` header and `rows` cells that all point at
+    one shared string, `text`: a few bytes per row, `len(text)` characters each."""
+    body = "".join(f'<row r="{r}"><c r="A{r}" t="s"><v>1</v></c></row>' for r in range(2, rows + 2))
+    sheet = (
+        f'<worksheet xmlns="{SHEET_NS}"><sheetData>'
+        f'<row r="1"><c r="A1" t="s"><v>0</v></c></row>{body}</sheetData></worksheet>'
+    )
+    strings = f'<sst xmlns="{SHEET_NS}"><si><t>Name</t></si><si><t>{text}</t></si></sst>'
+    like = price_list_xlsx()  # openpyxl writes its strings inline: declare the new part
+    rels = _part(like, "xl/_rels/workbook.xml.rels").replace(
+        "</Relationships>",
+        '<Relationship Id="rId99" Target="sharedStrings.xml" Type="http://schemas.openxmlformats'
+        '.org/officeDocument/2006/relationships/sharedStrings"/></Relationships>',
+    )
+    types = _part(like, "[Content_Types].xml").replace(
+        "</Types>",
+        '<Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats'
+        '-officedocument.spreadsheetml.sharedStrings+xml"/></Types>',
+    )
+    return with_parts(
+        like,
+        {
+            "xl/worksheets/sheet1.xml": sheet,
+            "xl/sharedStrings.xml": strings,
+            "xl/_rels/workbook.xml.rels": rels,
+            "[Content_Types].xml": types,
+        },
+    )
+
+
+def far_row_xlsx(last_row: int) -> bytes:
+    """A workbook whose first sheet holds two rows and then names only row `last_row`,
+    empty: a few bytes that openpyxl reads as `last_row` rows."""
+    sheet = (
+        f'<worksheet xmlns="{SHEET_NS}"><sheetData>'
+        '<row r="1"><c r="A1" t="inlineStr"><is><t>Name</t></is></c></row>'
+        '<row r="2"><c r="A2" t="inlineStr"><is><t>x</t></is></c></row>'
+        f'<row r="{last_row}"/></sheetData></worksheet>'
+    )
+    return with_parts(price_list_xlsx(), {"xl/worksheets/sheet1.xml": sheet})
 
 
 def ole_file(streams: list[str]) -> bytes:

@@ -6,8 +6,11 @@ import itertools
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chatqna.documents import LoadedDocument, chunk_id_for
+from chatqna.ingest import chunking
 from chatqna.ingest.chunking import chunk_document
 from chatqna.ingest.loaders import load_document
 
@@ -129,3 +132,62 @@ def test_loaded_markdown_chunks_carry_section_headings() -> None:
     assert titles[0] == "Guide" and titles[-1] == "End"
     assert titles.count("Long part") >= 4
     assert chunks[0].text == "Intro." and chunks[-1].text == "Bye."
+
+
+def _hard_split_by_slicing(sentence: str, limit: int) -> list[tuple[str, str]]:
+    """The hard split as it was written before it walked by index (quadratic on a long
+    text without breaks): the reference its output must match exactly."""
+    pieces: list[tuple[str, str]] = []
+    separator = ""
+    rest = sentence
+    while len(rest) > limit:
+        window = rest[: limit + 1]
+        cut = max((m.start() for m in re.finditer(r"\s", window)), default=0)
+        if cut > 0:
+            pieces.append((separator, rest[:cut].rstrip()))
+            rest, separator = rest[cut:].lstrip(), " "
+        else:
+            pieces.append((separator, rest[:limit]))
+            rest, separator = rest[limit:], ""
+    if rest:
+        pieces.append((separator, rest))
+    return pieces
+
+
+# Words, runs of assorted white space (a no-break and an ideographic space among them),
+# full stops and blank lines: every boundary the chunker looks for.
+TEXT = st.lists(
+    st.sampled_from(
+        ["a", "word", "longerword", " ", "  ", "\t", "\n", "\u00a0", "\u3000", ". ", "\n\n"]
+    ),
+    max_size=80,
+).map("".join)
+
+
+@given(TEXT, st.integers(min_value=1, max_value=30))
+def test_the_hard_split_matches_the_slicing_reference(text: str, limit: int) -> None:
+    sentence = text.strip()
+    assert chunking._hard_split(sentence, limit) == _hard_split_by_slicing(sentence, limit)
+
+
+@given(TEXT, st.integers(min_value=2, max_value=40), st.data())
+def test_chunks_match_those_of_the_slicing_reference(
+    text: str, max_chars: int, data: st.DataObject
+) -> None:
+    overlap = data.draw(st.integers(min_value=0, max_value=max_chars - 1))
+    doc = LoadedDocument("g.txt", "G", [("G", text)])
+    chunks = [c.text for c in chunk_document(doc, max_chars, overlap)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "_hard_split", _hard_split_by_slicing)
+        reference = [c.text for c in chunk_document(doc, max_chars, overlap)]
+    assert chunks == reference
+
+
+def test_a_long_text_of_short_lines_is_cut_like_the_reference() -> None:
+    text = "word\n" * 20_000  # no blank line, no sentence end: one long hard split
+    doc = LoadedDocument("log.txt", "log", [("log", text)])
+    chunks = [c.text for c in chunk_document(doc, 100, 10)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "_hard_split", _hard_split_by_slicing)
+        assert chunks == [c.text for c in chunk_document(doc, 100, 10)]
+    assert len(chunks) == 1112 and all(len(c) <= 100 for c in chunks)

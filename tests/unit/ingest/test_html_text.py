@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Iterator
+
 import pytest
 
-from chatqna.errors import DocumentLoadError
+from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.html_text import decode_html
-from chatqna.ingest.loaders import load_document
+from chatqna.ingest.loaders import LoadLimits, load_document
 
 PAGE = b"""<!doctype html>
 <html><head><title>Install guide</title><style>.x { color: red }</style></head>
@@ -103,6 +106,78 @@ def test_undeclared_non_utf8_page_is_a_load_error() -> None:
         load_document("latin.html", "<p>caf\u00e9</p>".encode("latin-1"))
 
 
+# Codecs Python knows that are no page encoding: bytes-to-bytes codecs, codecs that raise
+# on ordinary bytes, and UTF-32 (no HTML label). A browser ignores such a label.
+NOT_PAGE_ENCODINGS = [
+    "hex", "rot13", "zlib", "base64", "bz2", "uu", "quopri", "idna", "undefined",
+    "punycode", "utf-32", "no-such-charset",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label", NOT_PAGE_ENCODINGS)
+def test_a_label_that_names_no_page_encoding_falls_back_to_utf8(label: str) -> None:
+    page = f'<meta charset="{label}"><p>Cr\u00e8me</p>'.encode()
+    assert load_document("menu.html", page).sections == [("menu", "Cr\u00e8me")]
+    fetched = "<p>Cr\u00e8me</p>".encode()
+    assert load_document("menu.html", fetched, charset=label).sections == [("menu", "Cr\u00e8me")]
+
+
+@pytest.mark.parametrize("label", ["hex", "idna"])
+def test_a_non_utf8_page_with_such_a_label_is_a_load_error(label: str) -> None:
+    page = f'<meta charset="{label}"><p>caf\u00e9</p>'.encode("latin-1")
+    with pytest.raises(DocumentLoadError) as caught:
+        load_document("latin.html", page)
+    assert caught.value.reason == "encoding"
+
+
+def _broken_codec(name: str) -> codecs.CodecInfo | None:
+    def fail(data: object, errors: str = "strict") -> tuple[str, int]:
+        raise UnicodeError("this codec cannot decode anything")
+
+    return codecs.CodecInfo(fail, fail, name=name) if name == "chatqna_broken" else None
+
+
+@pytest.fixture
+def broken_codec() -> Iterator[None]:
+    codecs.register(_broken_codec)
+    yield
+    codecs.unregister(_broken_codec)
+
+
+@pytest.mark.usefixtures("broken_codec")
+def test_a_declared_codec_that_fails_to_decode_is_a_load_error() -> None:
+    page = b'<meta charset="chatqna-broken"><p>text</p>'
+    with pytest.raises(DocumentLoadError, match="declared charset") as caught:
+        load_document("broken.html", page)
+    assert (caught.value.status_code, caught.value.reason) == (422, "encoding")
+
+
 def test_deeply_nested_page_does_not_exhaust_the_stack() -> None:
     page = b"<div>" * 5000 + b"deep text" + b"</div>" * 5000
     assert load_document("deep.html", page).sections == [("deep", "deep text")]
+
+
+def test_a_nested_table_is_read_once_as_part_of_its_cell() -> None:
+    page = (
+        b"<table><thead><tr><th>Plan</th><th>Limits</th></tr></thead>"
+        b"<tr><td>Pro</td><td><table><tr><td>Seats</td><td>50</td></tr></table></td></tr>"
+        b"<tfoot><tr><td>Team</td><td>10</td></tr></tfoot></table>"
+    )
+    assert load_document("plans.html", page).sections == [
+        ("plans", "Plan: Pro; Limits: Seats 50\n\nPlan: Team; Limits: 10")
+    ]
+
+
+def test_deeply_nested_tables_yield_their_text_once() -> None:
+    # Each level used to repeat every row and cell below it: cubic in the depth.
+    depth = 300
+    page = ("<table><tr><td>x" * depth + "</td></tr></table>" * depth).encode()
+    assert load_document("nested.html", page).sections == [("nested", " ".join(["x"] * depth))]
+
+
+def test_html_table_cells_count_against_the_cell_limit() -> None:
+    row = "<tr>" + "<td>v</td>" * 10 + "</tr>"
+    page = f"<table>{row * 3}</table>".encode()
+    assert load_document("ok.html", page, limits=LoadLimits(max_cells=30)).sections
+    with pytest.raises(PayloadTooLarge, match="more than 29 cells"):
+        load_document("wide.html", page, limits=LoadLimits(max_cells=29))

@@ -7,22 +7,25 @@ import io
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from chatqna.errors import DocumentLoadError, UnsupportedFileType
-from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, load_document
+from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileType
+from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, load_document
 
 
-def minimal_pdf(text: str, title: str | None = None) -> bytes:
-    """A one-page PDF drawing `text` in Helvetica, with a byte-exact xref table."""
+def minimal_pdf(text: str, title: str | None = None, pages: int = 1) -> bytes:
+    """A PDF whose `pages` pages all draw one content stream, `text` in Helvetica, with a
+    byte-exact xref table."""
     content = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
+    kids = " ".join(f"{number} 0 R" for number in range(5, 5 + pages)).encode()
+    page = (
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
+        b" /Resources << /Font << /F1 3 0 R >> >> /Contents 4 0 R >>"
+    )
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        (
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
-            b" /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
-        ),
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+        *[page] * pages,
     ]
     if title is not None:
         objects.append(b"<< /Title (" + title.encode("latin-1") + b") >>")
@@ -35,7 +38,7 @@ def minimal_pdf(text: str, title: str | None = None) -> bytes:
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
         out += b"%010d 00000 n \n" % offset
-    info = b" /Info 6 0 R" if title is not None else b""
+    info = b" /Info %d 0 R" % len(objects) if title is not None else b""
     out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(objects) + 1, info)
     out += b"startxref\n%d\n%%%%EOF\n" % xref_at
     return bytes(out)
@@ -177,6 +180,19 @@ def test_pdf_title_falls_back_to_stem() -> None:
     doc = load_document("docs/Manual.PDF", minimal_pdf("Hello PDF"))
     assert doc.title == "Manual"
     assert doc.sections[0][1] == "Hello PDF"
+
+
+def test_every_page_is_a_section() -> None:
+    doc = load_document("three.pdf", minimal_pdf("Same page", title="Deck", pages=3))
+    assert doc.sections == [(f"Deck (page {n})", "Same page") for n in (1, 2, 3)]
+
+
+def test_a_pdf_is_refused_at_the_page_that_passes_the_text_limit() -> None:
+    # 200 pages that all draw one 1,000-character stream: 200,000 characters from 6 KB.
+    data = minimal_pdf("word " * 200, pages=200)
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_TEXT_CHARS") as info:
+        load_document("repeat.pdf", data, limits=LoadLimits(max_text_chars=10_000))
+    assert 10_000 < info.value.details["chars"] < 10_000 + 1_000
 
 
 def test_encrypted_pdf_is_rejected() -> None:

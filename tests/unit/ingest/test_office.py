@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import io
+import tracemalloc
 import zipfile
 
+import docx
 import pytest
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.loaders import LoadLimits, load_document
+from chatqna.ingest.tables import TextCounter, table_rows
 from tests.unit.ingest.office_files import (
+    far_row_xlsx,
     handbook_docx,
     million_cell_xlsx,
     ole_file,
     onboarding_pptx,
     price_list_xlsx,
+    shared_string_xlsx,
+    table_docx,
+    word_cell,
     zip_bomb,
 )
 
@@ -31,6 +38,61 @@ def test_docx_headings_start_sections_and_tables_name_their_columns() -> None:
         ),
         ("Parental leave", "Parents receive sixteen weeks of paid leave."),
     ]
+
+
+MERGED = [
+    [word_cell("Team", merge="restart"), word_cell("Contact", span=2), word_cell("Room")],
+    [word_cell("", merge="continue"), word_cell("Astrid"), word_cell("Berg"), word_cell("4.1")],
+    [word_cell("Payroll"), word_cell("Noor Haddad", span=2), word_cell("", merge="restart")],
+    [word_cell("", merge="restart"), word_cell("Ivo"), word_cell("Petrov"), word_cell("")],
+    [word_cell("", merge="continue"), word_cell("Lea Vogel", span=3)],
+]
+
+
+def test_docx_merged_cells_read_as_python_docx_lays_them_out() -> None:
+    data = table_docx(MERGED)
+    table = docx.Document(io.BytesIO(data)).tables[0]
+    laid_out = [[cell.text for cell in row.cells] for row in table.rows]
+    expected = "\n\n".join(table_rows(laid_out, TextCounter("merged.docx", 10**9)))
+    assert load_document("merged.docx", data).sections == [("merged", expected)]
+    assert expected == (
+        "Team: Team; Contact: Astrid; Contact: Berg; Room: 4.1\n\n"
+        "Team: Payroll; Contact: Noor Haddad; Contact: Noor Haddad\n\n"
+        "Contact: Ivo; Contact: Petrov\n\n"
+        "Contact: Lea Vogel; Contact: Lea Vogel; Room: Lea Vogel"
+    )
+
+
+def test_docx_merged_cells_are_found_without_searching_the_rows_above(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # python-docx searches row by row for the cell above a merged one (minutes for a tall
+    # merged column); the loader must not depend on it.
+    def search_above(tc: object) -> object:
+        raise AssertionError("searched the rows above")
+
+    monkeypatch.setattr(docx.oxml.table.CT_Tc, "_tc_above", property(search_above))
+    assert load_document("merged.docx", table_docx(MERGED)).sections[0][1].endswith("Lea Vogel")
+
+
+def test_a_docx_cell_spanning_a_huge_grid_is_refused_before_it_is_expanded() -> None:
+    rows = [[word_cell("Name")], [word_cell("word " * 200, span=100_000)]]
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLarge, match="more than 1000 cells"):
+            load_document("wide.docx", table_docx(rows), limits=LoadLimits(max_cells=1000))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000_000  # a million-character cell repeated 100,000 times is 100 GB
+
+
+def test_a_docx_cell_spanning_many_columns_stops_at_the_text_limit() -> None:
+    rows = [[word_cell("Name")], [word_cell("word " * 200, span=5000)]]
+    limits = LoadLimits(max_text_chars=100_000)
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_TEXT_CHARS") as info:
+        load_document("span.docx", table_docx(rows), limits=limits)
+    assert 100_000 < info.value.details["chars"] < 100_000 + 1_020
 
 
 def test_pptx_slides_keep_titles_notes_and_tables() -> None:
@@ -72,6 +134,24 @@ def test_an_undeclared_sheet_is_refused_once_the_limit_is_read() -> None:
     data = million_cell_xlsx(rows=5000, dimension=False)
     with pytest.raises(PayloadTooLarge, match="more than 5000 cells"):
         load_document("undeclared.xlsx", data, limits=LoadLimits(max_cells=5000))
+
+
+def test_one_shared_string_on_every_row_is_refused_once_the_text_passes_the_limit() -> None:
+    # 1,000 rows of 10,000 characters each from a workbook of a few kilobytes.
+    data = shared_string_xlsx(rows=1000, text="word " * 2000)
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_TEXT_CHARS") as info:
+        load_document("shared.xlsx", data, limits=LoadLimits(max_text_chars=100_000))
+    # Stopped at the row that passed the limit, not once all ten million were built.
+    assert 100_000 < info.value.details["chars"] < 100_000 + 10_010
+
+
+def test_empty_rows_count_against_the_cell_limit() -> None:
+    # An empty row counts as one cell: 900 rows and the 4 cells of the second sheet fit.
+    limits = LoadLimits(max_cells=1000)
+    near = load_document("near.xlsx", far_row_xlsx(last_row=900), limits=limits)
+    assert near.sections[0][1] == "Name: x"
+    with pytest.raises(PayloadTooLarge, match="more than 1000 cells"):
+        load_document("far.xlsx", far_row_xlsx(last_row=100_000), limits=limits)
 
 
 @pytest.mark.parametrize(
