@@ -79,12 +79,18 @@ async def _event_stream(
     turn: Turn, writer: sse.ChunkWriter, metadata_event: bool
 ) -> AsyncIterator[bytes]:
     async with turn:
-        metadata = TurnMetadata.of(turn.record())
-        # Frames that go out together are one send (fewer trips through every middleware).
-        if metadata_event:
-            yield sse.event("metadata", metadata) + sse.data(writer.chunk(writer.opening()))
-        else:
-            yield sse.data(writer.chunk(writer.opening(), metadata=metadata))
+        try:
+            metadata = TurnMetadata.of(turn.record())
+            # Frames that go out together are one send (fewer trips through every middleware).
+            if metadata_event:
+                opening = sse.event("metadata", metadata) + sse.data(writer.chunk(writer.opening()))
+            else:
+                opening = sse.data(writer.chunk(writer.opening(), metadata=metadata))
+        except Exception:  # the status is sent already: the stream still ends as documented
+            logger.exception("unexpected error while opening the stream")
+            yield sse.event("error", INTERNAL_ERROR) + sse.DONE
+            return
+        yield opening
         finish: str | None = None
         async with sse.closing(turn.stream()) as deltas:
             try:

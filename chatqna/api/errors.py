@@ -98,8 +98,18 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+# FastAPI's words for a body it could not parse beyond a JSON syntax error (bytes that are
+# not UTF-8, a number too long to convert, nesting too deep to decode).
+_BODY_NOT_PARSED = "There was an error parsing the body"
+
+
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    content_type = request.headers.get("content-type", "")
+    if exc.status_code == 400 and exc.detail == _BODY_NOT_PARSED and "json" in content_type:
+        return envelope_response(
+            400, {"error": "invalid_json", "message": "The request body is not valid JSON."}
+        )
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return envelope_response(
         exc.status_code, {"error": code, "message": str(exc.detail)}, dict(exc.headers or {})

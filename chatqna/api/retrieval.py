@@ -13,7 +13,7 @@ index, per-leg scores).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends
@@ -32,6 +32,10 @@ router = APIRouter(
 )
 
 
+# A leg's weight in the fusion: finite and not negative (an infinite one makes every score NaN).
+Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
 class RetrievalRequest(BaseModel):
     """OPEA's `EmbedDoc`: the query text and, optionally, its embedding."""
 
@@ -42,7 +46,7 @@ class RetrievalRequest(BaseModel):
     k: int = Field(4, ge=1, le=100)
     search_type: str = "similarity"
     hybrid: bool | None = None
-    fusion_weights: tuple[float, float] | None = None
+    fusion_weights: tuple[Weight, Weight] | None = None
     distance_threshold: float | None = None
     score_threshold: float | None = None
     fetch_k: int | None = None
@@ -75,15 +79,17 @@ def _document(item: Any) -> dict[str, Any]:
 async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:
     backends = state.backends
     if body.embedding is not None:
-        vector = np.asarray(body.embedding, dtype=np.float32)
-        if vector.ndim != 1 or not np.isfinite(vector).all() or not vector.any():
+        # Normalised in float64: in float32 a tiny vector's norm is 0 and a huge one's infinite.
+        vector64 = np.asarray(body.embedding, dtype=np.float64)
+        norm = float(np.linalg.norm(vector64)) if vector64.ndim == 1 else 0.0
+        if not np.isfinite(vector64).all() or not 0.0 < norm < np.inf:
             raise InvalidRequest("embedding must be a non-zero list of finite numbers")
+        vector = (vector64 / norm).astype(np.float32)
         expected = await embedding_dimension(backends.embedder)
         if vector.shape[0] != expected:
             raise InvalidRequest(
                 f"embedding has {vector.shape[0]} dimensions; this index holds {expected}"
             )
-        vector = vector / np.linalg.norm(vector)
     else:
         vector = (await backends.embedder.embed([body.text]))[0]
     hybrid = (

@@ -16,7 +16,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import File, Form, UploadFile
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from chatqna.api.chat_models import ChatCompletion, ChatCompletionChunk, TurnMetadata
 from chatqna.backends.protocols import GenerationParams
@@ -25,12 +32,26 @@ from chatqna.multiturn.history import Message
 Role = Literal["system", "user", "assistant"]
 
 
+def _encodable(value: str) -> str:
+    """JSON may escape a lone surrogate (`"\\ud800"`), which no UTF-8 text can hold: refused
+    here, rather than failing where the text is sent on."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (a lone surrogate is not)") from None
+    return value
+
+
+# Text that can be written out again as UTF-8 (every text field the service passes on).
+Text = Annotated[str, AfterValidator(_encodable)]
+
+
 class TextPart(BaseModel):
     """One text part of an OpenAI multi-part message content."""
 
     model_config = ConfigDict(extra="ignore")
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(BaseModel):
@@ -38,7 +59,7 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     role: Role
-    content: str | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -50,7 +71,7 @@ class ChatMessage(BaseModel):
 
 # Documented as "holds a non-space character"; the validator below enforces it with a
 # clearer message than a regular-expression mismatch.
-QuestionText = Annotated[str, WithJsonSchema({"type": "string", "pattern": r"\S"})]
+QuestionText = Annotated[Text, WithJsonSchema({"type": "string", "pattern": r"\S"})]
 
 
 class ChatQnARequest(BaseModel):
@@ -67,9 +88,10 @@ class ChatQnARequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=32768)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = None
+    # Bounded as the LLM servers' own integers are (a larger one cannot even be sent on).
+    top_k: int | None = Field(None, ge=1, le=2**31 - 1)
+    stop: Text | list[Text] | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     k: int | None = Field(None, ge=1, le=100, description="retrieval depth")

@@ -81,6 +81,13 @@ def parse_link_list(raw: str | None, limit: int) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(url, str) for url in value):
         raise InvalidRequest("link_list must be a JSON list of URL strings", reason="bad_link_list")
     urls = [url.strip() for url in value if url.strip()]
+    for url in urls:
+        try:
+            url.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escaped in the JSON
+            raise InvalidRequest(
+                "link_list holds a URL that is not valid Unicode", reason="bad_link_list"
+            ) from None
     if len(urls) > limit:
         raise InvalidRequest(
             f"link_list holds {len(urls)} URLs, more than {limit} (CHATQNA_DATAPREP_MAX_LINKS)",
@@ -267,11 +274,12 @@ def _port(url: httpx.URL) -> int:
 def _parse_url(original: str, url: str) -> httpx.URL:
     try:
         parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
+        host = parsed.host  # decoding an IDNA host may fail ("xn--"): an IDNAError
+    except (httpx.InvalidURL, UnicodeError) as exc:
         raise LinkRefused(
             f"{original}: not a usable URL ({exc})", reason="bad_url", details={"url": original}
         ) from exc
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    if parsed.scheme not in ("http", "https") or not host:
         raise LinkRefused(
             f"{original}: only http:// and https:// URLs with a host are fetched (got {url!r})",
             reason="bad_url",

@@ -102,6 +102,10 @@ async def test_answer_prompt_carries_history_and_raw_question(
         ({"messages": "hi", "k": 0}, 422, "invalid_request"),
         ({"messages": "hi", "temperature": -1}, 422, "invalid_request"),
         ({}, 422, "invalid_request"),
+        # Numbers no LLM server's integer can hold (they could not even be sent on).
+        ({"messages": "hi", "seed": 2**64}, 422, "invalid_request"),
+        ({"messages": "hi", "seed": -(2**63) - 1}, 422, "invalid_request"),
+        ({"messages": "hi", "top_k": 2**64}, 422, "invalid_request"),
     ],
 )
 async def test_bad_requests_get_the_envelope(
@@ -123,6 +127,76 @@ async def test_malformed_json_is_400(client_for: ClientFactory) -> None:
     )
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"messages": "caf\xe9"}',  # not UTF-8
+        b'{"messages": "hi", "seed": ' + b"9" * 5000 + b"}",  # too long to convert
+        b"[" * 100_000 + b"]" * 100_000,  # too deep to decode
+    ],
+)
+async def test_a_body_json_cannot_decode_is_400_invalid_json(
+    client_for: ClientFactory, body: bytes
+) -> None:
+    client = await client_for()
+    response = await client.post(
+        "/v1/chatqna", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "invalid_json",
+        "message": "The request body is not valid JSON.",
+    }
+
+
+# A lone surrogate, escaped in JSON: no UTF-8 text can hold it.
+LONE = "\\ud800"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"messages": "hi LONE there"}',
+        '{"messages": [{"role": "user", "content": "hi LONE"}]}',
+        '{"messages": [{"role": "system", "content": "LONE"}, {"role": "user", "content": "hi"}]}',
+        '{"messages": [{"role": "user", "content": [{"type": "text", "text": "LONE"}]}]}',
+        '{"messages": "hi", "stop": "LONE"}',
+        '{"messages": "hi", "stop": ["x", "LONE"]}',
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/chatqna", "/v1/chat/completions"])
+@pytest.mark.parametrize("stream", [True, False])
+async def test_text_that_is_not_valid_unicode_is_422(
+    client_for: ClientFactory, body: str, path: str, stream: bool
+) -> None:
+    client = await client_for()
+    payload = json.loads(body.replace("LONE", LONE))
+    payload["stream"] = stream
+    response = await client.post(
+        path,
+        content=json.dumps(payload).encode(),  # json.dumps escapes the surrogate
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_request"
+
+
+async def test_a_stream_that_fails_to_open_still_ends_with_an_error_event(
+    client_for: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await client_for()
+
+    def broken(record: object) -> None:
+        raise RuntimeError("cannot describe the turn")
+
+    monkeypatch.setattr("chatqna.api.chat.TurnMetadata.of", broken)
+    response = await client.post("/v1/chatqna", json={"messages": "hi"})
+    assert response.status_code == 200
+    events = parse_sse(response.text)
+    assert events[0][0] == "error" and json.loads(events[0][1])["error"] == "internal_error"
+    assert events[-1] == ("message", "[DONE]")
 
 
 async def test_oversized_message_is_413(client_for: ClientFactory, settings: Settings) -> None:

@@ -71,7 +71,7 @@ async def test_unreadable_and_missing_files(client_for: ClientFactory) -> None:
         none = await client.post("/v1/dataprep/ingest", data=form)
         assert none.status_code == 400 and none.json()["error"] == "invalid_request"
         assert "nothing to ingest" in none.json()["message"]
-    for bad in ("not json", '{"url": "http://x"}', "[1, 2]", "[" * 100_000):
+    for bad in ("not json", '{"url": "http://x"}', "[1, 2]", "[" * 100_000, '["http://a\\ud800"]'):
         links = await client.post("/v1/dataprep/ingest", data={"link_list": bad})
         assert links.status_code == 400 and links.json()["reason"] == "bad_link_list"
 

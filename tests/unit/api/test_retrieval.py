@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -70,5 +72,17 @@ async def test_thresholds_and_bad_embeddings(client_for: ClientFactory, settings
     assert wrong.status_code == 400 and "dimensions" in wrong.json()["message"]
     zero = await client.post("/v1/retrieval", json={"text": "x", "embedding": [0.0] * 64})
     assert zero.status_code == 400
+    # Vectors whose float32 norm underflows or overflows are normalised all the same.
+    for value in (1e-45, 1e38):
+        scaled = await client.post("/v1/retrieval", json={"text": "x", "embedding": [value] * 64})
+        assert scaled.status_code == 200
+        assert all(doc["score"] is not None for doc in scaled.json()["retrieved_docs"])
+    for weights in ([float("inf"), 0.0], [-1.0, 1.0]):
+        bad = await client.post(
+            "/v1/retrieval",
+            content=json.dumps({"text": "x", "fusion_weights": weights}).encode(),
+            headers={"content-type": "application/json"},
+        )
+        assert bad.status_code == 422
     assert (await client.post("/v1/retrieval", json={"k": 2})).status_code == 422
     assert (await client.post("/v1/chatqna", json={"messages": "hi"})).status_code == 404

@@ -106,7 +106,16 @@ async def test_too_many_redirects() -> None:
     assert info.value.reason == "too_many_redirects" and info.value.status_code == 422
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://docs.test/a", "http:///nohost"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "ftp://docs.test/a",
+        "http:///nohost",
+        "http://xn--/",
+        "http://xn--a.com/",
+    ],
+)
 async def test_only_http_urls_with_a_host(url: str) -> None:
     with pytest.raises(LinkRefused) as info:
         await fetcher(lambda r: page(b"x")).fetch_all([url])
