@@ -117,7 +117,7 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
     writer = sse.ChunkWriter(state.backends.llm.model)
     if body.stream:
         return sse.EventStreamResponse(
-            _event_stream(turn, writer, metadata_event), headers=STREAM_HEADERS
+            _event_stream(turn, writer, metadata_event), headers=STREAM_HEADERS, on_close=turn.close
         )
     async with turn:
         completion = await turn.complete()

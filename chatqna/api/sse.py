@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -64,15 +64,26 @@ class EventStreamResponse(StreamingResponse):
     `finally` blocks at once, and those close the upstream LLM stream.
     """
 
-    def __init__(self, content: AsyncIterator[bytes], headers: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        headers: Mapping[str, str] | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ):
         super().__init__(content, media_type="text/event-stream", headers=headers)
         self._events = content
+        self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             await close_quietly(self._events)
+            # When the first send fails, the generator never started: what it would have
+            # closed on its way out is closed here.
+            if self._on_close is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._on_close()
 
 
 def _model(value: Any) -> Any:

@@ -76,6 +76,7 @@ class Turn:
     sources: list[ScoredChunk] = field(default_factory=list)
     prompt: list[dict[str, str]] = field(default_factory=list)
     error: BaseException | None = None
+    ended: bool = False
 
     def record(self) -> TurnRecord:
         """The turn's record as of now (the metadata event is sent before generation)."""
@@ -107,10 +108,17 @@ class Turn:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self.ended:
+            return
+        self.ended = True
         error = exc if exc is not None else self.error
         if error is not None:
             self.span.set_status(Status(StatusCode.ERROR, type(error).__name__))
         self.span.end()
+
+    async def close(self) -> None:
+        """End the turn's span if nothing has (a response that never started streaming)."""
+        await self.__aexit__(None, None, None)
 
     async def stream(self) -> AsyncIterator[Delta]:
         """The answer, piece by piece, in the `chatqna.generate` span."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chatqna.app import create_app
 from chatqna.backends.fakes import ScriptedLLM
@@ -298,3 +300,38 @@ async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
             # The slot came back: with a limit of 1, a new chat is admitted.
             answer = await client.post("/v1/chatqna", json=ASK | {"stream": False})
             assert answer.status_code == 200
+
+
+async def test_a_client_gone_before_the_first_send_still_ends_the_turns_span(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    """An ASGI 2.4 server raises `OSError` from the first `send` of a response whose client
+    has gone: the answer's generator never starts, and the turn's span is ended anyway."""
+    app = create_app(settings, await make_backends(settings), TRACER_PROVIDER)
+    body = json.dumps(ASK).encode()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        raise OSError("the client is gone")
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chatqna",
+        "raw_path": b"/v1/chatqna",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8888),
+    }
+    async with app.router.lifespan_context(app):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(app(scope, receive, send), timeout=10)
+    ended = [s.name for s in spans.get_finished_spans()]
+    assert "chatqna.orchestrate" in ended, ended
