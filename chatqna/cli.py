@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +26,18 @@ from chatqna.settings import Settings, describe_validation_error
 from chatqna.upstream.sse import ServerSentEvent, iter_events
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+
+async def open_backends(settings: Settings) -> tuple[Any, Any]:
+    """The configured embedder and retriever, for `chatqna ingest`."""
+    from chatqna.composition import build_embedder, build_retriever
+
+    embedder = await build_embedder(settings)
+    try:
+        return embedder, await build_retriever(settings, embedder)
+    except BaseException:
+        await embedder.aclose()
+        raise
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -139,65 +150,29 @@ def ingest(
     force: Annotated[bool, typer.Option(help="Re-embed files even if unchanged")] = False,
     rebuild: Annotated[
         bool,
-        typer.Option(help="Delete the embedded index first and build it anew from these paths"),
+        typer.Option(
+            help="Build the embedded index anew from these paths alone; it replaces the old "
+            "one only once every file is in"
+        ),
     ] = False,
 ) -> None:
     """Ingest txt, md, html, pdf, docx, pptx, xlsx, csv, json and jsonl files into the index,
     with a progress bar."""
+    from chatqna.ingest.command import run_ingest_command
+
     settings = load_settings(chatqna_data_dir=data_dir)
     configure_logging(settings)
     if rebuild:
-        from chatqna.composition import discard_embedded_index
+        from chatqna.composition import uses_embedded_index
 
-        if discard_embedded_index(settings) is None:
+        if not uses_embedded_index(settings):
             typer.echo("--rebuild applies to the embedded index only", err=True)
             raise typer.Exit(2)
     try:
-        asyncio.run(_ingest(settings, paths, force))
+        asyncio.run(run_ingest_command(settings, paths, force, rebuild, open_backends))
     except Exception as exc:  # report, do not dump a traceback on a user
         typer.echo(f"ingest failed: {exc}", err=True)
         raise typer.Exit(1) from exc
-
-
-async def _ingest(settings: Settings, paths: list[Path], force: bool) -> None:
-    from tqdm import tqdm
-
-    from chatqna.composition import build_embedder, build_retriever
-    from chatqna.ingest.dataprep import collect_files, ingest_files, load_limits
-
-    files = collect_files(paths)
-    embedder = await build_embedder(settings)
-    retriever = await build_retriever(settings, embedder)
-    bar = tqdm(total=0, unit="chunk", desc="embedding", file=sys.stderr, disable=None)
-    started = time.perf_counter()
-
-    def on_plan(total: int) -> None:
-        bar.reset(total=total)
-
-    try:
-        results = await ingest_files(
-            files,
-            embedder,
-            retriever,
-            chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap,
-            force=force,
-            limits=load_limits(settings),
-            on_plan=on_plan,
-            on_chunks_embedded=bar.update,
-        )
-    finally:
-        bar.close()
-        await retriever.aclose()
-        await embedder.aclose()
-    ingested = [r for r in results if r.status == "ingested"]
-    chunks = sum(r.chunks for r in ingested)
-    seconds = time.perf_counter() - started
-    typer.echo(
-        f"{len(ingested)} file(s) ingested ({chunks} chunks in {seconds:.1f} s, "
-        f"{chunks / max(seconds, 1e-9):.1f} chunks/s), "
-        f"{len(results) - len(ingested)} unchanged; index in {settings.index_dir}"
-    )
 
 
 @app.command()

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
-from pathlib import Path
 from typing import Any
 
 from chatqna.backends.bundle import Backends
@@ -59,15 +57,9 @@ async def build_embedder(settings: Settings) -> Embedder:
     return await asyncio.to_thread(OnnxMiniLMEmbedder, max_batch=settings.tei_embedding_max_batch)
 
 
-def discard_embedded_index(settings: Settings) -> Path | None:
-    """Delete the embedded index directory (for `chatqna ingest --rebuild`); return it, or
-    None when the configured retriever is not the embedded one (nothing is deleted)."""
-    if settings.retriever_endpoint is not None or settings.redis_url is not None:
-        return None
-    directory = settings.index_dir
-    if directory.exists():
-        shutil.rmtree(directory)
-    return directory
+def uses_embedded_index(settings: Settings) -> bool:
+    """Whether the configured retriever is the embedded index (no Redis, no retriever service)."""
+    return settings.retriever_endpoint is None and settings.redis_url is None
 
 
 async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:

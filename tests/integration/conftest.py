@@ -130,9 +130,18 @@ def _start_server_once(
     raise RuntimeError(f"server not ready in {timeout}s:\n{server.stop()}")
 
 
-def ingest_cli(data_dir: Path, *paths: Path) -> subprocess.CompletedProcess[str]:
+def ingest_cli(
+    data_dir: Path, *paths: Path, rebuild: bool = False
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "chatqna", "ingest", *map(str, paths)],
+        [
+            sys.executable,
+            "-m",
+            "chatqna",
+            "ingest",
+            *(["--rebuild"] if rebuild else []),
+            *map(str, paths),
+        ],
         cwd=REPO,
         env=clean_env(CHATQNA_DATA_DIR=str(data_dir)),
         capture_output=True,

@@ -37,3 +37,29 @@ def test_cli_refuses_a_name_with_a_newline_and_ingests_nothing(tmp_path: Path) -
     # Nothing of the failed run was stored: the good file is new to the index, not unchanged.
     again = ingest_cli(tmp_path / "data", docs / "good.md")
     assert "1 file(s) ingested" in again.stdout and "0 unchanged" in again.stdout
+
+
+def test_a_rebuild_replaces_the_index_only_once_every_file_is_in(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    (old / "a.md").write_text("# A\n\nApples are red.")
+    (old / "b.md").write_text("# B\n\nBananas are yellow.")
+    (new / "c.md").write_text("# C\n\nCherries are dark.")
+    (new / "d.txt").write_bytes(b"\xff\xfe not text")  # fails to load: the rebuild fails
+    assert "2 file(s) ingested" in ingest_cli(data, old).stdout
+    # A typo and a file that cannot be read both fail before the old index is touched.
+    for paths in ([tmp_path / "missing"], [new]):
+        with pytest.raises(subprocess.CalledProcessError) as info:
+            ingest_cli(data, *paths, rebuild=True)
+        assert "ingest failed" in info.value.stderr
+        kept = ingest_cli(data, old)
+        assert "0 file(s) ingested" in kept.stdout and "2 unchanged" in kept.stdout
+    (new / "d.txt").unlink()
+    rebuilt = ingest_cli(data, new, rebuild=True)
+    assert "1 file(s) ingested" in rebuilt.stdout and "rebuilt" in rebuilt.stdout
+    assert not (data / ".rebuild").exists() and not (data / "index.old").exists()
+    # The old files are gone from the index: ingesting them again embeds them anew.
+    again = ingest_cli(data, old)
+    assert "2 file(s) ingested" in again.stdout and "0 unchanged" in again.stdout
