@@ -115,7 +115,23 @@ def serve(
     with tempfile.TemporaryDirectory(prefix="chatqna-metrics-") as metrics_dir:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # one scrape sums every worker
         typer.echo(f"serving with {count} worker processes", err=True)
-        uvicorn.run("chatqna.app:app_from_environment", factory=True, workers=count, **common)
+        if not serve_workers(count, common):
+            typer.echo("a worker failed to start (see its error above)", err=True)
+            raise typer.Exit(3)
+
+
+def serve_workers(count: int, options: dict[str, Any]) -> bool:
+    """`uvicorn.run` with `count` workers, except that a worker failing to start is told
+    apart from a shutdown (uvicorn's supervisor stops and returns normally in both cases):
+    False when one did, so the command can exit non-zero."""
+    from uvicorn import Config
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    config = Config("chatqna.app:app_from_environment", factory=True, workers=count, **options)
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    return all(process.exitcode != STARTUP_FAILURE for process in supervisor.processes)
 
 
 @app.command()

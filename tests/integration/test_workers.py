@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.conftest import start_server
-from tests.standins.servers import create_standin_app, serve_in_thread
+from tests.integration.conftest import REPO, clean_env, start_server
+from tests.standins.servers import create_standin_app, free_port, serve_in_thread
 from tests.unit.api.conftest import parse_sse
 
 pytestmark = pytest.mark.slow
@@ -123,3 +125,24 @@ def test_two_workers_share_the_embedded_index(tmp_path: Path) -> None:
         finally:
             log = server.stop()
     assert "Traceback" not in log
+
+
+def test_a_worker_that_cannot_start_fails_the_command(tmp_path: Path) -> None:
+    """uvicorn's supervisor stops when a worker fails to start and returns as after a
+    shutdown; `chatqna serve` tells the two apart and exits 3, as one process does."""
+    env = clean_env(
+        CHATQNA_DATA_DIR=str(tmp_path / "data"),
+        CHATQNA_HOST="127.0.0.1",
+        MEGA_SERVICE_PORT=str(free_port()),
+        CHATQNA_LLM_GGUF=str(tmp_path / "missing.gguf"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "chatqna", "serve", "--workers", "2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "CHATQNA_LLM_GGUF" in done.stderr and "a worker failed to start" in done.stderr
