@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import logging
 import os
 import sys
@@ -23,7 +22,6 @@ import typer
 from pydantic import ValidationError
 
 from chatqna.settings import Settings, describe_validation_error
-from chatqna.upstream.sse import ServerSentEvent, iter_events
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -198,38 +196,23 @@ def ask(
         str, typer.Option(help="Base URL of a running service")
     ] = "http://127.0.0.1:8888",
 ) -> None:
-    """Ask a running service a question (earlier arguments are earlier user turns)."""
-    import httpx
+    """Ask a running service a question (earlier arguments are earlier user turns).
 
-    messages = [{"role": "user", "content": text} for text in question]
-    with httpx.stream(
-        "POST",
-        f"{url}/v1/chatqna",
-        json={"messages": messages, "stream": True},
-        timeout=httpx.Timeout(120, connect=5),
-    ) as response:
-        if response.status_code >= 400:
-            response.read()
-            typer.echo(response.text, err=True)
-            raise typer.Exit(1)
-        for event in iter_events(response.iter_bytes()):
-            print_event(event)
+    Exits 1, with one line on stderr, unless the whole answer arrived."""
+    from chatqna.ask import AnswerPrinter, AskFailed, stream_answer
+
+    if not url.startswith(("http://", "https://")):
+        typer.echo(f"--url must be an http:// or https:// URL, got {url!r}", err=True)
+        raise typer.Exit(2)
+    printer = AnswerPrinter()
+    try:
+        stream_answer(url, question, printer)
+    except AskFailed as exc:
+        if printer.wrote_text:
+            typer.echo()  # end the partial answer's line
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
     typer.echo()
-
-
-def print_event(event: ServerSentEvent) -> None:
-    """Answer text to stdout; sources and errors to stderr."""
-    if event.is_done:
-        return
-    body = json.loads(event.data)
-    if event.event == "metadata":
-        for doc in body.get("source_documents", []):
-            typer.echo(f"[source] {doc['source']} - {doc['title']} ({doc['score']:.3f})", err=True)
-    elif event.event == "error":
-        typer.echo(f"error: {body}", err=True)
-    else:
-        for choice in body.get("choices", []):
-            typer.echo(choice.get("delta", {}).get("content") or "", nl=False)
 
 
 # `chatqna bench` options. Grids are comma-separated lists; every value is tried.
