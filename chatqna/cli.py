@@ -16,12 +16,16 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
 from chatqna.settings import Settings, describe_validation_error
+
+if TYPE_CHECKING:
+    from chatqna.evaluation.command import BenchGrid
+    from chatqna.evaluation.dataset import Dataset
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -287,6 +291,22 @@ EmbeddedReranker = Annotated[
 ]
 
 
+def bench_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
+    """The grid and the datasets of a `bench` run, every option and file checked before any
+    model is built; a bad one exits 2 with one line naming it."""
+    from chatqna.evaluation.command import BenchGrid, load_datasets
+
+    try:
+        if not options["dataset"]:
+            raise ValueError(
+                "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
+            )
+        return BenchGrid.from_options(options), load_datasets(options["dataset"])
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+
+
 @app.command()
 def bench(
     dataset: Datasets = None,
@@ -314,7 +334,7 @@ def bench(
     """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups).
 
     Progress goes to stderr: bars on a terminal, a line every 30 s per task elsewhere."""
-    from chatqna.evaluation.command import BenchGrid, run_bench_command, run_service_command
+    from chatqna.evaluation.command import run_bench_command, run_service_command
     from chatqna.evaluation.report import render_from
 
     if render is not None:
@@ -322,26 +342,18 @@ def bench(
             typer.echo(f"{kind}: {path}")
         return
     options = {**locals(), "command": "chatqna bench " + " ".join(sys.argv[2:])}
-    try:
-        if not dataset:
-            raise ValueError(
-                "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
-            )
-        grid = BenchGrid.from_options(options)
-    except ValueError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+    grid, datasets = bench_inputs(options)
     settings = load_settings(
         tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
     )
     configure_logging(settings)
-    for directory in dataset:
+    for loaded in datasets:
         # Several datasets: each one's outputs go to a directory of its name under --output.
-        target = output / directory.name if output is not None and len(dataset) > 1 else output
+        target = output / loaded.path.name if output is not None and len(datasets) > 1 else output
         if service is not None:
-            run = run_service_command(directory, service, target, ingest, grid)
+            run = run_service_command(loaded, service, target, ingest, grid)
         else:
-            run = run_bench_command(settings, directory, target, grid)
+            run = run_bench_command(settings, loaded, target, grid)
         asyncio.run(run)
 
 
