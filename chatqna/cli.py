@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import logging
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
 from chatqna.settings import Settings, describe_validation_error
-from chatqna.upstream.sse import ServerSentEvent, iter_events
+
+if TYPE_CHECKING:
+    from chatqna.evaluation.command import BenchGrid
+    from chatqna.evaluation.dataset import Dataset
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
@@ -198,38 +200,23 @@ def ask(
         str, typer.Option(help="Base URL of a running service")
     ] = "http://127.0.0.1:8888",
 ) -> None:
-    """Ask a running service a question (earlier arguments are earlier user turns)."""
-    import httpx
+    """Ask a running service a question (earlier arguments are earlier user turns).
 
-    messages = [{"role": "user", "content": text} for text in question]
-    with httpx.stream(
-        "POST",
-        f"{url}/v1/chatqna",
-        json={"messages": messages, "stream": True},
-        timeout=httpx.Timeout(120, connect=5),
-    ) as response:
-        if response.status_code >= 400:
-            response.read()
-            typer.echo(response.text, err=True)
-            raise typer.Exit(1)
-        for event in iter_events(response.iter_bytes()):
-            print_event(event)
+    Exits 1, with one line on stderr, unless the whole answer arrived."""
+    from chatqna.ask import AnswerPrinter, AskFailed, stream_answer
+
+    if not url.startswith(("http://", "https://")):
+        typer.echo(f"--url must be an http:// or https:// URL, got {url!r}", err=True)
+        raise typer.Exit(2)
+    printer = AnswerPrinter()
+    try:
+        stream_answer(url, question, printer)
+    except AskFailed as exc:
+        if printer.wrote_text:
+            typer.echo()  # end the partial answer's line
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
     typer.echo()
-
-
-def print_event(event: ServerSentEvent) -> None:
-    """Answer text to stdout; sources and errors to stderr."""
-    if event.is_done:
-        return
-    body = json.loads(event.data)
-    if event.event == "metadata":
-        for doc in body.get("source_documents", []):
-            typer.echo(f"[source] {doc['source']} - {doc['title']} ({doc['score']:.3f})", err=True)
-    elif event.event == "error":
-        typer.echo(f"error: {body}", err=True)
-    else:
-        for choice in body.get("choices", []):
-            typer.echo(choice.get("delta", {}).get("content") or "", nl=False)
 
 
 # `chatqna bench` options. Grids are comma-separated lists; every value is tried.
@@ -304,6 +291,22 @@ EmbeddedReranker = Annotated[
 ]
 
 
+def bench_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
+    """The grid and the datasets of a `bench` run, every option and file checked before any
+    model is built; a bad one exits 2 with one line naming it."""
+    from chatqna.evaluation.command import BenchGrid, load_datasets
+
+    try:
+        if not options["dataset"]:
+            raise ValueError(
+                "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
+            )
+        return BenchGrid.from_options(options), load_datasets(options["dataset"])
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+
+
 @app.command()
 def bench(
     dataset: Datasets = None,
@@ -331,7 +334,7 @@ def bench(
     """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups).
 
     Progress goes to stderr: bars on a terminal, a line every 30 s per task elsewhere."""
-    from chatqna.evaluation.command import BenchGrid, run_bench_command, run_service_command
+    from chatqna.evaluation.command import run_bench_command, run_service_command
     from chatqna.evaluation.report import render_from
 
     if render is not None:
@@ -339,26 +342,18 @@ def bench(
             typer.echo(f"{kind}: {path}")
         return
     options = {**locals(), "command": "chatqna bench " + " ".join(sys.argv[2:])}
-    try:
-        if not dataset:
-            raise ValueError(
-                "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
-            )
-        grid = BenchGrid.from_options(options)
-    except ValueError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
+    grid, datasets = bench_inputs(options)
     settings = load_settings(
         tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
     )
     configure_logging(settings)
-    for directory in dataset:
+    for loaded in datasets:
         # Several datasets: each one's outputs go to a directory of its name under --output.
-        target = output / directory.name if output is not None and len(dataset) > 1 else output
+        target = output / loaded.path.name if output is not None and len(datasets) > 1 else output
         if service is not None:
-            run = run_service_command(directory, service, target, ingest, grid)
+            run = run_service_command(loaded, service, target, ingest, grid)
         else:
-            run = run_bench_command(settings, directory, target, grid)
+            run = run_bench_command(settings, loaded, target, grid)
         asyncio.run(run)
 
 

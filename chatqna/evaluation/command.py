@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import subprocess
@@ -23,7 +24,7 @@ from chatqna.composition import (
 )
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.compare import shipped_references
-from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import llm_answerer
 from chatqna.evaluation.modes import default_strategies
 from chatqna.evaluation.progress import Progress, stderr_progress, turn_logs_at_debug
@@ -42,12 +43,55 @@ def tqdm_progress() -> Progress:
     return stderr_progress()
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(value) for value in text.split(","))
+ORDERS = ("chronological", "newest_first")
+ROLES = ("user_assistant", "user", "separate")
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(value) for value in text.split(","))
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _floats(
+    options: dict[str, Any], name: str, low: float, high: float = math.inf
+) -> tuple[float, ...]:
+    """The option's comma-separated numbers, each finite and within [low, high]."""
+    text = options[name]
+    try:
+        values = tuple(float(value) for value in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"{_flag(name)}: {text!r} is not a comma-separated list of numbers"
+        ) from None
+    span = f"between {low:g} and {high:g}" if high < math.inf else f"at least {low:g}"
+    for value in values:
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{_flag(name)}: {value:g} is out of range (each is {span})")
+    return values
+
+
+def _ints(options: dict[str, Any], name: str, low: int) -> tuple[int, ...]:
+    """The option's comma-separated whole numbers, each at least `low`."""
+    text = options[name]
+    try:
+        values = tuple(int(value) for value in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"{_flag(name)}: {text!r} is not a comma-separated list of whole numbers"
+        ) from None
+    for value in values:
+        if value < low:
+            raise ValueError(f"{_flag(name)}: {value} is out of range (each is at least {low})")
+    return values
+
+
+def _choices(
+    text: str, name: str, allowed: tuple[str, ...], both: tuple[str, ...]
+) -> tuple[str, ...]:
+    values = both if text == "both" else tuple(text.split(","))
+    for value in values:
+        if value not in allowed:
+            raise ValueError(f"{_flag(name)}: {value!r} is not one of {', '.join(allowed)} or both")
+    return values
 
 
 @dataclass(frozen=True)
@@ -74,28 +118,42 @@ class BenchGrid:
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> BenchGrid:
         """The grid from the command's comma-separated options (named as the CLI's
-        parameters); an unknown `history` or `passage_context` is a ValueError."""
+        parameters). A value that is unknown, not a number or out of range is a ValueError
+        naming the option, raised before any model is built."""
         history, context = options["history"], options["passage_context"]
         if history not in HISTORIES or context not in PASSAGE_CONTEXTS:
             raise ValueError("--history is reference, own or both; --passage-context title or none")
-        order, roles = options["history_order"], options["history_roles"]
+        if options["samples"] < 1:
+            raise ValueError(f"--samples: {options['samples']} is out of range (at least 1)")
         return cls(
-            alphas=_floats(options["alphas"]),
-            history_turns=_ints(options["history_turns"]),
+            alphas=_floats(options, "alphas", 0.0, 1.0),
+            history_turns=_ints(options, "history_turns", 0),
             with_llm=options["llm"],
             samples=options["samples"],
             cache_dir=options["cache_dir"],
-            orders=("chronological", "newest_first") if order == "both" else (order,),
-            bm25_weights=_floats(options["bm25_weights"]),
-            bm25_history_weights=_floats(options["bm25_history_weights"]),
-            roles=("user_assistant", "user") if roles == "both" else tuple(roles.split(",")),
-            candidates=_ints(options["fusion_candidates"]),
+            orders=_choices(options["history_order"], "history_order", ORDERS, ORDERS),
+            bm25_weights=_floats(options, "bm25_weights", 0.0),
+            bm25_history_weights=_floats(options, "bm25_history_weights", 0.0, 1.0),
+            roles=_choices(options["history_roles"], "history_roles", ROLES, ROLES[:2]),
+            candidates=_ints(options, "fusion_candidates", 1),
             histories=("reference", "own") if history == "both" else (history,),
             passage_context=context,
-            assistant_weights=_floats(options["assistant_weights"]),
-            self_contained=_floats(options["self_contained_similarities"]),
+            assistant_weights=_floats(options, "assistant_weights", 0.0, 1.0),
+            self_contained=_floats(options, "self_contained_similarities", 0.0, 1.0),
             command=options.get("command", ""),
         )
+
+
+def load_datasets(directories: list[Path]) -> list[Dataset]:
+    """Every dataset of the run, read before any model is built; a missing or unreadable
+    file or a bad line is a ValueError naming it."""
+    datasets = []
+    for directory in directories:
+        try:
+            datasets.append(load_dataset(directory))
+        except OSError as exc:  # a missing file, or one that cannot be read
+            raise ValueError(f"--dataset {directory}: {exc}") from exc
+    return datasets
 
 
 def run_provenance() -> dict[str, Any]:
@@ -170,9 +228,8 @@ def _write(results: dict[str, Any], output: Path) -> None:
 
 
 async def run_bench_command(
-    settings: Settings, dataset_dir: Path, output: Path | None, grid: BenchGrid
+    settings: Settings, dataset: Dataset, output: Path | None, grid: BenchGrid
 ) -> dict[str, Any]:
-    dataset = load_dataset(dataset_dir)
     started = time.perf_counter()
     async with bench_backends(settings, grid) as models:
         # With an LLM, own history holds its real answers; without, the top passage.
@@ -219,11 +276,10 @@ async def run_bench_command(
 
 
 async def run_service_command(
-    dataset_dir: Path, url: str, output: Path | None, ingest: bool, grid: BenchGrid
+    dataset: Dataset, url: str, output: Path | None, ingest: bool, grid: BenchGrid
 ) -> dict[str, Any]:
     from chatqna.evaluation.service import run_against_service
 
-    dataset = load_dataset(dataset_dir)
     # A line per request would bury the progress: httpx's request log is DEBUG here.
     with turn_logs_at_debug(("httpx",)):
         results = await run_against_service(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from chatqna.documents import Chunk
 from chatqna.multiturn.history import Message
@@ -85,51 +86,81 @@ class Dataset:
         }
 
 
-def _read_jsonl(path: Path) -> list[dict[str, object]]:
+def _read_jsonl(path: Path) -> list[tuple[int, dict[str, object]]]:
+    """The JSON object on each non-blank line, with its line number."""
     rows = []
-    with path.open(encoding="utf-8") as stream:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: not a JSON object")
-            rows.append(row)
+    try:
+        with path.open(encoding="utf-8") as stream:
+            for number, line in enumerate(stream, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{number}: not a JSON object")
+                rows.append((number, row))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text") from exc
     return rows
 
 
+def _required(row: dict[str, Any], name: str, where: str) -> Any:
+    """`row[name]`; a missing or null field is a ValueError naming the file and line."""
+    if row.get(name) is None:
+        raise ValueError(f"{where}: no {name!r}")
+    return row[name]
+
+
+def _eval_turn(
+    conversation_id: str, item: dict[str, Any], history: list[Message], where: str
+) -> EvalTurn:
+    value = _required(item, "turn", where)
+    try:
+        turn = int(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: 'turn' is not a whole number ({value!r})") from exc
+    return EvalTurn(
+        conversation_id=conversation_id,
+        turn=turn,
+        query=str(item["text"]),
+        history=tuple(history),
+        relevant_ids=tuple(str(i) for i in item.get("relevant_ids") or ()),
+        gold_rewrite=item.get("gold_rewrite") or None,
+    )
+
+
 def load_dataset(directory: Path) -> Dataset:
-    """Read a dataset directory; raises ValueError naming the file and line of bad input."""
+    """Read a dataset directory; a missing file is a FileNotFoundError, a bad line a
+    ValueError naming the file and line."""
     corpus_path, conversations_path = directory / "corpus.jsonl", directory / "conversations.jsonl"
     for required in (corpus_path, conversations_path):
         if not required.is_file():
             raise FileNotFoundError(f"{required} is missing (a dataset needs both files)")
-    passages = tuple(
-        Passage(str(row["id"]), str(row.get("title") or ""), str(row["text"]))
-        for row in _read_jsonl(corpus_path)
-    )
+    passages = []
+    for number, row in _read_jsonl(corpus_path):
+        where = f"{corpus_path}:{number}"
+        passages.append(
+            Passage(
+                str(_required(row, "id", where)),
+                str(row.get("title") or ""),
+                str(_required(row, "text", where)),
+            )
+        )
     turns: list[EvalTurn] = []
-    for row in _read_jsonl(conversations_path):
-        conversation_id = str(row["conversation_id"])
+    for number, row in _read_jsonl(conversations_path):
+        where = f"{conversations_path}:{number}"
+        conversation_id = str(_required(row, "conversation_id", where))
         history: list[Message] = []
         raw_turns = row.get("turns")
         if not isinstance(raw_turns, list):
-            raise ValueError(f"{conversations_path}: {conversation_id} has no turns list")
+            raise ValueError(f"{where}: {conversation_id} has no turns list")
         for item in raw_turns:
-            role, text = str(item["role"]), str(item["text"])
+            if not isinstance(item, dict):
+                raise ValueError(f"{where}: a turn of {conversation_id} is not a JSON object")
+            role, text = str(_required(item, "role", where)), str(_required(item, "text", where))
             if role == "user" and item.get("evaluate"):
-                turns.append(
-                    EvalTurn(
-                        conversation_id=conversation_id,
-                        turn=int(item["turn"]),
-                        query=text,
-                        history=tuple(history),
-                        relevant_ids=tuple(str(i) for i in item.get("relevant_ids") or ()),
-                        gold_rewrite=item.get("gold_rewrite") or None,
-                    )
-                )
+                turns.append(_eval_turn(conversation_id, item, history, where))
             history.append(Message(role, text))
-    return Dataset(directory.name, directory, passages, tuple(turns))
+    return Dataset(directory.name, directory, tuple(passages), tuple(turns))

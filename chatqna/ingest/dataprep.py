@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,8 +64,20 @@ def check_source_name(source: str) -> None:
     """Refuse a name with control characters (a NUL, a newline, an escape, a bidi override).
 
     Such a name would be stored, listed and matched for deletion byte for byte, and it
-    can forge log lines; no file a person means to upload is called that.
+    can forge log lines; no file a person means to upload is called that. A name with
+    lone surrogates (a file name that is not UTF-8, as Python decodes it) cannot be stored
+    or shown as text; it is refused showing its bytes.
     """
+    if any(unicodedata.category(c) == "Cs" for c in source):
+        try:
+            shown = repr(os.fsencode(source))
+        except UnicodeEncodeError:  # a surrogate no file system byte decodes to
+            shown = ascii(source)
+        raise InvalidRequest(
+            f"file name {shown} is not valid UTF-8; rename the file",
+            reason="bad_file_name",
+            details={"source": shown},
+        )
     bad = sorted(
         {
             f"U+{ord(c):04X}"

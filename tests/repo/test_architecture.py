@@ -33,11 +33,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "chatqna.__main__": ("chatqna.cli",),
     "chatqna.cli": (
         "chatqna.app",
+        "chatqna.ask",
         "chatqna.composition",
         "chatqna.evaluation",
         "chatqna.ingest",
-        "chatqna.upstream.sse",
     ),
+    "chatqna.ask": ("chatqna.upstream.sse",),
     "chatqna.app": (
         "chatqna.api",
         "chatqna.composition",

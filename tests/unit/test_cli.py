@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -30,7 +31,27 @@ def test_the_help_text_lists_every_command() -> None:
     assert len(listed) == 5
 
 
-def test_ask_prints_the_answer_and_sends_sources_and_errors_to_stderr(
+def serve_with(
+    monkeypatch: pytest.MonkeyPatch, handler: Callable[[httpx.Request], httpx.Response]
+) -> None:
+    """Route `chatqna ask`'s request to `handler` instead of the network."""
+
+    def stream(method: str, url: str, **kwargs: Any) -> Any:
+        return httpx.Client(transport=httpx.MockTransport(handler)).stream(method, url, **kwargs)
+
+    monkeypatch.setattr(httpx, "stream", stream)
+
+
+def answering(
+    body: bytes, content_type: str = "text/event-stream"
+) -> Callable[[httpx.Request], httpx.Response]:
+    def service(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": content_type})
+
+    return service
+
+
+def test_ask_prints_the_answer_and_sends_sources_to_stderr(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     writer = ChunkWriter("m")
@@ -38,25 +59,80 @@ def test_ask_prints_the_answer_and_sends_sources_and_errors_to_stderr(
         event("metadata", {"source_documents": [{"source": "a.md", "title": "A", "score": 0.5}]})
         + data(writer.chunk(ChunkDelta(content="Hello ")))
         + data(writer.chunk(ChunkDelta(content="world"), "stop"))
-        + event("error", {"error": "upstream_error"})
         + DONE
     )
     sent: list[dict[str, Any]] = []
 
     def service(request: httpx.Request) -> httpx.Response:
         sent.append(json.loads(request.content))
-        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+        return answering(body)(request)
 
-    def stream(method: str, url: str, **kwargs: Any) -> Any:
-        return httpx.Client(transport=httpx.MockTransport(service)).stream(method, url, **kwargs)
-
-    monkeypatch.setattr(httpx, "stream", stream)
+    serve_with(monkeypatch, service)
     result = CliRunner().invoke(cli.app, ["ask", "first question", "follow-up?"])
     assert result.exit_code == 0, result.output
     assert result.stdout == "Hello world\n"
     assert "[source] a.md - A (0.500)" in result.stderr
-    assert "error: {'error': 'upstream_error'}" in result.stderr
     assert [m["content"] for m in sent[0]["messages"]] == ["first question", "follow-up?"]
+
+
+def test_ask_reports_an_error_event_by_its_message_and_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writer = ChunkWriter("m")
+    envelope = {"error": "upstream_error", "message": "The LLM failed."}
+    body = data(writer.chunk(ChunkDelta(content="Hel"))) + event("error", envelope) + DONE
+    serve_with(monkeypatch, answering(body))
+    result = CliRunner().invoke(cli.app, ["ask", "q"])
+    assert result.exit_code == 1
+    assert result.stdout == "Hel\n"
+    assert result.stderr == "error: the service failed: The LLM failed. (upstream_error)\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "expected"),
+    [
+        (b"data: {not json\n\n" + DONE, "text/event-stream", "not JSON: '{not json'"),
+        (b'data: {"choices": []}\n\n', "text/event-stream", "cut off"),
+        (b"", "text/event-stream", "cut off"),
+        (b"<html></html>", "text/html; charset=utf-8", "content-type 'text/html'"),
+    ],
+    ids=["non-json-data", "no-done", "empty", "not-a-stream"],
+)
+def test_ask_exits_1_with_one_line_on_a_broken_stream(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, content_type: str, expected: str
+) -> None:
+    serve_with(monkeypatch, answering(body, content_type))
+    result = CliRunner().invoke(cli.app, ["ask", "q"])
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stderr.count("\n") == 1 and expected in result.stderr
+
+
+def test_ask_names_the_url_it_cannot_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    serve_with(monkeypatch, refused)
+    result = CliRunner().invoke(cli.app, ["ask", "--url", "http://127.0.0.1:9", "q"])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        "error: cannot connect to http://127.0.0.1:9: [Errno 111] Connection refused\n"
+    )
+
+
+def test_ask_reports_a_refused_request_by_its_envelope(monkeypatch: pytest.MonkeyPatch) -> None:
+    envelope = {"error": "unauthorized", "message": "Missing or wrong API key."}
+    serve_with(monkeypatch, lambda request: httpx.Response(401, json=envelope))
+    result = CliRunner().invoke(cli.app, ["ask", "q"])
+    assert result.exit_code == 1
+    assert "HTTP 401: Missing or wrong API key. (unauthorized)" in result.stderr
+
+
+def test_ask_refuses_a_url_without_a_scheme() -> None:
+    result = CliRunner().invoke(cli.app, ["ask", "--url", "localhost:8888", "q"])
+    assert result.exit_code == 2
+    assert result.stderr == "--url must be an http:// or https:// URL, got 'localhost:8888'\n"
 
 
 def test_the_server_runs_on_the_compiled_loop_and_parser() -> None:

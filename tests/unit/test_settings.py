@@ -135,10 +135,22 @@ def test_workers_default_to_one_and_auto_is_one_per_core() -> None:
     assert Settings(chatqna_workers=3).worker_count(cores=8) == 3
 
 
-def test_workers_must_be_a_positive_count_or_auto(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATQNA_WORKERS", "0")
-    with pytest.raises(ValidationError, match="at least 1"):
-        Settings()
+@pytest.mark.parametrize(
+    ("value", "shown"), [("0", "0"), ("-2", "-2"), ("foo", "'foo'"), ("1.5", "'1.5'")]
+)
+def test_workers_must_be_a_positive_count_or_auto(
+    monkeypatch: pytest.MonkeyPatch, value: str, shown: str
+) -> None:
+    message = _error_for(monkeypatch, CHATQNA_WORKERS=value)
+    assert message.splitlines() == [
+        "invalid configuration:",
+        f"  CHATQNA_WORKERS: must be a positive integer or auto, got {shown}",
+    ]
+
+
+def test_workers_accept_a_count_auto_or_blank(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATQNA_WORKERS", " AUTO ")
+    assert Settings().chatqna_workers == "auto"
     monkeypatch.setenv("CHATQNA_WORKERS", "2")
     assert Settings().chatqna_workers == 2
     monkeypatch.setenv("CHATQNA_WORKERS", "")
@@ -185,3 +197,39 @@ def test_a_bad_endpoint_url_is_named_without_its_password(
     message = _error_for(monkeypatch, TEI_EMBEDDING_ENDPOINT="ftp://user:hunter2@tei:80")
     assert "TEI_EMBEDDING_ENDPOINT" in message and "ftp://tei:80" in message
     assert "hunter2" not in message
+
+
+def test_one_line_per_variable_names_only_the_variable() -> None:
+    # Each member of a union adds an error whose location goes on past the variable.
+    with pytest.raises(ValidationError) as caught:
+        Settings(chatqna_workers=1.5, rrf_k=0)
+    assert len(caught.value.errors()) == 3
+    lines = describe_validation_error(caught.value).splitlines()[1:]
+    assert [line.split(": ")[0].strip() for line in lines] == ["CHATQNA_WORKERS", "RRF_K"]
+    assert "Input should be 'auto'" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("garbage", "must be a redis://, rediss:// or unix:// URL, got 'garbage'"),
+        ("http://user:hunter2@redis:6379", "got 'http://redis:6379'"),
+        ("redis://redis:abc", "has an invalid port: 'redis://redis:abc'"),
+    ],
+)
+def test_a_bad_redis_url_is_named_without_its_password(
+    monkeypatch: pytest.MonkeyPatch, value: str, shown: str
+) -> None:
+    message = _error_for(monkeypatch, REDIS_URL=value)
+    assert message.startswith("invalid configuration:\n  REDIS_URL: ") and shown in message
+    assert "hunter2" not in message
+
+
+@pytest.mark.parametrize(
+    "value", ["redis://redis:6379", "rediss://user:pw@redis:6380/0", "unix:///run/redis.sock"]
+)
+def test_redis_urls_of_every_scheme_are_accepted(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("REDIS_URL", value)
+    assert Settings().redis_url == value

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from chatqna import cli
 from chatqna.cli import app
 from chatqna.evaluation.command import BenchGrid, run_provenance
+from tests.unit.evaluation.test_dataset import write_dataset
 
 OPTIONS: dict[str, Any] = {
     "alphas": "0.6,0.7",
@@ -57,12 +60,87 @@ def test_an_unknown_choice_is_refused(name: str, value: str) -> None:
         BenchGrid.from_options({**OPTIONS, name: value})
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("alphas", "0.5,2", "--alphas: 2 is out of range (each is between 0 and 1)"),
+        ("alphas", "0.5,x", "--alphas: '0.5,x' is not a comma-separated list of numbers"),
+        ("alphas", "nan", "--alphas: nan is out of range"),
+        ("history_turns", "-1", "--history-turns: -1 is out of range (each is at least 0)"),
+        ("samples", -5, "--samples: -5 is out of range (at least 1)"),
+        ("bm25_weights", "-0.1", "--bm25-weights: -0.1 is out of range (each is at least 0)"),
+        ("bm25_history_weights", "1.5", "--bm25-history-weights: 1.5 is out of range"),
+        ("assistant_weights", "2", "--assistant-weights: 2 is out of range"),
+        ("self_contained_similarities", "-1", "--self-contained-similarities: -1 is out of"),
+        ("fusion_candidates", "0", "--fusion-candidates: 0 is out of range (each is at least 1)"),
+        ("fusion_candidates", "1.5", "--fusion-candidates: '1.5' is not a comma-separated"),
+        ("history_order", "oldest", "--history-order: 'oldest' is not one of chronological"),
+        ("history_roles", "user,bot", "--history-roles: 'bot' is not one of user_assistant"),
+    ],
+)
+def test_a_value_out_of_range_is_refused_naming_the_option(
+    name: str, value: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        BenchGrid.from_options({**OPTIONS, name: value})
+
+
 def test_the_command_exits_2_without_a_dataset_or_with_a_bad_choice(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(app, ["bench"])
     assert missing.exit_code == 2 and "--dataset is required" in missing.output
     bad = runner.invoke(app, ["bench", "--dataset", str(tmp_path), "--history", "mine"])
     assert bad.exit_code == 2 and "--history is reference, own or both" in bad.output
+
+
+def _refuse_to_build_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(**overrides: object) -> None:
+        raise AssertionError("settings were loaded, so models would have been built")
+
+    monkeypatch.setattr(cli, "load_settings", fail)
+
+
+def test_a_bad_range_exits_2_before_any_model_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _refuse_to_build_models(monkeypatch)
+    dataset = str(write_dataset(tmp_path / "tiny"))
+    result = CliRunner().invoke(app, ["bench", "--dataset", dataset, "--alphas", "2"])
+    assert result.exit_code == 2
+    assert result.stderr == "--alphas: 2 is out of range (each is between 0 and 1)\n"
+
+
+@pytest.mark.parametrize(
+    ("corpus", "message"),
+    [
+        (None, "corpus.jsonl is missing (a dataset needs both files)"),
+        ('{"id": "x", "text": "ok"}\nnot json\n', "corpus.jsonl:2: not JSON"),
+        ('{"id": "x", "text": "ok"}\n{"text": "no id"}\n', "corpus.jsonl:2: no 'id'"),
+    ],
+    ids=["missing-file", "bad-json", "no-id"],
+)
+def test_a_bad_dataset_exits_2_with_one_line_before_any_model_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corpus: str | None, message: str
+) -> None:
+    _refuse_to_build_models(monkeypatch)
+    good = write_dataset(tmp_path / "good")
+    bad = write_dataset(tmp_path / "bad")
+    if corpus is None:
+        (bad / "corpus.jsonl").unlink()
+    else:
+        (bad / "corpus.jsonl").write_text(corpus)
+    result = CliRunner().invoke(app, ["bench", "--dataset", str(good), "--dataset", str(bad)])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_a_missing_dataset_directory_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _refuse_to_build_models(monkeypatch)
+    result = CliRunner().invoke(app, ["bench", "--dataset", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"--dataset {tmp_path / 'nowhere'}: ")
 
 
 def test_a_run_records_where_it_was_measured() -> None:

@@ -67,6 +67,34 @@ def test_load_dataset_reports_bad_lines(tmp_path: Path) -> None:
         load_dataset(tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize(
+    ("file", "line", "message"),
+    [
+        ("corpus.jsonl", {"title": "no id", "text": "t"}, r"corpus\.jsonl:4: no 'id'"),
+        ("corpus.jsonl", {"id": "x", "text": None}, r"corpus\.jsonl:4: no 'text'"),
+        ("conversations.jsonl", {"turns": []}, r"conversations\.jsonl:2: no 'conversation_id'"),
+        (
+            "conversations.jsonl",
+            {"conversation_id": "c2", "turns": [{"role": "user"}]},
+            r"conversations\.jsonl:2: no 'text'",
+        ),
+        (
+            "conversations.jsonl",
+            {"conversation_id": "c2", "turns": [{"role": "user", "text": "q", "evaluate": True}]},
+            r"conversations\.jsonl:2: no 'turn'",
+        ),
+    ],
+)
+def test_a_row_without_a_required_field_names_its_file_and_line(
+    tmp_path: Path, file: str, line: dict[str, object], message: str
+) -> None:
+    directory = write_dataset(tmp_path / "bad")
+    with (directory / file).open("a") as stream:
+        stream.write(json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_dataset(directory)
+
+
 def test_a_passage_is_indexed_as_ingestion_indexes_a_chunk() -> None:
     passage = Passage("p-1", "Refunds", "Annual plans are refundable.")
     chunk = passage.chunk("corpus", 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -225,6 +226,30 @@ async def test_control_characters_in_a_name_fail_before_any_embedding(
     assert info.value.reason == "bad_file_name" and info.value.status_code == 400
     assert embedder.batches == []
     assert await snapshot(store) == before
+
+
+@pytest.mark.skipif(os.name != "posix", reason="names are bytes only on POSIX file systems")
+async def test_a_name_that_is_not_utf8_is_refused_showing_its_bytes(
+    tmp_path: Path, store: EmbeddedHybridIndex, embedder: HashingEmbedder
+) -> None:
+    (tmp_path / "sub").mkdir()
+    with open(os.path.join(os.fsencode(tmp_path), b"sub", b"caf\xe9.md"), "wb") as file:
+        file.write(b"# Caf\xc3\xa9\n\ntext")
+    files = collect_files([tmp_path])
+    before = await snapshot(store)
+    with pytest.raises(InvalidRequest) as info:
+        await ingest_files([*corpus(), *files], embedder, store)
+    assert str(info.value) == "file name b'sub/caf\\xe9.md' is not valid UTF-8; rename the file"
+    assert info.value.reason == "bad_file_name" and info.value.status_code == 400
+    assert embedder.batches == []
+    assert await snapshot(store) == before
+
+
+async def test_a_lone_surrogate_in_a_name_is_refused_in_ascii(
+    store: EmbeddedHybridIndex, embedder: HashingEmbedder
+) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape("file name 'a\\ud800.md' is not valid")):
+        await ingest_files([IngestFile("a\ud800.md", b"text")], embedder, store)
 
 
 async def test_names_in_any_script_are_accepted(
