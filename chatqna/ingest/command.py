@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from chatqna.backends.protocols import Embedder, Retriever
 from chatqna.ingest.dataprep import IngestFile, collect_files, ingest_files, load_limits
+from chatqna.ingest.loaders import SUPPORTED_SUFFIXES
 from chatqna.settings import Settings
 
 # Builds the configured embedder and retriever (the composition root's, given by the CLI).
@@ -24,7 +25,16 @@ async def run_ingest_command(
 ) -> None:
     """Ingest `paths`; with `rebuild`, into a new index built beside the old one, which
     replaces it only once every file is in (a failure or a kill leaves the old one whole)."""
-    files = collect_files(paths)
+    skipped: list[Path] = []
+    files = collect_files(paths, skipped)
+    if skipped:
+        print(f"{len(skipped)} file(s) skipped: not a supported type", file=sys.stderr)
+    if not files:
+        raise ValueError(
+            "nothing to ingest: no supported files in the paths given (supported: "
+            + ", ".join(SUPPORTED_SUFFIXES)
+            + ")"
+        )
     if not rebuild:
         await _ingest_into(settings, files, open_backends, force)
         return

@@ -108,11 +108,12 @@ def content_hash(data: bytes, chunk_size: int, chunk_overlap: int) -> str:
     return digest.hexdigest()
 
 
-def collect_files(paths: Sequence[Path]) -> list[IngestFile]:
+def collect_files(paths: Sequence[Path], skipped: list[Path] | None = None) -> list[IngestFile]:
     """Expand files and directories into `IngestFile`s; sources are relative to the root.
 
     A directory contributes its supported files (recursively, in sorted order), named
-    relative to that directory; a file given directly is named by its file name.
+    relative to that directory; the others are added to `skipped` when it is given. A file
+    given directly is named by its file name.
     """
     files: list[IngestFile] = []
     for path in paths:
@@ -120,6 +121,8 @@ def collect_files(paths: Sequence[Path]) -> list[IngestFile]:
             for item in sorted(p for p in path.rglob("*") if p.is_file()):
                 if item.suffix.lower() in SUPPORTED_SUFFIXES:
                     files.append(IngestFile(item.relative_to(path).as_posix(), item.read_bytes()))
+                elif skipped is not None:
+                    skipped.append(item)
         elif path.is_file():
             files.append(IngestFile(path.name, path.read_bytes()))
         else:

@@ -63,3 +63,19 @@ def test_a_rebuild_replaces_the_index_only_once_every_file_is_in(tmp_path: Path)
     # The old files are gone from the index: ingesting them again embeds them anew.
     again = ingest_cli(data, old)
     assert "2 file(s) ingested" in again.stdout and "0 unchanged" in again.stdout
+
+
+def test_a_directory_without_supported_files_is_an_error_that_names_the_skipped(
+    tmp_path: Path,
+) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "setup.exe").write_bytes(b"MZ")
+    (tools / "run.py").write_text("print('hi')")
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        ingest_cli(tmp_path / "data", tools)
+    assert "2 file(s) skipped: not a supported type" in info.value.stderr
+    assert "nothing to ingest" in info.value.stderr
+    (tools / "notes.md").write_text("# Notes\n\nSome notes.")
+    done = ingest_cli(tmp_path / "data", tools)
+    assert "1 file(s) ingested" in done.stdout and "2 file(s) skipped" in done.stderr

@@ -76,11 +76,17 @@ def test_collect_files_from_a_tree(tmp_path: Path) -> None:
     (root / "tool.exe").write_bytes(b"MZ")
     (root / "sub" / "report.doc").write_bytes(b"PK")
     (root / "README").write_bytes(b"no suffix")
-    files = collect_files([root])
+    skipped: list[Path] = []
+    files = collect_files([root], skipped)
     assert [(f.source, f.data) for f in files] == [
         ("a.md", b"alpha"),
         ("sub/b.txt", b"beta"),
         ("sub/deeper/c.HTML", b"<p>gamma</p>"),
+    ]
+    assert sorted(p.relative_to(root).as_posix() for p in skipped) == [
+        "README",
+        "sub/report.doc",
+        "tool.exe",
     ]
 
 
