@@ -13,6 +13,7 @@ from chatqna.backends.tei import TEIEmbedder
 from chatqna.errors import UpstreamError
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
+from tests.unit.backends.test_openai_chat import CONTEXT_ERRORS
 
 pytestmark = pytest.mark.anyio
 
@@ -267,15 +268,7 @@ async def test_llm_error_before_stream_is_5xx_for_non_stream(
     }
 
 
-LLAMA_CPP_CONTEXT_ERROR = {
-    "error": {
-        "code": 400,
-        "message": "the request exceeds the available context size, try increasing it",
-        "type": "exceed_context_size_error",
-        "n_prompt_tokens": 5210,
-        "n_ctx": 4096,
-    }
-}
+LLAMA_CPP_CONTEXT_ERROR = CONTEXT_ERRORS["llama.cpp"][1]  # as llama.cpp's server sends it
 
 
 async def test_a_prompt_beyond_the_llm_context_is_413_or_an_error_event(

@@ -246,6 +246,24 @@ class EndlessLLM(ScriptedLLM):
             self.closed = True
 
 
+def chat_scope(spec_version: str) -> dict[str, Any]:
+    """The ASGI scope of a `POST /v1/chatqna` from a server of this ASGI spec version."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": spec_version},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chatqna",
+        "raw_path": b"/v1/chatqna",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8888),
+    }
+
+
 @pytest.mark.parametrize("cancel_lands_in", ["generator", "send"])
 async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
     settings: Settings, cancel_lands_in: str
@@ -276,20 +294,7 @@ async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
             if cancel_lands_in == "send":
                 await asyncio.sleep(1)  # the socket is slow: the cancellation lands here
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chatqna",
-        "raw_path": b"/v1/chatqna",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8888),
-    }
+    scope = chat_scope("2.3")
     async with app.router.lifespan_context(app):
         await asyncio.wait_for(app(scope, receive, send), timeout=10)
         assert sent[0]["status"] == 200
@@ -316,20 +321,7 @@ async def test_a_client_gone_before_the_first_send_still_ends_the_turns_span(
     async def send(message: dict[str, Any]) -> None:
         raise OSError("the client is gone")
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chatqna",
-        "raw_path": b"/v1/chatqna",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8888),
-    }
+    scope = chat_scope("2.4")
     async with app.router.lifespan_context(app):
         with contextlib.suppress(Exception):
             await asyncio.wait_for(app(scope, receive, send), timeout=10)

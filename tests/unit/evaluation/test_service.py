@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatqna.evaluation.dataset import Passage, load_dataset
+from chatqna.evaluation.dataset import Dataset, Passage, load_dataset
 from chatqna.evaluation.live import ANSWER_CHARS
 from chatqna.evaluation.service import (
     ANSWER_TOKENS,
@@ -88,6 +88,21 @@ class FakeService:
         return httpx.Response(200, json=reply)
 
 
+async def score_both_histories(
+    dataset: Dataset, fake: FakeService, answers: bool = False
+) -> dict[str, Any]:
+    """`run_against_service` on `fake`, with reference and with own history."""
+    return await run_against_service(
+        dataset,
+        "http://service",
+        ingest=False,
+        samples=50,
+        histories=("reference", "own"),
+        answers=answers,
+        transport=httpx.MockTransport(fake),
+    )
+
+
 @pytest.mark.anyio
 async def test_own_history_sends_the_top_passage_the_service_returned_as_the_answer(
     tmp_path: Path,
@@ -100,15 +115,7 @@ async def test_own_history_sends_the_top_passage_the_service_returned_as_the_ans
             "How long is it kept?": ("p-retain", "Data is kept 30 days after cancel."),
         }
     )
-    transport = httpx.MockTransport(fake)
-    results = await run_against_service(
-        dataset,
-        "http://service",
-        ingest=False,
-        samples=50,
-        histories=("reference", "own"),
-        transport=transport,
-    )
+    results = await score_both_histories(dataset, fake)
     reference, own = fake.requests[:2], fake.requests[2:]
     # Reference history: the dataset's assistant turn, as it stands.
     assert reference[1][1] == {"role": "assistant", "content": "Use the export zip."}
@@ -146,15 +153,7 @@ async def test_with_answers_own_history_holds_what_the_service_answered(tmp_path
             "How long is it kept?": ("p-retain", "Data is kept 30 days after cancel."),
         }
     )
-    results = await run_against_service(
-        dataset,
-        "http://service",
-        ingest=False,
-        samples=50,
-        histories=("reference", "own"),
-        answers=True,
-        transport=httpx.MockTransport(fake),
-    )
+    results = await score_both_histories(dataset, fake, answers=True)
     reference, own = fake.bodies[:2], fake.bodies[2:]
     assert [b["max_tokens"] for b in reference] == [1, 1], "reference history needs no answer"
     # Own history: each turn ranked at the depth, then answered as the service answers users.
