@@ -338,7 +338,12 @@ def bench(
     from chatqna.evaluation.report import render_from
 
     if render is not None:
-        for kind, path in render_from(render).items():
+        try:
+            rendered = render_from(render)
+        except (OSError, ValueError, KeyError) as exc:  # not a results.json of `chatqna bench`
+            typer.echo(f"--render {render}: cannot render it ({exc})", err=True)
+            raise typer.Exit(2) from exc
+        for kind, path in rendered.items():
             typer.echo(f"{kind}: {path}")
         return
     options = {**locals(), "command": "chatqna bench " + " ".join(sys.argv[2:])}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -137,3 +138,13 @@ def test_ask_refuses_a_url_without_a_scheme() -> None:
 
 def test_the_server_runs_on_the_compiled_loop_and_parser() -> None:
     assert cli.server_options() == {"loop": "uvloop", "http": "httptools"}
+
+
+def test_render_of_a_missing_or_foreign_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    foreign = tmp_path / "notes.json"
+    foreign.write_text('{"not": "a benchmark result"}')
+    for path in (tmp_path / "missing.json", foreign):
+        result = CliRunner().invoke(cli.app, ["bench", "--render", str(path)])
+        assert result.exit_code == 2, result.output
+        assert f"--render {path}: cannot render it" in result.output
+        assert "Traceback" not in result.output
