@@ -49,10 +49,12 @@ class AnswerPrinter:
         if event.event == "error":
             raise AskFailed(f"the service failed: {describe_envelope(body)}")
         if event.event == "metadata":
-            for doc in body.get("source_documents", []):
-                typer.echo(
-                    f"[source] {doc['source']} - {doc['title']} ({doc['score']:.3f})", err=True
-                )
+            for doc in body.get("source_documents") or []:
+                if not isinstance(doc, dict):
+                    raise AskFailed("the service sent metadata whose sources are not objects")
+                score = doc.get("score")
+                shown = f"{score:.3f}" if isinstance(score, int | float) else "?"
+                typer.echo(f"[source] {doc.get('source')} - {doc.get('title')} ({shown})", err=True)
             return
         for choice in body.get("choices", []):
             text = choice.get("delta", {}).get("content") or ""

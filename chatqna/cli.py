@@ -32,14 +32,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
 async def open_backends(settings: Settings) -> tuple[Any, Any]:
     """The configured embedder and retriever, for `chatqna ingest`."""
-    from chatqna.composition import build_embedder, build_retriever
+    from chatqna.composition import build_retrieval_backends
 
-    embedder = await build_embedder(settings)
-    try:
-        return embedder, await build_retriever(settings, embedder)
-    except BaseException:
-        await embedder.aclose()
-        raise
+    backends = await build_retrieval_backends(settings)
+    return backends.embedder, backends.retriever
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -340,7 +336,7 @@ def bench(
     if render is not None:
         try:
             rendered = render_from(render)
-        except (OSError, ValueError, KeyError) as exc:  # not a results.json of `chatqna bench`
+        except (OSError, ValueError) as exc:  # missing, or not a results.json of `chatqna bench`
             typer.echo(f"--render {render}: cannot render it ({exc})", err=True)
             raise typer.Exit(2) from exc
         for kind, path in rendered.items():

@@ -86,7 +86,8 @@ async def _event_stream(
                 opening = sse.event("metadata", metadata) + sse.data(writer.chunk(writer.opening()))
             else:
                 opening = sse.data(writer.chunk(writer.opening(), metadata=metadata))
-        except Exception:  # the status is sent already: the stream still ends as documented
+        except Exception as exc:  # the status is sent already: the stream ends as documented
+            turn.error = exc  # the turn's span ends as failed
             logger.exception("unexpected error while opening the stream")
             yield sse.event("error", INTERNAL_ERROR) + sse.DONE
             return

@@ -92,7 +92,7 @@ def context_overflow(exc: BaseException | None, backend: str) -> ContextTooLong 
         return None
     error = body.get("error")
     fields: dict[str, Any] = error if isinstance(error, dict) else body
-    message = fields.get("message") if isinstance(fields.get("message"), str) else error
+    message = fields.get("message", error)
     kinds = {str(fields.get("type")), str(fields.get("code"))}
     if not kinds & CONTEXT_ERROR_KINDS and not (
         isinstance(message, str) and CONTEXT_ERROR_WORDS.search(message)

@@ -121,12 +121,15 @@ def _eval_turn(
         turn = int(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: 'turn' is not a whole number ({value!r})") from exc
+    relevant = item.get("relevant_ids") or []
+    if not isinstance(relevant, list):
+        raise ValueError(f"{where}: 'relevant_ids' is not a list ({relevant!r})")
     return EvalTurn(
         conversation_id=conversation_id,
         turn=turn,
         query=str(item["text"]),
         history=tuple(history),
-        relevant_ids=tuple(str(i) for i in item.get("relevant_ids") or ()),
+        relevant_ids=tuple(str(i) for i in relevant),
         gold_rewrite=item.get("gold_rewrite") or None,
     )
 

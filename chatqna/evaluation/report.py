@@ -162,6 +162,12 @@ def chart(results: dict[str, Any], path: Path) -> None:
 def render_from(results_json: Path) -> dict[str, Path]:
     """Redraw `results.md` and the chart next to an existing `results.json`."""
     results = json.loads(results_json.read_text())
+    if not (
+        isinstance(results, dict)
+        and isinstance(results.get("dataset"), dict)
+        and isinstance(results.get("modes"), list)
+    ):
+        raise ValueError(f"{results_json} is not the results.json of `chatqna bench`")
     directory = results_json.parent
     paths = {"markdown": directory / "results.md"}
     paths["markdown"].write_text(markdown(results))

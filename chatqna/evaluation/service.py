@@ -104,7 +104,7 @@ async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> 
     sent = time.perf_counter()
     response = await client.post("/v1/chatqna", json=body)
     elapsed = (time.perf_counter() - sent) * 1000
-    if response.status_code == 503 and response.json().get("error") == "condense_failed":
+    if condense_failed(response):
         return ServiceTurn([], str(response.json().get("reason")), None, elapsed)
     response.raise_for_status()
     metadata = response.json()["metadata"]
@@ -112,6 +112,18 @@ async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> 
     sources = (passage_id_of(doc["source"]) for doc in documents)
     top_text = documents[0]["text"] if documents else ""
     return ServiceTurn(list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text)
+
+
+def condense_failed(response: httpx.Response) -> bool:
+    """Whether the service failed the turn closed (503 `condense_failed`); any other error,
+    a proxy's HTML page included, is left to `raise_for_status`."""
+    if response.status_code != 503:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("error") == "condense_failed"
 
 
 async def service_answer(client: httpx.AsyncClient, turn: EvalTurn, tokens: int) -> str:
@@ -124,7 +136,7 @@ async def service_answer(client: httpx.AsyncClient, turn: EvalTurn, tokens: int)
         "temperature": 0.0,
     }
     response = await client.post("/v1/chatqna", json=body)
-    if response.status_code == 503 and response.json().get("error") == "condense_failed":
+    if condense_failed(response):
         return ""
     response.raise_for_status()
     return str(response.json()["choices"][0]["message"]["content"])
@@ -198,7 +210,7 @@ class ServiceScorer:
             self.plans[turn.key] = answered.plan(turn.query)
             self.result.rankings[turn.key] = answered.ranking
             self.result.per_turn[turn.key] = turn_metrics(answered.ranking, turn.relevant_ids)
-        if self.answer_tokens:
+        if self.answer_tokens and answered.failure is None:
             return await service_answer(self.client, turn, self.answer_tokens)
         return answered.top_text[:ANSWER_CHARS]
 

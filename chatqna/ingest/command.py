@@ -78,8 +78,10 @@ async def _ingest_into(
         )
     finally:
         bar.close()
-        await retriever.aclose()
-        await embedder.aclose()
+        try:
+            await retriever.aclose()
+        finally:
+            await embedder.aclose()
     ingested = [r for r in results if r.status == "ingested"]
     chunks = sum(r.chunks for r in ingested)
     seconds = time.perf_counter() - started
@@ -101,14 +103,24 @@ def rebuild_settings(settings: Settings) -> Settings:
 
 
 def replace_embedded_index(settings: Settings, rebuilt: Path) -> None:
-    """Put the index built in `rebuilt` in the old one's place, then delete the old one: two
-    renames, so the old index stays whole until the new one is complete."""
+    """Put the index built in `rebuilt` in the old one's place, then delete the old one. The
+    old index is renamed aside first; if the new one cannot take its place, it is put back,
+    and an earlier swap cut off between the two renames (the old index aside, none in place)
+    is undone before this one starts."""
     target = settings.index_dir
     retired = target.with_name(target.name + ".old")
     if retired.exists():
-        shutil.rmtree(retired)
+        if target.exists():
+            shutil.rmtree(retired)
+        else:
+            retired.rename(target)
     if target.exists():
         target.rename(retired)
-    rebuilt.rename(target)
+    try:
+        rebuilt.rename(target)
+    except BaseException:
+        if retired.exists() and not target.exists():
+            retired.rename(target)
+        raise
     if retired.exists():
         shutil.rmtree(retired)

@@ -199,11 +199,17 @@ class LinkFetcher:
             try:
                 async with client.stream("GET", current) as response:
                     if response.status_code in _REDIRECTS and "location" in response.headers:
-                        current = _parse_url(url, str(current.join(response.headers["location"])))
+                        current = _parse_url(url, response.headers["location"], base=current)
                         continue
                     return await self._read(url, response)
             except httpx.TimeoutException as exc:
                 raise TimeoutError from exc
+            except UnicodeError as exc:  # httpx decodes a redirect's IDNA host as it reads it
+                raise LinkRefused(
+                    f"{url}: redirected to a URL whose host is not valid ({exc})",
+                    reason="bad_url",
+                    details={"url": url},
+                ) from exc
             except httpx.HTTPError as exc:
                 raise LinkUnreadable(
                     f"{url}: {type(exc).__name__}: {exc}",
@@ -271,9 +277,10 @@ def _port(url: httpx.URL) -> int:
     return 443 if url.scheme == "https" else 80
 
 
-def _parse_url(original: str, url: str) -> httpx.URL:
+def _parse_url(original: str, url: str, base: httpx.URL | None = None) -> httpx.URL:
+    """`url` (relative to `base`, for a redirect's `Location`) as a URL the fetcher may use."""
     try:
-        parsed = httpx.URL(url)
+        parsed = base.join(url) if base is not None else httpx.URL(url)
         host = parsed.host  # decoding an IDNA host may fail ("xn--"): an IDNAError
     except (httpx.InvalidURL, UnicodeError) as exc:
         raise LinkRefused(

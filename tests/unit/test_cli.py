@@ -143,7 +143,9 @@ def test_the_server_runs_on_the_compiled_loop_and_parser() -> None:
 def test_render_of_a_missing_or_foreign_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     foreign = tmp_path / "notes.json"
     foreign.write_text('{"not": "a benchmark result"}')
-    for path in (tmp_path / "missing.json", foreign):
+    listed = tmp_path / "list.json"
+    listed.write_text("[]")
+    for path in (tmp_path / "missing.json", foreign, listed):
         result = CliRunner().invoke(cli.app, ["bench", "--render", str(path)])
         assert result.exit_code == 2, result.output
         assert f"--render {path}: cannot render it" in result.output

@@ -83,6 +83,16 @@ def test_load_dataset_reports_bad_lines(tmp_path: Path) -> None:
             {"conversation_id": "c2", "turns": [{"role": "user", "text": "q", "evaluate": True}]},
             r"conversations\.jsonl:2: no 'turn'",
         ),
+        (
+            "conversations.jsonl",
+            {
+                "conversation_id": "c2",
+                "turns": [
+                    {"role": "user", "text": "q", "turn": 1, "evaluate": True, "relevant_ids": 7}
+                ],
+            },
+            r"conversations\.jsonl:2: 'relevant_ids' is not a list",
+        ),
     ],
 )
 def test_a_row_without_a_required_field_names_its_file_and_line(

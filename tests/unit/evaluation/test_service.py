@@ -14,6 +14,7 @@ from chatqna.evaluation.dataset import Dataset, Passage, load_dataset
 from chatqna.evaluation.live import ANSWER_CHARS
 from chatqna.evaluation.service import (
     ANSWER_TOKENS,
+    condense_failed,
     passage_file,
     passage_filename,
     passage_id_of,
@@ -163,3 +164,11 @@ async def test_with_answers_own_history_holds_what_the_service_answered(tmp_path
     assert [(b["max_tokens"], b["temperature"]) for b in answered] == [(ANSWER_TOKENS, 0.0)] * 2
     assert ranked[1]["messages"][1] == {"role": "assistant", "content": "About p-refund."}
     assert results["own_history_answers"] == "the service's answers"
+
+
+def test_only_the_services_own_envelope_is_a_closed_failure() -> None:
+    closed = {"error": "condense_failed", "reason": "timeout", "message": "retry"}
+    assert condense_failed(httpx.Response(503, json=closed))
+    assert not condense_failed(httpx.Response(503, text="<html>Service Unavailable</html>"))
+    assert not condense_failed(httpx.Response(503, json=["condense_failed"]))
+    assert not condense_failed(httpx.Response(502, json=closed))

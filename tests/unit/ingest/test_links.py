@@ -204,3 +204,11 @@ async def test_a_name_that_rebinds_between_check_and_connect_is_refused() -> Non
         "address": "10.0.0.9",
     }
     assert "when connecting" in info.value.message
+
+
+@pytest.mark.parametrize("location", ["http://[::1", "ftp://docs.test/x", "http://xn--/"])
+async def test_a_redirect_to_an_unusable_url_is_refused(location: str) -> None:
+    bounce = fetcher(lambda r: httpx.Response(302, headers={"location": location}))
+    with pytest.raises((LinkRefused, LinkUnreadable)) as info:
+        await bounce.fetch_all(["https://docs.test/old"])
+    assert 400 <= info.value.status_code < 500
