@@ -96,7 +96,7 @@ def _load(
     kind: str, source: str, stem: str, data: bytes, charset: str | None, limits: LoadLimits
 ) -> LoadedDocument:
     if kind == "pdf":
-        return _load_pdf(source, stem, data, TextCounter(source, limits.max_text_chars))
+        return _load_pdf(source, stem, data, limits)
     office = {"docx": load_docx, "pptx": load_pptx, "xlsx": load_xlsx}.get(kind)
     if office is not None:
         title, sections = office(source, stem, data, limits)
@@ -170,12 +170,14 @@ def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
     return LoadedDocument(source, title, _nonempty(resolved))
 
 
-def _load_pdf(source: str, stem: str, data: bytes, text: TextCounter) -> LoadedDocument:
+def _load_pdf(source: str, stem: str, data: bytes, limits: LoadLimits) -> LoadedDocument:
+    text = TextCounter(source, limits.max_text_chars)
+    drawn = _DrawingCounter(source, limits.max_unpacked_bytes)
     try:
         reader = PdfReader(io.BytesIO(data))
         encrypted = reader.is_encrypted
         metadata = None if encrypted else reader.metadata
-        pages = [] if encrypted else list(_page_texts(reader, text))
+        pages = [] if encrypted else list(_page_texts(reader, text, drawn))
     except ChatQnAError:
         raise
     except Exception as exc:
@@ -192,10 +194,39 @@ def _load_pdf(source: str, stem: str, data: bytes, text: TextCounter) -> LoadedD
     return LoadedDocument(source, title, _nonempty(sections))
 
 
-def _page_texts(reader: PdfReader, text: TextCounter) -> Iterator[str]:
+def _page_texts(reader: PdfReader, text: TextCounter, drawn: _DrawingCounter) -> Iterator[str]:
     """Each page's text, counted as it is extracted: many pages can draw one content
-    stream, so a small PDF can hold far more text than its size suggests."""
+    stream, so a small PDF can hold far more text than its size suggests.
+
+    A page's drawing instructions are counted before its text is extracted: reading them
+    costs about a second per megabyte, whether or not they draw any text, so a few
+    kilobytes of PDF whose pages all draw one large stream of empty text would otherwise
+    keep a worker busy for hours and never reach the text limit.
+    """
     for page in reader.pages:
+        contents = page.get_contents()
+        if contents is not None:
+            drawn.add(len(contents.get_data()))
         page_text = _tidy(page.extract_text() or "")
         text.add(len(page_text))
         yield page_text
+
+
+class _DrawingCounter:
+    """Counts the decoded bytes of page content a PDF has drawn so far (a page counts each
+    time it is drawn, shared streams included) and raises `PayloadTooLarge` past the
+    limit."""
+
+    def __init__(self, source: str, limit: int) -> None:
+        self._source = source
+        self._limit = limit
+        self.count = 0
+
+    def add(self, size: int) -> None:
+        self.count += size
+        if self.count > self._limit:
+            raise PayloadTooLarge(
+                f"{self._source} draws more than {self._limit} bytes of page content "
+                "(CHATQNA_DATAPREP_MAX_UNPACKED_BYTES); split it into smaller files",
+                details={"source": self._source, "bytes": self.count, "limit": self._limit},
+            )

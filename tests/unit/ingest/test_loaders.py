@@ -195,6 +195,24 @@ def test_a_pdf_is_refused_at_the_page_that_passes_the_text_limit() -> None:
     assert 10_000 < info.value.details["chars"] < 10_000 + 1_000
 
 
+def test_a_pdf_that_draws_no_text_is_refused_once_its_pages_pass_the_unpacked_limit() -> None:
+    # Every page draws one 31-byte stream of empty text: reading a page's drawing costs
+    # time whether or not it yields text, so the pages are counted, not only the text.
+    data = minimal_pdf("", pages=200)
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_UNPACKED_BYTES") as info:
+        load_document("empty-pages.pdf", data, limits=LoadLimits(max_unpacked_bytes=1_000))
+    assert 1_000 < info.value.details["bytes"] <= 1_000 + 31
+    assert info.value.details["limit"] == 1_000
+
+
+def test_a_pdf_page_is_counted_before_its_text_is_read() -> None:
+    data = minimal_pdf("Refunds take five days.")
+    with pytest.raises(PayloadTooLarge, match="page content"):
+        load_document("one-page.pdf", data, limits=LoadLimits(max_unpacked_bytes=10))
+    # The same file within the limit reads as usual.
+    assert load_document("one-page.pdf", data).sections[0][1] == "Refunds take five days."
+
+
 def test_encrypted_pdf_is_rejected() -> None:
     writer = PdfWriter()
     writer.add_blank_page(width=200, height=200)
