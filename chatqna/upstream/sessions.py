@@ -5,12 +5,13 @@ own per upstream. `HttpxSession` sends through any httpx transport instead: it i
 tests reach the clients (`httpx.MockTransport`, or respx, which routes every httpx
 client), and how a caller that brings an httpx transport of its own is served. Both give the
 same `Reply` and `StreamReply`, and on real sockets they put the same request on the wire
-(`tests/contract/test_upstream_sessions.py`), so what the tests check through httpx holds
+(`tests/contract/test_upstream_client.py`), so what the tests check through httpx holds
 for the aiohttp session the service uses.
 
 Why aiohttp directly, not httpx over an aiohttp transport (`httpx-aiohttp`) or httpx's own
-transport: a call costs the caller a third of the CPU (`benchmarks/http_client_cost.py`;
-the Resilience page), and every turn makes four of them.
+transport: a call costs the caller half the CPU of httpx over aiohttp and a quarter of
+httpx's own (`benchmarks/http_client_cost.py`; the Resilience page), and every turn makes
+four of them.
 
 A failure is the library's own exception: aiohttp's (`ClientConnectorError`,
 `ServerDisconnectedError`, `ClientPayloadError`, its timeouts, which are `TimeoutError`s)

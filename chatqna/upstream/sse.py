@@ -12,8 +12,7 @@ It is a small incremental decoder of our own rather than `httpx-sse`: it reads a
 of chunks (raw network reads, sync or async, bytes or text), and the load benchmark, which
 shares the machine with the server it measures, feeds it raw reads. Measured per event on
 a 200-token chat stream read one event per read, it costs about the same as httpx's
-`iter_lines()` with a field loop, 1.5 to 1.8 times the former ad-hoc blank-line splitter
-(about 1.3 microseconds more) and less than `httpx-sse` (`benchmarks/sse_parsing.py`).
+`iter_lines()` with a field loop, and less than `httpx-sse` (`benchmarks/sse_parsing.py`).
 """
 
 from __future__ import annotations
