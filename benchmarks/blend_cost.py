@@ -5,9 +5,9 @@
 
 The datasets default to ../shared/datasets/mtrag-clapnq and the handbook lab.
 
-Today the blend embeds the follow-up and the joined history window (the user's previous
-questions, newest first, at the shipped defaults) in one call, and mixes the two vectors
-with `MULTI_TURN_BLEND_ALPHA`. The alternative embeds each history message on its own,
+The service's blend embeds the follow-up and the joined history window (its messages,
+newest first, as `Settings` configures them) in one call, and mixes the two vectors with
+`MULTI_TURN_BLEND_ALPHA`. The alternative embeds each history message on its own,
 which a service can cache by text (each earlier question was embedded when it was asked),
 and combines the message vectors into the history vector: `mean` (equal weights) or
 `newest` (weights 1, 1/2, 1/4, ... newest first), then the same alpha. Everything else is
