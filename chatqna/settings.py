@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     multi_turn_self_contained_similarity: float = Field(0.4, ge=0.0, le=1.0)
     multi_turn_rerank_query: Literal["conversation", "message"] = "conversation"
     multi_turn_translate_history: bool = True
-    multi_turn_translation_cache_size: int = Field(1024, ge=1)
+    multi_turn_translation_cache_size: int = Field(1024, ge=0)
     multi_turn_translation_timeout_seconds: float = Field(10.0, gt=0)
     condense_llm_endpoint: str | None = None
     condense_llm_model_id: str | None = None
@@ -280,6 +280,15 @@ class Settings(BaseSettings):
     otel_exporter_otlp_protocol: Literal["grpc", "http/protobuf"] | None = None
     otel_exporter_otlp_traces_protocol: Literal["grpc", "http/protobuf"] | None = None
     chatqna_trace_content: bool = False
+
+    @field_validator("otel_sdk_disabled", mode="before")
+    @classmethod
+    def _otel_boolean(cls, value: object) -> object:
+        # The OpenTelemetry specification's boolean: only "true", in any case, is true;
+        # "1", "yes" or "on" leave the SDK enabled, as the SDK itself reads them.
+        if isinstance(value, str):
+            return value.strip().lower() == "true"
+        return value
 
     @field_validator("chatqna_workers", mode="before")
     @classmethod

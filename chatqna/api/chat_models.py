@@ -71,12 +71,16 @@ class CondenseInfo(BaseModel):
 
 
 class TranslationInfo(BaseModel):
-    """What translating the history did; empty when the blend did not run."""
+    """What translating the history did; empty when the blend did not run.
+
+    `translated` counts the messages searched in translation, whether translated for this
+    turn or remembered from an earlier one: which of the two would tell one user whether
+    another had recently sent the same words.
+    """
 
     enabled: bool | None = None
     ran: bool | None = None
     translated: int | None = None
-    from_cache: int | None = None
     failed: int | None = None
 
 
@@ -102,8 +106,7 @@ class BlendInfo(BaseModel):
             TranslationInfo(
                 enabled=report.enabled,
                 ran=report.ran,
-                translated=report.translated,
-                from_cache=report.from_cache,
+                translated=report.translated + report.from_cache,
                 failed=report.failed,
             )
             if report is not None

@@ -55,7 +55,8 @@ class TranslationOutcome:
 
 
 class HistoryTranslator:
-    """Translates non-English history messages with an LLM, caching each translation."""
+    """Translates non-English history messages with an LLM, caching each translation
+    (`cache_size` 0: none is remembered)."""
 
     def __init__(
         self,
@@ -65,8 +66,8 @@ class HistoryTranslator:
         timeout_seconds: float = 10.0,
         max_tokens: int = 256,
     ) -> None:
-        if cache_size < 1:
-            raise ValueError("cache_size must be at least 1")
+        if cache_size < 0:
+            raise ValueError("cache_size must be at least 0")
         self._llm = llm
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._cache_size = cache_size
@@ -122,7 +123,8 @@ class HistoryTranslator:
                 out.append(message)
                 failed += 1
                 continue
-            self._remember(key, english)
+            if self._cache_size:
+                self._remember(key, english)
             out.append(Message(message.role, english))
             translated += 1
         return TranslationOutcome(tuple(out), translated, cached, failed)

@@ -233,3 +233,21 @@ def test_redis_urls_of_every_scheme_are_accepted(
 ) -> None:
     monkeypatch.setenv("REDIS_URL", value)
     assert Settings().redis_url == value
+
+
+@pytest.mark.parametrize(
+    ("value", "disabled"),
+    [
+        ("true", True),
+        ("TRUE", True),
+        (" True ", True),
+        ("1", False),
+        ("yes", False),
+        ("false", False),
+    ],
+)
+def test_otel_sdk_disabled_is_the_specification_s_boolean(
+    monkeypatch: pytest.MonkeyPatch, value: str, disabled: bool
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", value)
+    assert Settings().otel_sdk_disabled is disabled

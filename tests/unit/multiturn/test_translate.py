@@ -44,6 +44,14 @@ async def test_cache_is_bounded() -> None:
     assert translator.llm_calls == 3
 
 
+async def test_a_cache_of_size_zero_remembers_nothing() -> None:
+    translator = HistoryTranslator(ScriptedLLM("English text here."), cache_size=0)
+    for _ in range(2):
+        outcome = await translator.normalise([Message("user", SPANISH)])
+        assert (outcome.translated, outcome.cached) == (1, 0)
+    assert translator.llm_calls == 2
+
+
 async def test_failure_keeps_the_original_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     llm = ScriptedLLM(error=UpstreamTimeout("llm: timed out", backend="llm"))
     translator = HistoryTranslator(llm)
