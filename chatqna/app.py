@@ -22,7 +22,7 @@ from chatqna import __version__
 from chatqna.api import chat, dataprep, health, observability, retrieval, ui
 from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
-from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit
+from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit, route_path
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
@@ -38,7 +38,7 @@ UNTRACED_PATHS = frozenset({"/metrics", "/v1/health_check", "/v1/ready"})
 
 
 def untraced(scope: Scope) -> bool:
-    return scope.get("path") in UNTRACED_PATHS
+    return scope.get("type") == "http" and route_path(scope) in UNTRACED_PATHS
 
 
 def fastapi_telemetry(tracer_provider: TracerProvider | None) -> TelemetryConfig:

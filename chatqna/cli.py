@@ -98,6 +98,7 @@ def serve(
         "host": settings.chatqna_host,
         "port": settings.mega_service_port,
         "log_level": settings.chatqna_log_level.lower(),
+        "root_path": "" if settings.chatqna_root_path is None else settings.chatqna_root_path,
         "timeout_graceful_shutdown": 5,
         **server_options(),
     }
@@ -152,6 +153,7 @@ def retriever(
         host=settings.chatqna_host,
         port=settings.retriever_service_port,
         log_level=settings.chatqna_log_level.lower(),
+        root_path="" if settings.chatqna_root_path is None else settings.chatqna_root_path,
         timeout_graceful_shutdown=5,
         **server_options(),
     )

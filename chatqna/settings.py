@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     # --- service -----------------------------------------------------------------------
     mega_service_port: int = Field(8888, ge=1, le=65535)
     chatqna_host: str = "127.0.0.1"
+    chatqna_root_path: str | None = Field(None, pattern=r"^(/[^/\s]+)+$")  # /chat, no trailing /
     chatqna_data_dir: Path = Path("data")
     chatqna_api_key: SecretStr | None = None
     chatqna_max_message_chars: int = Field(8000, ge=1)
@@ -189,6 +190,7 @@ class Settings(BaseSettings):
         "chatqna_llm_threads",
         "condense_llm_model_id",
         "chatqna_dataprep_link_proxy",
+        "chatqna_root_path",
         mode="before",
     )
     @classmethod

@@ -36,6 +36,20 @@ SIGN_IN = "A valid API key is required: sign in with any user name and the key a
 RETRY_AFTER_SECONDS = 1
 
 
+def route_path(scope: Scope) -> str:
+    """The path a request is routed on: without the `root_path` the app is mounted under.
+
+    A server started with a root path (`uvicorn --root-path /chat`, `CHATQNA_ROOT_PATH`)
+    puts the prefix in `scope["path"]` as well, and the router strips it; the guards, which
+    run before the router, must strip it the same way or no path of theirs ever matches.
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
+    return path
+
+
 def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS
 
@@ -72,14 +86,14 @@ class ApiKeyGuard:
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.api_key is None or is_public(scope["path"]):
+        if scope["type"] != "http" or self.api_key is None or is_public(route_path(scope)):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
         if request_has_key(headers, scope["method"], self.api_key):
             await self.app(scope, receive, send)
             return
-        if asks_browser(scope["method"], scope["path"], headers):
+        if asks_browser(scope["method"], route_path(scope), headers):
             error, challenge = Unauthorized(SIGN_IN), BASIC_CHALLENGE
         else:
             error, challenge = Unauthorized(API_KEY_REQUIRED), "Bearer"
@@ -106,7 +120,7 @@ class BodySizeLimit:
     def _limit(self, scope: Scope, headers: Headers) -> tuple[int, str]:
         """The limit on this request's body and the variable that sets it."""
         content_type = headers.get("content-type", "")
-        if scope["path"] == UPLOAD_PATH and content_type.startswith("multipart/form-data"):
+        if route_path(scope) == UPLOAD_PATH and content_type.startswith("multipart/form-data"):
             return self.max_upload_bytes, "CHATQNA_MAX_UPLOAD_REQUEST_BYTES"
         return self.max_bytes, "CHATQNA_MAX_REQUEST_BYTES"
 
@@ -170,7 +184,7 @@ class ChatConcurrencyLimit:
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.paths:
+        if scope["type"] != "http" or route_path(scope) not in self.paths:
             await self.app(scope, receive, send)
             return
         if not await self._acquire():

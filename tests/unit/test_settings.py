@@ -251,3 +251,15 @@ def test_otel_sdk_disabled_is_the_specification_s_boolean(
 ) -> None:
     monkeypatch.setenv("OTEL_SDK_DISABLED", value)
     assert Settings().otel_sdk_disabled is disabled
+
+
+@pytest.mark.parametrize("value", ["chat", "/chat/", "/a//b"])
+def test_a_root_path_must_be_a_path_without_a_trailing_slash(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    assert "CHATQNA_ROOT_PATH" in _error_for(monkeypatch, CHATQNA_ROOT_PATH=value)
+
+
+def test_a_root_path_is_kept_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATQNA_ROOT_PATH", "/chat")
+    assert Settings().chatqna_root_path == "/chat"

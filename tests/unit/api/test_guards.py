@@ -11,7 +11,10 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import SecretStr
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from chatqna.api.guards import route_path
 from chatqna.app import create_app
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams
@@ -327,3 +330,71 @@ async def test_a_client_gone_before_the_first_send_still_ends_the_turns_span(
             await asyncio.wait_for(app(scope, receive, send), timeout=10)
     ended = [s.name for s in spans.get_finished_spans()]
     assert "chatqna.orchestrate" in ended, ended
+
+
+# --------------------------------------------------------------------------- root path
+
+
+@pytest.mark.parametrize(
+    ("path", "root", "routed"),
+    [
+        ("/chat/v1/chatqna", "/chat", "/v1/chatqna"),
+        ("/chat", "/chat", "/"),
+        ("/v1/chatqna", "", "/v1/chatqna"),
+        ("/v1/chatqna", "/chat", "/v1/chatqna"),  # a server that leaves the prefix out
+        ("/chatter/v1/ready", "/chat", "/chatter/v1/ready"),  # not under the prefix
+    ],
+)
+def test_the_route_path_drops_the_root_path(path: str, root: str, routed: str) -> None:
+    assert route_path({"path": path, "root_path": root}) == routed
+
+
+def mounted_at(app: ASGIApp, root: str) -> ASGIApp:
+    """`app` as uvicorn serves it with `root_path=root`: the prefix in both `root_path` and
+    `path`, as behind a proxy that strips it."""
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = root.encode() + scope["raw_path"]
+            scope = {**scope, "root_path": root, "path": root + scope["path"], "raw_path": raw}
+        await app(scope, receive, send)
+
+    return asgi
+
+
+async def test_the_guards_hold_under_a_root_path(settings: Settings) -> None:
+    limited = settings.model_copy(
+        update={
+            "chatqna_api_key": SecretStr("s3cret"),
+            "chatqna_root_path": "/chat",
+            "chatqna_max_concurrent_chats": 1,
+            "chatqna_queue_timeout_seconds": 0,
+            "chatqna_max_request_bytes": 1024,
+            "chatqna_max_upload_request_bytes": 6000,
+        }
+    )
+    llm = GatedLLM()
+    app = create_app(limited, await make_backends(limited, llm=llm), TRACER_PROVIDER)
+    key = {"authorization": "Bearer s3cret"}
+    transport = httpx.ASGITransport(app=mounted_at(app, "/chat"))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
+    ):
+        # The probes stay open without the key; everything else needs it.
+        assert (await client.get("/v1/health_check")).status_code == 200
+        assert (await client.get("/v1/models")).status_code == 401
+        # An upload has the upload limit, not the 1 KiB limit of other bodies.
+        text = ("Invoices are sent by email on the first day of the month. " * 40).encode()
+        files = [("files", ("invoices.md", text, "text/markdown"))]
+        uploaded = await client.post("/v1/dataprep/ingest", files=files, headers=key)
+        assert uploaded.status_code == 200, uploaded.text
+        # /docs loads the schema from under the prefix.
+        assert "/chat/openapi.json" in (await client.get("/docs", headers=key)).text
+        # One chat at a time.
+        first = asyncio.create_task(client.post("/v1/chatqna", json=ASK, headers=key))
+        await llm.started.wait()
+        refused = await client.post("/v1/chatqna", json=ASK, headers=key)
+        assert refused.status_code == 429
+        llm.release.set()
+        assert (await first).status_code == 200
