@@ -93,9 +93,12 @@ async def _event_stream(
             return
         yield opening
         finish: str | None = None
-        async with sse.closing(turn.stream()) as deltas:
+        async with sse.closing(sse.with_pings(turn.stream(), sse.KEEPALIVE_SECONDS)) as deltas:
             try:
                 async for delta in deltas:
+                    if delta is None:  # the next token is slow to come
+                        yield sse.PING
+                        continue
                     # One chunk per piece the upstream sent; the pieces of one read in one write.
                     pieces = delta.texts()
                     if len(pieces) == 1:

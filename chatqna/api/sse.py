@@ -2,13 +2,16 @@
 
 The stream is: `event: metadata` (sources and how retrieval ran), one `data: {json}` per
 token in OpenAI's `chat.completion.chunk` shape, then `data: [DONE]`. An error after the
-stream has started is `event: error` with the error envelope, then `data: [DONE]`. A client
+stream has started is `event: error` with the error envelope, then `data: [DONE]`. While
+the answer's next token is awaited, a comment line (`: ping`) goes out every
+`KEEPALIVE_SECONDS`, so that a proxy's idle timeout does not cut a slow answer. A client
 that disconnects ends the stream: its generators are closed, which closes the upstream LLM
 response and so stops generation there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -35,6 +38,10 @@ from chatqna.api.chat_models import (
 from chatqna.backends.protocols import Completion
 
 DONE = b"data: [DONE]\n\n"
+# A comment line: every SSE client skips it, and it resets a proxy's idle timer (nginx's
+# and cloud load balancers' default to 60 s; a CPU model can think longer than that).
+PING = b": ping\n\n"
+KEEPALIVE_SECONDS = 15.0
 T = TypeVar("T")
 
 
@@ -53,6 +60,48 @@ async def close_quietly(iterator: AsyncIterator[Any]) -> None:
     if aclose is not None:
         with anyio.CancelScope(shield=True):
             await aclose()
+
+
+async def with_pings(source: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
+    """The items of `source`, and None whenever `interval` seconds pass without one.
+
+    `source` runs in a task of its own from its first item to its end, so that what it
+    enters across its yields (a span made current, a timeout) it leaves in that same task;
+    its exceptions are raised here. Closing this iterator cancels that task, which closes
+    `source` there.
+    """
+    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue(maxsize=1)
+
+    async def produce() -> None:
+        try:
+            async with closing(source) as items:
+                async for item in items:
+                    await queue.put((True, item))
+        except Exception as exc:
+            await queue.put((False, exc))
+        else:
+            await queue.put((False, None))
+
+    producer = asyncio.create_task(produce())
+    try:
+        while True:
+            try:
+                more, value = await asyncio.wait_for(queue.get(), interval)
+            except TimeoutError:
+                if producer.done() and queue.empty():
+                    producer.result()  # it was cancelled from elsewhere: raise that here
+                    return
+                yield None
+                continue
+            if not more:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        producer.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({producer})
 
 
 class EventStreamResponse(StreamingResponse):
