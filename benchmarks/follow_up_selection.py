@@ -39,6 +39,7 @@ from provenance import write_result
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
+from chatqna.evaluation.candidates import ANSWER_TERMS
 from chatqna.evaluation.command import tqdm_progress
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import dialogues, passage_answerer
@@ -53,7 +54,6 @@ from chatqna.evaluation.selection import (
     leave_one_domain_out,
     simplicity,
 )
-from chatqna.multiturn.evidence import ANSWER_TERMS
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 

@@ -12,10 +12,10 @@
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
 `stateless` and `blend` are planned by the service's own multi-turn strategy (with
-`self_contained`, its check against the previous question). Measured variants around it:
-`alpha_rule="content_words"` plans each follow-up with the alpha `content_word_alpha`
-gives it; `answer_terms=k` adds the previous answer's `k` terms of highest IDF over the
-corpus (`chatqna.multiturn.evidence`) to the BM25 history leg; two hedging variants add a
+`self_contained`, its check against the previous question). Measured variants around it
+(`chatqna.evaluation.candidates`): `alpha_rule="content_words"` plans each follow-up with
+the alpha `content_word_alpha` gives it; `answer_terms=k` adds the previous answer's `k`
+terms of highest IDF over the corpus to the BM25 history leg; two hedging variants add a
 dense leg fused by the same RRF at a fixed share of the dense weight
 (`chatqna.evaluation.hedge`): `query_leg_weight` the follow-up's own vector beside the
 blend, `answer_leg_weight` the previous assistant message's (the blend then holding the
@@ -38,12 +38,12 @@ import numpy as np
 
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
+from chatqna.evaluation.candidates import Idf, answer_terms, content_word_alpha, top_score_alpha
 from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.hedge import hedge_legs
 from chatqna.evaluation.metrics import summarise
-from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_score_alpha
+from chatqna.multiturn.blend import earlier_questions
 from chatqna.multiturn.condense import condense_follow_up
-from chatqna.multiturn.evidence import Idf, answer_terms
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.multiturn.strategy import QueryPlan as ServicePlan
