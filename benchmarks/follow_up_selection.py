@@ -39,12 +39,12 @@ from provenance import write_result
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
-from chatqna.evaluation.candidates import ANSWER_TERMS
+from chatqna.evaluation.candidates import ANSWER_TERMS, corpus_idf
 from chatqna.evaluation.command import tqdm_progress
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
-from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryStrategy, corpus_idf
+from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryStrategy
 from chatqna.evaluation.runner import OwnHistory, build_index, plan_all, rank_with_history
 from chatqna.evaluation.selection import (
     DEV_DATASETS,

@@ -13,7 +13,7 @@ ships; the Multi-turn docs give the figures. None of them is reachable from a se
   drops the terms the follow-up or the earlier questions already give, and keeps the
   `limit` terms of highest inverse document frequency (terms the corpus does not hold
   carry no evidence and are left out). The BM25 leg then scores them as it scores the
-  earlier questions' words, weighted by their IDF.
+  earlier questions' words, weighted by their IDF (`corpus_idf`).
 - The reranker's text forms (`TEXT_FORMS`, `rerank_text`): the shipped one
   (`chatqna.multiturn.rerank_query.conversation_text`) and the alternatives it was chosen
   among.
@@ -21,10 +21,13 @@ ships; the Multi-turn docs give the figures. None of them is reachable from a se
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.rerank_query import conversation_text
+from chatqna.retrieval.query import tokenize
 
 ALPHA_HALF_WORDS = 1.5
 TYPICAL_TOP_SCORE = 0.57
@@ -95,6 +98,19 @@ def answer_terms(
         return ()
     known = tokenize(conversation.query) + [t for q in questions for t in tokenize(q)]
     return informative_terms(tokenize(answer), idf, known, limit)
+
+
+def corpus_idf(texts: Sequence[str]) -> Idf:
+    """The inverse document frequency of a term over `texts` (as the BM25 leg tokenises
+    them), `ln(1 + (N - df + 0.5) / (df + 0.5))`; None for a term no text holds."""
+    frequencies = Counter(term for text in texts for term in set(tokenize(text)))
+    total = len(texts)
+
+    def idf(term: str) -> float | None:
+        df = frequencies.get(term)
+        return None if not df else math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+    return idf
 
 
 # --- the reranker's text forms ---------------------------------------------------------

@@ -27,9 +27,7 @@ failed turn (an empty ranking), as it is a 503 in the service.
 
 from __future__ import annotations
 
-import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -183,19 +181,6 @@ def planning_settings(strategy: QueryStrategy) -> Settings:
         multi_turn_assistant_weight=strategy.assistant_weight,
         multi_turn_self_contained_similarity=strategy.self_contained,
     )
-
-
-def corpus_idf(texts: Sequence[str]) -> Idf:
-    """The inverse document frequency of a term over `texts` (as the BM25 leg tokenises
-    them), `ln(1 + (N - df + 0.5) / (df + 0.5))`; None for a term no text holds."""
-    frequencies = Counter(term for text in texts for term in set(tokenize(text)))
-    total = len(texts)
-
-    def idf(term: str) -> float | None:
-        df = frequencies.get(term)
-        return None if not df else math.log(1.0 + (total - df + 0.5) / (df + 0.5))
-
-    return idf
 
 
 @dataclass(frozen=True)

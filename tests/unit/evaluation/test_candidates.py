@@ -3,12 +3,15 @@ answer's terms as BM25 evidence, and the reranker's text forms."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from chatqna.evaluation.candidates import (
     TEXT_FORMS,
     answer_terms,
     content_word_alpha,
+    corpus_idf,
     informative_terms,
     previous_answer,
     rerank_text,
@@ -75,6 +78,13 @@ def test_answer_terms_leave_out_what_the_follow_up_and_the_questions_hold() -> N
     terms = answer_terms(conversation, tokenize, idf, ["How do I export my workspace?"], 5)
     assert terms == ("archive", "days")
     assert answer_terms(Conversation("And then?", ()), tokenize, idf) == ()
+
+
+def test_corpus_idf_is_the_bm25_idf_of_the_terms_the_corpus_holds() -> None:
+    idf_of = corpus_idf(["Export the workspace.", "The export zip.", "Billing plans."])
+    assert idf_of("export") == pytest.approx(math.log(1.0 + 1.5 / 2.5))
+    assert idf_of("zip") == pytest.approx(math.log(1.0 + 2.5 / 1.5))
+    assert idf_of("okta") is None
 
 
 # --- the reranker's text forms ----------------------------------------------------------
