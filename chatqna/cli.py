@@ -229,8 +229,8 @@ WithLlm = Annotated[
     bool,
     typer.Option(
         "--llm/--no-llm",
-        help="Run condense with the LLM; own history holds the LLM's answers (with --service, "
-        "the service's), not the top passage",
+        help="Run condense with the LLM, as MULTI_TURN_MODE=condense serves it; own history "
+        "holds the LLM's answers (with --service, the service's), not the top passage",
     ),
 ]
 Samples = Annotated[int, typer.Option(help="Bootstrap samples")]

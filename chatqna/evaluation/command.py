@@ -23,7 +23,7 @@ from chatqna.composition import (
     build_reranker,
 )
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
-from chatqna.evaluation.compare import shipped_references
+from chatqna.evaluation.compare import condense_strategy, shipped_references
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import llm_answerer
 from chatqna.evaluation.modes import default_strategies
@@ -237,7 +237,7 @@ async def run_bench_command(
         strategies = default_strategies(
             alphas=grid.alphas,
             history_turns=grid.history_turns,
-            with_llm=grid.with_llm,
+            condense=condense_strategy(settings) if grid.with_llm else None,
             orders=grid.orders,
             bm25_history_weights=grid.bm25_history_weights,
             roles=grid.roles,

@@ -60,6 +60,17 @@ def default_strategy(settings: Settings) -> QueryStrategy:
     )
 
 
+def condense_strategy(settings: Settings) -> QueryStrategy:
+    """Condense as `MULTI_TURN_MODE=condense` serves it with these settings: the history
+    window, the rewrite's timeout and its length cap."""
+    return QueryStrategy(
+        "condense_llm",
+        history_turns=settings.multi_turn_history_turns,
+        condense_timeout=settings.condense_timeout_seconds,
+        condense_max_chars=settings.condense_max_query_chars,
+    )
+
+
 def shipped_references(settings: Settings, depth: int) -> list[Reference]:
     hybrid = settings.retriever_hybrid_retrieval_enabled
     dense, sparse = settings.rrf_dense_weight, settings.rrf_bm25_weight
