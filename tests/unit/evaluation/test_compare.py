@@ -15,6 +15,7 @@ from chatqna.evaluation.compare import (
     SEED_BLEND,
     comparison_markdown,
     condense_strategy,
+    default_strategy,
     shipped_references,
 )
 from chatqna.evaluation.dataset import load_dataset
@@ -56,6 +57,8 @@ def test_references_follow_the_settings_and_the_seed() -> None:
     assert seed.query == SEED_BLEND and seed.fusion_weights == (1.0, 1.0)
     assert seed.candidates == 10  # the seed fused each leg's best k
     assert references["gold rewrite, rerank"].mode.rerank
+    message = SETTINGS.model_copy(update={"multi_turn_rerank_query": "message"})
+    assert default_strategy(message).rerank_query == "message"
 
 
 class SlowLLM(ScriptedLLM):
