@@ -50,7 +50,6 @@ from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.query import tokenize
 from chatqna.settings import Settings
 
-STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
 ANSWER_TERMS_WEIGHT = 0.3  # the answer terms' BM25 weight when the questions' leg is off
 
 
