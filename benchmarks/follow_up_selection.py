@@ -39,11 +39,12 @@ from provenance import write_result
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
-from chatqna.evaluation.command import tqdm_progress
+from chatqna.evaluation.candidates import ANSWER_TERMS, corpus_idf
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
-from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryStrategy, corpus_idf
+from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryStrategy
+from chatqna.evaluation.progress import stderr_progress
 from chatqna.evaluation.runner import OwnHistory, build_index, plan_all, rank_with_history
 from chatqna.evaluation.selection import (
     DEV_DATASETS,
@@ -53,7 +54,6 @@ from chatqna.evaluation.selection import (
     leave_one_domain_out,
     simplicity,
 )
-from chatqna.multiturn.evidence import ANSWER_TERMS
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 
@@ -160,7 +160,7 @@ async def rank_dataset(
     dataset: Dataset, embedder: CachingEmbedder, context: str, candidates: list[QueryStrategy]
 ) -> dict[str, dict[str, ModeResult]]:
     """Every candidate and reference under both history kinds: `{history: {label: result}}`."""
-    progress = tqdm_progress()
+    progress = stderr_progress()
     turns = dataset.scored_turns
     texts = {p.id: p.text for p in dataset.passages}
     chunks = [p.chunk(dataset.name, i, context) for i, p in enumerate(dataset.passages)]

@@ -14,7 +14,7 @@ ten candidates are reordered in each of these ways and Recall@5 is taken:
     similarity: message      cosine with the message's own vector (the seeds' reranker)
     similarity: conversation cosine with the plan's rerank vector (the blended vector on a
                              blended follow-up), what `MULTI_TURN_RERANK_QUERY=conversation` does
-    text form F              cosine with the embedding of `conversation_text(query, earlier
+    text form F              cosine with the embedding of `rerank_text(query, earlier
                              questions, F)`: a stand-in scorer for the text a cross-encoder
                              would read (no cross-encoder can be installed here)
     fused + similarity, w    weighted RRF (k=60) of the fused order (weight 1) and the
@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 from chatqna.backends.protocols import Embedder, SearchQuery  # noqa: E402
 from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
+from chatqna.evaluation.candidates import TEXT_FORMS, rerank_text  # noqa: E402
 from chatqna.evaluation.compare import STATELESS, default_strategy  # noqa: E402
 from chatqna.evaluation.dataset import EvalTurn, load_dataset  # noqa: E402
 from chatqna.evaluation.metrics import paired_bootstrap, turn_metrics  # noqa: E402
@@ -55,7 +56,6 @@ from chatqna.evaluation.modes import QueryPlan, plan_turn  # noqa: E402
 from chatqna.evaluation.runner import build_index  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
 from chatqna.multiturn.history import Conversation  # noqa: E402
-from chatqna.multiturn.rerank_query import TEXT_FORMS, conversation_text  # noqa: E402
 from chatqna.retrieval.fusion import reciprocal_rank_fusion  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
 
@@ -89,7 +89,7 @@ async def orders(
     }
     asked = earlier_questions(Conversation(turn.query, turn.history))
     for form in TEXT_FORMS if blended else ():
-        text = conversation_text(turn.query, asked, form)
+        text = rerank_text(turn.query, asked, form)
         vector = (await embedder.embed([text]))[0]
         result[f"text form {form}"] = by_cosine(hits_ids, passages, vector)
     for weight in FUSION_WEIGHTS:

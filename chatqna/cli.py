@@ -231,8 +231,8 @@ WithLlm = Annotated[
     bool,
     typer.Option(
         "--llm/--no-llm",
-        help="Run condense with the LLM; own history holds the LLM's answers (with --service, "
-        "the service's), not the top passage",
+        help="Run condense with the LLM, as MULTI_TURN_MODE=condense serves it; own history "
+        "holds the LLM's answers (with --service, the service's), not the top passage",
     ),
 ]
 Samples = Annotated[int, typer.Option(help="Bootstrap samples")]
@@ -305,6 +305,42 @@ def bench_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
         raise typer.Exit(2) from exc
 
 
+def render_bench(results: Path) -> None:
+    """Redraw the tables and the chart of a `results.json`; exit 2 when it is missing or
+    not one of `chatqna bench`."""
+    from chatqna.evaluation.report import render_from
+
+    try:
+        rendered = render_from(results)
+    except (OSError, ValueError) as exc:  # missing, or not a results.json of `chatqna bench`
+        typer.echo(f"--render {results}: cannot render it ({exc})", err=True)
+        raise typer.Exit(2) from exc
+    for kind, path in rendered.items():
+        typer.echo(f"{kind}: {path}")
+
+
+def run_bench(
+    settings: Settings,
+    datasets: list[Dataset],
+    grid: BenchGrid,
+    output: Path | None,
+    *,
+    service: str | None,
+    ingest: bool,
+) -> None:
+    """Each dataset in process, or against the running `service`; with several datasets,
+    each one's outputs go to a directory of its name under `output`."""
+    from chatqna.evaluation.command import run_bench_command, run_service_command
+
+    for loaded in datasets:
+        target = output / loaded.path.name if output is not None and len(datasets) > 1 else output
+        if service is not None:
+            run = run_service_command(loaded, service, target, ingest, grid)
+        else:
+            run = run_bench_command(settings, loaded, target, grid)
+        asyncio.run(run)
+
+
 @app.command()
 def bench(
     dataset: Datasets = None,
@@ -332,32 +368,33 @@ def bench(
     """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups).
 
     Progress goes to stderr: bars on a terminal, a line every 30 s per task elsewhere."""
-    from chatqna.evaluation.command import run_bench_command, run_service_command
-    from chatqna.evaluation.report import render_from
-
     if render is not None:
-        try:
-            rendered = render_from(render)
-        except (OSError, ValueError) as exc:  # missing, or not a results.json of `chatqna bench`
-            typer.echo(f"--render {render}: cannot render it ({exc})", err=True)
-            raise typer.Exit(2) from exc
-        for kind, path in rendered.items():
-            typer.echo(f"{kind}: {path}")
+        render_bench(render)
         return
-    options = {**locals(), "command": "chatqna bench " + " ".join(sys.argv[2:])}
+    options: dict[str, Any] = {
+        "dataset": dataset,
+        "alphas": alphas,
+        "history_turns": history_turns,
+        "llm": llm,
+        "samples": samples,
+        "cache_dir": cache_dir,
+        "history_order": history_order,
+        "bm25_weights": bm25_weights,
+        "bm25_history_weights": bm25_history_weights,
+        "history_roles": history_roles,
+        "assistant_weights": assistant_weights,
+        "self_contained_similarities": self_contained_similarities,
+        "history": history,
+        "passage_context": passage_context,
+        "fusion_candidates": fusion_candidates,
+        "command": "chatqna bench " + " ".join(sys.argv[2:]),
+    }
     grid, datasets = bench_inputs(options)
     settings = load_settings(
         tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
     )
     configure_logging(settings)
-    for loaded in datasets:
-        # Several datasets: each one's outputs go to a directory of its name under --output.
-        target = output / loaded.path.name if output is not None and len(datasets) > 1 else output
-        if service is not None:
-            run = run_service_command(loaded, service, target, ingest, grid)
-        else:
-            run = run_bench_command(settings, loaded, target, grid)
-        asyncio.run(run)
+    run_bench(settings, datasets, grid, output, service=service, ingest=ingest)
 
 
 def main() -> None:

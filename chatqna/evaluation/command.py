@@ -23,11 +23,11 @@ from chatqna.composition import (
     build_reranker,
 )
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
-from chatqna.evaluation.compare import shipped_references
+from chatqna.evaluation.compare import condense_strategy, shipped_references
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import llm_answerer
 from chatqna.evaluation.modes import default_strategies
-from chatqna.evaluation.progress import Progress, stderr_progress, turn_logs_at_debug
+from chatqna.evaluation.progress import stderr_progress, turn_logs_at_debug
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
@@ -36,13 +36,6 @@ from chatqna.settings import Settings
 DEFAULT_RESULTS = Path("benchmarks/results")
 HISTORIES = ("reference", "own", "both")
 PASSAGE_CONTEXTS = ("title", "none")
-
-
-def tqdm_progress() -> Progress:
-    """Progress on stderr: bars on a terminal, lines elsewhere (kept for the scripts)."""
-    return stderr_progress()
-
-
 ORDERS = ("chronological", "newest_first")
 ROLES = ("user_assistant", "user", "separate")
 
@@ -237,7 +230,7 @@ async def run_bench_command(
         strategies = default_strategies(
             alphas=grid.alphas,
             history_turns=grid.history_turns,
-            with_llm=grid.with_llm,
+            condense=condense_strategy(settings) if grid.with_llm else None,
             orders=grid.orders,
             bm25_history_weights=grid.bm25_history_weights,
             roles=grid.roles,

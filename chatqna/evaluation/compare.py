@@ -47,7 +47,14 @@ class Reference:
 
 
 def default_strategy(settings: Settings) -> QueryStrategy:
-    """The blend exactly as the service runs it with these settings."""
+    """The blend as the service runs it with these settings' blend values: alpha, history
+    window, order and roles, the assistant messages' share, the BM25 history weight, the
+    self-contained similarity and the reranker's query (`MULTI_TURN_RERANK_QUERY`).
+
+    `MULTI_TURN_MODE` and `MULTI_TURN_BLEND_ENABLED` are not read: the row measures the blend
+    these settings configure whether or not they switch it on (with the blend off, the
+    service serves the `stateless` row). History translation does not run: the harness
+    plans without the LLM, as the service does for history it detects as English."""
     return QueryStrategy(
         "blend",
         settings.multi_turn_blend_alpha,
@@ -55,8 +62,20 @@ def default_strategy(settings: Settings) -> QueryStrategy:
         settings.multi_turn_history_order,
         settings.multi_turn_history_roles,
         settings.multi_turn_bm25_history_weight,
+        rerank_query=settings.multi_turn_rerank_query,
         assistant_weight=settings.multi_turn_assistant_weight,
         self_contained=settings.multi_turn_self_contained_similarity,
+    )
+
+
+def condense_strategy(settings: Settings) -> QueryStrategy:
+    """Condense as `MULTI_TURN_MODE=condense` serves it with these settings: the history
+    window, the rewrite's timeout and its length cap."""
+    return QueryStrategy(
+        "condense_llm",
+        history_turns=settings.multi_turn_history_turns,
+        condense_timeout=settings.condense_timeout_seconds,
+        condense_max_chars=settings.condense_max_query_chars,
     )
 
 

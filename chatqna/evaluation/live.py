@@ -42,7 +42,6 @@ from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 logger = logging.getLogger(__name__)
 
 ANSWER_CHARS = 800
-HISTORY_KINDS = ("reference", "own")
 
 Answerer = Callable[[Conversation, Sequence[ScoredChunk]], Awaitable[str]]
 

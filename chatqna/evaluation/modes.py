@@ -8,28 +8,28 @@
 |                 |                                   | hears earlier questions at |
 |                 |                                   | the history weight; the    |
 |                 |                                   | reranker the conversation) |
-| `condense_llm`  | the configured LLM's rewrite      | the rewrite                |
+| `condense_llm`  | the condense LLM's rewrite        | the rewrite                |
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
 `stateless` and `blend` are planned by the service's own multi-turn strategy (with
-`self_contained`, its check against the previous question). Measured variants around it:
-`alpha_rule="content_words"` plans each follow-up with the alpha `content_word_alpha`
-gives it; `answer_terms=k` adds the previous answer's `k` terms of highest IDF over the
-corpus (`chatqna.multiturn.evidence`) to the BM25 history leg; two hedging variants add a
+`self_contained`, its check against the previous question). Measured variants around it
+(`chatqna.evaluation.candidates`): `alpha_rule="content_words"` plans each follow-up with
+the alpha `content_word_alpha` gives it; `answer_terms=k` adds the previous answer's `k`
+terms of highest IDF over the corpus to the BM25 history leg; two hedging variants add a
 dense leg fused by the same RRF at a fixed share of the dense weight
 (`chatqna.evaluation.hedge`): `query_leg_weight` the follow-up's own vector beside the
 blend, `answer_leg_weight` the previous assistant message's (the blend then holding the
 user's questions). Each strategy runs with hybrid retrieval on and off (at each BM25
 fusion weight and per-leg depth asked for) and with the reranker on and off.
-`condense_llm` calls `condense_follow_up`, the code the service runs; a failed rewrite is a
-failed turn (an empty ranking), as it is a 503 in the service.
+`condense_llm` is planned by the service's own condense strategy with the history window,
+timeout and length cap its `QueryStrategy` carries (`condense_strategy` in
+`chatqna.evaluation.compare` takes them from `Settings`); a failed rewrite is a failed turn
+(an empty ranking), as it is a 503 in the service.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,12 +38,11 @@ import numpy as np
 
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
+from chatqna.evaluation.candidates import Idf, answer_terms, content_word_alpha, top_score_alpha
 from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.hedge import hedge_legs
 from chatqna.evaluation.metrics import summarise
-from chatqna.multiturn.blend import content_word_alpha, earlier_questions, top_score_alpha
-from chatqna.multiturn.condense import condense_follow_up
-from chatqna.multiturn.evidence import Idf, answer_terms
+from chatqna.multiturn.blend import earlier_questions
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.multiturn.strategy import QueryPlan as ServicePlan
@@ -51,7 +50,6 @@ from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.query import tokenize
 from chatqna.settings import Settings
 
-STRATEGIES = ("stateless", "append", "blend", "condense_llm", "condense_gold")
 ANSWER_TERMS_WEIGHT = 0.3  # the answer terms' BM25 weight when the questions' leg is off
 
 
@@ -72,6 +70,8 @@ class QueryStrategy:
     query_leg_weight: float = 0.0
     answer_leg_weight: float = 0.0
     self_contained: float = 0.0
+    condense_timeout: float = 10.0
+    condense_max_chars: int = 500
 
     @property
     def label(self) -> str:
@@ -172,7 +172,7 @@ class QueryPlan:
 def planning_settings(strategy: QueryStrategy) -> Settings:
     """The multi-turn settings under which the service plans a turn as `strategy` does."""
     return Settings.model_construct(
-        multi_turn_mode="blend",
+        multi_turn_mode="condense" if strategy.strategy == "condense_llm" else "blend",
         multi_turn_blend_enabled=strategy.strategy == "blend",
         multi_turn_blend_alpha=strategy.alpha,
         multi_turn_history_turns=strategy.history_turns,
@@ -182,20 +182,9 @@ def planning_settings(strategy: QueryStrategy) -> Settings:
         multi_turn_rerank_query=strategy.rerank_query,
         multi_turn_assistant_weight=strategy.assistant_weight,
         multi_turn_self_contained_similarity=strategy.self_contained,
+        condense_timeout_seconds=strategy.condense_timeout,
+        condense_max_query_chars=strategy.condense_max_chars,
     )
-
-
-def corpus_idf(texts: Sequence[str]) -> Idf:
-    """The inverse document frequency of a term over `texts` (as the BM25 leg tokenises
-    them), `ln(1 + (N - df + 0.5) / (df + 0.5))`; None for a term no text holds."""
-    frequencies = Counter(term for text in texts for term in set(tokenize(text)))
-    total = len(texts)
-
-    def idf(term: str) -> float | None:
-        df = frequencies.get(term)
-        return None if not df else math.log(1.0 + (total - df + 0.5) / (df + 0.5))
-
-    return idf
 
 
 @dataclass(frozen=True)
@@ -291,7 +280,6 @@ async def plan_turn(
     embedder: Embedder,
     llm: ChatLLM | None,
     *,
-    condense_timeout: float = 30.0,
     signals: CorpusSignals | None = None,
 ) -> QueryPlan:
     """Form the search inputs of `turn` with the product's own multi-turn code (`signals`:
@@ -321,17 +309,15 @@ async def plan_turn(
     if strategy.strategy == "condense_llm":
         if llm is None:
             raise ValueError("condense_llm needs an LLM")
+        config = MultiTurnConfig.from_settings(planning_settings(strategy))
+        condense = build_strategy(config, embedder=embedder, condense_llm=llm)
         try:
-            outcome = await condense_follow_up(
-                conversation,
-                llm,
-                history_turns=strategy.history_turns,
-                timeout_seconds=condense_timeout,
-            )
+            planned = await condense.plan(conversation)
         except CondenseFailed as exc:
             return done(turn.query, None, 0, 1, failure=exc.reason)
-        calls = 1 if outcome.rewritten else 0
-        return done(outcome.query, (await embedder.embed([outcome.query]))[0], 1, calls)
+        calls = 1 if planned.condense is not None and planned.condense.rewritten else 0
+        plan = done(planned.text, planned.embedding, 1, calls)
+        return replace(plan, rerank_text=planned.rerank.text, rerank_vector=planned.rerank.vector)
     raise ValueError(f"unknown strategy {strategy.strategy!r}")
 
 
@@ -376,13 +362,15 @@ def default_strategies(
     *,
     alphas: tuple[float, ...],
     history_turns: tuple[int, ...],
-    with_llm: bool,
+    condense: QueryStrategy | None = None,
     orders: tuple[str, ...] = ("chronological",),
     bm25_history_weights: tuple[float, ...] = (0.0,),
     roles: tuple[str, ...] = ("user_assistant",),
     assistant_weights: tuple[float, ...] = (0.5,),
     self_contained: tuple[float, ...] = (0.0,),
 ) -> list[QueryStrategy]:
+    """Stateless, append, every blend of the grid, `condense` (the condense row of a run
+    with an LLM) and the gold rewrite."""
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
     strategies += [
         QueryStrategy("blend", a, n, order, role, w, assistant_weight=share, self_contained=gate)
@@ -394,7 +382,7 @@ def default_strategies(
         for n in history_turns
         for a in alphas
     ]
-    if with_llm:
-        strategies.append(QueryStrategy("condense_llm", history_turns=max(history_turns)))
+    if condense is not None:
+        strategies.append(condense)
     strategies.append(QueryStrategy("condense_gold"))
     return strategies

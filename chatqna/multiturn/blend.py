@@ -29,9 +29,6 @@ the blend does not run (`self_contained`): the turn ranks exactly as stateless. 
 the blend helped the follow-ups least like the previous question ("Can you elaborate?")
 and hurt the most alike, which name their subject and are only dragged towards the
 previous turn's passages.
-
-`content_word_alpha` is an alpha that adapts to how much the follow-up says on its own
-(its distinct content words); the benchmark measures it against the fixed alpha.
 """
 
 from __future__ import annotations
@@ -54,8 +51,6 @@ SKIP_NO_HISTORY = "no_history"
 SKIP_WINDOW_ZERO = "history_turns_zero"
 SKIP_SELF_CONTAINED = "self_contained"
 BM25_HISTORY_QUESTIONS = 8
-ALPHA_HALF_WORDS = 1.5
-TYPICAL_TOP_SCORE = 0.57
 
 
 def history_window(
@@ -152,26 +147,6 @@ def question_similarity(query: np.ndarray, question: np.ndarray) -> float:
     """The cosine of the query's and the previous question's embeddings."""
     pair = l2_normalise(np.asarray([query, question], dtype=np.float32))
     return float(pair[0] @ pair[1])
-
-
-def content_word_alpha(content_words: int, half: float = ALPHA_HALF_WORDS) -> float:
-    """The adaptive alpha: `w / (w + half)` for a follow-up of `w` distinct content words.
-
-    A follow-up that says more on its own weighs more in the blend: with `half` words the
-    query and the history weigh the same, a message without content words ("and then?")
-    searches with the history alone, and the weight nears 1 as the message grows. The
-    default `half` (1.5) gives the fixed alpha 0.7 to a follow-up of 3-4 content words."""
-    if content_words < 0 or half <= 0.0:
-        raise ValueError("content_words must be >= 0 and half > 0")
-    return content_words / (content_words + half)
-
-
-def top_score_alpha(top_score: float, alpha: float, typical: float = TYPICAL_TOP_SCORE) -> float:
-    """The adaptive alpha from how sure the follow-up's own best hit is: the fixed `alpha`,
-    moved up by as much as the follow-up's dense top-1 cosine (searched alone) exceeds
-    `typical`, the median of that cosine over follow-ups, or down by as much as it falls
-    short; within [0, 1]."""
-    return min(1.0, max(0.0, alpha + top_score - typical))
 
 
 def _skip_reason(enabled: bool, history_turns: int, window: Sequence[Message]) -> str | None:

@@ -11,8 +11,9 @@ a query that carries the conversation (`MULTI_TURN_RERANK_QUERY=conversation`):
   embedding-similarity reranker.
 
 `MULTI_TURN_RERANK_QUERY=message` keeps the seeds' behaviour: the isolated follow-up and its
-own vector. The text form was chosen by measurement among the forms of `TEXT_FORMS`
-(`benchmarks/rerank_query.py`); the Multi-turn docs give the figures.
+own vector. The text form was chosen by measurement among the forms of
+`chatqna.evaluation.candidates.TEXT_FORMS` (`benchmarks/rerank_query.py`); the Multi-turn
+docs give the figures.
 """
 
 from __future__ import annotations
@@ -36,23 +37,8 @@ class RerankQuery:
     kind: str
 
 
-def conversation_text(query: str, questions: Sequence[str], form: str = "query_newest") -> str:
-    """The follow-up joined with earlier user questions (`questions`, oldest first).
-
-    Forms: `query_newest` (the shipped one) is the follow-up, a newline, then the newest
-    earlier question; `newest_query` puts that question first; `all_query` is every earlier
-    question, oldest first, then the follow-up; `query` is the follow-up alone.
-    """
+def conversation_text(query: str, questions: Sequence[str]) -> str:
+    """The follow-up, a newline, then the newest of the earlier user questions (`questions`,
+    oldest first, blank ones skipped); the follow-up alone when there is none."""
     asked = [q.strip() for q in questions if q.strip()]
-    if form == "query" or not asked:
-        return query
-    if form == "query_newest":
-        return f"{query}\n{asked[-1]}"
-    if form == "newest_query":
-        return f"{asked[-1]}\n{query}"
-    if form == "all_query":
-        return "\n".join([*asked, query])
-    raise ValueError(f"unknown rerank text form {form!r}")
-
-
-TEXT_FORMS = ("query", "query_newest", "newest_query", "all_query")
+    return f"{query}\n{asked[-1]}" if asked else query

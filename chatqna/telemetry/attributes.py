@@ -12,7 +12,7 @@ from opentelemetry.util.types import AttributeValue
 
 from chatqna.backends.protocols import GenerationParams, Usage
 from chatqna.errors import CondenseFailed
-from chatqna.multiturn.condense import CondenseOutcome
+from chatqna.multiturn.condense import STATUS_FAILED, CondenseOutcome
 from chatqna.pipeline.record import TurnRecord
 from chatqna.telemetry import names
 
@@ -31,7 +31,7 @@ def condense_ok(span: Span, outcome: CondenseOutcome, record_content: bool) -> N
 
 
 def condense_failed(span: Span, failure: CondenseFailed) -> None:
-    span.set_attribute(names.CONDENSE_STATUS, "failed")
+    span.set_attribute(names.CONDENSE_STATUS, STATUS_FAILED)
     span.set_attribute(names.CONDENSE_REASON, failure.reason or "")
     span.set_attribute(names.CONDENSE_LATENCY_MS, failure.latency_ms)
     span.set_attribute(names.CONDENSE_HISTORY_SIZE, failure.history_size)

@@ -13,7 +13,7 @@ from opentelemetry.util.types import AttributeValue
 
 from chatqna.backends.protocols import GenerationParams, Usage
 from chatqna.errors import CondenseFailed, UpstreamFailure
-from chatqna.multiturn.condense import CondenseOutcome
+from chatqna.multiturn.condense import STATUS_FAILED, CondenseOutcome
 from chatqna.pipeline.record import TurnRecord
 from chatqna.telemetry import attributes
 from chatqna.telemetry.metrics import ServiceMetrics
@@ -56,6 +56,6 @@ class TurnTelemetry:
 
     def failed(self, error: BaseException) -> None:
         if isinstance(error, CondenseFailed):
-            self.metrics.condense.labels(status="failed", reason=error.reason or "").inc()
+            self.metrics.condense.labels(status=STATUS_FAILED, reason=error.reason or "").inc()
         elif isinstance(error, UpstreamFailure):
             self.metrics.upstream_errors.labels(backend=error.backend, error=error.code).inc()

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from chatqna.backends.fakes import HashingEmbedder
-from chatqna.evaluation.compare import SEED_BLEND, comparison_markdown, shipped_references
+from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
+from chatqna.backends.protocols import Completion, GenerationParams
+from chatqna.evaluation.compare import (
+    SEED_BLEND,
+    comparison_markdown,
+    condense_strategy,
+    default_strategy,
+    shipped_references,
+)
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.modes import QueryStrategy, plan_turn
+from chatqna.evaluation.modes import QueryStrategy, plan_turn, planning_settings
 from chatqna.evaluation.runner import run_benchmark
+from chatqna.multiturn.history import Conversation
+from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 from tests.unit.evaluation.test_dataset import write_dataset
@@ -45,6 +57,55 @@ def test_references_follow_the_settings_and_the_seed() -> None:
     assert seed.query == SEED_BLEND and seed.fusion_weights == (1.0, 1.0)
     assert seed.candidates == 10  # the seed fused each leg's best k
     assert references["gold rewrite, rerank"].mode.rerank
+    message = SETTINGS.model_copy(update={"multi_turn_rerank_query": "message"})
+    assert default_strategy(message).rerank_query == "message"
+
+
+class SlowLLM(ScriptedLLM):
+    """A rewrite model that answers after a second."""
+
+    async def complete(
+        self, messages: Sequence[dict[str, str]], params: GenerationParams
+    ) -> Completion:
+        await asyncio.sleep(1.0)
+        return await super().complete(messages, params)
+
+
+async def test_the_condense_row_runs_the_services_condense_with_its_settings(
+    tmp_path: Path,
+) -> None:
+    turn = load_dataset(write_dataset(tmp_path / "tiny")).turns[1]
+    settings = Settings(
+        multi_turn_mode="condense",
+        multi_turn_history_turns=1,
+        condense_timeout_seconds=0.05,
+        condense_max_query_chars=80,
+    )
+    strategy = condense_strategy(settings)
+    assert MultiTurnConfig.from_settings(planning_settings(strategy)) == MultiTurnConfig(
+        mode="condense",
+        history_turns=1,
+        history_order="chronological",
+        bm25_history_weight=0.0,
+        self_contained_similarity=0.0,
+        condense_timeout_seconds=0.05,
+        condense_max_query_chars=80,
+    )
+    reply = '{"standalone_query": "How long is the exported workspace kept?"}'
+    embedder, harness_llm, service_llm = HashingEmbedder(), ScriptedLLM(reply), ScriptedLLM(reply)
+    plan = await plan_turn(turn, strategy, embedder, harness_llm)
+    served = await build_strategy(
+        MultiTurnConfig.from_settings(settings), embedder=embedder, condense_llm=service_llm
+    ).plan(Conversation(turn.query, turn.history))
+    assert harness_llm.prompts == service_llm.prompts
+    prompt = harness_llm.prompts[0][-1]["content"]
+    assert "Use the export zip." in prompt and "How do I export" not in prompt  # one message
+    assert plan.text == served.text == "How long is the exported workspace kept?"
+    assert plan.vector is not None and plan.llm_calls == 1 and plan.embedding_inputs == 1
+    np.testing.assert_array_equal(plan.vector, served.embedding)
+    assert plan.rerank_query == served.rerank.text
+    slow = await plan_turn(turn, strategy, embedder, SlowLLM(reply))
+    assert slow.failure == "timeout" and slow.vector is None
 
 
 async def test_the_blend_bm25_leg_hears_earlier_questions(tmp_path: Path) -> None:

@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 
 from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
+from chatqna.evaluation.candidates import corpus_idf
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.modes import (
-    ANSWER_TERMS_WEIGHT,
-    CorpusSignals,
-    QueryStrategy,
-    corpus_idf,
-    plan_turn,
-)
+from chatqna.evaluation.modes import ANSWER_TERMS_WEIGHT, CorpusSignals, QueryStrategy, plan_turn
 from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio

@@ -12,12 +12,10 @@ from chatqna.backends.fakes import HashingEmbedder
 from chatqna.multiturn.blend import (
     blend_query,
     blend_vectors,
-    content_word_alpha,
     history_text,
     history_window,
     previous_question,
     question_similarity,
-    top_score_alpha,
 )
 from chatqna.multiturn.history import Conversation, Message, split_conversation
 
@@ -225,26 +223,6 @@ async def test_separate_roles_with_one_side_only_use_that_side() -> None:
         conversation, HashingEmbedder(), enabled=True, alpha=0.7, history_turns=4, translator=None
     )
     np.testing.assert_allclose(result.embedding, single.embedding, rtol=1e-6)
-
-
-# --- the adaptive alpha -----------------------------------------------------------------
-def test_content_word_alpha_grows_with_what_the_follow_up_says() -> None:
-    assert content_word_alpha(0) == 0.0
-    assert content_word_alpha(3, half=3.0) == pytest.approx(0.5)
-    values = [content_word_alpha(words) for words in range(12)]
-    assert values == sorted(values) and len(set(values)) == len(values)
-    assert 0.65 < content_word_alpha(3) < 0.7 < content_word_alpha(4) < 0.75
-    assert values[-1] < 1.0
-    with pytest.raises(ValueError, match="half"):
-        content_word_alpha(2, half=0.0)
-
-
-def test_top_score_alpha_moves_the_fixed_alpha_by_how_sure_the_own_hit_is() -> None:
-    assert top_score_alpha(0.57, 0.7) == pytest.approx(0.7)
-    assert top_score_alpha(0.67, 0.7) == pytest.approx(0.8)
-    assert top_score_alpha(0.37, 0.7) == pytest.approx(0.5)
-    assert top_score_alpha(0.99, 0.9, typical=0.5) == 1.0
-    assert top_score_alpha(-0.5, 0.2, typical=0.5) == 0.0
 
 
 def test_previous_question_prefers_the_window_then_the_history() -> None:
