@@ -14,6 +14,7 @@ no chunk, and an index built for another embedder is refused.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from hypothesis import strategies as st
 
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
+from chatqna.composition import build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
 from chatqna.ingest.dataprep import collect_files, ingest_files
@@ -529,6 +531,27 @@ async def test_the_longest_messages_search_like_any_other(
                 results = await index.search(query)
                 assert any(r.scores["bm25"] > 0 for r in results)
                 reference.assert_scores(query, results)
+    finally:
+        await index.aclose()
+
+
+async def test_a_hung_server_fails_a_search_after_redis_timeout_seconds(
+    embedder: CachingEmbedder, redis_url: str, server: RedisStackProcess
+) -> None:
+    """`REDIS_TIMEOUT_SECONDS` reaches the store the composition root opens."""
+    settings = Settings(redis_url=redis_url, redis_timeout_seconds=1.0, _env_file=None)
+    index = await build_retriever(settings, embedder)
+    assert server.process is not None
+    try:
+        await index.search(SearchQuery("refund", (await embedder.embed(["refund"]))[0], 4))
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(IndexUnavailable):
+                await index.search(SearchQuery("refund", np.ones(embedder.dimension), 4))
+            assert time.monotonic() - started < 2.5
+        finally:
+            server.process.send_signal(signal.SIGCONT)
     finally:
         await index.aclose()
 
