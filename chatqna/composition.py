@@ -94,7 +94,8 @@ async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder
     from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
     from chatqna.retrieval.redis.topology import cluster_enabled
 
-    store = RedisClusterHybridIndex if await cluster_enabled(url) else RedisHybridIndex
+    timeout = settings.redis_timeout_seconds
+    store = RedisClusterHybridIndex if await cluster_enabled(url, timeout) else RedisHybridIndex
     opened: Retriever = await store.open(
         url,
         embedder_name=embedder.name,
@@ -107,6 +108,7 @@ async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder
             ef_runtime=settings.redis_hnsw_ef_runtime,
         ),
         rrf_k=settings.rrf_k,
+        timeout_seconds=timeout,
     )
     return opened
 

@@ -8,6 +8,7 @@
     |   +-- DocumentLoadError     422 a supported file that yields no usable text
     |   |   +-- LinkUnreadable    422 a link that cannot be fetched (timeout, HTTP error...)
     |   +-- LinkRefused           403 a link to an address that is not allowed
+    |   +-- QueryNotSearchable    422 the index cannot parse the search built from the text
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
     +-- TooManyRequests           429 every chat slot is taken; retry after `Retry-After`
@@ -112,6 +113,15 @@ class LinkRefused(InvalidRequest):
 
     status_code = 403
     code = "link_refused"
+
+
+class QueryNotSearchable(InvalidRequest):
+    """The index refused the search built from the request's text as a query it cannot
+    parse (a RediSearch syntax error). The query builder keeps every message within the
+    limits searchable, so this names a text the builder failed on, not an index outage."""
+
+    status_code = 422
+    code = "query_not_searchable"
 
 
 class NotFound(ChatQnAError):

@@ -96,6 +96,7 @@ class Settings(BaseSettings):
     retriever_timeout_seconds: float = Field(30.0, gt=0)
     retriever_service_port: int = Field(7000, ge=1, le=65535)
     redis_url: str | None = None
+    redis_timeout_seconds: float = Field(10.0, gt=0)
     index_name: str = "rag-redis"
     redis_vector_algorithm: Literal["HNSW", "FLAT"] = "HNSW"
     redis_hnsw_m: int = Field(16, ge=2)

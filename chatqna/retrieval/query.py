@@ -11,12 +11,17 @@ nesting the overflow as the last child (`query_tree`), because RediSearch adds t
 of a wider union in an order that depends on its iterator heap; the tests' reference model of
 RediSearch's scorer (`tests/oracles/redisearch_bm25.py`) walks the same tree, so the two add
 in the same order.
+
+A text with more than `MAX_QUERY_TERMS` distinct terms (a pasted page) keeps its most
+informative ones (`informative_terms`), and so does the history: the tree's depth, and with
+it RediSearch's parser stack, stays bounded for any message the API accepts.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +30,10 @@ TOKEN_PATTERN = re.compile(r"\w+", re.UNICODE)
 # such tokens (hashes, base64) from both indexes keeps passage lengths identical.
 MAX_TOKEN_BYTES = 64
 FANOUT = 8
+# Distinct terms a query (and, apart, its history) keeps: more than any question has, and
+# few enough that the tree nests at most 20 unions deep, where RediSearch's query parser
+# overflows its stack ("Parser stack overflow") past about 80.
+MAX_QUERY_TERMS = 128
 
 # Function words that carry no topic; dropping them keeps a question like "how long do I
 # have?" from matching every passage on "how" and "do".
@@ -57,12 +66,33 @@ def _line_terms(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(tokenize(text)))
 
 
+def informative_terms(
+    terms: Sequence[str], text: str, limit: int = MAX_QUERY_TERMS
+) -> tuple[str, ...]:
+    """At most `limit` of `terms` (the distinct tokens of `text`), in their order.
+
+    When there are more, the ones kept are those `text` repeats most (stop words are gone,
+    so a long text's most frequent tokens are its topic), ties going to the longer token
+    (longer words are the rarer ones, which BM25's IDF weighs most) and then to the earlier.
+    The rule reads the text alone, so both lexical legs keep the same terms without asking
+    either index for its statistics, as Lucene's MoreLikeThis caps its query at the best
+    `maxQueryTerms` (25) by tf-idf.
+    """
+    if len(terms) <= limit:
+        return tuple(terms)
+    counts = Counter(tokenize(text))
+    rank = {t: (-counts[t], -len(t), at) for at, t in enumerate(terms)}
+    kept = set(sorted(terms, key=rank.__getitem__)[:limit])
+    return tuple(t for t in terms if t in kept)
+
+
 @dataclass(frozen=True)
 class WeightedQuery:
     """The BM25 query of a turn: its own terms at weight 1, earlier questions' at a lower one.
 
     Terms are unique and keep their first-seen order; a history term the query already
-    holds counts once, at weight 1.
+    holds counts once, at weight 1. `parse` keeps at most `MAX_QUERY_TERMS` of each
+    (`informative_terms`).
     """
 
     terms: tuple[str, ...]
@@ -71,14 +101,16 @@ class WeightedQuery:
 
     @classmethod
     def parse(cls, text: str, history: str = "", history_weight: float = 0.0) -> WeightedQuery:
-        terms = _line_terms(text)
+        every = _line_terms(text)
+        terms = informative_terms(every, text)
         if history_weight <= 0.0:
             return cls(terms)
-        seen = set(terms)
+        # A query term the cap left out is not brought back at the history's weight.
+        seen = set(every)
         # Line by line (no token spans a line break): the earlier questions of a chat come
         # back turn after turn, and their tokens are remembered.
         extra = [t for line in history.split("\n") for t in _line_terms(line) if t not in seen]
-        unique = tuple(dict.fromkeys(extra))
+        unique = informative_terms(tuple(dict.fromkeys(extra)), history)
         return cls(terms, unique, history_weight if unique else 0.0)
 
     @property

@@ -18,8 +18,9 @@ import pytest
 from chatqna.backends.protocols import SearchQuery
 from chatqna.retrieval.embedded.chunk_store import STORE_FILE
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
+from chatqna.retrieval.embedded.lock import writer_lock
 from tests.integration.conftest import REPO, clean_env
-from tests.integration.index_writer import DIMENSION, EMBEDDER, SOURCES, chunk_count
+from tests.integration.index_writer import DIMENSION, EMBEDDER, SOURCES, batches, chunk_count
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -122,3 +123,57 @@ async def test_index_survives_kill_9_at_any_point_of_a_write(tmp_path: Path) -> 
         await index.aclose()
         first = begun[-1] + 1
     assert torn >= 3, "most kill points should land inside a write"
+
+
+# A writer that dies of SIGKILL right after its SQLite commit, before tantivy's.
+KILLED_BETWEEN_COMMITS = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
+from chatqna.retrieval.embedded.lexical import LexicalIndex
+from tests.integration.index_writer import DIMENSION, EMBEDDER, batches
+
+LexicalIndex.write = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+
+async def main():
+    index = await EmbeddedHybridIndex.open(
+        Path(sys.argv[1]), embedder_name=EMBEDDER, dimension=DIMENSION
+    )
+    await index.replace_sources(batches(2))
+
+asyncio.run(main())
+"""
+
+
+async def test_a_running_reader_repairs_what_a_killed_writer_left_behind(
+    tmp_path: Path,
+) -> None:
+    """A process killed between its two commits leaves the lexical index a version behind;
+    a process that was already reading repairs it on its next search once no other writer
+    holds the lock, instead of serving BM25 from the old version until a write or restart."""
+    directory = tmp_path / "index"
+    reader = await EmbeddedHybridIndex.open(directory, embedder_name=EMBEDDER, dimension=DIMENSION)
+    await reader.replace_sources(batches(1))
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BETWEEN_COMMITS, str(directory)],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    generations = reader.store.generations()
+    assert generations.lexical < generations.store
+
+    def bm25_hits(word: str) -> int:
+        query = SearchQuery(word, np.ones(DIMENSION, np.float32), 5000, fusion_weights=(0.0, 1.0))
+        return sum(h.scores["bm25"] > 0 for h in reader.search_sync(query))
+
+    with writer_lock(directory):  # a writer at work: the reader leaves the index to it
+        assert bm25_hits("ver2") == 0
+    assert bm25_hits("ver2") == SOURCES * chunk_count(2)
+    assert bm25_hits("ver1") == 0
+    generations = reader.store.generations()
+    assert generations.lexical == generations.store
+    await reader.aclose()

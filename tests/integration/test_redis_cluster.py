@@ -37,6 +37,7 @@ from tests.integration.test_redis_retriever import (
     QUESTIONS,
     CachingEmbedder,
     ids,
+    long_messages,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -198,6 +199,30 @@ async def test_hybrid_is_identical_when_one_primary_holds_every_chunk(
         assert any(r.scores["bm25"] > 0 for r in one)
         compared += len(one)
     assert compared > 300
+
+
+async def test_the_longest_messages_rank_as_on_one_node(
+    stores: tuple[RedisHybridIndex, RedisClusterHybridIndex], embedder: CachingEmbedder
+) -> None:
+    """A message as long as the API accepts searches every primary; with one source (one
+    primary) the ranking is one node's to the last bit."""
+    texts = [path.read_text() for path in sorted(SAMPLE_CORPUS.rglob("*.md"))]
+    paragraphs = [p.strip() for text in texts for p in text.split("\n\n") if p.strip()]
+    chunks = [
+        Chunk(chunk_id_for("all.md", i), p, "all.md", "All", i) for i, p in enumerate(paragraphs)
+    ]
+    vectors = await embedder.embed([c.text for c in chunks])
+    for index in stores:
+        await index.replace_sources([SourceBatch("all.md", chunks, vectors, "h")])
+    vector = (await embedder.embed(["refunds"]))[0]
+    for text in long_messages():
+        for query in (
+            SearchQuery(text, vector, 10, fusion_weights=(0.0, 1.0)),
+            SearchQuery("and then?", vector, 10, bm25_history=text, bm25_history_weight=0.3),
+        ):
+            one, many = [await s.search(query) for s in stores]
+            assert_same_ranking(one, many)
+            assert any(r.scores["bm25"] > 0 for r in many)
 
 
 async def test_hybrid_across_primaries_stays_within_tolerance(

@@ -11,9 +11,11 @@ migration never makes a search return a passage twice or miss one.
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ from chatqna.retrieval.redis.store import VectorIndexParams
 from tests.integration.redis_server import (
     CLUSTER_NODE_TIMEOUT_MS,
     RedisClusterProcesses,
+    RedisStackProcess,
     migrate_slots,
     redis_cluster,
 )
@@ -58,13 +61,15 @@ def source_batch(rng: np.random.Generator, name: str, chunks: int = 10) -> Sourc
     return SourceBatch(name, rows, vectors, f"hash-{name}")
 
 
-async def open_store(cluster: RedisClusterProcesses) -> RedisClusterHybridIndex:
+async def open_store(
+    cluster: RedisClusterProcesses, timeout_seconds: float = 2.0
+) -> RedisClusterHybridIndex:
     return await RedisClusterHybridIndex.open(
         cluster.url,
         embedder_name="random",
         dimension=DIMENSION,
         vector=VectorIndexParams(algorithm="FLAT"),
-        timeout_seconds=2.0,
+        timeout_seconds=timeout_seconds,
     )
 
 
@@ -216,5 +221,41 @@ async def test_slot_migration_during_searches_never_duplicates_or_drops(
         assert first["keys"] >= 10
         assert f"127.0.0.1:{newcomer.port}" in (await store.describe())["primaries"]
         print(f"{during} searches while the first slot ({first['keys']} keys) moved in")
+    finally:
+        await store.aclose()
+
+
+@contextmanager
+def hung(node: RedisStackProcess) -> Iterator[None]:
+    """The node stops answering (SIGSTOP) without closing a connection, then resumes."""
+    assert node.process is not None
+    node.process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        node.process.send_signal(signal.SIGCONT)
+
+
+async def test_a_hung_primary_fails_a_search_after_one_timeout(
+    cluster: RedisClusterProcesses,
+) -> None:
+    """A primary that hangs fails searches and listings after the timeout once: a timeout is
+    not retried (only a connection error is, at once)."""
+    rng = np.random.default_rng(5)
+    store = await open_store(cluster, timeout_seconds=1.0)
+    try:
+        await store.replace_sources([source_batch(rng, f"s{i:02d}.md") for i in range(20)])
+        victim = next(
+            n for n in cluster.primary_nodes() if n.port == store.topology.primaries[0].port
+        )
+        with hung(victim):
+            for call in (
+                lambda: store.search(SearchQuery("w1 w2", unit(rng), 10)),
+                store.list_sources,
+            ):
+                started = time.monotonic()
+                with pytest.raises(IndexUnavailable):
+                    await call()
+                assert time.monotonic() - started < 1.7
     finally:
         await store.aclose()

@@ -14,6 +14,7 @@ no chunk, and an index built for another embedder is refused.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -29,12 +30,14 @@ from hypothesis import strategies as st
 
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
+from chatqna.composition import build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
 from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.query import WeightedQuery
 from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams, bm25_query
+from chatqna.settings import Settings
 from tests.integration.conftest import SAMPLE_CORPUS
 from tests.integration.redis_server import RedisStackProcess, redis_stack_server
 from tests.oracles.redisearch_bm25 import BM25Index
@@ -494,6 +497,63 @@ def test_hostile_query_text_never_breaks_the_server(
             runner.run(index.aclose())
     assert len(tried) >= 150
     assert server.alive()
+
+
+def long_messages(chars: int = 8000) -> list[str]:
+    """Messages of the API's longest (`CHATQNA_MAX_MESSAGE_CHARS`): a pasted page of the
+    corpus with a question after it, and distinct made-up words around a few real ones."""
+    corpus = " ".join(path.read_text() for path in sorted(SAMPLE_CORPUS.rglob("*.md")))
+    question = "\n\nWhat does this say about refunds?"
+    pasted = corpus[: chars - len(question)] + question
+    words = ["refund", "refund", "invoice", "invoice"]
+    while sum(len(w) + 1 for w in words) + 8 <= chars:
+        words.append(f"w{len(words)}")
+    return [pasted, " ".join(words)]
+
+
+async def test_the_longest_messages_search_like_any_other(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """A message as long as the API accepts gives BM25 hits, scored as the reference does,
+    alone and as the history of a follow-up."""
+    index = await open_redis(embedder, redis_url)
+    try:
+        await ingest_files(collect_files([SAMPLE_CORPUS]), embedder, index)
+        reference = await ReferenceBM25.of(index, embedder)
+        vector = (await embedder.embed(["refunds"]))[0]
+        for text in long_messages():
+            assert len(text) <= Settings.model_fields["chatqna_max_message_chars"].default
+            for query in (
+                SearchQuery(text, vector, 10, fusion_weights=(0.0, 1.0)),
+                SearchQuery(text, vector, 10, bm25_history=text, bm25_history_weight=0.3),
+                SearchQuery("and then?", vector, 10, bm25_history=text, bm25_history_weight=0.3),
+            ):
+                results = await index.search(query)
+                assert any(r.scores["bm25"] > 0 for r in results)
+                reference.assert_scores(query, results)
+    finally:
+        await index.aclose()
+
+
+async def test_a_hung_server_fails_a_search_after_redis_timeout_seconds(
+    embedder: CachingEmbedder, redis_url: str, server: RedisStackProcess
+) -> None:
+    """`REDIS_TIMEOUT_SECONDS` reaches the store the composition root opens."""
+    settings = Settings(redis_url=redis_url, redis_timeout_seconds=1.0, _env_file=None)
+    index = await build_retriever(settings, embedder)
+    assert server.process is not None
+    try:
+        await index.search(SearchQuery("refund", (await embedder.embed(["refund"]))[0], 4))
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(IndexUnavailable):
+                await index.search(SearchQuery("refund", np.ones(embedder.dimension), 4))
+            assert time.monotonic() - started < 2.5
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+    finally:
+        await index.aclose()
 
 
 async def wait_until(url: str, ready: str, *, timeout: float = 30.0) -> None:

@@ -5,7 +5,8 @@ Files in the index directory (`<CHATQNA_DATA_DIR>/index/`):
 - `chunks.sqlite3` (+ `-wal`, `-shm`): chunks, their vectors and the sources' content hashes,
   the store of record (`chunk_store`); one transaction per write request.
 - `lexical/`: the tantivy index of the BM25 leg (`lexical`), derived from the store and
-  rebuilt from it whenever it is found behind (after a crash mid-write).
+  rebuilt from it whenever it is found behind with no writer at work (a writer killed
+  between its two commits): by the next open, write or search of any process.
 - `writer.lock`: the lock a writing process holds (`lock`; any process may write, one at a
   time).
 
@@ -39,9 +40,14 @@ import numpy as np
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.embedded.chunk_store import FORMAT_VERSION, STORE_FILE, ChunkStore
+from chatqna.retrieval.embedded.chunk_store import (
+    FORMAT_VERSION,
+    STORE_FILE,
+    ChunkStore,
+    Generations,
+)
 from chatqna.retrieval.embedded.lexical import LexicalIndex
-from chatqna.retrieval.embedded.lock import writer_lock
+from chatqna.retrieval.embedded.lock import writer_lock, writer_lock_if_free
 from chatqna.retrieval.embedded.vector_graph import VectorGraph
 from chatqna.retrieval.embedded.vectors import VectorSet, scan_candidates, single_threaded_blas
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
@@ -167,10 +173,27 @@ class EmbeddedHybridIndex:
             self.lexical.rebuild(self.store.texts())
             self.store.set_lexical_generation(generations.store)
 
+    def _repair_if_abandoned(self, generations: Generations) -> Generations:
+        """Repair a lexical index behind the store that no writer is working on.
+
+        A writer commits the store, then the lexical index, holding the writer lock
+        throughout: a lexical index found behind while the lock is free was left so by a
+        writer that died between its two commits, and would answer BM25 from the older
+        version until the next write or open. The lock is only tried: held, a writer is at
+        work and will commit the lexical index itself.
+        """
+        with writer_lock_if_free(self.directory) as free:
+            if not free:
+                return generations
+            self._repair()
+            return self.store.generations()
+
     # --- keeping up with the store ----------------------------------------------------------
     def _refresh(self) -> None:
         """Catch up with commits made since the last look (by this or another process)."""
         generations = self.store.generations()
+        if generations.lexical != generations.store:
+            generations = self._repair_if_abandoned(generations)
         if generations.store == self._generation and generations.lexical == self._lexical_seen:
             return
         with self._refresh_lock:

@@ -44,6 +44,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TryAgainError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
@@ -249,15 +250,23 @@ class RedisClusterHybridIndex:
         depth: int,
         text_query: str | None,
     ) -> Round:
+        """Every primary searched concurrently, all within one `timeout_seconds`: a primary
+        slow on each of its commands cannot stretch the search past it."""
         order_key = self.layout.chunk_id_of
-        replies = await asyncio.gather(
-            *(
-                search_shard(
-                    self.topology.client(s.address), s, vector, depth, text_query, order_key
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                replies = await asyncio.gather(
+                    *(
+                        search_shard(
+                            self.topology.client(s.address), s, vector, depth, text_query, order_key
+                        )
+                        for s in shards
+                    )
                 )
-                for s in shards
-            )
-        )
+        except TimeoutError as exc:  # the deadline's (a socket's is redis' TimeoutError)
+            raise RedisTimeoutError(
+                f"not every primary answered within {self.timeout_seconds:g} s"
+            ) from exc
         return Round.merged(shards, replies, order_key)
 
     async def _read(self, found: Round, ids: Sequence[str]) -> list[dict[str, Any] | None]:

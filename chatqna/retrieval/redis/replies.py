@@ -13,10 +13,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from chatqna.documents import Chunk, ScoredChunk
-from chatqna.errors import IndexUnavailable
+from chatqna.errors import IndexUnavailable, QueryNotSearchable
 from chatqna.retrieval.redis.query import RETURNED
 from chatqna.retrieval.redis.schema import pairs, text
 
@@ -100,13 +100,32 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+# How RediSearch words an error of the query string itself (redis-py's pipeline puts the
+# command in front of it).
+_QUERY_SYNTAX_ERRORS = ("syntax error", "parser stack overflow")
+
+
+def is_query_syntax_error(exc: BaseException) -> bool:
+    """Whether a Redis error is RediSearch refusing the query string (the server is fine)."""
+    message = str(exc).lower()
+    return isinstance(exc, ResponseError) and any(e in message for e in _QUERY_SYNTAX_ERRORS)
+
+
 @asynccontextmanager
 async def unavailable_on_error(index: str, location: str, action: str) -> AsyncIterator[None]:
-    """Any Redis failure inside becomes `IndexUnavailable` (HTTP 503) naming the index."""
+    """Any Redis failure inside becomes `IndexUnavailable` (HTTP 503) naming the index,
+    except a query RediSearch cannot parse: `QueryNotSearchable` (HTTP 422)."""
     try:
         yield
     except (RedisError, RedisClusterException) as exc:
         where = f" at {location}" if location else ""
+        if is_query_syntax_error(exc):
+            # RediSearch's words only: redis-py's prefix repeats the whole query.
+            said = str(exc).rpartition("caused error: ")[2][:160]
+            raise QueryNotSearchable(
+                f"Redis index {index!r}{where} could not parse the search built from the "
+                f"text: {said}"
+            ) from exc
         raise IndexUnavailable(
             f"Redis index {index!r}{where}: {action} failed: {exc or type(exc).__name__}"
         ) from exc

@@ -229,11 +229,12 @@ class ClusterTopology:
         )
 
     def client(self, address: str) -> aioredis.Redis:
-        """The search connection pool of one node: one immediate retry (a pooled connection
-        the node closed), no backoff, so a primary that is gone fails the search at once."""
+        """The search connection pool of one node: one immediate retry on a connection error
+        (a pooled connection the node closed), no backoff, so a primary that is gone fails
+        the search at once; none on a timeout, so one that hangs fails it after one."""
         client = self._clients.get(address)
         if client is None:
-            client = self.connect(address, retry=Retry(NoBackoff(), 1))
+            client = self.connect(address, retry=Retry(NoBackoff(), 1, (ConnectionError,)))
             self._clients[address] = client
         return client
 

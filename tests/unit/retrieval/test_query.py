@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from chatqna.retrieval.query import (
     FANOUT,
+    MAX_QUERY_TERMS,
     MAX_TOKEN_BYTES,
     STOP_WORDS,
     TermUnion,
     WeightedQuery,
+    informative_terms,
     query_tree,
     tokenize,
 )
@@ -91,3 +93,50 @@ def test_query_tree_keeps_every_union_narrow() -> None:
     assert with_history.children[-1] == TermUnion(("h1", "h2"), 0.3)
     assert query_tree(WeightedQuery((), ("h1", "h2"), 0.3)) == TermUnion(("h1", "h2"), 0.3)
     assert query_tree(WeightedQuery(())) is None
+
+
+def longest_message(chars: int = 8000) -> str:
+    """A message of `chars` characters (the API's default limit), every word distinct."""
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) + 8 <= chars:
+        words.append(f"w{len(words)}")
+    return " ".join(words)
+
+
+def depth(node: str | TermUnion) -> int:
+    if isinstance(node, str):
+        return 0
+    return 1 + max(depth(child) for child in node.children)
+
+
+def test_a_long_text_keeps_its_most_informative_terms() -> None:
+    assert len(q(longest_message()).terms) == MAX_QUERY_TERMS
+    # Repeated most first, then longer, then earlier; kept in first-seen order.
+    text = "beta alpha gamma alpha delta epsilon epsilon zeta"
+    assert informative_terms(_distinct(text), text, limit=3) == ("alpha", "gamma", "epsilon")
+    assert informative_terms(_distinct(text), text, limit=5) == (
+        "beta", "alpha", "gamma", "delta", "epsilon",
+    )  # fmt: skip
+    # Up to the cap every term stays, in order: an ordinary question is untouched.
+    words = [f"t{i}" for i in range(MAX_QUERY_TERMS)]
+    assert q(" ".join(words)).terms == tuple(words)
+
+
+def test_the_history_is_capped_apart_and_never_brings_back_a_dropped_term() -> None:
+    text = longest_message()
+    history = " ".join(f"h{i}" for i in range(3 * MAX_QUERY_TERMS))
+    dropped = next(t for t in tokenize(text) if t not in q(text).terms)
+    parsed = q(text, f"{history}\n{dropped}", 0.3)
+    assert len(parsed.terms) == len(parsed.history_terms) == MAX_QUERY_TERMS
+    assert dropped not in parsed.history_terms
+
+
+def test_the_tree_of_any_accepted_message_stays_shallow() -> None:
+    text = longest_message()
+    for query in (q(text), q(text, text.replace("w", "h"), 0.3), q("", text, 0.3)):
+        tree = query_tree(query)
+        assert tree is not None and depth(tree) <= 20
+
+
+def _distinct(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(tokenize(text)))

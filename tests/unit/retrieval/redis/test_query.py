@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeout
 
+from chatqna.errors import IndexUnavailable, QueryNotSearchable
 from chatqna.retrieval.query import WeightedQuery
 from chatqna.retrieval.redis.cluster_writes import ClusterLayout, source_tag
 from chatqna.retrieval.redis.query import bm25_aggregate, bm25_query, bm25_search, knn_search
-from chatqna.retrieval.redis.replies import knn_hits, scored_hits, straddles, top_bm25
+from chatqna.retrieval.redis.replies import (
+    knn_hits,
+    scored_hits,
+    straddles,
+    top_bm25,
+    unavailable_on_error,
+)
+from tests.unit.retrieval.test_query import longest_message
 
 
 def test_knn_search_asks_for_distances_or_every_field() -> None:
@@ -66,3 +77,37 @@ def test_a_sources_keys_share_one_slot_and_give_back_the_chunk_id() -> None:
     assert key_slot(keys[0].encode()) == key_slot(source_tag("docs/a b.md").encode())
     assert keys[0].startswith("rag:chunk:{") and layout.chunk_id_of(keys[0]) == "abc-0001"
     assert source_tag("a.md") != source_tag("b.md") and len(source_tag("a.md")) == 16
+
+
+def nesting(query: str) -> int:
+    deepest = level = 0
+    for at, char in enumerate(query):
+        if query[at - 1 : at] == "\\":
+            continue
+        level += {"(": 1, ")": -1}.get(char, 0)
+        deepest = max(deepest, level)
+    return deepest
+
+
+def test_the_query_of_any_accepted_message_nests_shallowly() -> None:
+    text = longest_message()
+    for weighted in (WeightedQuery.parse(text), WeightedQuery.parse(text, text + " extra", 0.3)):
+        query = bm25_query(weighted)
+        assert query is not None and nesting(query) <= 21
+
+
+@pytest.mark.anyio
+async def test_a_query_redisearch_cannot_parse_is_not_an_outage() -> None:
+    overflow = ResponseError(
+        "Command # 2 (FT.SEARCH idx @terms:(w0 | w1 ...) of pipeline caused error: "
+        "Parser stack overflow. Try moving nested parentheses more to the left"
+    )
+    for error in (overflow, ResponseError("Syntax error at offset 9 near w1")):
+        with pytest.raises(QueryNotSearchable) as caught:
+            async with unavailable_on_error("idx", "redis://h:1", "search"):
+                raise error
+        assert caught.value.status_code == 422 and "w0 | w1" not in caught.value.message
+    for error in (ResponseError("Unknown index name"), RedisTimeout("Timeout reading")):
+        with pytest.raises(IndexUnavailable):
+            async with unavailable_on_error("idx", "redis://h:1", "search"):
+                raise error
