@@ -63,9 +63,14 @@ SERVE_OVERRIDES = {
 }
 
 
-def server_options() -> dict[str, Any]:
-    """uvicorn's compiled event loop and HTTP parser, where installed (they are pinned)."""
-    options: dict[str, Any] = {}
+def server_options(settings: Settings) -> dict[str, Any]:
+    """The uvicorn options both servers share; the compiled loop and parser where installed."""
+    root_path = settings.chatqna_root_path
+    options: dict[str, Any] = {
+        "log_level": settings.chatqna_log_level.lower(),
+        "root_path": "" if root_path is None else root_path,
+        "timeout_graceful_shutdown": 5,
+    }
     if importlib.util.find_spec("uvloop") is not None:
         options["loop"] = "uvloop"
     if importlib.util.find_spec("httptools") is not None:
@@ -97,10 +102,7 @@ def serve(
     common: dict[str, Any] = {
         "host": settings.chatqna_host,
         "port": settings.mega_service_port,
-        "log_level": settings.chatqna_log_level.lower(),
-        "root_path": "" if settings.chatqna_root_path is None else settings.chatqna_root_path,
-        "timeout_graceful_shutdown": 5,
-        **server_options(),
+        **server_options(settings),
     }
     if count == 1:
         from chatqna.app import create_app
@@ -152,10 +154,7 @@ def retriever(
         create_app(settings, role="retriever"),
         host=settings.chatqna_host,
         port=settings.retriever_service_port,
-        log_level=settings.chatqna_log_level.lower(),
-        root_path="" if settings.chatqna_root_path is None else settings.chatqna_root_path,
-        timeout_graceful_shutdown=5,
-        **server_options(),
+        **server_options(settings),
     )
 
 

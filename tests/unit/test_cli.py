@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from chatqna import cli
 from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
+from chatqna.settings import Settings
 
 
 def command_names() -> list[str]:
@@ -136,8 +137,15 @@ def test_ask_refuses_a_url_without_a_scheme() -> None:
     assert result.stderr == "--url must be an http:// or https:// URL, got 'localhost:8888'\n"
 
 
-def test_the_server_runs_on_the_compiled_loop_and_parser() -> None:
-    assert cli.server_options() == {"loop": "uvloop", "http": "httptools"}
+def test_the_server_runs_on_the_compiled_loop_and_parser_under_the_root_path() -> None:
+    assert cli.server_options(Settings(chatqna_root_path="/chat")) == {
+        "log_level": "info",
+        "root_path": "/chat",
+        "timeout_graceful_shutdown": 5,
+        "loop": "uvloop",
+        "http": "httptools",
+    }
+    assert cli.server_options(Settings())["root_path"] == ""
 
 
 def test_render_of_a_missing_or_foreign_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
