@@ -276,8 +276,7 @@ class RedisClusterHybridIndex:
 
     async def list_sources(self) -> list[SourceInfo]:
         async with self._redis("listing sources"):
-            (members,) = await self.topology.run([("SMEMBERS", self.layout.sources_key)])
-            names = sorted(text(s) for s in members)
+            names = await self.writer.source_names()
             rows = await self.topology.run(
                 [("HMGET", self.layout.source_key(n), "content_hash", "chunks") for n in names]
             )
@@ -301,7 +300,7 @@ class RedisClusterHybridIndex:
                         raise
                     self.topology.stale = True
                     await asyncio.sleep(0.02 * (attempt + 1))
-            (sources,) = await self.topology.run([("SCARD", self.layout.sources_key)])
+            sources = len(await self.writer.source_names())
         if any(info is None for info in infos):
             raise IndexUnavailable(f"the Redis index {self.index_name!r} is missing on a primary")
         present = [info for info in infos if info is not None]
