@@ -164,18 +164,21 @@ class RedisClusterHybridIndex:
         return unavailable_on_error(self.index_name, self.location, action)
 
     async def ensure_index(self) -> None:
-        """Check or write the meta, then build the index on every primary."""
+        """Check the meta and build (or check) the index on every primary, then write the
+        meta when there was none."""
         async with self._redis("opening the index"):
             meta = cast(dict[bytes, bytes], await self.cluster.hgetall(self.layout.meta_key))
             if meta:
                 self.schema.check_meta(meta, FORMAT_VERSION)
-            else:
-                await self.cluster.hset(self.layout.meta_key, mapping=self.schema.meta())
             await self.topology.refresh()
             for shard in self.topology.primaries:
                 info = await index_info(self.topology.client(shard.address), shard.index)
                 if info is not None:
                     self.schema.check_info(info, meta)
+            # Written once every primary's index fits: a start with the wrong embedder must
+            # not leave its meta behind for the right one to be refused by.
+            if not meta:
+                await self.cluster.hset(self.layout.meta_key, mapping=self.schema.meta())
 
     # --- reads ---------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
