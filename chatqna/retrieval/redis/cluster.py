@@ -28,8 +28,9 @@ search reads it; one that owns no slot yet but imports one is searched with `ASK
 primary that cannot be reached fails the search with `IndexUnavailable` (503) and the next
 search rereads the topology from any node: while its replica is being promoted (about
 `cluster-node-timeout` plus a second of election), searches fail, then they succeed again.
-Writes go to the primary that owns the source's slot (`cluster_writes`), atomically,
-and are acknowledged once a replica has them.
+Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
+source (a request of several sources is applied source by source), and are acknowledged
+once a replica has them.
 """
 
 from __future__ import annotations
