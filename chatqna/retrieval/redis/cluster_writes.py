@@ -34,7 +34,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ConnectionError,
+    MovedError,
+    ResponseError,
+    TryAgainError,
+)
 
 from chatqna.backends.protocols import SourceBatch
 from chatqna.errors import IndexUnavailable
@@ -106,6 +112,18 @@ end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('SREM', KEYS[3], ARGV[2])
 return removed
+"""
+
+# ARGV: membership sets, of any slots this primary owns (not KEYS: the server would refuse
+# keys of several slots before the script's flag is looked at). Returns their members.
+MEMBERS_SCRIPT = """#!lua flags=no-writes,allow-cross-slot-keys
+local names = {}
+for i = 1, #ARGV do
+  for _, name in ipairs(redis.call('SMEMBERS', ARGV[i])) do
+    names[#names + 1] = name
+  end
+end
+return names
 """
 
 
@@ -251,11 +269,30 @@ class ClusterWriter:
         return removed
 
     async def source_names(self) -> list[str]:
-        """The names in every membership set, sorted."""
-        replies = await self.topology.run(
-            [("SMEMBERS", key) for key in self.layout.membership_keys()]
-        )
+        """The names in every membership set, sorted: one script per primary reads the sets
+        of the slots it owns; while slots move, one keyed `SMEMBERS` per set instead (16,385
+        commands: about 0.7 s, against some 10 ms)."""
+        shards = await self.topology.shards()
+        try:
+            replies = await asyncio.gather(
+                *(
+                    self.topology.client(shard.address).eval(MEMBERS_SCRIPT, 0, *keys)
+                    for shard in shards
+                    for keys in [self._membership_keys_of(shard)]
+                )
+            )
+        except ResponseError:  # a slot moved (MOVED, ASK, TRYAGAIN)
+            self.topology.stale = True
+            replies = await self.topology.run(
+                [("SMEMBERS", key) for key in self.layout.membership_keys()]
+            )
         return sorted({text(name) for members in replies for name in members})
+
+    def _membership_keys_of(self, shard: Shard) -> list[str]:
+        keys = [self.layout.slot_membership_key(slot) for slot in sorted(shard.slots)]
+        if key_slot(self.layout.sources_key.encode()) in shard.slots:
+            keys.append(self.layout.sources_key)
+        return keys
 
     async def _delete_everything(self) -> int:
         """Every source, then any key of this index left on a primary (SCAN), but the meta."""
