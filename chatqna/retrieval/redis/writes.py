@@ -196,8 +196,8 @@ class SingleNodeWriter:
         raise self._contended()
 
     async def _delete_everything(self) -> int:
-        """Every key of this index but its meta, found by SCAN (orphans included), in one
-        transaction that any other write in the meantime aborts."""
+        """Every key of this index but its meta and write counter, found by SCAN (orphans
+        included), in one transaction that any other write in the meantime aborts."""
         prefixes = (
             self.chunk_prefix,
             f"{self.index_name}:source:",
