@@ -2,8 +2,10 @@
 
 Every file is read and chunked before anything is embedded, so an unsupported or unreadable
 file fails the whole request before any work is done; all embeddings are computed before
-the index is touched, and the index applies the new sources in one atomic replacement. A
-failure anywhere leaves the index exactly as it was. A file whose content (and chunking
+the index is touched, and the index applies the new sources in one atomic replacement (a
+Redis Cluster replaces each source atomically, one after the other). A failure anywhere
+leaves the index exactly as it was (on a Redis Cluster, a failure while writing leaves each
+source old or new). A file whose content (and chunking
 parameters, and what each chunk's legs index) did not change since it was last ingested is
 skipped, so re-running the quick start does not embed the corpus again.
 

@@ -18,11 +18,12 @@ import numpy as np
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
-from chatqna.errors import NotSupported
+from chatqna.errors import NotSupported, UpstreamError
 from chatqna.upstream.client import UpstreamClient, without_credentials
 from chatqna.upstream.policy import (
     NO_RETRY,
     UPSTREAM_FAILURES,
+    HTTPStatusFailure,
     RetryPolicy,
     post_json,
     require,
@@ -125,13 +126,19 @@ class RemoteRetriever:
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         removed = 0
         for name in ["all"] if sources is None else list(sources):
-            body = await post_json(
-                self._client,
-                "/v1/dataprep/delete",
-                {"file_path": name},
-                backend=BACKEND,
-                timeout_seconds=self._timeout,
-            )
+            try:
+                body = await post_json(
+                    self._client,
+                    "/v1/dataprep/delete",
+                    {"file_path": name},
+                    backend=BACKEND,
+                    timeout_seconds=self._timeout,
+                )
+            except UpstreamError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, HTTPStatusFailure) and cause.status == 404:
+                    continue  # the service holds no such source: nothing removed
+                raise
             removed += int(body.get("removed_chunks", 0)) if isinstance(body, dict) else 0
         return removed
 

@@ -28,8 +28,9 @@ search reads it; one that owns no slot yet but imports one is searched with `ASK
 primary that cannot be reached fails the search with `IndexUnavailable` (503) and the next
 search rereads the topology from any node: while its replica is being promoted (about
 `cluster-node-timeout` plus a second of election), searches fail, then they succeed again.
-Writes go to the primary that owns the source's slot (`cluster_writes`), atomically,
-and are acknowledged once a replica has them.
+Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
+source (a request of several sources is applied source by source), and are acknowledged
+once a replica has them.
 """
 
 from __future__ import annotations
@@ -165,18 +166,21 @@ class RedisClusterHybridIndex:
         return unavailable_on_error(self.index_name, self.location, action)
 
     async def ensure_index(self) -> None:
-        """Check or write the meta, then build the index on every primary."""
+        """Check the meta and build (or check) the index on every primary, then write the
+        meta when there was none."""
         async with self._redis("opening the index"):
             meta = cast(dict[bytes, bytes], await self.cluster.hgetall(self.layout.meta_key))
             if meta:
                 self.schema.check_meta(meta, FORMAT_VERSION)
-            else:
-                await self.cluster.hset(self.layout.meta_key, mapping=self.schema.meta())
             await self.topology.refresh()
             for shard in self.topology.primaries:
                 info = await index_info(self.topology.client(shard.address), shard.index)
                 if info is not None:
                     self.schema.check_info(info, meta)
+            # Written once every primary's index fits: a start with the wrong embedder must
+            # not leave its meta behind for the right one to be refused by.
+            if not meta:
+                await self.cluster.hset(self.layout.meta_key, mapping=self.schema.meta())
 
     # --- reads ---------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
@@ -285,8 +289,7 @@ class RedisClusterHybridIndex:
 
     async def list_sources(self) -> list[SourceInfo]:
         async with self._redis("listing sources"):
-            (members,) = await self.topology.run([("SMEMBERS", self.layout.sources_key)])
-            names = sorted(text(s) for s in members)
+            names = await self.writer.source_names()
             rows = await self.topology.run(
                 [("HMGET", self.layout.source_key(n), "content_hash", "chunks") for n in names]
             )
@@ -310,7 +313,7 @@ class RedisClusterHybridIndex:
                         raise
                     self.topology.stale = True
                     await asyncio.sleep(0.02 * (attempt + 1))
-            (sources,) = await self.topology.run([("SCARD", self.layout.sources_key)])
+            sources = len(await self.writer.source_names())
         if any(info is None for info in infos):
             raise IndexUnavailable(f"the Redis index {self.index_name!r} is missing on a primary")
         present = [info for info in infos if info is not None]

@@ -1,4 +1,5 @@
-"""Writes of the single-node Redis store: replacing and deleting sources, chunk by chunk.
+"""Writes of the single-node Redis store: replacing and deleting sources, one transaction
+per request.
 
 Layout, for an index name `N`:
 
@@ -8,11 +9,22 @@ Layout, for an index name `N`:
     N:sources               set of source names
     N:source:<source>       hash: content_hash, chunks
     N:source-chunks:<src>   set of the source's chunk ids (what a replace or delete removes)
+    N:writes                a counter every write transaction increments
 
-Writes are pipelined, not transactional: a reader may briefly see a source half replaced.
-A source's content hash is cleared before its chunks change and written last, so a replace
-that fails half-way is redone by the next ingestion instead of being skipped as unchanged.
-(The cluster store, `chatqna.retrieval.redis.cluster`, replaces a source atomically.)
+A write request (`replace_sources` or `delete_sources`, all its sources together) is one
+`MULTI`/`EXEC` transaction: a reader sees every source of it as it was or as it is now, and
+a failure leaves the index as it was. Redis refuses an `EXEC` as a whole when it is out of
+memory (`maxmemory`), and drops the queued commands of a client that goes away before its
+`EXEC` (a killed process). What the transaction writes depends on what is stored (the
+stale chunk ids, the digests of unchanged chunks), read after `WATCH`ing the request's
+source hashes, which every write of a source changes: a write that another process changed
+a source under aborts and is prepared again (`WATCH_ATTEMPTS` times at most). Deleting
+everything watches `N:writes`, so it conflicts with any write.
+
+The price of one transaction: Redis holds the queued commands until the `EXEC` (about the
+size of the changed chunks, vectors included), then indexes them all before it answers any
+other client (5,000 chunks of 384 dimensions in HNSW: 0.9 s on 2 cores); searches wait
+meanwhile, and the client waits for the `EXEC` up to the store's socket timeout.
 """
 
 from __future__ import annotations
@@ -20,17 +32,22 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
+from redis.exceptions import WatchError
 from redis.typing import EncodableT, FieldT
 
 from chatqna.backends.protocols import SourceBatch
 from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
+from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.query import tokenize
 from chatqna.retrieval.redis.schema import FORMAT_VERSION, text
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+WATCH_ATTEMPTS = 20  # tries of one write while other processes write the same sources
+KEYS_PER_COMMAND = 1000  # keys or members per DEL, SADD or WATCH
 
 
 def chunk_digest(chunk: Chunk, vector: bytes) -> str:
@@ -75,7 +92,8 @@ def vector_rows(batch: SourceBatch) -> list[bytes]:
 
 
 class SingleNodeWriter:
-    """The writes of `RedisHybridIndex`, pipelined in batches of `write_batch` chunks."""
+    """The writes of `RedisHybridIndex`: each request one `MULTI`/`EXEC` transaction; reads
+    are pipelined in batches of `write_batch` commands."""
 
     def __init__(self, client: aioredis.Redis, index_name: str, write_batch: int) -> None:
         self.client = client
@@ -83,6 +101,7 @@ class SingleNodeWriter:
         self.write_batch = write_batch
         self.chunk_prefix = f"{index_name}:chunk:"
         self.sources_key = f"{index_name}:sources"
+        self.writes_key = f"{index_name}:writes"
 
     def chunk_key(self, chunk_id: str) -> str:
         return self.chunk_prefix + chunk_id
@@ -94,84 +113,121 @@ class SingleNodeWriter:
         return f"{self.index_name}:source-chunks:{source}"
 
     async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        for batch in batches:
-            pipe.smembers(self.source_chunks_key(batch.source))
-            pipe.hset(self.source_key(batch.source), "content_hash", "")
-        replies = await pipe.execute()
-        for batch, old in zip(batches, replies[::2], strict=True):
-            await self._write_chunks(batch)
-            stale = {text(i) for i in old} - {c.id for c in batch.chunks}
-            await self._remove_chunks(batch.source, sorted(stale))
-        pipe = self.client.pipeline(transaction=False)
-        for batch in batches:
-            pipe.hset(
-                self.source_key(batch.source),
-                mapping={"content_hash": batch.content_hash, "chunks": len(batch.chunks)},
+        watched = [self.source_key(batch.source) for batch in batches]
+        for _ in range(WATCH_ATTEMPTS):
+            async with self.client.pipeline(transaction=True) as pipe:
+                await pipe.watch(*watched)
+                members = await self._read(
+                    [("SMEMBERS", self.source_chunks_key(b.source)) for b in batches]
+                )
+                pipe.multi()  # type: ignore[no-untyped-call]
+                for batch, old in zip(batches, members, strict=True):
+                    await self._queue_replace(pipe, batch, {text(i) for i in old})
+                pipe.incr(self.writes_key)
+                try:
+                    await pipe.execute()
+                except WatchError:
+                    continue
+                return
+        raise self._contended()
+
+    async def _queue_replace(self, pipe: Any, batch: SourceBatch, old: set[str]) -> None:
+        """Queue one source's replacement: its chunk set, the changed chunks (those whose
+        stored digest differs), the stale chunks' deletion, its hash and its membership."""
+        rows = vector_rows(batch)
+        digests = [chunk_digest(c, row) for c, row in zip(batch.chunks, rows, strict=True)]
+        stored = await self._read([("HGET", self.chunk_key(c.id), "digest") for c in batch.chunks])
+        members = [chunk.id for chunk in batch.chunks]
+        pipe.delete(self.source_chunks_key(batch.source))
+        for start in range(0, len(members), KEYS_PER_COMMAND):
+            pipe.sadd(
+                self.source_chunks_key(batch.source), *members[start : start + KEYS_PER_COMMAND]
             )
-            pipe.sadd(self.sources_key, batch.source)
-        await pipe.execute()
+        for chunk, row, digest, found in zip(batch.chunks, rows, digests, stored, strict=True):
+            if found is not None and text(found) == digest:
+                continue  # unchanged: rewriting it would only skew BM25 until the GC runs
+            pipe.hset(self.chunk_key(chunk.id), mapping=chunk_hash(chunk, row, digest))
+        stale = sorted(old - set(members))
+        for start in range(0, len(stale), KEYS_PER_COMMAND):
+            pipe.delete(*(self.chunk_key(i) for i in stale[start : start + KEYS_PER_COMMAND]))
+        pipe.hset(
+            self.source_key(batch.source),
+            mapping={"content_hash": batch.content_hash, "chunks": len(batch.chunks)},
+        )
+        pipe.sadd(self.sources_key, batch.source)
 
-    async def _write_chunks(self, batch: SourceBatch) -> None:
-        members = self.source_chunks_key(batch.source)
-        all_rows = vector_rows(batch)
-        for start in range(0, len(batch.chunks), self.write_batch):
-            chunks = batch.chunks[start : start + self.write_batch]
-            rows = all_rows[start : start + len(chunks)]
-            digests = [chunk_digest(c, row) for c, row in zip(chunks, rows, strict=True)]
+    async def _read(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Read-only commands, pipelined (not in the transaction: on another connection)."""
+        replies: list[Any] = []
+        for start in range(0, len(commands), self.write_batch):
             pipe = self.client.pipeline(transaction=False)
-            for chunk in chunks:
-                pipe.hget(self.chunk_key(chunk.id), "digest")
-            stored = await pipe.execute()
-            pipe = self.client.pipeline(transaction=False)
-            # The set first: every chunk key that exists is reachable from its source.
-            pipe.sadd(members, *(c.id for c in chunks))
-            for chunk, row, digest, old in zip(chunks, rows, digests, stored, strict=True):
-                if old is not None and text(old) == digest:
-                    continue  # unchanged: rewriting it would only skew BM25 until the GC runs
-                pipe.hset(self.chunk_key(chunk.id), mapping=chunk_hash(chunk, row, digest))
-            await pipe.execute()
-
-    async def _remove_chunks(self, source: str, chunk_ids: Sequence[str]) -> int:
-        removed = 0
-        for start in range(0, len(chunk_ids), self.write_batch):
-            ids = chunk_ids[start : start + self.write_batch]
-            pipe = self.client.pipeline(transaction=False)
-            pipe.delete(*(self.chunk_key(i) for i in ids))
-            pipe.srem(self.source_chunks_key(source), *ids)
-            deleted, _ = await pipe.execute()
-            removed += int(deleted)
-        return removed
+            for command in commands[start : start + self.write_batch]:
+                pipe.execute_command(*command)
+            replies += await pipe.execute()
+        return replies
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
+        """Delete these sources' chunks, sets and hashes, listed or not (a source an earlier
+        version left half written), in one transaction; return how many chunks existed."""
         if sources is None:
             return await self._delete_everything()
-        removed = 0
-        for source in dict.fromkeys(sources):
-            members = await self.client.smembers(self.source_chunks_key(source))
-            removed += await self._remove_chunks(source, sorted(text(m) for m in members))
-            pipe = self.client.pipeline(transaction=False)
-            pipe.delete(self.source_chunks_key(source), self.source_key(source))
-            pipe.srem(self.sources_key, source)
-            await pipe.execute()
-        return removed
+        names = list(dict.fromkeys(sources))
+        watched = [self.source_key(name) for name in names]
+        for _ in range(WATCH_ATTEMPTS):
+            async with self.client.pipeline(transaction=True) as pipe:
+                await pipe.watch(*watched)
+                members = await self._read([("SMEMBERS", self.source_chunks_key(n)) for n in names])
+                pipe.multi()  # type: ignore[no-untyped-call]
+                counted: list[int] = []  # positions of the chunk DELs among the replies
+                for name, ids in zip(names, members, strict=True):
+                    chunk_ids = sorted(text(i) for i in ids)
+                    for start in range(0, len(chunk_ids), KEYS_PER_COMMAND):
+                        counted.append(len(pipe.command_stack))
+                        batch = chunk_ids[start : start + KEYS_PER_COMMAND]
+                        pipe.delete(*(self.chunk_key(i) for i in batch))
+                    pipe.delete(self.source_chunks_key(name), self.source_key(name))
+                    pipe.srem(self.sources_key, name)
+                pipe.incr(self.writes_key)
+                try:
+                    replies = await pipe.execute()
+                except WatchError:
+                    continue
+                return sum(int(replies[i]) for i in counted)
+        raise self._contended()
 
     async def _delete_everything(self) -> int:
-        """Every key of this index but its meta, found by SCAN (orphans included)."""
-        removed = await self._delete_matching(self.chunk_prefix)
-        for prefix in (f"{self.index_name}:source:", f"{self.index_name}:source-chunks:"):
-            await self._delete_matching(prefix)
-        await self.client.delete(self.sources_key)
-        return removed
+        """Every key of this index but its meta and write counter, found by SCAN (orphans
+        included), in one transaction that any other write in the meantime aborts."""
+        prefixes = (
+            self.chunk_prefix,
+            f"{self.index_name}:source:",
+            f"{self.index_name}:source-chunks:",
+        )
+        for _ in range(WATCH_ATTEMPTS):
+            async with self.client.pipeline(transaction=True) as pipe:
+                await pipe.watch(self.writes_key)
+                found = [await self._matching(prefix) for prefix in prefixes]
+                pipe.multi()  # type: ignore[no-untyped-call]
+                counted: list[int] = []
+                for prefix, keys in zip(prefixes, found, strict=True):
+                    for start in range(0, len(keys), KEYS_PER_COMMAND):
+                        if prefix == self.chunk_prefix:
+                            counted.append(len(pipe.command_stack))
+                        pipe.delete(*keys[start : start + KEYS_PER_COMMAND])
+                pipe.delete(self.sources_key)
+                pipe.incr(self.writes_key)
+                try:
+                    replies = await pipe.execute()
+                except WatchError:
+                    continue
+                return sum(int(replies[i]) for i in counted)
+        raise self._contended()
 
-    async def _delete_matching(self, prefix: str) -> int:
-        removed = 0
-        keys: list[bytes] = []
-        async for key in self.client.scan_iter(match=glob_prefix(prefix), count=1000):
-            keys.append(key)
-            if len(keys) >= self.write_batch:
-                removed += int(await self.client.delete(*keys))
-                keys = []
-        if keys:
-            removed += int(await self.client.delete(*keys))
-        return removed
+    async def _matching(self, prefix: str) -> list[bytes]:
+        return [key async for key in self.client.scan_iter(match=glob_prefix(prefix), count=1000)]
+
+    def _contended(self) -> IndexUnavailable:
+        return IndexUnavailable(
+            f"Redis index {self.index_name!r}: other processes kept writing the same sources; "
+            f"the write was not done after {WATCH_ATTEMPTS} attempts, retry it"
+        )
