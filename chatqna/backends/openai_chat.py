@@ -36,7 +36,7 @@ from chatqna.upstream.policy import (
     require,
     translate_http_error,
 )
-from chatqna.upstream.sse import SSEDecoder
+from chatqna.upstream.sse import EventTooLarge, SSEDecoder
 from chatqna.upstream.types import StreamReply
 
 COMPLETIONS_PATH = "/v1/chat/completions"
@@ -213,6 +213,9 @@ class OpenAIChatLLM:
             while True:
                 async with asyncio.timeout_at(deadline):
                     read = await anext(reads, None)
+                    # Reads that never wait (a fast or flooding upstream) still let the
+                    # event loop run other requests, and the deadline fire, between chunks.
+                    await asyncio.sleep(0)
                 if read is None:
                     if decoder.pending:
                         raise BadUpstreamResponse(
@@ -249,7 +252,11 @@ class OpenAIChatLLM:
         """The chunks one read completed, as one Delta (one write downstream), and whether
         the stream's `[DONE]` was among them."""
         deltas: list[Delta] = []
-        for event in decoder.feed(read):
+        try:
+            events = decoder.feed(read)
+        except EventTooLarge as exc:
+            raise BadUpstreamResponse(f"{self.backend}: {exc}", backend=self.backend) from exc
+        for event in events:
             if event.is_done:
                 return (merged(deltas) if deltas else None), True
             delta = self._parse_chunk(event.data)

@@ -402,6 +402,47 @@ async def test_a_stream_that_never_ends_meets_the_generation_deadline() -> None:
     assert "longer than 0.05s" in info.value.message
 
 
+async def test_a_stream_whose_reads_never_wait_meets_the_deadline_and_lets_others_run() -> None:
+    async def flood() -> AsyncIterator[bytes]:
+        while True:  # never awaits: every read is ready at once
+            yield _chunk("again ")
+
+    ticks = 0
+
+    async def other_request() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=flood()))
+    llm = OpenAIChatLLM(BASE, "m", generation_timeout_seconds=0.05, transport=transport)
+    other = asyncio.create_task(other_request())
+    try:
+        with pytest.raises(UpstreamTimeout):
+            async for _ in llm.stream(MESSAGES, PARAMS):
+                pass
+    finally:
+        other.cancel()
+        await llm.aclose()
+    assert ticks > 10
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"data: " + b"a" * (2 << 20), b": " + b"c" * (2 << 20) + b"\n"],
+    ids=["unended-line", "long-comment"],
+)
+async def test_a_stream_line_past_the_limit_is_a_bad_response(body: bytes) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    with pytest.raises(BadUpstreamResponse) as info:
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            pass
+    await llm.aclose()
+    assert info.value.message == "llm: an event-stream line is longer than 1048576 bytes"
+
+
 async def test_a_stalled_stream_meets_the_read_timeout() -> None:
     async def stalled() -> AsyncIterator[bytes]:
         yield _chunk("first")
