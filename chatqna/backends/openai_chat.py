@@ -37,7 +37,7 @@ from chatqna.upstream.policy import (
     translate_http_error,
 )
 from chatqna.upstream.sse import EventTooLarge, SSEDecoder
-from chatqna.upstream.types import StreamReply
+from chatqna.upstream.types import ResponseTooLarge, StreamReply
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 
@@ -230,8 +230,7 @@ class OpenAIChatLLM:
                     yield delta
                 if done:
                     return
-        except (*TRANSPORT_FAILURES, HTTPStatusFailure) as exc:
-            # Before `TimeoutError`: aiohttp's read timeout is both.
+        except (*TRANSPORT_FAILURES, HTTPStatusFailure, ResponseTooLarge) as exc:
             overflow = context_overflow(exc, self.backend)
             if overflow is not None:
                 raise overflow from exc

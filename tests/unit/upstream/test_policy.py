@@ -11,11 +11,8 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import aiohttp
 import httpx
 import pytest
-from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import GenerationParams, SearchQuery
@@ -142,27 +139,16 @@ def test_what_is_retryable(exc: BaseException, retryable: bool) -> None:
     assert is_retryable(exc) is retryable
 
 
-REQUEST_INFO = aiohttp.RequestInfo(URL(BASE), "POST", CIMultiDictProxy(CIMultiDict()))
-
-
 @pytest.mark.parametrize(
     ("exc", "expected", "named"),
     [
-        # What the service's aiohttp session raises.
-        (aiohttp.ServerDisconnectedError(), UpstreamError, "(ServerDisconnectedError)"),
-        (aiohttp.ClientOSError(104, "reset"), UpstreamError, "(ClientOSError)"),
-        (aiohttp.ClientPayloadError("cut short"), UpstreamError, "(ClientPayloadError)"),
-        (
-            aiohttp.ClientResponseError(REQUEST_INFO, (), status=400, message="Bad status line"),
-            UpstreamError,
-            "(ClientResponseError)",
-        ),
-        (aiohttp.ConnectionTimeoutError(), UpstreamTimeout, "timed out"),
-        (aiohttp.SocketTimeoutError(), UpstreamTimeout, "timed out"),
-        # What httpx raises over a given transport.
         (httpx.ConnectTimeout("x"), UpstreamTimeout, "timed out"),
         (httpx.ReadTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx.WriteTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx.PoolTimeout("x"), UpstreamTimeout, "timed out"),
         (httpx.ConnectError("refused"), UpstreamError, "(ConnectError)"),
+        (httpx.ReadError("reset"), UpstreamError, "(ReadError)"),
+        (httpx.RemoteProtocolError("cut short"), UpstreamError, "(RemoteProtocolError)"),
     ],
 )
 def test_a_transport_failure_is_a_timeout_only_when_time_ran_out(
@@ -232,6 +218,24 @@ async def test_transient_failures_are_retried(first: httpx.Response | Exception)
     script = Script(first, httpx.Response(200, json=EMBEDDINGS))
     assert await post(script, policy()) == EMBEDDINGS
     assert len(script.calls) == 2
+
+
+async def test_a_body_larger_than_the_client_reads_is_a_bad_response_not_retried() -> None:
+    script = Script(httpx.Response(200, content=b" " * 2048), httpx.Response(200, json=EMBEDDINGS))
+    client = UpstreamClient(
+        BASE,
+        timeout_seconds=5,
+        connect_timeout_seconds=1,
+        transport=script.transport,
+        max_body_bytes=1024,
+    )
+    with pytest.raises(BadUpstreamResponse) as info:
+        await post_json(client, "/v1/embeddings", {}, backend="embedder", retry=policy())
+    await client.aclose()
+    assert len(script.calls) == 1
+    assert info.value.message == (
+        "embedder: POST /v1/embeddings failed: the response body is larger than 1,024 bytes"
+    )
 
 
 async def test_a_malformed_body_is_not_retried() -> None:
@@ -441,6 +445,15 @@ async def test_a_stream_line_past_the_limit_is_a_bad_response(body: bytes) -> No
             pass
     await llm.aclose()
     assert info.value.message == "llm: an event-stream line is longer than 1048576 bytes"
+
+
+async def test_a_streamed_error_answer_too_large_to_read_is_a_bad_response() -> None:
+    answer = httpx.Response(500, content=b"e" * (65 << 20))
+    llm = OpenAIChatLLM(BASE, "m", transport=httpx.MockTransport(lambda request: answer))
+    with pytest.raises(BadUpstreamResponse, match="larger than 64 MiB"):
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            pass
+    await llm.aclose()
 
 
 async def test_a_stalled_stream_meets_the_read_timeout() -> None:
