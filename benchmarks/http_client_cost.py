@@ -9,8 +9,9 @@ in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON 
 (20 SSE chunks read line by line) with each client, at `--concurrency` calls in flight, over
 a keep-alive pool. The candidates: httpx on its own transport, httpx over the
 `httpx-aiohttp` package's transport, and aiohttp directly; then the service's
-`UpstreamClient` (`chatqna.upstream.client`, on its aiohttp session, with the SSE decoder
-the LLM client uses), and the overhead benchmarks' load
+`UpstreamClient` (`chatqna.upstream.client`, on httpx's own transport, reading bodies in
+chunks up to its limit, with the SSE decoder the LLM client uses), and the overhead
+benchmarks' load
 generator (`load_client.py`, which reads a stream whole without decoding it; here on the
 same stdlib event loop as the others). They alternate within each round. What is measured
 is this process's CPU time per call (`time.process_time`), which the stand-ins' own work
@@ -152,7 +153,7 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
         "httpx (default transport)": httpx_calls(plain),
         "httpx over aiohttp (httpx-aiohttp package)": httpx_calls(packaged),
         "aiohttp directly": aiohttp_calls(session, base),
-        "the service's UpstreamClient (aiohttp)": upstream_calls(ours),
+        "the service's UpstreamClient (httpx)": upstream_calls(ours),
     }
     others: list[httpx.AsyncClient | UpstreamClient] = [plain, ours, packaged]
     load = load_client.LoadSession(base, timeout=30)

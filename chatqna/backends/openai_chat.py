@@ -36,8 +36,8 @@ from chatqna.upstream.policy import (
     require,
     translate_http_error,
 )
-from chatqna.upstream.sse import SSEDecoder
-from chatqna.upstream.types import StreamReply
+from chatqna.upstream.sse import EventTooLarge, SSEDecoder
+from chatqna.upstream.types import ResponseTooLarge, StreamReply
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 
@@ -213,6 +213,9 @@ class OpenAIChatLLM:
             while True:
                 async with asyncio.timeout_at(deadline):
                     read = await anext(reads, None)
+                    # Reads that never wait (a fast or flooding upstream) still let the
+                    # event loop run other requests, and the deadline fire, between chunks.
+                    await asyncio.sleep(0)
                 if read is None:
                     if decoder.pending:
                         raise BadUpstreamResponse(
@@ -227,8 +230,7 @@ class OpenAIChatLLM:
                     yield delta
                 if done:
                     return
-        except (*TRANSPORT_FAILURES, HTTPStatusFailure) as exc:
-            # Before `TimeoutError`: aiohttp's read timeout is both.
+        except (*TRANSPORT_FAILURES, HTTPStatusFailure, ResponseTooLarge) as exc:
             overflow = context_overflow(exc, self.backend)
             if overflow is not None:
                 raise overflow from exc
@@ -249,7 +251,11 @@ class OpenAIChatLLM:
         """The chunks one read completed, as one Delta (one write downstream), and whether
         the stream's `[DONE]` was among them."""
         deltas: list[Delta] = []
-        for event in decoder.feed(read):
+        try:
+            events = decoder.feed(read)
+        except EventTooLarge as exc:
+            raise BadUpstreamResponse(f"{self.backend}: {exc}", backend=self.backend) from exc
+        for event in events:
             if event.is_done:
                 return (merged(deltas) if deltas else None), True
             delta = self._parse_chunk(event.data)

@@ -100,7 +100,9 @@ class ClientSpans:
             propagate.inject(headers)
             try:
                 yield ClientCall(span)
-            except Exception as exc:
+            except BaseException as exc:
+                # Also a cancellation: a whole-call bound (`asyncio.timeout`) that ran out
+                # arrives here as `CancelledError`, and that call failed too.
                 if span.is_recording():
                     name = _class_name(exc)
                     span.set_attribute("error.type", name)

@@ -2,27 +2,27 @@
 
 Every remote backend keeps one `UpstreamClient` for its whole life. It sends JSON and
 returns the status and the body (`Reply`), or opens a streamed body (`StreamReply`); what a
-body means is the backend's business. The requests go through a `Session`
-(`chatqna.upstream.sessions`): the service's own aiohttp session, or, where a caller passes
-an httpx transport (the tests: `httpx.MockTransport`, respx), an httpx client over it. So
-what every upstream call does is decided here and there:
+body means is the backend's business. The requests go through the upstream's one
+`httpx.AsyncClient` (`chatqna.upstream.sessions`), on httpx's own transport, or on one the
+caller passes (the tests: `httpx.MockTransport`). What every upstream call does:
 
-- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured: they are read once,
-  when the client is built, and the upstream's proxy (if any) carries every request;
-- gzip and deflate bodies are decoded, streamed or not;
+- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured, read by httpx
+  once, when the client is built;
+- gzip and deflate bodies are decoded, streamed or not, and a whole body is read no
+  further than `max_body_bytes` once decoded;
 - interim `1xx` responses (`103 Early Hints`) are skipped;
 - `user:pass@` in an endpoint URL is sent as HTTP basic auth, and never shown: the client's
   `base_url` (what spans, logs and `describe()` name) has the credentials removed.
 
-A failure is the HTTP library's own exception (aiohttp's, or httpx's through a given
-transport), and `chatqna.upstream.policy` retries and translates both trees. With tracing
-on, each call gets a CLIENT span (`chatqna.telemetry.client_spans`), and the trace context
-goes along in the request headers.
+A failure is httpx's own exception (or `ResponseTooLarge`), and `chatqna.upstream.policy`
+retries and translates them. With tracing on, each call gets a CLIENT span
+(`chatqna.telemetry.client_spans`), and the trace context goes along in the request
+headers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,21 +30,11 @@ import httpx
 import orjson
 
 from chatqna.telemetry.client_spans import ClientSpans
-from chatqna.upstream.sessions import (
-    AiohttpSession,
-    HttpxSession,
-    Session,
-    basic_auth,
-    env_proxy,
-)
+from chatqna.upstream.sessions import MAX_BODY_BYTES, HttpxSession
 from chatqna.upstream.types import Reply, StreamReply, Timeouts
 
 NUMPY = orjson.OPT_SERIALIZE_NUMPY
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-
-# The transport of clients built without one: None sends through aiohttp (the service).
-# Tests that mock every httpx client at once (respx) set an httpx transport factory here.
-default_transport: Callable[[], httpx.AsyncBaseTransport] | None = None
 
 
 def without_credentials(url: str) -> str:
@@ -55,32 +45,15 @@ def without_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-def session_for(
-    base_url: str,
-    timeouts: Timeouts,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    proxies_from_env: bool = True,
-) -> Session:
-    """The session one upstream's calls go through: aiohttp's, or httpx's over `transport`.
-    The one place every upstream's connection pool is built."""
-    auth = basic_auth(base_url)
-    if transport is None and default_transport is not None:
-        transport = default_transport()
-    if transport is not None:
-        return HttpxSession(timeouts, transport=transport, auth=auth)
-    proxy = env_proxy(base_url) if proxies_from_env else None
-    return AiohttpSession(timeouts, proxy=proxy, auth=auth)
-
-
 class UpstreamClient:
     """The one client a remote backend keeps for its whole life.
 
     `base_url` is the upstream's root (`http://tei:80`, credentials allowed:
     `https://user:pass@llm.example`); `headers` go with every request (an API key).
-    `transport` sends through httpx over it instead of aiohttp (tests: `httpx.MockTransport`).
+    `transport` replaces httpx's own (tests: `httpx.MockTransport`).
     `proxies_from_env=False` ignores `HTTP_PROXY` and the like (the embedded LLM's
-    loopback server, which no proxy could reach).
+    loopback server, which no proxy could reach). `max_body_bytes` bounds a whole body
+    (`chatqna.upstream.sessions.MAX_BODY_BYTES` says how the default is sized).
     """
 
     def __init__(
@@ -92,11 +65,15 @@ class UpstreamClient:
         headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         proxies_from_env: bool = True,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.base_url = without_credentials(base_url.rstrip("/"))
-        timeouts = Timeouts(read=timeout_seconds, connect=connect_timeout_seconds)
-        self._session = session_for(
-            base_url, timeouts, transport=transport, proxies_from_env=proxies_from_env
+        self._session = HttpxSession(
+            base_url,
+            Timeouts(read=timeout_seconds, connect=connect_timeout_seconds),
+            transport=transport,
+            trust_env=proxies_from_env,
+            max_body_bytes=max_body_bytes,
         )
         self._headers = {**JSON_HEADERS, **(headers or {})}
         self._bare_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}

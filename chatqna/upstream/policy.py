@@ -5,11 +5,12 @@ timeouts bound connecting and each read. `post_json`
 also bounds a whole call, so an upstream that trickles bytes forever still ends, and
 retries idempotent calls (embeddings, rerank, retrieval) by a `RetryPolicy`. Every failure
 is translated here into the typed errors of `chatqna.errors`, so callers never see an
-httpx or aiohttp exception.
+httpx exception.
 
 Retried: connection failures and resets, protocol errors (a body cut short), timeouts, and
-HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong) and a body that is
-not the documented shape (the upstream would answer the same again).
+HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong), a body that is
+not the documented shape or is larger than the client reads (`ResponseTooLarge`): the
+upstream would answer the same again.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import httpx
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 from chatqna.upstream.client import UpstreamClient
-from chatqna.upstream.types import Reply
+from chatqna.upstream.types import Reply, ResponseTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -95,13 +95,11 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
-# What the client raises on a transport failure: aiohttp's exceptions (the service's
-# session), httpx's (a client over a given httpx transport).
-TRANSPORT_FAILURES = (aiohttp.ClientError, httpx.HTTPError)
+# What the client raises on a transport failure: httpx's exceptions.
+TRANSPORT_FAILURES = (httpx.HTTPError,)
 
 
 RETRYABLE_FAILURES = (
-    aiohttp.ClientError,
     httpx.TimeoutException,
     httpx.NetworkError,
     httpx.RemoteProtocolError,
@@ -111,7 +109,7 @@ RETRYABLE_FAILURES = (
 
 def timed_out(exc: BaseException) -> bool:
     """Whether time ran out: a whole-call bound (`asyncio.timeout`) or a transport timeout
-    (aiohttp's are `TimeoutError`s: `ConnectionTimeoutError`, `SocketTimeoutError`)."""
+    (httpx's `ConnectTimeout`, `ReadTimeout`, `WriteTimeout`, `PoolTimeout`)."""
     return isinstance(exc, (TimeoutError, httpx.TimeoutException))
 
 
@@ -134,7 +132,9 @@ def translate_http_error(
 ) -> UpstreamFailure:
     """Map an exception raised while calling `what` on `backend` to our error tree.
 
-    A `TimeoutError` is a whole-call bound (`asyncio.timeout`) that ran out.
+    A `TimeoutError` is a whole-call bound (`asyncio.timeout`) that ran out. A body too
+    large to read (`ResponseTooLarge`), like any failure that is not the transport's, is a
+    bad response.
     """
     tried = f" (after {attempts} attempts)" if attempts > 1 else ""
     if timed_out(exc):
@@ -147,7 +147,7 @@ def translate_http_error(
     return BadUpstreamResponse(f"{backend}: {what} failed: {exc}", backend=backend)
 
 
-UPSTREAM_FAILURES = (*TRANSPORT_FAILURES, HTTPStatusFailure, TimeoutError)
+UPSTREAM_FAILURES = (*TRANSPORT_FAILURES, HTTPStatusFailure, ResponseTooLarge, TimeoutError)
 
 
 async def with_retries(

@@ -1,200 +1,163 @@
-"""What an `UpstreamClient` sends its requests through: an aiohttp session, or an httpx client.
+"""What an `UpstreamClient` sends its requests through: one `httpx.AsyncClient` per upstream.
 
-The service's upstream calls go through `AiohttpSession`, an `aiohttp.ClientSession` of its
-own per upstream. `HttpxSession` sends through any httpx transport instead: it is how the
-tests reach the clients (`httpx.MockTransport`, or respx, which routes every httpx
-client), and how a caller that brings an httpx transport of its own is served. Both give the
-same `Reply` and `StreamReply`, and on real sockets they put the same request on the wire
-(`tests/contract/test_upstream_client.py`), so what the tests check through httpx holds
-for the aiohttp session the service uses.
+The service's calls go through httpx's own transport (httpcore's connection pool); the
+tests hand the same session an `httpx.MockTransport`, or let respx route it, so what the
+tests check is the code that ships. httpcore's pool drops an idle connection whose socket
+has become readable instead of reusing it: bytes an upstream sends after a response has
+ended (a second response behind a `Content-Length` that was too short) can never be read
+as the answer to the next request (`tests/integration/test_hostile_upstreams.py`).
 
-Why aiohttp directly, not httpx over an aiohttp transport (`httpx-aiohttp`) or httpx's own
-transport: a call costs the caller half the CPU of httpx over aiohttp and a quarter of
-httpx's own (`benchmarks/http_client_cost.py`; the Resilience page), and every turn makes
-four of them.
+What httpx does here, by its own rules: `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and
+`NO_PROXY` are read once, when the client is built (`trust_env`; unless the caller turns
+that off, or brings its own transport); gzip and deflate bodies are decoded (brotli and
+zstd too when their packages are installed); interim `1xx` responses are read past.
+Credentials in the URL (`user:pass@`) are decoded as `httpx.URL` decodes them and sent as
+HTTP basic auth; the URLs the session is given, and so what httpx logs, have none.
+Certificates are checked against the system's CA store (`ssl.create_default_context()`:
+OpenSSL's default paths, which `SSL_CERT_FILE` and `SSL_CERT_DIR` override), not certifi's
+bundle that httpx would use by default.
 
-A failure is the library's own exception: aiohttp's (`ClientConnectorError`,
-`ServerDisconnectedError`, `ClientPayloadError`, its timeouts, which are `TimeoutError`s)
-or httpx's. `chatqna.upstream.policy` translates both trees.
+A body is read as it arrives, decoded, and no further than `max_body_bytes`
+(`ResponseTooLarge` beyond it), so an upstream cannot fill the service's memory with one
+answer, or with a small compressed one that decodes to gigabytes. A failure is httpx's
+own exception (`ConnectError`, `ReadError`, `RemoteProtocolError`, `ReadTimeout`, ...);
+`chatqna.upstream.policy` retries and translates them.
 """
 
 from __future__ import annotations
 
-import urllib.request
+import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
-from urllib.parse import unquote, urlsplit
 
-import aiohttp
 import httpx
 
-from chatqna.upstream.types import Reply, StreamReply, Timeouts
+from chatqna.upstream.types import Reply, ResponseTooLarge, Timeouts
 
 # Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 3 s,
 # before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
 MAX_CONNECTIONS = 100
 KEEPALIVE_SECONDS = 3.0
 
-
-class Session(Protocol):
-    """Sends one upstream's requests (`url` is absolute, `body` already encoded)."""
-
-    async def send(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> Reply:
-        """The whole response, whatever its status."""
-        ...
-
-    async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes
-    ) -> StreamReply:
-        """The response once its status and headers are in; the body is read by the caller."""
-        ...
-
-    async def aclose(self) -> None: ...
+# The most a whole body may hold once decoded. The rule: what the largest legitimate
+# answer can reach, with room to spare. That is an embeddings batch: TEI's default
+# `--max-client-batch-size` of 32 inputs of a 4,096-dimension model is 32 × 4,096 floats
+# at about 25 bytes of JSON each, 3.3 MB; 64 MiB leaves room for batches of 512. Rerank
+# scores, retrieved passages (at most 100) and a chat completion are far smaller. Streamed
+# bodies are read chunk by chunk and bounded by their event size and generation deadline
+# instead (`chatqna.upstream.sse`, `chatqna.backends.openai_chat`).
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-def env_proxy(url: str) -> str | None:
-    """The proxy `HTTP_PROXY`, `HTTPS_PROXY` or `ALL_PROXY` names for `url`, unless
-    `NO_PROXY` exempts its host (the standard library's reading of those variables, as
-    aiohttp's own `trust_env` reads them; here once per upstream, not on every request)."""
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies()
-    if not proxies or urllib.request.proxy_bypass(parts.hostname or ""):
+def credentials(url: str) -> httpx.BasicAuth | None:
+    """Basic auth from the `user:pass@` part of `url`, decoded as httpx decodes it."""
+    parsed = httpx.URL(url)
+    if not (parsed.username or parsed.password):
         return None
-    return proxies.get(parts.scheme) or proxies.get("all")
+    return httpx.BasicAuth(parsed.username, parsed.password)
 
 
-def basic_auth(url: str) -> tuple[str, str] | None:
-    """User and password from the `user:pass@` part of `url`, if it has one."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return None
-    return unquote(parts.username or ""), unquote(parts.password or "")
+async def read_body(response: httpx.Response, limit: int) -> bytes:
+    """`response`'s decoded body, chunk by chunk; `ResponseTooLarge` once it would pass
+    `limit` bytes (the chunk that would pass it is not kept)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        if len(body) + len(chunk) > limit:
+            raise ResponseTooLarge(limit)
+        body += chunk
+    return bytes(body)
 
 
-class _AiohttpStream:
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
+async def drop_if_bytes_trail(response: httpx.Response) -> None:
+    """Close the connection under `response` if bytes followed the response on it.
 
-    def chunks(self) -> AsyncIterator[bytes]:
-        return self._response.content.iter_any()
-
-    async def read(self) -> bytes:
-        return await self._response.read()
-
-    async def aclose(self) -> None:
-        # Back to the pool when the body was read to its end, closed when it was not.
-        self._response.release()
-
-
-class AiohttpSession:
-    """An `aiohttp.ClientSession` for one upstream, made on the first call (inside the
-    event loop that uses it).
-
-    `timeouts.read` bounds each read and a wait for a free pooled connection,
-    `timeouts.connect` a new connection's handshake (aiohttp has no write timeout; the
-    callers' whole-call bounds cover a stalled write). Bodies sent gzip- or
-    deflate-encoded are decoded, streamed or not; interim `1xx` responses are read past.
-    `proxy` is the forward proxy for every request (see `env_proxy`), `auth` basic-auth
-    credentials.
+    httpcore's pool already drops an idle connection whose socket turns readable. But bytes
+    that arrived in the same read as the end of a response stay in h11's buffer, and
+    httpcore would reuse the connection and hand them to the next request as its answer
+    (a response the upstream wrote twice, the tail of a miscounted `Content-Length`). Only
+    httpcore's private attributes reach h11's public `trailing_data`, so they are read here
+    and nowhere else, defensively: httpcore is pinned in `constraints.txt`, and
+    `tests/integration/test_hostile_upstreams.py` fails if this stops finding them.
+    Closing the connection before the response is released makes the pool discard it.
     """
-
-    def __init__(
-        self, timeouts: Timeouts, *, proxy: str | None, auth: tuple[str, str] | None
-    ) -> None:
-        self._timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=timeouts.read,
-            sock_connect=timeouts.connect,
-            sock_read=timeouts.read,
-        )
-        self._proxy = proxy
-        self._headers = {} if auth is None else {"Authorization": aiohttp.encode_basic_auth(*auth)}
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_SECONDS
-                ),
-                timeout=self._timeout,
-                headers=self._headers,
-            )
-        return self._session
-
-    async def send(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> Reply:
-        async with self._client().request(
-            method, url, headers=headers, data=body, proxy=self._proxy
-        ) as response:
-            return Reply(response.status, await response.read())
-
-    async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes
-    ) -> StreamReply:
-        response = await self._client().request(
-            method, url, headers=headers, data=body, proxy=self._proxy
-        )
-        return _AiohttpStream(response)
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+    # httpx's bound stream, its httpcore stream, the pool's stream, the connection's.
+    stream: object = response.stream
+    for name in ("_stream", "_httpcore_stream", "_stream"):
+        stream = getattr(stream, name, None)
+    connection = getattr(stream, "_connection", None)
+    h11_state = getattr(connection, "_h11_state", None)
+    if connection is not None and h11_state is not None and h11_state.trailing_data[0]:
+        await connection.aclose()
 
 
 class _HttpxStream:
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, limit: int) -> None:
         self._response = response
+        self._limit = limit
         self.status = response.status_code
 
     def chunks(self) -> AsyncIterator[bytes]:
         return self._response.aiter_bytes()
 
     async def read(self) -> bytes:
-        return await self._response.aread()
+        return await read_body(self._response, self._limit)
 
     async def aclose(self) -> None:
+        # Back to the pool when the body was read to its end and nothing followed it,
+        # closed otherwise.
+        if self._response.is_stream_consumed:
+            await drop_if_bytes_trail(self._response)
         await self._response.aclose()
 
 
 class HttpxSession:
-    """An `httpx.AsyncClient` over `transport`, with the same timeouts, pool size and
-    basic auth as `AiohttpSession`; proxies are the transport's business."""
+    """One upstream's `httpx.AsyncClient`.
+
+    `timeouts.read` bounds each read and write and a wait for a free pooled connection,
+    `timeouts.connect` a new connection's handshake. `base_url` is only read for its
+    credentials. `transport` replaces httpx's own (tests: `httpx.MockTransport`); proxies
+    from the environment then do not apply, nor do they when `trust_env` is False (the
+    embedded LLM's loopback server, which no proxy could reach).
+    """
 
     def __init__(
         self,
+        base_url: str,
         timeouts: Timeouts,
         *,
-        transport: httpx.AsyncBaseTransport,
-        auth: tuple[str, str] | None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        trust_env: bool = True,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
+        self._limit = max_body_bytes
         self._client = httpx.AsyncClient(
-            auth=None if auth is None else httpx.BasicAuth(*auth),
+            auth=credentials(base_url),
             timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
             limits=httpx.Limits(
                 max_connections=MAX_CONNECTIONS,
                 max_keepalive_connections=MAX_CONNECTIONS,
                 keepalive_expiry=KEEPALIVE_SECONDS,
             ),
+            verify=True if transport is not None else ssl.create_default_context(),
             transport=transport,
-            trust_env=False,
+            trust_env=trust_env,
         )
 
     async def send(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
     ) -> Reply:
-        response = await self._client.request(method, url, headers=headers, content=body)
-        return Reply(response.status_code, response.content)
+        """The whole response, whatever its status (`url` absolute, `body` encoded)."""
+        stream = await self.open(method, url, headers, body)
+        try:
+            return Reply(stream.status, await stream.read())
+        finally:
+            await stream.aclose()
 
     async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes
-    ) -> StreamReply:
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+    ) -> _HttpxStream:
+        """The response once its status and headers are in; the body is read by the caller."""
         request = self._client.build_request(method, url, headers=headers, content=body)
-        return _HttpxStream(await self._client.send(request, stream=True))
+        return _HttpxStream(await self._client.send(request, stream=True), self._limit)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -40,20 +40,36 @@ class ServerSentEvent(NamedTuple):
         return self.data.strip() == DONE
 
 
+class EventTooLarge(ValueError):
+    """A line, or the data of one event, passed `MAX_EVENT_BYTES`: the stream is not one a
+    well-behaved server sends, and reading on would hold it all in memory."""
+
+
+# The most one line or one event's data may hold. A chat chunk is a few hundred bytes; the
+# service's own metadata event (the source documents of a turn) is tens of kilobytes.
+MAX_EVENT_BYTES = 1024 * 1024
+
+
 class SSEDecoder:
     """Turns the chunks of one event stream, as they arrive, into `ServerSentEvent`s.
 
     `feed(chunk)` takes bytes (or text) and returns the events that chunk completed; a
-    partial line waits in the buffer for the next chunk. Lines are split as bytes and each
-    decoded whole, so a UTF-8 character split across reads is never cut (CR and LF cannot
-    occur inside one).
+    partial line waits in the buffer for the next chunk. Only the new chunk is searched for
+    line breaks, so a line that arrives in many reads costs its length once, not once per
+    read. Lines are split as bytes and each decoded whole, so a UTF-8 character split
+    across reads is never cut (CR and LF cannot occur inside one). A CR ends its line at
+    once; an LF right after it, in the same read or the next, is the rest of that line
+    break. A line or an event's data longer than `max_event_bytes` raises `EventTooLarge`.
     """
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._buffer = bytearray()  # the line begun, without a line break
         self._started = False
+        self._after_cr = False  # the last read ended with a CR: an LF next belongs to it
         self._event = ""
         self._data: list[str] = []
+        self._data_bytes = 0
         self._last_id = ""
         self._retry: int | None = None
 
@@ -70,20 +86,28 @@ class SSEDecoder:
                 self._buffer += text  # too short to tell whether it starts with a BOM
                 return []
             self._started = True
-            text = (self._buffer + text).removeprefix(_BOM)
-            self._buffer = b""
-        if self._buffer:
-            text = self._buffer + text
-        held = b""
-        if text.endswith(b"\r"):  # maybe the first half of a CRLF: decide on the next chunk
-            text, held = text[:-1], b"\r"
+            text = (bytes(self._buffer) + text).removeprefix(_BOM)
+            self._buffer.clear()
+        if not text:
+            return []
+        if self._after_cr and text.startswith(b"\n"):
+            text = text[1:]
+        self._after_cr = text.endswith(b"\r")
         lines = _LINE_BREAK.split(text) if b"\r" in text else text.split(b"\n")
-        self._buffer = lines.pop() + held
+        rest = lines.pop()  # after the last line break: the start of a line
+        if lines and self._buffer:
+            lines[0] = bytes(self._buffer) + lines[0]
+            self._buffer.clear()
+        self._buffer += rest
+        if len(self._buffer) > self.max_event_bytes:
+            raise self._too_long()
         events: list[ServerSentEvent] = []
         for line in lines:
+            if len(line) > self.max_event_bytes:
+                raise self._too_long()
             if line.startswith(b"data:"):  # the common line, parsed here for speed
                 value = line[6:] if line.startswith(b"data: ") else line[5:]
-                self._data.append(value.decode("utf-8", "replace"))
+                self._add_data(value.decode("utf-8", "replace"))
             elif not line:
                 if (event := self._dispatch()) is not None:
                     events.append(event)
@@ -101,7 +125,7 @@ class SSEDecoder:
         if value.startswith(" "):
             value = value[1:]
         if name == "data":
-            self._data.append(value)
+            self._add_data(value)
         elif name == "event":
             self._event = value
         elif name == "id" and "\0" not in value:
@@ -111,21 +135,25 @@ class SSEDecoder:
         return None  # other field names are ignored, as the standard says
 
     def end(self) -> list[ServerSentEvent]:
-        """The stream is over: the events a final CR still completes (almost always none).
+        """The stream is over. Text after the last line break is not a line, and an event
+        that no blank line completed is dropped, as the standard says; so no event is
+        left to give (the list is kept for callers that read one)."""
+        self._buffer.clear()
+        self._event, self._data, self._data_bytes = "", [], 0
+        return []
 
-        Text after the last line break is not a line, and an event that no blank line
-        completed is dropped, as the standard says.
-        """
-        tail = self._buffer
-        event = (
-            self.feed_line(tail[:-1].decode("utf-8", "replace")) if tail.endswith(b"\r") else None
-        )
-        self._buffer, self._event, self._data = b"", "", []
-        return [event] if event is not None else []
+    def _too_long(self) -> EventTooLarge:
+        return EventTooLarge(f"an event-stream line is longer than {self.max_event_bytes} bytes")
+
+    def _add_data(self, value: str) -> None:
+        self._data_bytes += len(value) + 1
+        if self._data_bytes > self.max_event_bytes:
+            raise EventTooLarge(f"an event's data is longer than {self.max_event_bytes} bytes")
+        self._data.append(value)
 
     def _dispatch(self) -> ServerSentEvent | None:
         data, event = self._data, self._event
-        self._data, self._event = [], ""
+        self._data, self._event, self._data_bytes = [], "", 0
         if not data:
             return None
         return ServerSentEvent(event or "message", "\n".join(data), self._last_id, self._retry)

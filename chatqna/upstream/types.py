@@ -22,6 +22,16 @@ class Timeouts:
     connect: float
 
 
+class ResponseTooLarge(Exception):
+    """An upstream's body passed the most its client reads of one answer (`limit` bytes,
+    decoded); retrying would meet the same body, and the policy names it a bad response."""
+
+    def __init__(self, limit: int) -> None:
+        size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit:,} bytes"
+        super().__init__(f"the response body is larger than {size}")
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class Reply:
     """A whole response: status and the body as sent."""
@@ -45,7 +55,8 @@ class StreamReply(Protocol):
         ...
 
     async def read(self) -> bytes:
-        """The rest of the body at once (an error answer's few bytes)."""
+        """The rest of the body at once (an error answer's few bytes); `ResponseTooLarge`
+        beyond the client's limit."""
         ...
 
     async def aclose(self) -> None:

@@ -9,14 +9,14 @@ from typing import Any
 import respx
 
 from tests.unit.api.conftest import client_for, settings
-from tests.unit.conftest import _clean_environment, _no_network, _upstreams_through_httpx, spans
+from tests.unit.conftest import _clean_environment, _no_network, _no_proxies, spans
 
 APP_HOST = "chatqna.test"  # the app client's base URL (`client_for`)
 
 
 def upstream_mock(**options: Any) -> respx.MockRouter:
     """A respx router for the upstreams: respx's `httpx` mocker, which routes every httpx
-    client's requests whatever its transport (here the upstream clients send through httpx);
+    client's requests whatever its transport (the upstream clients send through httpx);
     the app client's own requests to `APP_HOST` pass through to the app."""
     router = respx.mock(using="httpx", **options)
     router.route(host=APP_HOST).pass_through()
@@ -26,7 +26,7 @@ def upstream_mock(**options: Any) -> respx.MockRouter:
 __all__ = [
     "_clean_environment",
     "_no_network",
-    "_upstreams_through_httpx",
+    "_no_proxies",
     "client_for",
     "settings",
     "spans",

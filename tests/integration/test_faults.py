@@ -128,9 +128,9 @@ BEFORE_STREAM = [
     ("slow", 504, "upstream_timeout", "timed out", True),
     ("endless", 504, "upstream_timeout", "timed out", True),
     ("http_error", 502, "upstream_error", "returned HTTP 500", True),
-    # aiohttp's names: a reset connection, a body shorter than its Content-Length.
-    ("reset", 502, "upstream_error", "(ClientOSError)", True),
-    ("truncated", 502, "upstream_error", "(ClientPayloadError)", True),
+    # httpx's names: a reset connection, a body shorter than its Content-Length.
+    ("reset", 502, "upstream_error", "(ReadError)", True),
+    ("truncated", 502, "upstream_error", "(RemoteProtocolError)", True),
     ("malformed", 502, "bad_upstream_response", "not JSON", False),
 ]
 ROLES = {"embeddings": "embedder", "rerank": "reranker", "retrieval": "retriever"}
@@ -206,8 +206,8 @@ def test_condense_fault_fails_closed_in_time(
         ("slow", "upstream_timeout", "timed out", TIMEOUT),
         ("endless", "upstream_timeout", "longer than 2.0s", GENERATION_TIMEOUT),
         ("http_error", "upstream_error", "returned HTTP 500", 0.0),
-        # A reset under the body: aiohttp's payload error.
-        ("reset", "upstream_error", "(ClientPayloadError)", 0.0),
+        # A reset under the body: httpx's read error.
+        ("reset", "upstream_error", "(ReadError)", 0.0),
         ("truncated", "bad_upstream_response", "cut off inside an event", 0.0),
         ("malformed", "bad_upstream_response", "not JSON", 0.0),
     ],

@@ -167,6 +167,25 @@ async def test_a_connection_closed_while_idle_is_not_reused() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("pause", [0.2, 0.0], ids=["late", "at-once"])
+async def test_bytes_sent_after_an_answer_never_reach_the_next_call(pause: float) -> None:
+    """The upstream follows an answer with a second one nobody asked for: after a pause
+    (the connection is back in the pool by then), or in the same write. The next call
+    gets its own answer, on a new connection."""
+    chat = HostileChat(overrun_seconds=pause)
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            assert await complete(llm, "alice") == "Answer for alice."
+            await asyncio.sleep(0.4)  # the intruding answer has arrived by now
+            chat.overrun_seconds = None
+            assert await complete(llm, "bob") == "Answer for bob."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 2
+
+
+@pytest.mark.anyio
 async def test_a_connection_closed_under_a_request_is_a_typed_error_never_old_bytes() -> None:
     chat = HostileChat(close_reused=True)
     with running(chat) as url:

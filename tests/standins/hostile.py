@@ -1,6 +1,7 @@
 """Upstreams that are legal but unkind, on raw sockets: an OpenAI-compatible chat server whose
-answers can come after a `103 Early Hints`, gzip-encoded, or on a keep-alive connection it
-closes under the next request; and a forward HTTP proxy that records what it relays.
+answers can come after a `103 Early Hints`, gzip-encoded, on a keep-alive connection it
+closes under the next request, or followed by a second answer nobody asked for; and a
+forward HTTP proxy that records what it relays.
 
 Each runs on its own event loop in a daemon thread (`running` starts it, yields its URL and
 stops it), so a test in the main thread, or a server process, can talk to it. The chat
@@ -81,13 +82,16 @@ class HostileChat:
     stream is compressed event by event, flushed after each). `close_reused`: a second
     request on one connection gets no answer, the connection is closed instead (an idle
     keep-alive connection closed just as the request arrived). `idle_close_seconds`: a
-    connection idle that long is closed.
+    connection idle that long is closed. `overrun_seconds`: that long after a whole
+    answer, a second whole answer (for `ask-intruder`) follows on the same connection, as a
+    server that miscounted a `Content-Length` or wrote a response twice would send it.
     """
 
     early_hints: bool = False
     gzip: bool = False
     close_reused: bool = False
     idle_close_seconds: float | None = None
+    overrun_seconds: float | None = None
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
 
@@ -119,6 +123,10 @@ class HostileChat:
             await self.stream(writer, sse_events(answer_for(body)))
         else:
             self.whole(writer, completion(answer_for(body)))
+            if self.overrun_seconds is not None:
+                await writer.drain()
+                await asyncio.sleep(self.overrun_seconds)
+                self.whole(writer, completion(answer_for(b"ask-intruder")))
         await writer.drain()
 
     def whole(self, writer: asyncio.StreamWriter, content: bytes) -> None:

@@ -1,10 +1,9 @@
 """Unit tests never touch the network, and record every span in memory.
 
-Any attempt to open an internet socket fails. Upstream clients built without a transport
-send through httpx here (`_upstreams_through_httpx`), so respx routes them and the tests
-read the documented wire formats; the aiohttp session the service sends through is the
-same on the wire (`tests/contract/test_upstream_client.py`) and runs on real sockets in
-`tests/integration`. The SDK's tracer provider, handing every
+Any attempt to open an internet socket fails. Upstream clients send through httpx's own
+transport, as the service does, and respx routes them, so the tests read the documented
+wire formats; proxy variables are cleared (`_no_proxies`), so no upstream call is routed
+to a proxy from the environment the tests run in. The SDK's tracer provider, handing every
 ended span to an in-memory exporter, is the process's global provider for the whole run
 (OpenTelemetry allows one), so every test sees the same instrumented code paths; `spans`
 hands a test a cleared exporter.
@@ -15,7 +14,6 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -24,7 +22,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from chatqna.settings import Settings
 from chatqna.telemetry.tracing import service_resource
-from chatqna.upstream import client as upstream_client
 
 SPAN_EXPORTER = InMemorySpanExporter()
 TRACER_PROVIDER = TracerProvider(resource=service_resource())
@@ -39,9 +36,14 @@ def spans() -> Iterator[InMemorySpanExporter]:
     SPAN_EXPORTER.clear()
 
 
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
 @pytest.fixture(autouse=True)
-def _upstreams_through_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(upstream_client, "default_transport", httpx.AsyncHTTPTransport)
+def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
 
 
 class NetworkBlocked(RuntimeError):

@@ -4,6 +4,8 @@ dropped)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 from opentelemetry import baggage, context, trace
@@ -71,6 +73,23 @@ async def test_a_transport_failure_marks_the_span_and_propagates(
         await upstream.get("/v1/models")
     (span,) = spans.get_finished_spans()
     assert (span.attributes or {})["error.type"] == "ConnectError"
+    assert span.status.status_code == StatusCode.ERROR
+
+
+async def test_a_call_cut_off_by_its_whole_call_bound_marks_the_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    async def never(request: httpx.Request) -> httpx.Response:
+        await asyncio.Event().wait()  # never set
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    upstream = upstream_on("http://tei.test", httpx.MockTransport(never))
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):  # arrives inside the call as a cancellation
+            await upstream.post("/v1/embeddings", {})
+    await upstream.aclose()
+    (span,) = spans.get_finished_spans()
+    assert (span.attributes or {})["error.type"] == "CancelledError"
     assert span.status.status_code == StatusCode.ERROR
 
 

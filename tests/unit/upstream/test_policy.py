@@ -11,11 +11,8 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import aiohttp
 import httpx
 import pytest
-from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import GenerationParams, SearchQuery
@@ -142,27 +139,16 @@ def test_what_is_retryable(exc: BaseException, retryable: bool) -> None:
     assert is_retryable(exc) is retryable
 
 
-REQUEST_INFO = aiohttp.RequestInfo(URL(BASE), "POST", CIMultiDictProxy(CIMultiDict()))
-
-
 @pytest.mark.parametrize(
     ("exc", "expected", "named"),
     [
-        # What the service's aiohttp session raises.
-        (aiohttp.ServerDisconnectedError(), UpstreamError, "(ServerDisconnectedError)"),
-        (aiohttp.ClientOSError(104, "reset"), UpstreamError, "(ClientOSError)"),
-        (aiohttp.ClientPayloadError("cut short"), UpstreamError, "(ClientPayloadError)"),
-        (
-            aiohttp.ClientResponseError(REQUEST_INFO, (), status=400, message="Bad status line"),
-            UpstreamError,
-            "(ClientResponseError)",
-        ),
-        (aiohttp.ConnectionTimeoutError(), UpstreamTimeout, "timed out"),
-        (aiohttp.SocketTimeoutError(), UpstreamTimeout, "timed out"),
-        # What httpx raises over a given transport.
         (httpx.ConnectTimeout("x"), UpstreamTimeout, "timed out"),
         (httpx.ReadTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx.WriteTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx.PoolTimeout("x"), UpstreamTimeout, "timed out"),
         (httpx.ConnectError("refused"), UpstreamError, "(ConnectError)"),
+        (httpx.ReadError("reset"), UpstreamError, "(ReadError)"),
+        (httpx.RemoteProtocolError("cut short"), UpstreamError, "(RemoteProtocolError)"),
     ],
 )
 def test_a_transport_failure_is_a_timeout_only_when_time_ran_out(
@@ -232,6 +218,24 @@ async def test_transient_failures_are_retried(first: httpx.Response | Exception)
     script = Script(first, httpx.Response(200, json=EMBEDDINGS))
     assert await post(script, policy()) == EMBEDDINGS
     assert len(script.calls) == 2
+
+
+async def test_a_body_larger_than_the_client_reads_is_a_bad_response_not_retried() -> None:
+    script = Script(httpx.Response(200, content=b" " * 2048), httpx.Response(200, json=EMBEDDINGS))
+    client = UpstreamClient(
+        BASE,
+        timeout_seconds=5,
+        connect_timeout_seconds=1,
+        transport=script.transport,
+        max_body_bytes=1024,
+    )
+    with pytest.raises(BadUpstreamResponse) as info:
+        await post_json(client, "/v1/embeddings", {}, backend="embedder", retry=policy())
+    await client.aclose()
+    assert len(script.calls) == 1
+    assert info.value.message == (
+        "embedder: POST /v1/embeddings failed: the response body is larger than 1,024 bytes"
+    )
 
 
 async def test_a_malformed_body_is_not_retried() -> None:
@@ -400,6 +404,56 @@ async def test_a_stream_that_never_ends_meets_the_generation_deadline() -> None:
     assert seen > 0 and endless.closed
     assert shape(info.value) == (504, "upstream_timeout", "llm")
     assert "longer than 0.05s" in info.value.message
+
+
+async def test_a_stream_whose_reads_never_wait_meets_the_deadline_and_lets_others_run() -> None:
+    async def flood() -> AsyncIterator[bytes]:
+        while True:  # never awaits: every read is ready at once
+            yield _chunk("again ")
+
+    ticks = 0
+
+    async def other_request() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=flood()))
+    llm = OpenAIChatLLM(BASE, "m", generation_timeout_seconds=0.05, transport=transport)
+    other = asyncio.create_task(other_request())
+    try:
+        with pytest.raises(UpstreamTimeout):
+            async for _ in llm.stream(MESSAGES, PARAMS):
+                pass
+    finally:
+        other.cancel()
+        await llm.aclose()
+    assert ticks > 10
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"data: " + b"a" * (2 << 20), b": " + b"c" * (2 << 20) + b"\n"],
+    ids=["unended-line", "long-comment"],
+)
+async def test_a_stream_line_past_the_limit_is_a_bad_response(body: bytes) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    with pytest.raises(BadUpstreamResponse) as info:
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            pass
+    await llm.aclose()
+    assert info.value.message == "llm: an event-stream line is longer than 1048576 bytes"
+
+
+async def test_a_streamed_error_answer_too_large_to_read_is_a_bad_response() -> None:
+    answer = httpx.Response(500, content=b"e" * (65 << 20))
+    llm = OpenAIChatLLM(BASE, "m", transport=httpx.MockTransport(lambda request: answer))
+    with pytest.raises(BadUpstreamResponse, match="larger than 64 MiB"):
+        async for _ in llm.stream(MESSAGES, PARAMS):
+            pass
+    await llm.aclose()
 
 
 async def test_a_stalled_stream_meets_the_read_timeout() -> None:

@@ -1,56 +1,74 @@
-"""Reading the proxy and the credentials of one upstream; the sessions themselves run on real
-sockets in `tests/contract/test_upstream_client.py`."""
+"""One upstream's httpx session over a `MockTransport`: the credentials it sends, and how much
+of a body it reads. Proxies and the pool run on real sockets in
+`tests/contract/test_upstream_client.py` and `tests/integration/test_hostile_upstreams.py`."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import zlib
+from collections.abc import Callable
+
+import httpx
 import pytest
 
-from chatqna.upstream.sessions import basic_auth, env_proxy
+from chatqna.upstream.sessions import HttpxSession, credentials
+from chatqna.upstream.types import ResponseTooLarge, Timeouts
 
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture(autouse=True)
-def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-
-
-def test_no_proxy_variables_means_direct() -> None:
-    assert env_proxy("http://tei:80") is None
-
-
-def test_the_proxy_for_the_upstreams_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HTTP_PROXY", "http://plain-proxy:3128")
-    monkeypatch.setenv("HTTPS_PROXY", "http://tls-proxy:3128")
-    assert env_proxy("http://tei:80") == "http://plain-proxy:3128"
-    assert env_proxy("https://llm.example/v1") == "http://tls-proxy:3128"
-
-
-def test_all_proxy_covers_a_scheme_without_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALL_PROXY", "http://egress:3128")
-    assert env_proxy("https://llm.example/v1") == "http://egress:3128"
-
-
-@pytest.mark.parametrize(
-    ("no_proxy", "url", "proxied"),
-    [
-        ("tei,redis", "http://tei:80", False),
-        (".svc.cluster.local", "http://tei.ns.svc.cluster.local:80", False),
-        ("*", "https://llm.example", False),
-        ("tei", "https://llm.example", True),
-    ],
-)
-def test_no_proxy_exempts_its_hosts(
-    monkeypatch: pytest.MonkeyPatch, no_proxy: str, url: str, proxied: bool
-) -> None:
-    monkeypatch.setenv("HTTP_PROXY", "http://egress:3128")
-    monkeypatch.setenv("HTTPS_PROXY", "http://egress:3128")
-    monkeypatch.setenv("NO_PROXY", no_proxy)
-    assert (env_proxy(url) is not None) is proxied
+LIMIT = 64 * 1024
+TIMEOUTS = Timeouts(read=5, connect=1)
 
 
 def test_credentials_come_decoded_from_the_url() -> None:
-    assert basic_auth("https://us%40er:p%3Ass@llm.example/v1") == ("us@er", "p:ss")
-    assert basic_auth("https://llm.example/v1") is None
+    auth = credentials("https://us%40er:p%3Ass@llm.example/v1")
+    assert auth is not None
+    request = next(auth.auth_flow(httpx.Request("GET", "https://llm.example/v1")))
+    basic = base64.b64encode(b"us@er:p:ss").decode()
+    assert request.headers["authorization"] == f"Basic {basic}"
+    assert credentials("https://llm.example/v1") is None
+
+
+def session(answer: httpx.Response) -> HttpxSession:
+    return HttpxSession(
+        "http://tei.test",
+        TIMEOUTS,
+        transport=httpx.MockTransport(lambda request: answer),
+        max_body_bytes=LIMIT,
+    )
+
+
+async def test_a_body_up_to_the_limit_is_read_whole() -> None:
+    reply = await session(httpx.Response(200, content=b"x" * LIMIT)).send(
+        "POST", "http://tei.test/x", {}, b"{}"
+    )
+    assert (reply.status, len(reply.body)) == (200, LIMIT)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [("identity", bytes), ("gzip", gzip.compress), ("deflate", zlib.compress)],
+)
+async def test_a_body_past_the_limit_once_decoded_is_too_large(
+    encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    # 16 MiB of spaces: 16 KiB on the wire when compressed.
+    body = compress(b" " * (256 * LIMIT))
+    upstream = session(httpx.Response(200, headers={"Content-Encoding": encoding}, content=body))
+    with pytest.raises(ResponseTooLarge, match="larger than 65,536 bytes"):
+        await upstream.send("POST", "http://tei.test/x", {}, b"{}")
+
+
+async def test_a_streamed_error_body_is_read_up_to_the_limit_too() -> None:
+    upstream = session(httpx.Response(500, content=b"e" * (LIMIT + 1)))
+    stream = await upstream.open("POST", "http://tei.test/x", {}, b"{}")
+    try:
+        with pytest.raises(ResponseTooLarge):
+            await stream.read()
+    finally:
+        await stream.aclose()
+
+
+def test_the_limit_is_named_in_mebibytes_when_it_is_whole_ones() -> None:
+    assert str(ResponseTooLarge(64 << 20)) == "the response body is larger than 64 MiB"

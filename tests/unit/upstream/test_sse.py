@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.upstream.sse import (
+    EventTooLarge,
     ServerSentEvent,
     SSEDecoder,
     aiter_events,
@@ -127,3 +129,46 @@ def test_pending_says_whether_a_stream_stopped_inside_an_event() -> None:
     assert decoder.pending  # a whole line, but no blank line yet
     assert pairs(decoder.feed("\n")) == [("message", "{}")]
     assert not decoder.pending
+
+
+def test_an_empty_read_between_a_cr_and_its_lf_changes_nothing() -> None:
+    decoder = SSEDecoder()
+    reads = ["event: x\r", "", "\ndata: 1\r\n\r\n"]
+    assert pairs([event for read in reads for event in decoder.feed(read)]) == [("x", "1")]
+
+
+def test_a_line_that_never_ends_is_refused_once_it_passes_the_limit() -> None:
+    decoder = SSEDecoder(max_event_bytes=1000)
+    decoder.feed(b"data: ")
+    for _ in range(9):
+        decoder.feed(b"a" * 100)  # 906 bytes: still a line in the making
+    with pytest.raises(EventTooLarge, match="line is longer than 1000 bytes"):
+        decoder.feed(b"a" * 100)
+
+
+def test_a_whole_line_past_the_limit_in_one_read_is_refused() -> None:
+    with pytest.raises(EventTooLarge):
+        SSEDecoder(max_event_bytes=1000).feed(b"event: " + b"e" * 1000 + b"\n")
+
+
+def test_an_event_whose_data_lines_pass_the_limit_together_is_refused() -> None:
+    decoder = SSEDecoder(max_event_bytes=1000)
+    line = b"data: " + b"d" * 400 + b"\n"
+    assert len(decoder.feed(line * 2 + b"\n")) == 1  # 802 bytes of data: it fits
+    decoder.feed(line * 2)
+    with pytest.raises(EventTooLarge, match="data is longer than 1000 bytes"):
+        decoder.feed(line)
+
+
+def test_a_long_line_in_many_reads_costs_its_length_once() -> None:
+    """Only new bytes are searched for line breaks: 4 MiB in 64-byte reads takes well
+    under a second (scanning the whole buffer on each read would take minutes)."""
+    decoder = SSEDecoder(max_event_bytes=8 << 20)
+    started = time.process_time()
+    decoder.feed(b"data: ")
+    piece = b"a" * 64
+    for _ in range((4 << 20) // 64):
+        decoder.feed(piece)
+    (event,) = decoder.feed(b"\n\n")
+    assert len(event.data) == 4 << 20
+    assert time.process_time() - started < 2.0
