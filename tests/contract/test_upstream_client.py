@@ -20,7 +20,7 @@ from chatqna.errors import UpstreamError, UpstreamTimeout
 from chatqna.upstream.client import UpstreamClient
 from chatqna.upstream.policy import is_retryable, timed_out, translate_http_error
 from chatqna.upstream.types import ResponseTooLarge
-from tests.standins.hostile import ForwardProxy, running
+from tests.standins.hostile import ForwardProxy, Socks5Proxy, running
 
 pytestmark = pytest.mark.anyio
 
@@ -218,6 +218,21 @@ async def test_the_proxy_in_the_environment_carries_the_call(
         finally:
             await proxied.aclose()
     assert proxy.seen == [f"POST {base}/json HTTP/1.1".encode()]
+
+
+async def test_a_socks_proxy_in_the_environment_carries_the_call(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = Socks5Proxy()
+    with running(proxy) as proxy_url:
+        monkeypatch.setenv("ALL_PROXY", proxy_url.replace("http://", "socks5://"))
+        proxied = client(base)
+        try:
+            assert (await proxied.post("/json", {"q": 3})).json() == {"got": {"q": 3}}
+        finally:
+            await proxied.aclose()
+    host, _, port = base.removeprefix("http://").partition(":")
+    assert proxy.seen == [(host, int(port))]
 
 
 async def test_no_proxy_exempts_the_upstream(base: str, monkeypatch: pytest.MonkeyPatch) -> None:

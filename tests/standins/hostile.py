@@ -1,7 +1,7 @@
 """Upstreams that are legal but unkind, on raw sockets: an OpenAI-compatible chat server whose
 answers can come after a `103 Early Hints`, gzip-encoded, on a keep-alive connection it
-closes under the next request, or followed by a second answer nobody asked for; and a
-forward HTTP proxy that records what it relays.
+closes under the next request, or followed by a second answer nobody asked for; a
+forward HTTP proxy and a SOCKS5 proxy that record what they relay.
 
 Each runs on its own event loop in a daemon thread (`running` starts it, yields its URL and
 stops it), so a test in the main thread, or a server process, can talk to it. The chat
@@ -199,6 +199,37 @@ class ForwardProxy:
             await writer.drain()
         origin_writer.close()
         writer.close()
+
+
+@dataclass
+class Socks5Proxy:
+    """A SOCKS5 proxy without authentication (RFC 1928) that relays `CONNECT`s to IPv4
+    addresses and names; `seen` keeps each `(host, port)` it was asked for."""
+
+    seen: list[tuple[str, int]] = field(default_factory=list)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _, methods = await reader.readexactly(2)
+        await reader.readexactly(methods)
+        writer.write(b"\x05\x00")  # version 5, no authentication
+        _, _, _, kind = await reader.readexactly(4)  # version, CONNECT, reserved, kind
+        if kind == 1:
+            host = ".".join(str(octet) for octet in await reader.readexactly(4))
+        else:
+            host = (await reader.readexactly((await reader.readexactly(1))[0])).decode()
+        port = int.from_bytes(await reader.readexactly(2), "big")
+        self.seen.append((host, port))
+        origin_reader, origin_writer = await asyncio.open_connection(host, port)
+        writer.write(b"\x05\x00\x00\x01" + bytes(4) + bytes(2))  # succeeded
+        await writer.drain()
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while piece := await source.read(65536):
+                sink.write(piece)
+                await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, origin_writer), pipe(origin_reader, writer))
 
 
 class Serving(Protocol):
