@@ -12,6 +12,7 @@ retryable failure is tried again by the `RetryPolicy` given (none by default).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,7 +128,7 @@ class TEIEmbedder:
         ]
         return np.vstack(parts)
 
-    async def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    async def _embed_batch(self, texts: list[str], retry: RetryPolicy | None = None) -> np.ndarray:
         # A lone text goes as a plain string, the baseline shape of OPEA's embedding call;
         # several go as one batched list.
         payload = {"input": texts[0] if len(texts) == 1 else texts}
@@ -136,7 +137,7 @@ class TEIEmbedder:
             "/v1/embeddings",
             payload,
             backend="embedder",
-            retry=self._retry,
+            retry=self._retry if retry is None else retry,
             timeout_seconds=self._timeout,
         )
         self.calls += 1
@@ -153,7 +154,8 @@ class TEIEmbedder:
 
     async def describe(self) -> dict[str, Any]:
         if self.dimension is None:
-            await self.embed(["readiness probe"])
+            # One attempt: the probe is then bounded by `timeout_seconds` as a whole.
+            await self._embed_batch(["readiness probe"], retry=NO_RETRY)
         return {
             "kind": "tei",
             "endpoint": self.endpoint,
@@ -242,7 +244,9 @@ class TEIReranker:
 
     async def describe(self) -> dict[str, Any]:
         try:
-            raise_for_status(await self._client.get("/health"))
+            async with asyncio.timeout(self._timeout):
+                reply = await self._client.get("/health")
+            raise_for_status(reply)
         except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend="reranker", what="GET /health") from exc
         return {"kind": "tei", "endpoint": self.endpoint, "calls": self.calls}

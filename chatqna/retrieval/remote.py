@@ -10,6 +10,7 @@ whole and retried by the `RetryPolicy` given; deletions are tried once.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -149,7 +150,8 @@ class RemoteRetriever:
 
     async def describe(self) -> dict[str, Any]:
         try:
-            reply = await self._client.get("/v1/ready")
+            async with asyncio.timeout(self._timeout):
+                reply = await self._client.get("/v1/ready")
         except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend=BACKEND, what="GET /v1/ready") from exc
         require(
