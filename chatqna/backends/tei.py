@@ -38,6 +38,27 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def in_input_order(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The embedding items of a reply in the order of the inputs. Either every item names
+    its input by `index` (an int, each of 0..n-1 once) or none does, and then they come
+    in input order; an index on some items only could put a vector on the wrong text."""
+    indexed = ["index" in item for item in items]
+    if not any(indexed):
+        return items
+    require(all(indexed), backend="embedder", what="only some embeddings have an index")
+    indexes = [item["index"] for item in items]
+    require(
+        all(_is_int(index) for index in indexes) and sorted(indexes) == list(range(len(items))),
+        backend="embedder",
+        what=f"indexes {indexes} do not name the {len(items)} inputs once each",
+    )
+    return sorted(items, key=lambda item: int(item["index"]))
+
+
 def embeddings_matrix(body: Any, count: int) -> np.ndarray:
     """The `count` vectors of an OpenAI-style `/v1/embeddings` reply, in input order, as one
     float32 matrix; any departure from the documented shape is a `BadUpstreamResponse`."""
@@ -57,13 +78,7 @@ def embeddings_matrix(body: Any, count: int) -> np.ndarray:
         backend="embedder",
         what="embedding items are not objects",
     )
-    indexes = [item.get("index", position) for position, item in enumerate(data)]
-    require(
-        sorted(indexes) == list(range(count)),
-        backend="embedder",
-        what=f"indexes {indexes} do not cover the {count} inputs once each",
-    )
-    vectors = [item.get("embedding") for item in sorted(data, key=lambda i: i.get("index", 0))]
+    vectors = [item.get("embedding") for item in in_input_order(data)]
     require(
         all(isinstance(v, list) for v in vectors),
         backend="embedder",
@@ -229,10 +244,7 @@ class TEIReranker:
             )
             index, score = item["index"], item["score"]
             require(
-                isinstance(index, int)
-                and not isinstance(index, bool)
-                and 0 <= index < len(candidates)
-                and index not in seen,
+                _is_int(index) and 0 <= index < len(candidates) and index not in seen,
                 backend="reranker",
                 what=f"bad index {index!r}",
             )

@@ -109,6 +109,43 @@ async def test_embed_reorders_rows_by_index(
     np.testing.assert_allclose(result, np.array(vectors), atol=1e-7)
 
 
+async def test_embed_without_indexes_keeps_the_order_sent(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    body = {"data": [{"embedding": [0.0, 1.0]}, {"embedding": [1.0, 0.0]}]}
+    router.post("/v1/embeddings").respond(json=body)
+    result = await embedder.embed(["x", "y"])
+    np.testing.assert_allclose(result, [[0.0, 1.0], [1.0, 0.0]], atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        pytest.param([{"index": 2}, {}, {"index": 0}], id="index-on-some-only"),
+        pytest.param([{}, {"index": 1}, {}], id="one-index-only"),
+        pytest.param([{"index": True}, {"index": 0}, {"index": 2}], id="bool-index"),
+        pytest.param([{"index": 0}, {"index": 1.0}, {"index": 2}], id="float-index"),
+        pytest.param([{"index": "0"}, {"index": "1"}, {"index": "2"}], id="string-indexes"),
+        pytest.param([{"index": 0}, {"index": 0}, {"index": 2}], id="repeated-index"),
+        pytest.param([{"index": 1}, {"index": 2}, {"index": 3}], id="indexes-from-one"),
+        pytest.param([{"index": None}, {"index": 1}, {"index": 2}], id="null-index"),
+    ],
+)
+async def test_embed_indexes_must_name_every_input_once_or_be_absent(
+    router: respx.MockRouter, items: list[dict[str, Any]]
+) -> None:
+    vectors = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    data = [{**item, "embedding": vector} for item, vector in zip(items, vectors, strict=True)]
+    router.post("/v1/embeddings").respond(json={"data": data})
+    embedder = TEIEmbedder(BASE)
+    try:
+        with pytest.raises(BadUpstreamResponse) as info:
+            await embedder.embed(["a", "b", "c"])
+    finally:
+        await embedder.aclose()
+    assert shape(info.value) == (502, "bad_upstream_response", "embedder")
+
+
 async def test_embed_rows_are_l2_normalised(
     router: respx.MockRouter, embedder: TEIEmbedder
 ) -> None:
