@@ -105,7 +105,15 @@ def embeddings_matrix(body: Any, count: int) -> np.ndarray:
 
 
 class TEIEmbedder:
-    """Embedder backed by a TEI server's `/v1/embeddings`; one HTTP call per batch."""
+    """Embedder backed by a TEI server's `/v1/embeddings`; one HTTP call per batch.
+
+    `dimension` is the width every vector must have, when it is known: given here, or set
+    by `chatqna.composition` to the width of the index the service opened. Without it (a
+    retriever service holds the index), replies are held to the width the latest readiness
+    probe measured, and each probe measures it afresh. A reply of another width fails
+    alone, as a `BadUpstreamResponse`; a chat's reply never sets the width, so one wrong
+    reply cannot fail every later, right one.
+    """
 
     def __init__(
         self,
@@ -114,17 +122,21 @@ class TEIEmbedder:
         max_batch: int = 32,
         timeout_seconds: float = 30.0,
         connect_timeout_seconds: float = 5.0,
+        dimension: int | None = None,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if dimension is not None and dimension < 1:
+            raise ValueError("dimension must be at least 1")
         self.endpoint = without_credentials(endpoint)
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY
         self.name = f"tei:{self.endpoint}"
         self.max_batch = max_batch
-        self.dimension: int | None = None
+        self.dimension = dimension
+        self._probed_dimension: int | None = None
         self.calls = 0
         self.texts_embedded = 0
         self._client = UpstreamClient(
@@ -137,13 +149,18 @@ class TEIEmbedder:
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             raise ValueError("embed() needs at least one text")
+        expected = self.dimension if self.dimension is not None else self._probed_dimension
         parts = [
-            await self._embed_batch(list(texts[start : start + self.max_batch]))
+            await self._embed_batch(list(texts[start : start + self.max_batch]), expected)
             for start in range(0, len(texts), self.max_batch)
         ]
+        widths = sorted({part.shape[1] for part in parts})
+        require(len(widths) == 1, backend="embedder", what=f"batches of dimensions {widths}")
         return np.vstack(parts)
 
-    async def _embed_batch(self, texts: list[str], retry: RetryPolicy | None = None) -> np.ndarray:
+    async def _embed_batch(
+        self, texts: list[str], expected: int | None, retry: RetryPolicy | None = None
+    ) -> np.ndarray:
         # A lone text goes as a plain string, the baseline shape of OPEA's embedding call;
         # several go as one batched list.
         payload = {"input": texts[0] if len(texts) == 1 else texts}
@@ -158,23 +175,22 @@ class TEIEmbedder:
         self.calls += 1
         self.texts_embedded += len(texts)
         matrix = embeddings_matrix(body, len(texts))
-        if self.dimension is None:
-            self.dimension = int(matrix.shape[1])
         require(
-            matrix.shape[1] == self.dimension,
+            expected is None or matrix.shape[1] == expected,
             backend="embedder",
-            what=f"dimension {matrix.shape[1]}, expected {self.dimension}",
+            what=f"dimension {matrix.shape[1]}, expected {expected}",
         )
         return l2_normalise(matrix)
 
     async def describe(self) -> dict[str, Any]:
-        if self.dimension is None:
-            # One attempt: the probe is then bounded by `timeout_seconds` as a whole.
-            await self._embed_batch(["readiness probe"], retry=NO_RETRY)
+        # Every time, as the other roles' probes: TEI answers now, at the index's width if
+        # known. One attempt, so the probe is bounded by `timeout_seconds` as a whole.
+        probe = await self._embed_batch(["readiness probe"], self.dimension, retry=NO_RETRY)
+        self._probed_dimension = int(probe.shape[1])
         return {
             "kind": "tei",
             "endpoint": self.endpoint,
-            "dimension": self.dimension,
+            "dimension": self._probed_dimension,
             "calls": self.calls,
             "texts_embedded": self.texts_embedded,
         }
