@@ -57,6 +57,17 @@ async def build_embedder(settings: Settings) -> Embedder:
     return await asyncio.to_thread(OnnxMiniLMEmbedder, max_batch=settings.tei_embedding_max_batch)
 
 
+async def index_dimension(embedder: Embedder) -> int:
+    """The width the index is opened at: the embedder's, measured by one call when it has
+    none. A TEI embedder is then held to it, so a reply of another width fails alone."""
+    from chatqna.backends.tei import TEIEmbedder
+
+    dimension = await embedding_dimension(embedder)
+    if isinstance(embedder, TEIEmbedder):
+        embedder.dimension = dimension
+    return dimension
+
+
 def uses_embedded_index(settings: Settings) -> bool:
     """Whether the configured retriever is the embedded index (no Redis, no retriever service)."""
     return settings.retriever_endpoint is None and settings.redis_url is None
@@ -81,7 +92,7 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
     return await EmbeddedHybridIndex.open(
         settings.index_dir,
         embedder_name=embedder.name,
-        dimension=await embedding_dimension(embedder),
+        dimension=await index_dimension(embedder),
         rrf_k=settings.rrf_k,
         exact_max=settings.chatqna_embedded_exact_max_chunks,
     )
@@ -99,7 +110,7 @@ async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder
     opened: Retriever = await store.open(
         url,
         embedder_name=embedder.name,
-        dimension=await embedding_dimension(embedder),
+        dimension=await index_dimension(embedder),
         index_name=settings.index_name,
         vector=VectorIndexParams(
             algorithm=settings.redis_vector_algorithm,

@@ -130,6 +130,7 @@ class OpenAIChatLLM:
         self.model = model
         self.backend = backend
         self.calls = 0
+        self._timeout = timeout_seconds
         self._generation_timeout = generation_timeout_seconds
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = UpstreamClient(
@@ -290,8 +291,12 @@ class OpenAIChatLLM:
         return Delta(text=text, finish_reason=choice.get("finish_reason"), usage=usage)
 
     async def describe(self) -> dict[str, Any]:
+        # Bounded as a whole: each read's timeout alone lets an upstream that trickles
+        # bytes, or sends `103`s forever, hold the probe (and a pooled connection) open.
         try:
-            raise_for_status(await self._client.get("/v1/models"))
+            async with asyncio.timeout(self._timeout):
+                reply = await self._client.get("/v1/models")
+            raise_for_status(reply)
         except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend=self.backend, what="GET /v1/models") from exc
         return {

@@ -12,6 +12,7 @@ retryable failure is tried again by the `RetryPolicy` given (none by default).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,27 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def in_input_order(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The embedding items of a reply in the order of the inputs. Either every item names
+    its input by `index` (an int, each of 0..n-1 once) or none does, and then they come
+    in input order; an index on some items only could put a vector on the wrong text."""
+    indexed = ["index" in item for item in items]
+    if not any(indexed):
+        return items
+    require(all(indexed), backend="embedder", what="only some embeddings have an index")
+    indexes = [item["index"] for item in items]
+    require(
+        all(_is_int(index) for index in indexes) and sorted(indexes) == list(range(len(items))),
+        backend="embedder",
+        what=f"indexes {indexes} do not name the {len(items)} inputs once each",
+    )
+    return sorted(items, key=lambda item: int(item["index"]))
+
+
 def embeddings_matrix(body: Any, count: int) -> np.ndarray:
     """The `count` vectors of an OpenAI-style `/v1/embeddings` reply, in input order, as one
     float32 matrix; any departure from the documented shape is a `BadUpstreamResponse`."""
@@ -56,13 +78,7 @@ def embeddings_matrix(body: Any, count: int) -> np.ndarray:
         backend="embedder",
         what="embedding items are not objects",
     )
-    indexes = [item.get("index", position) for position, item in enumerate(data)]
-    require(
-        sorted(indexes) == list(range(count)),
-        backend="embedder",
-        what=f"indexes {indexes} do not cover the {count} inputs once each",
-    )
-    vectors = [item.get("embedding") for item in sorted(data, key=lambda i: i.get("index", 0))]
+    vectors = [item.get("embedding") for item in in_input_order(data)]
     require(
         all(isinstance(v, list) for v in vectors),
         backend="embedder",
@@ -89,7 +105,15 @@ def embeddings_matrix(body: Any, count: int) -> np.ndarray:
 
 
 class TEIEmbedder:
-    """Embedder backed by a TEI server's `/v1/embeddings`; one HTTP call per batch."""
+    """Embedder backed by a TEI server's `/v1/embeddings`; one HTTP call per batch.
+
+    `dimension` is the width every vector must have, when it is known: given here, or set
+    by `chatqna.composition` to the width of the index the service opened. Without it (a
+    retriever service holds the index), replies are held to the width the latest readiness
+    probe measured, and each probe measures it afresh. A reply of another width fails
+    alone, as a `BadUpstreamResponse`; a chat's reply never sets the width, so one wrong
+    reply cannot fail every later, right one.
+    """
 
     def __init__(
         self,
@@ -98,17 +122,21 @@ class TEIEmbedder:
         max_batch: int = 32,
         timeout_seconds: float = 30.0,
         connect_timeout_seconds: float = 5.0,
+        dimension: int | None = None,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if dimension is not None and dimension < 1:
+            raise ValueError("dimension must be at least 1")
         self.endpoint = without_credentials(endpoint)
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY
         self.name = f"tei:{self.endpoint}"
         self.max_batch = max_batch
-        self.dimension: int | None = None
+        self.dimension = dimension
+        self._probed_dimension: int | None = None
         self.calls = 0
         self.texts_embedded = 0
         self._client = UpstreamClient(
@@ -121,13 +149,18 @@ class TEIEmbedder:
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             raise ValueError("embed() needs at least one text")
+        expected = self.dimension if self.dimension is not None else self._probed_dimension
         parts = [
-            await self._embed_batch(list(texts[start : start + self.max_batch]))
+            await self._embed_batch(list(texts[start : start + self.max_batch]), expected)
             for start in range(0, len(texts), self.max_batch)
         ]
+        widths = sorted({part.shape[1] for part in parts})
+        require(len(widths) == 1, backend="embedder", what=f"batches of dimensions {widths}")
         return np.vstack(parts)
 
-    async def _embed_batch(self, texts: list[str]) -> np.ndarray:
+    async def _embed_batch(
+        self, texts: list[str], expected: int | None, retry: RetryPolicy | None = None
+    ) -> np.ndarray:
         # A lone text goes as a plain string, the baseline shape of OPEA's embedding call;
         # several go as one batched list.
         payload = {"input": texts[0] if len(texts) == 1 else texts}
@@ -136,28 +169,28 @@ class TEIEmbedder:
             "/v1/embeddings",
             payload,
             backend="embedder",
-            retry=self._retry,
+            retry=self._retry if retry is None else retry,
             timeout_seconds=self._timeout,
         )
         self.calls += 1
         self.texts_embedded += len(texts)
         matrix = embeddings_matrix(body, len(texts))
-        if self.dimension is None:
-            self.dimension = int(matrix.shape[1])
         require(
-            matrix.shape[1] == self.dimension,
+            expected is None or matrix.shape[1] == expected,
             backend="embedder",
-            what=f"dimension {matrix.shape[1]}, expected {self.dimension}",
+            what=f"dimension {matrix.shape[1]}, expected {expected}",
         )
         return l2_normalise(matrix)
 
     async def describe(self) -> dict[str, Any]:
-        if self.dimension is None:
-            await self.embed(["readiness probe"])
+        # Every time, as the other roles' probes: TEI answers now, at the index's width if
+        # known. One attempt, so the probe is bounded by `timeout_seconds` as a whole.
+        probe = await self._embed_batch(["readiness probe"], self.dimension, retry=NO_RETRY)
+        self._probed_dimension = int(probe.shape[1])
         return {
             "kind": "tei",
             "endpoint": self.endpoint,
-            "dimension": self.dimension,
+            "dimension": self._probed_dimension,
             "calls": self.calls,
             "texts_embedded": self.texts_embedded,
         }
@@ -227,10 +260,7 @@ class TEIReranker:
             )
             index, score = item["index"], item["score"]
             require(
-                isinstance(index, int)
-                and not isinstance(index, bool)
-                and 0 <= index < len(candidates)
-                and index not in seen,
+                _is_int(index) and 0 <= index < len(candidates) and index not in seen,
                 backend="reranker",
                 what=f"bad index {index!r}",
             )
@@ -242,7 +272,9 @@ class TEIReranker:
 
     async def describe(self) -> dict[str, Any]:
         try:
-            raise_for_status(await self._client.get("/health"))
+            async with asyncio.timeout(self._timeout):
+                reply = await self._client.get("/health")
+            raise_for_status(reply)
         except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend="reranker", what="GET /health") from exc
         return {"kind": "tei", "endpoint": self.endpoint, "calls": self.calls}

@@ -10,7 +10,9 @@ whole and retried by the `RetryPolicy` given; deletions are tried once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -31,6 +33,31 @@ from chatqna.upstream.policy import (
 )
 
 BACKEND = "retriever"
+
+
+def is_finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def optional(
+    fields: dict[str, Any],
+    key: str,
+    kind: type | Callable[[Any], bool],
+    what: str,
+    default: Any,
+) -> Any:
+    """`fields[key]`, or `default` when it is absent or null; a value of another kind
+    (`kind` a type, or a test) is a `BadUpstreamResponse` naming the field `what`."""
+    value = fields.get(key)
+    if value is None:
+        return default
+    fits = isinstance(value, kind) if isinstance(kind, type) else kind(value)
+    require(fits, backend=BACKEND, what=f"malformed {what}")
+    return value
 
 
 class RemoteRetriever:
@@ -96,26 +123,25 @@ class RemoteRetriever:
             backend=BACKEND,
             what="a retrieved doc without text",
         )
-        metadata: dict[str, Any] = (
-            item["metadata"] if isinstance(item.get("metadata"), dict) else {}
+        metadata = optional(item, "metadata", dict, "metadata", {})
+        scores = optional(metadata, "scores", dict, "metadata.scores", {})
+        # A score a service could not encode (JSON has no NaN) comes as null: left out.
+        given = {str(name): value for name, value in scores.items() if value is not None}
+        require(
+            all(is_finite_number(value) for value in given.values()),
+            backend=BACKEND,
+            what="malformed metadata.scores",
         )
-        scores: dict[str, Any] = (
-            metadata["scores"] if isinstance(metadata.get("scores"), dict) else {}
-        )
-        score = item.get("score", 0.0)
-        require(isinstance(score, (int, float)), backend=BACKEND, what="score is not a number")
+        score = optional(item, "score", is_finite_number, "score", 0.0)
+        chunk_index = optional(metadata, "chunk_index", is_count, "metadata.chunk_index", 0)
         chunk = Chunk(
-            id=str(item.get("id", "")),
+            id=optional(item, "id", str, "id", ""),
             text=item["text"],
-            source=str(metadata.get("source", "")),
-            title=str(metadata.get("title", "")),
-            index=int(metadata.get("chunk_index", 0) or 0),
+            source=optional(metadata, "source", str, "metadata.source", ""),
+            title=optional(metadata, "title", str, "metadata.title", ""),
+            index=chunk_index,
         )
-        return ScoredChunk(
-            chunk,
-            float(score),
-            {str(k): float(v) for k, v in scores.items() if isinstance(v, (int, float))},
-        )
+        return ScoredChunk(chunk, float(score), {k: float(v) for k, v in given.items()})
 
     async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
         raise NotSupported(
@@ -139,7 +165,8 @@ class RemoteRetriever:
                 if isinstance(cause, HTTPStatusFailure) and cause.status == 404:
                     continue  # the service holds no such source: nothing removed
                 raise
-            removed += int(body.get("removed_chunks", 0)) if isinstance(body, dict) else 0
+            require(isinstance(body, dict), backend=BACKEND, what="deletion reply is not an object")
+            removed += optional(body, "removed_chunks", is_count, "removed_chunks", 0)
         return removed
 
     async def list_sources(self) -> list[SourceInfo]:
@@ -152,11 +179,21 @@ class RemoteRetriever:
             timeout_seconds=self._timeout,
         )
         require(isinstance(body, list), backend=BACKEND, what="file list is not a list")
-        return [SourceInfo(str(item.get("name")), int(item.get("chunks", 0))) for item in body]
+        return [self._source(item) for item in body]
+
+    @staticmethod
+    def _source(item: Any) -> SourceInfo:
+        require(
+            isinstance(item, dict) and isinstance(item.get("name"), str),
+            backend=BACKEND,
+            what="a listed file without a name",
+        )
+        return SourceInfo(item["name"], optional(item, "chunks", is_count, "chunks", 0))
 
     async def describe(self) -> dict[str, Any]:
         try:
-            reply = await self._client.get("/v1/ready")
+            async with asyncio.timeout(self._timeout):
+                reply = await self._client.get("/v1/ready")
         except UPSTREAM_FAILURES as exc:
             raise translate_http_error(exc, backend=BACKEND, what="GET /v1/ready") from exc
         require(

@@ -2,8 +2,9 @@
 it belongs to, or the chat fails with a typed error.
 
 A `chatqna serve` process asks its chat LLM on a raw-socket server (`tests.standins.hostile`)
-that can send `103 Early Hints` before each answer or gzip its bodies; embeddings, rerank and
-retrieval come from the usual stand-ins. A second process reaches every upstream through a
+that can send `103 Early Hints` before each answer or gzip its bodies, or never finish its
+answer to the readiness probe's `GET /v1/models`; embeddings, rerank and retrieval come from
+the usual stand-ins. A second process reaches every upstream through a
 forward proxy named by `HTTP_PROXY`. The keep-alive cases use the LLM client directly, against
 a server that closes an idle connection, or closes it just as the next request arrives.
 """
@@ -11,7 +12,9 @@ a server that closes an idle connection, or closes it just as the next request a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,8 @@ from tests.unit.api.conftest import parse_sse
 
 pytestmark = pytest.mark.slow
 
+LLM_TIMEOUT = 5  # seconds: LLM_TIMEOUT_SECONDS, which bounds the LLM's readiness probe
+
 
 @dataclass
 class Service:
@@ -46,7 +51,7 @@ def upstream_env(standin: str, llm: str) -> dict[str, str]:
         "RETRIEVER_ENDPOINT": standin,
         "LLM_ENDPOINT": llm,
         "LLM_MODEL_ID": "hostile",
-        "LLM_TIMEOUT_SECONDS": "5",
+        "LLM_TIMEOUT_SECONDS": str(LLM_TIMEOUT),
         "LLM_GENERATION_TIMEOUT_SECONDS": "10",
         "OTEL_TRACES_EXPORTER": "none",
     }
@@ -74,6 +79,7 @@ def service(standin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def chat(service: Service) -> Iterator[HostileChat]:
     yield service.chat
     service.chat.early_hints = service.chat.gzip = False
+    service.chat.stall_models = None
 
 
 def ask(url: str, marker: str, stream: bool) -> str:
@@ -118,6 +124,47 @@ def test_gzip_answers_are_decoded(service: Service, chat: HostileChat, stream: b
     assert ask(service.server.url, "gamma", stream).strip() == "Answer for gamma."
     chat.early_hints = True  # both at once
     assert ask(service.server.url, "delta", stream).strip() == "Answer for delta."
+
+
+def test_readiness_answers_within_the_llm_timeout_when_its_probe_never_ends(
+    service: Service, chat: HostileChat
+) -> None:
+    chat.stall_models = "hints"
+    started = time.monotonic()
+    ready = httpx.get(f"{service.server.url}/v1/ready", timeout=30)
+    elapsed = time.monotonic() - started
+    assert ready.status_code == 503, ready.text
+    llm = ready.json()["backends"]["llm"]
+    assert llm == {"ready": False, "error": "llm: GET /v1/models timed out"}
+    assert LLM_TIMEOUT <= elapsed < LLM_TIMEOUT + 4
+
+
+async def abandon_probes(url: str, count: int) -> None:
+    """`count` readiness probes at once, each given up by its client after half a second."""
+    async with httpx.AsyncClient(timeout=0.5, limits=httpx.Limits(max_connections=None)) as client:
+
+        async def probe() -> None:
+            with contextlib.suppress(httpx.TimeoutException):
+                await client.get(f"{url}/v1/ready")
+
+        await asyncio.gather(*(probe() for _ in range(count)))
+
+
+def test_abandoned_readiness_probes_give_back_their_upstream_connections(
+    service: Service, chat: HostileChat
+) -> None:
+    chat.stall_models = "trickle"
+    # More probes than an upstream's connection pool holds (100): were they kept, no chat
+    # could reach the LLM any more.
+    asyncio.run(abandon_probes(service.server.url, 110))
+    deadline = time.monotonic() + LLM_TIMEOUT + 10
+    while chat.stalled and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert chat.stalled == 0, f"{chat.stalled} probes still hold a connection"
+    chat.stall_models = None
+    assert ask(service.server.url, "after", False).strip() == "Answer for after."
+    assert ask(service.server.url, "after", True).strip() == "Answer for after."
+    assert httpx.get(f"{service.server.url}/v1/ready", timeout=10).status_code == 200
 
 
 def test_every_upstream_is_reached_through_the_proxy_in_http_proxy(

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 MARKER = re.compile(rb"ask-(\w+)")
 EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
@@ -85,6 +85,9 @@ class HostileChat:
     connection idle that long is closed. `overrun_seconds`: that long after a whole
     answer, a second whole answer (for `ask-intruder`) follows on the same connection, as a
     server that miscounted a `Content-Length` or wrote a response twice would send it.
+    `stall_models`: `GET /v1/models` never ends, but no read waits long: `"trickle"` sends
+    a 200 and then a byte of its body every 0.1 s, `"hints"` a `103 Early Hints` every
+    0.1 s; `stalled` counts such answers still open.
     """
 
     early_hints: bool = False
@@ -92,8 +95,10 @@ class HostileChat:
     close_reused: bool = False
     idle_close_seconds: float | None = None
     overrun_seconds: float | None = None
+    stall_models: Literal["trickle", "hints"] | None = None
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
+    stalled: int = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -103,7 +108,7 @@ class HostileChat:
                 try:
                     async with asyncio.timeout(self.idle_close_seconds):
                         line, _, body = await read_request(reader)
-                except (TimeoutError, asyncio.IncompleteReadError):
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 self.requests.append(line + b" " + body)
                 if served and self.close_reused:
@@ -117,6 +122,9 @@ class HostileChat:
         if self.early_hints:
             writer.write(EARLY_HINTS)
             await writer.drain()
+        if line.startswith(b"GET /v1/models") and self.stall_models is not None:
+            await self.stall(writer, self.stall_models)
+            return
         if line.startswith(b"GET /v1/models"):
             self.whole(writer, b'{"object": "list", "data": [{"id": "hostile"}]}')
         elif json.loads(body).get("stream"):
@@ -128,6 +136,26 @@ class HostileChat:
                 await asyncio.sleep(self.overrun_seconds)
                 self.whole(writer, completion(answer_for(b"ask-intruder")))
         await writer.drain()
+
+    async def stall(self, writer: asyncio.StreamWriter, how: str) -> None:
+        """Answer forever, until the client closes the connection."""
+        self.stalled += 1
+        try:
+            if how == "trickle":
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 1000000\r\n\r\n"
+                )
+            piece = EARLY_HINTS if how == "hints" else b" "
+            while not writer.is_closing():
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except ConnectionError:
+            pass
+        finally:
+            self.stalled -= 1
+            writer.close()
 
     def whole(self, writer: asyncio.StreamWriter, content: bytes) -> None:
         encoding = b""

@@ -3,15 +3,18 @@ and that a start-up failing part-way closes every backend it already built."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import respx
 
 from chatqna import composition
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
-from chatqna.backends.tei import TEIReranker
+from chatqna.backends.tei import TEIEmbedder, TEIReranker
 from chatqna.composition import build_reranker
+from chatqna.errors import BadUpstreamResponse
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -124,3 +127,36 @@ async def test_without_a_reranker_the_clean_up_skips_it(
     with pytest.raises(RuntimeError):
         await composition.build_backends(Settings())
     assert closed == ["retriever", "embedder"]
+
+
+async def test_a_tei_embedder_is_held_to_the_width_of_the_embedded_index(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(tei_embedding_endpoint="http://tei.test", chatqna_data_dir=tmp_path)
+    embedder = await composition.build_embedder(settings)
+    assert isinstance(embedder, TEIEmbedder)
+    with respx.mock(using="httpx") as router:
+        route = router.post("http://tei.test/v1/embeddings")
+        route.respond(json={"data": [{"index": 0, "embedding": [0.6, 0.8]}]})
+        index = await composition.build_retriever(settings, embedder)
+        try:
+            assert embedder.dimension == 2
+            route.respond(json={"data": [{"index": 0, "embedding": [1.0, 0.0, 0.0]}]})
+            with pytest.raises(BadUpstreamResponse, match="dimension 3, expected 2"):
+                await embedder.embed(["a query"])
+        finally:
+            await index.aclose()
+            await embedder.aclose()
+
+
+async def test_with_a_retriever_service_the_embedder_width_is_left_open() -> None:
+    settings = Settings(
+        tei_embedding_endpoint="http://tei.test", retriever_endpoint="http://retriever.test"
+    )
+    embedder = await composition.build_embedder(settings)
+    retriever = await composition.build_retriever(settings, embedder)
+    try:
+        assert isinstance(embedder, TEIEmbedder) and embedder.dimension is None
+    finally:
+        await retriever.aclose()
+        await embedder.aclose()

@@ -7,10 +7,12 @@ import json
 import httpx
 import pytest
 
+from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.tei import TEIEmbedder
 from chatqna.errors import UpstreamError
+from chatqna.retrieval.remote import RemoteRetriever
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 from tests.unit.backends.test_openai_chat import CONTEXT_ERRORS
@@ -238,6 +240,29 @@ async def test_embedder_failures_are_typed_5xx(
         assert response.status_code == status
         assert response.json()["error"] == code
         assert response.json()["backend"] == "embedder"
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"chunk_index": "x"}, {"chunk_index": [1]}, {"source": 7}, {"scores": {"dense": "high"}}],
+    ids=["chunk_index-string", "chunk_index-list", "source-number", "score-string"],
+)
+async def test_a_malformed_retriever_reply_is_a_typed_502(
+    client_for: ClientFactory, metadata: dict[str, object]
+) -> None:
+    doc = {"id": "c1", "text": "Refunds take 5 days.", "score": 0.5, "metadata": metadata}
+    reply = httpx.Response(200, json={"retrieved_docs": [doc]})
+    retriever = RemoteRetriever(
+        "http://retriever.test", transport=httpx.MockTransport(lambda request: reply)
+    )
+    llm = ScriptedLLM()
+    backends = Backends(HashingEmbedder(), retriever, RecordingReranker(), llm, llm)
+    client = await client_for(backends)
+    for stream in (True, False):
+        response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": stream})
+        assert response.status_code == 502
+        assert response.json()["error"] == "bad_upstream_response"
+        assert response.json()["backend"] == "retriever"
 
 
 async def test_embedder_timeout_is_504(client_for: ClientFactory, settings: Settings) -> None:

@@ -1,13 +1,29 @@
-"""The live backends: closed once each (a shared LLM too), readiness per role."""
+"""The live backends: closed once each (a shared LLM too), readiness per role.
+
+Every remote role's readiness probe is bounded as a whole by its role's timeout. Against
+an upstream that answers its status line at once and then trickles the body a byte at a
+time forever, no single read ever waits long, so only a bound on the whole probe ends it.
+The probe then fails as an `UpstreamTimeout`, and the abandoned body is closed, so a
+pooled connection is not kept by a probe nobody waits for any more.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
 from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
+from chatqna.backends.openai_chat import OpenAIChatLLM
+from chatqna.backends.tei import TEIEmbedder, TEIReranker
+from chatqna.errors import UpstreamTimeout
+from chatqna.retrieval.remote import RemoteRetriever
+from chatqna.upstream.policy import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -38,3 +54,101 @@ async def test_close_once_each_and_report_readiness() -> None:
     assert "condense_llm" not in ready, "the chat LLM also condenses"
     await backends.aclose()
     assert Closing.closed == 1
+
+
+BASE = "http://upstream.test"
+BOUND = 0.3
+# Far beyond BOUND: a probe that is not bounded as a whole fails the test instead of hanging.
+GIVE_UP = 5.0
+
+
+@dataclass
+class Trickle:
+    """A transport whose every answer is `200`, then one byte per 10 ms, forever; it
+    counts the bodies begun and the bodies closed."""
+
+    opened: int = 0
+    closed: int = 0
+    paths: list[str] = field(default_factory=list)
+
+    async def body(self) -> AsyncIterator[bytes]:
+        self.opened += 1
+        try:
+            while True:
+                yield b" "
+                await asyncio.sleep(0.01)
+        finally:
+            self.closed += 1
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return httpx.Response(200, content=self.body())
+
+    @property
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handler)
+
+
+Backend = Any
+BUILDERS: dict[str, Callable[[httpx.AsyncBaseTransport], Backend]] = {
+    "embedder": lambda t: TEIEmbedder(BASE, timeout_seconds=BOUND, transport=t),
+    "reranker": lambda t: TEIReranker(BASE, timeout_seconds=BOUND, transport=t),
+    "retriever": lambda t: RemoteRetriever(BASE, timeout_seconds=BOUND, transport=t),
+    "llm": lambda t: OpenAIChatLLM(BASE, "m", timeout_seconds=BOUND, transport=t),
+}
+
+
+async def timed(probe: Awaitable[Any]) -> float:
+    """Seconds `probe` took to fail with `UpstreamTimeout`."""
+    started = asyncio.get_running_loop().time()
+    async with asyncio.timeout(GIVE_UP):
+        with pytest.raises(UpstreamTimeout) as info:
+            await probe
+    assert info.value.status_code == 504
+    return asyncio.get_running_loop().time() - started
+
+
+@pytest.mark.parametrize("role", list(BUILDERS))
+async def test_a_trickling_probe_times_out_and_releases_its_body(role: str) -> None:
+    upstream = Trickle()
+    backend = BUILDERS[role](upstream.transport)
+    try:
+        elapsed = await timed(backend.describe())
+    finally:
+        await backend.aclose()
+    assert BOUND <= elapsed < BOUND + 1.0
+    assert upstream.opened == upstream.closed == 1
+
+
+async def test_the_embedder_probe_is_not_retried_past_its_bound() -> None:
+    upstream = Trickle()
+    embedder = TEIEmbedder(
+        BASE,
+        timeout_seconds=BOUND,
+        retry=RetryPolicy(attempts=5, backoff_seconds=0.0),
+        transport=upstream.transport,
+    )
+    try:
+        elapsed = await timed(embedder.describe())
+    finally:
+        await embedder.aclose()
+    assert elapsed < 2 * BOUND
+    assert upstream.paths == ["/v1/embeddings"]
+
+
+async def test_readiness_reports_timed_out_probes_as_unready_with_their_reason() -> None:
+    upstream = Trickle()
+    retriever = RemoteRetriever(BASE, timeout_seconds=BOUND, transport=upstream.transport)
+    llm = OpenAIChatLLM(BASE, "m", timeout_seconds=BOUND, transport=upstream.transport)
+    backends = Backends(HashingEmbedder(), retriever, None, llm, llm)
+    started = asyncio.get_running_loop().time()
+    try:
+        async with asyncio.timeout(GIVE_UP):
+            ready = await backends.describe()
+    finally:
+        await backends.aclose()
+    assert asyncio.get_running_loop().time() - started < BOUND + 1.0, "probes run side by side"
+    assert ready["llm"] == {"ready": False, "error": "llm: GET /v1/models timed out"}
+    assert ready["retriever"] == {"ready": False, "error": "retriever: GET /v1/ready timed out"}
+    assert ready["embedder"]["ready"] is True
+    assert upstream.opened == upstream.closed == 2

@@ -97,7 +97,7 @@ async def test_embed_splits_batches_at_max_batch_in_order(
     expected = np.array([[i, 1.0, 0.0] for i in range(5)], dtype=np.float64)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     np.testing.assert_allclose(result, expected, rtol=1e-6)
-    assert (embedder.calls, embedder.texts_embedded, embedder.dimension) == (3, 5, 3)
+    assert (embedder.calls, embedder.texts_embedded) == (3, 5)
 
 
 async def test_embed_reorders_rows_by_index(
@@ -107,6 +107,43 @@ async def test_embed_reorders_rows_by_index(
     router.post("/v1/embeddings").respond(json=embeddings_body(vectors, order=[1, 0]))
     result = await embedder.embed(["x", "y"])
     np.testing.assert_allclose(result, np.array(vectors), atol=1e-7)
+
+
+async def test_embed_without_indexes_keeps_the_order_sent(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    body = {"data": [{"embedding": [0.0, 1.0]}, {"embedding": [1.0, 0.0]}]}
+    router.post("/v1/embeddings").respond(json=body)
+    result = await embedder.embed(["x", "y"])
+    np.testing.assert_allclose(result, [[0.0, 1.0], [1.0, 0.0]], atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        pytest.param([{"index": 2}, {}, {"index": 0}], id="index-on-some-only"),
+        pytest.param([{}, {"index": 1}, {}], id="one-index-only"),
+        pytest.param([{"index": True}, {"index": 0}, {"index": 2}], id="bool-index"),
+        pytest.param([{"index": 0}, {"index": 1.0}, {"index": 2}], id="float-index"),
+        pytest.param([{"index": "0"}, {"index": "1"}, {"index": "2"}], id="string-indexes"),
+        pytest.param([{"index": 0}, {"index": 0}, {"index": 2}], id="repeated-index"),
+        pytest.param([{"index": 1}, {"index": 2}, {"index": 3}], id="indexes-from-one"),
+        pytest.param([{"index": None}, {"index": 1}, {"index": 2}], id="null-index"),
+    ],
+)
+async def test_embed_indexes_must_name_every_input_once_or_be_absent(
+    router: respx.MockRouter, items: list[dict[str, Any]]
+) -> None:
+    vectors = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    data = [{**item, "embedding": vector} for item, vector in zip(items, vectors, strict=True)]
+    router.post("/v1/embeddings").respond(json={"data": data})
+    embedder = TEIEmbedder(BASE)
+    try:
+        with pytest.raises(BadUpstreamResponse) as info:
+            await embedder.embed(["a", "b", "c"])
+    finally:
+        await embedder.aclose()
+    assert shape(info.value) == (502, "bad_upstream_response", "embedder")
 
 
 async def test_embed_rows_are_l2_normalised(
@@ -186,19 +223,79 @@ async def test_embed_malformed_body_is_bad_response(
     assert shape(info.value) == (502, "bad_upstream_response", "embedder")
 
 
-async def test_embed_dimension_must_stay_consistent_across_calls(
+async def test_a_reply_of_another_width_than_expected_fails_alone(
+    router: respx.MockRouter,
+) -> None:
+    router.post("/v1/embeddings").mock(
+        side_effect=[
+            httpx.Response(200, json=embeddings_body([[1.0, 0.0]])),
+            httpx.Response(200, json=embeddings_body([[1.0, 0.0, 0.0]])),
+        ]
+    )
+    embedder = TEIEmbedder(BASE, dimension=3)
+    try:
+        with pytest.raises(BadUpstreamResponse, match="dimension 2, expected 3") as info:
+            await embedder.embed(["a"])
+        assert shape(info.value) == (502, "bad_upstream_response", "embedder")
+        assert (await embedder.embed(["b"])).shape == (1, 3)
+    finally:
+        await embedder.aclose()
+    assert embedder.dimension == 3
+
+
+async def test_a_reply_does_not_fix_the_width_of_later_ones(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    # Without an index to hold it to (a retriever service searches), one wrong reply
+    # must not fail every later, right one.
+    router.post("/v1/embeddings").mock(
+        side_effect=[
+            httpx.Response(200, json=embeddings_body([[1.0] * 4])),
+            httpx.Response(200, json=embeddings_body([[1.0] * 8])),
+            httpx.Response(200, json=embeddings_body([[1.0] * 8])),
+        ]
+    )
+    assert (await embedder.embed(["wrong"])).shape == (1, 4)
+    assert (await embedder.embed(["right"])).shape == (1, 8)
+    assert (await embedder.embed(["right again"])).shape == (1, 8)
+    assert embedder.dimension is None
+
+
+async def test_without_an_index_width_replies_are_held_to_the_latest_probe(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    def reply(width: int) -> httpx.Response:
+        return httpx.Response(200, json=embeddings_body([[1.0] * width]))
+
+    router.post("/v1/embeddings").mock(
+        side_effect=[reply(4), reply(8), reply(8), reply(4), reply(8)]
+    )
+    assert (await embedder.describe())["dimension"] == 4  # a wrong probe reply
+    with pytest.raises(BadUpstreamResponse, match="dimension 8, expected 4"):
+        await embedder.embed(["held to the probe"])
+    assert (await embedder.describe())["dimension"] == 8  # the next probe measures afresh
+    with pytest.raises(BadUpstreamResponse, match="dimension 4, expected 8"):
+        await embedder.embed(["a wrong reply"])
+    assert (await embedder.embed(["fails alone"])).shape == (1, 8)
+    assert embedder.dimension is None
+
+
+async def test_batches_of_one_call_must_agree_on_the_width(
     router: respx.MockRouter, embedder: TEIEmbedder
 ) -> None:
     router.post("/v1/embeddings").mock(
         side_effect=[
+            httpx.Response(200, json=embeddings_body([[1.0, 0.0], [0.0, 1.0]])),
             httpx.Response(200, json=embeddings_body([[1.0, 0.0, 0.0]])),
-            httpx.Response(200, json=embeddings_body([[1.0, 0.0]])),
         ]
     )
-    await embedder.embed(["a"])
-    with pytest.raises(BadUpstreamResponse, match="dimension 2, expected 3"):
-        await embedder.embed(["b"])
-    assert embedder.dimension == 3
+    with pytest.raises(BadUpstreamResponse, match=r"batches of dimensions \[2, 3\]"):
+        await embedder.embed(["a", "b", "c"])  # max_batch=2: two calls
+
+
+def test_an_expected_width_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="dimension"):
+        TEIEmbedder(BASE, dimension=0)
 
 
 async def test_bad_response_envelope(router: respx.MockRouter, embedder: TEIEmbedder) -> None:
@@ -222,17 +319,30 @@ async def test_embed_rejects_empty_input_without_calling(
     assert not route.called
 
 
-async def test_describe_probes_once_when_dimension_unknown(
+async def test_describe_probes_every_time_and_reports_the_width(
     router: respx.MockRouter, embedder: TEIEmbedder
 ) -> None:
     route = router.post("/v1/embeddings").respond(json=embeddings_body([[0.0, 3.0, 4.0, 0.0]]))
     first = await embedder.describe()
     second = await embedder.describe()
-    assert route.call_count == 1
+    assert route.call_count == 2
     assert sent_json(route.calls[0]) == {"input": "readiness probe"}
     assert first["kind"] == "tei"
     assert first["endpoint"] == BASE
     assert first["dimension"] == second["dimension"] == 4
+    assert embedder.dimension is None, "a probe's reply is not kept either"
+
+
+async def test_describe_fails_when_the_width_is_not_the_expected_one(
+    router: respx.MockRouter,
+) -> None:
+    router.post("/v1/embeddings").respond(json=embeddings_body([[0.0, 3.0, 4.0, 0.0]]))
+    embedder = TEIEmbedder(BASE, dimension=3)
+    try:
+        with pytest.raises(BadUpstreamResponse, match="dimension 4, expected 3"):
+            await embedder.describe()
+    finally:
+        await embedder.aclose()
 
 
 # --------------------------------------------------------------------------- reranker
