@@ -11,6 +11,7 @@ from chatqna import __version__
 from chatqna.api.deps import State
 from chatqna.api.errors import error_responses
 from chatqna.api.schemas import HealthStatus, Readiness
+from chatqna.telemetry.client_spans import untraced_calls
 
 router = APIRouter(tags=["health"], responses=error_responses(500))
 
@@ -27,7 +28,8 @@ async def health_check() -> dict[str, Any]:
     responses={503: {"model": Readiness, "description": "Some backend is not ready"}},
 )
 async def ready(state: State) -> JSONResponse:
-    backends = await state.backends.describe()
+    with untraced_calls():
+        backends = await state.backends.describe()
     is_ready = all(item.get("ready") for item in backends.values())
     body = {"status": "ready" if is_ready else "unready", "backends": backends}
     return JSONResponse(status_code=200 if is_ready else 503, content=body)

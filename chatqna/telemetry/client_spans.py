@@ -7,7 +7,8 @@ request carries the current context through the configured propagators (`OTEL_PR
 W3C `traceparent`, `tracestate` and `baggage` by default), also in a trace the sampler
 dropped and under a provider installed by `opentelemetry-instrument`. The span ends when the
 response headers have arrived; a streamed body is read inside the caller's span
-(`chatqna.generate`).
+(`chatqna.generate`). Calls made inside `untraced_calls()` (the readiness probes) start no
+span.
 
 A thin wrapper on the public API rather than opentelemetry-instrumentation-httpx: that
 instrumentation patches httpx for the whole process (every client in it, not only the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from urllib.parse import urlsplit
 
 from opentelemetry import propagate, trace
@@ -31,6 +33,19 @@ from chatqna.telemetry.tracing import inert
 
 TRACER_NAME = "chatqna.http"
 _TRACER = trace.get_tracer(TRACER_NAME, __version__)
+_UNTRACED: ContextVar[bool] = ContextVar("chatqna_untraced_calls", default=False)
+
+
+@contextmanager
+def untraced_calls() -> Iterator[None]:
+    """Upstream calls made in the block start no client span. For the readiness probes:
+    `/v1/ready` itself is not traced, and a probe every few seconds per replica would
+    otherwise fill the trace view with traces of one `GET` each."""
+    token = _UNTRACED.set(True)
+    try:
+        yield
+    finally:
+        _UNTRACED.reset(token)
 
 
 def url_full(url: str) -> str:
@@ -80,7 +95,7 @@ class ClientSpans:
         sampler dropped, no tracer provider: `chatqna.telemetry.tracing.inert`) none is
         started, and the current context, if any, goes along as it is."""
         parent = trace.get_current_span()
-        if inert(parent):
+        if inert(parent) or _UNTRACED.get():
             propagate.inject(headers)
             yield ClientCall(parent)
             return

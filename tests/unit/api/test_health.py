@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 from pydantic import SecretStr
 
 from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.errors import UpstreamError
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
@@ -66,3 +70,20 @@ async def test_api_key_guards_everything_but_health(
         headers={"Authorization": "Bearer s3cret"},
     )
     assert ok.status_code == 200
+
+
+async def test_readiness_probes_start_no_client_spans(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    # A probe every few seconds per replica would fill the trace view with one-span traces.
+    probed: list[str] = []
+
+    def models(request: httpx.Request) -> httpx.Response:
+        probed.append(request.url.path)
+        return httpx.Response(200, json={"object": "list", "data": [{"id": "served"}]})
+
+    llm = OpenAIChatLLM("http://llm.test/v1", "served", transport=httpx.MockTransport(models))
+    client = await client_for(await make_backends(settings, llm=llm))
+    assert (await client.get("/v1/ready")).status_code == 200
+    assert probed == ["/v1/models"]
+    assert [s.name for s in spans.get_finished_spans() if s.kind == SpanKind.CLIENT] == []
