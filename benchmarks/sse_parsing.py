@@ -41,7 +41,7 @@ OUTPUT = Path(__file__).parent / "results" / "sse_parsing.json"
 Reader = Callable[[httpx.Response], list[tuple[str, str]]]
 
 
-def chat_events(tokens: int) -> list[str]:
+def chat_events(tokens: int) -> list[bytes]:
     writer = ChunkWriter("bench-model")
     documents = [
         {"source": f"doc{i}.md", "title": "Title", "text": "word " * 40, "score": 0.5}
@@ -52,11 +52,11 @@ def chat_events(tokens: int) -> list[str]:
     return [*events, data(writer.chunk(ChunkDelta(), "stop")), DONE]
 
 
-def reads(events: list[str], size: int | None) -> list[bytes]:
+def reads(events: list[bytes], size: int | None) -> list[bytes]:
     """The network reads: one per event, or the whole body cut into `size`-byte reads."""
     if size is None:
-        return [item.encode() for item in events]
-    body = "".join(events).encode()
+        return list(events)
+    body = b"".join(events)
     return [body[start : start + size] for start in range(0, len(body), size)]
 
 
