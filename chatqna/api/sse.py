@@ -67,20 +67,22 @@ async def with_pings(source: AsyncIterator[T], interval: float) -> AsyncIterator
 
     `source` runs in a task of its own from its first item to its end, so that what it
     enters across its yields (a span made current, a timeout) it leaves in that same task;
-    its exceptions are raised here. Closing this iterator cancels that task, which closes
-    `source` there.
+    its exceptions are raised here (one that is not an `Exception`, such as a cancellation
+    from inside it, as a `RuntimeError`). Closing this iterator cancels that task, which
+    closes `source` there. The queue between them is unbounded, so the task never waits on
+    a reader that has gone: an answer is at most `max_tokens` pieces.
     """
-    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue(maxsize=1)
+    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
 
     async def produce() -> None:
         try:
             async with closing(source) as items:
                 async for item in items:
-                    await queue.put((True, item))
-        except Exception as exc:
-            await queue.put((False, exc))
-        else:
-            await queue.put((False, None))
+                    queue.put_nowait((True, item))
+        except BaseException as exc:
+            queue.put_nowait((False, exc))
+            raise
+        queue.put_nowait((False, None))
 
     producer = asyncio.create_task(produce())
     try:
@@ -88,20 +90,22 @@ async def with_pings(source: AsyncIterator[T], interval: float) -> AsyncIterator
             try:
                 more, value = await asyncio.wait_for(queue.get(), interval)
             except TimeoutError:
-                if producer.done() and queue.empty():
-                    producer.result()  # it was cancelled from elsewhere: raise that here
-                    return
                 yield None
                 continue
-            if not more:
-                if value is not None:
-                    raise value
+            if more:
+                yield value
+            elif isinstance(value, Exception):
+                raise value
+            elif value is not None:
+                raise RuntimeError(f"the answer's stream ended with {type(value).__name__}")
+            else:
                 return
-            yield value
     finally:
         producer.cancel()
         with anyio.CancelScope(shield=True):
             await asyncio.wait({producer})
+        if not producer.cancelled():
+            producer.exception()  # raised to the reader already, or after it stopped reading
 
 
 class EventStreamResponse(StreamingResponse):

@@ -224,7 +224,10 @@ async def test_bytes_sent_after_an_answer_never_reach_the_next_call(pause: float
         llm = llm_client(url)
         try:
             assert await complete(llm, "alice") == "Answer for alice."
-            await asyncio.sleep(0.4)  # the intruding answer has arrived by now
+            async with asyncio.timeout(10):
+                while chat.overruns == 0:  # the intruding answer is on its way
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # and on loopback, arrived
             chat.overrun_seconds = None
             assert await complete(llm, "bob") == "Answer for bob."
         finally:

@@ -99,6 +99,7 @@ class HostileChat:
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
     stalled: int = 0
+    overruns: int = 0  # second answers written so far
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -135,6 +136,8 @@ class HostileChat:
                 await writer.drain()
                 await asyncio.sleep(self.overrun_seconds)
                 self.whole(writer, completion(answer_for(b"ask-intruder")))
+                await writer.drain()
+                self.overruns += 1
         await writer.drain()
 
     async def stall(self, writer: asyncio.StreamWriter, how: str) -> None:

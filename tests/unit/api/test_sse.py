@@ -39,30 +39,30 @@ def test_frames_are_compact_json_events() -> None:
 CURRENT = contextvars.ContextVar("CURRENT", default="none")
 
 
-async def slow_items(delays: Sequence[float], closed: list[str]) -> AsyncIterator[str]:
-    """Yields `item-N` after each delay, with a context variable set across its yields (as a
-    span made current is), which must be reset in the task that set it."""
-    token = CURRENT.set("inside")
-    try:
-        for number, delay in enumerate(delays):
-            await asyncio.sleep(delay)
-            yield f"item-{number}"
-    finally:
-        CURRENT.reset(token)  # ValueError if another task resumed the generator
-        closed.append("closed")
-
-
-async def collect(source: AsyncIterator[str | None]) -> list[str | None]:
-    return [item async for item in source]
-
-
 @pytest.mark.anyio
 async def test_pings_fill_the_silences_and_the_items_keep_their_order() -> None:
+    release = asyncio.Event()
     closed: list[str] = []
-    items = await collect(with_pings(slow_items([0.0, 0.35, 0.0], closed), 0.1))
-    assert [i for i in items if i is not None] == ["item-0", "item-1", "item-2"]
-    between = items[items.index("item-0") + 1 : items.index("item-1")]
-    assert len(between) >= 2 and set(between) == {None}
+
+    async def source() -> AsyncIterator[str]:
+        # A context variable set across yields, as a span made current is, must be reset
+        # in the task that set it: a ValueError here if another task resumed the generator.
+        token = CURRENT.set("inside")
+        try:
+            yield "first"
+            await release.wait()  # the next token is slow to come
+            yield "second"
+        finally:
+            CURRENT.reset(token)
+            closed.append("closed")
+
+    items: list[str | None] = []
+    async for item in with_pings(source(), 0.01):
+        items.append(item)
+        if items.count(None) == 2:
+            release.set()
+    assert items[0] == "first" and items[-1] == "second"
+    assert items[1:-1] == [None] * (len(items) - 2) and len(items) >= 4
     assert closed == ["closed"]
 
 
@@ -79,12 +79,55 @@ async def test_a_source_s_error_is_raised_to_the_reader() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_source_cancelled_from_inside_ends_the_stream_at_once() -> None:
+    async def cancelled() -> AsyncIterator[str]:
+        yield "first"
+        raise asyncio.CancelledError  # a cancellation leaking out of the source's own scope
+
+    pinged = with_pings(cancelled(), 30)
+    assert await anext(pinged) == "first"
+    async with asyncio.timeout(5):  # not after the 30 s interval
+        with pytest.raises(RuntimeError, match="CancelledError"):
+            await anext(pinged)
+
+
+@pytest.mark.anyio
 async def test_closing_the_reader_closes_the_source_in_its_own_task() -> None:
     closed: list[str] = []
-    pinged = with_pings(slow_items([0.0, 30.0], closed), 10)
-    assert await anext(pinged) == "item-0"
+
+    async def source() -> AsyncIterator[str]:
+        token = CURRENT.set("inside")
+        try:
+            yield "first"
+            await asyncio.sleep(30)
+            yield "never"
+        finally:
+            CURRENT.reset(token)
+            closed.append("closed")
+
+    pinged = with_pings(source(), 10)
+    assert await anext(pinged) == "first"
     await pinged.aclose()  # while the source sleeps towards its second item
     assert closed == ["closed"]
+
+
+@pytest.mark.anyio
+async def test_closing_the_reader_returns_even_when_the_source_s_cleanup_fails() -> None:
+    async def source() -> AsyncIterator[int]:
+        try:
+            number = 0
+            while True:
+                yield number
+                number += 1
+                await asyncio.sleep(0)
+        finally:
+            raise ValueError("cleanup failed")
+
+    pinged = with_pings(source(), 10)
+    async with asyncio.timeout(5):
+        assert await anext(pinged) == 0
+        await asyncio.sleep(0.05)  # items wait unread while the reader is busy
+        await pinged.aclose()
 
 
 class HesitantLLM(ScriptedLLM):
@@ -106,8 +149,8 @@ class HesitantLLM(ScriptedLLM):
 async def test_a_slow_answer_s_stream_carries_pings_that_clients_skip(
     client_for: ClientFactory, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sse, "KEEPALIVE_SECONDS", 0.1)
-    client = await client_for(await make_backends(settings, llm=HesitantLLM(0.45)))
+    monkeypatch.setattr(sse, "KEEPALIVE_SECONDS", 0.05)
+    client = await client_for(await make_backends(settings, llm=HesitantLLM(1.0)))
     response = await client.post("/v1/chatqna", json={"messages": "How long is data kept?"})
     body = response.text
     metadata_at, answer_at = body.index("event: metadata"), body.index("Thirty")
