@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import io
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 from pypdf import PdfReader
+from pypdf.generic import DictionaryObject, StreamObject
 
 from chatqna.documents import LoadedDocument
 from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge, UnsupportedFileType
@@ -198,18 +200,63 @@ def _page_texts(reader: PdfReader, text: TextCounter, drawn: _DrawingCounter) ->
     """Each page's text, counted as it is extracted: many pages can draw one content
     stream, so a small PDF can hold far more text than its size suggests.
 
-    A page's drawing instructions are counted before its text is extracted: reading them
-    costs about a second per megabyte, whether or not they draw any text, so a few
-    kilobytes of PDF whose pages all draw one large stream of empty text would otherwise
-    keep a worker busy for hours and never reach the text limit.
+    A page's drawing instructions are counted before its text is extracted, with those of
+    the form XObjects it draws (`_forms_drawn`): reading them costs about a second per
+    megabyte, whether or not they draw any text, so a few kilobytes of PDF whose pages all
+    draw one large stream, or one form many times, would otherwise keep a worker busy for
+    hours and never reach the text limit.
     """
     for page in reader.pages:
         contents = page.get_contents()
         if contents is not None:
-            drawn.add(len(contents.get_data()))
+            content = contents.get_data()
+            drawn.add(len(content))
+            drawn.add(_forms_drawn(page.get("/Resources"), content, drawn))
         page_text = _tidy(page.extract_text() or "")
         text.add(len(page_text))
         yield page_text
+
+
+# `/Name Do`: draw the XObject the resources name (a name may escape bytes as `#xx`).
+_DRAW = re.compile(rb"/([^\s/\[\]()<>{}%]+)\s*Do(?![^\s/\[\]()<>{}%])")
+_NAME_ESCAPE = re.compile(rb"#([0-9A-Fa-f]{2})")
+_FORM_NESTING = 12
+
+
+def _forms_drawn(
+    resources: object,
+    content: bytes,
+    drawn: _DrawingCounter,
+    depth: int = 0,
+    known: dict[int, int] | None = None,
+) -> int:
+    """The decoded bytes of the form XObjects `content` draws, each counted every time it is
+    drawn, the forms they draw in turn included (`known`: each form's own total, worked out
+    once); `drawn` refuses the PDF as soon as the total passes its limit. Read from the
+    bytes, without parsing the content: an estimate from above (a `Do` inside a string
+    counts too), which is what a bound needs."""
+    xobjects = resources.get("/XObject") if isinstance(resources, DictionaryObject) else None
+    if not isinstance(xobjects, DictionaryObject) or depth > _FORM_NESTING:
+        return 0
+    known = {} if known is None else known
+    draws = Counter(
+        _NAME_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), m.group(1))
+        for m in _DRAW.finditer(content)
+    )
+    total = 0
+    for name, times in draws.items():
+        form = xobjects.get("/" + name.decode("latin-1"))
+        form = form.get_object() if form is not None else None
+        if not isinstance(form, StreamObject) or form.get("/Subtype") != "/Form":
+            continue
+        data = form.get_data()
+        drawn.check(drawn.count + total + times * len(data))
+        if id(form) not in known:
+            known[id(form)] = _forms_drawn(form.get("/Resources"), data, drawn, depth + 1, known)
+        share = times * (len(data) + known[id(form)])
+        drawn.check(drawn.count + total + share)
+        total += share
+    return total
 
 
 class _DrawingCounter:
@@ -224,9 +271,12 @@ class _DrawingCounter:
 
     def add(self, size: int) -> None:
         self.count += size
-        if self.count > self._limit:
+        self.check(self.count)
+
+    def check(self, count: int) -> None:
+        if count > self._limit:
             raise PayloadTooLarge(
                 f"{self._source} draws more than {self._limit} bytes of page content "
                 "(CHATQNA_DATAPREP_MAX_UNPACKED_BYTES); split it into smaller files",
-                details={"source": self._source, "bytes": self.count, "limit": self._limit},
+                details={"source": self._source, "bytes": count, "limit": self._limit},
             )

@@ -6,6 +6,14 @@ import io
 
 import pytest
 from pypdf import PdfReader, PdfWriter
+from pypdf.generic import (
+    ArrayObject,
+    DecodedStreamObject,
+    DictionaryObject,
+    IndirectObject,
+    NameObject,
+    NumberObject,
+)
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, load_document
@@ -211,6 +219,68 @@ def test_a_pdf_page_is_counted_before_its_text_is_read() -> None:
         load_document("one-page.pdf", data, limits=LoadLimits(max_unpacked_bytes=10))
     # The same file within the limit reads as usual.
     assert load_document("one-page.pdf", data).sections[0][1] == "Refunds take five days."
+
+
+def form_pdf(draws: int, nested: int = 1) -> bytes:
+    """One page whose text is drawn by a form XObject `draws` times; with `nested` > 1 the
+    form draws itself `nested` levels deep through forms that each draw the next twice."""
+    writer = PdfWriter()
+    font = writer._add_object(
+        DictionaryObject(
+            {
+                NameObject("/Type"): NameObject("/Font"),
+                NameObject("/Subtype"): NameObject("/Type1"),
+                NameObject("/BaseFont"): NameObject("/Helvetica"),
+            }
+        )
+    )
+
+    def form(content: bytes, resources: DictionaryObject) -> IndirectObject:
+        stream = DecodedStreamObject()
+        stream.set_data(content)
+        stream.update(
+            {
+                NameObject("/Type"): NameObject("/XObject"),
+                NameObject("/Subtype"): NameObject("/Form"),
+                NameObject("/BBox"): ArrayObject([NumberObject(0)] * 4),
+                NameObject("/Resources"): resources,
+            }
+        )
+        return writer._add_object(stream)
+
+    fonts = DictionaryObject({NameObject("/F1"): font})
+    ref = form(
+        b"BT /F1 12 Tf 10 10 Td (Refunds take five days.) Tj ET\n",
+        DictionaryObject({NameObject("/Font"): fonts}),
+    )
+    for _ in range(nested - 1):
+        inner = DictionaryObject({NameObject("/Fm0"): ref, NameObject("/Fm1"): ref})
+        ref = form(b"/Fm0 Do\n/Fm1 Do\n", DictionaryObject({NameObject("/XObject"): inner}))
+    page = writer.add_blank_page(612, 792)
+    page[NameObject("/Resources")] = DictionaryObject(
+        {NameObject("/XObject"): DictionaryObject({NameObject("/Fm0"): ref})}
+    )
+    content = DecodedStreamObject()
+    content.set_data(b"/Fm0 Do\n" * draws)
+    page[NameObject("/Contents")] = writer._add_object(content)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_a_form_drawn_once_is_read() -> None:
+    doc = load_document("form.pdf", form_pdf(draws=1))
+    assert "Refunds take five days." in doc.sections[0][1]
+
+
+@pytest.mark.parametrize(("draws", "nested"), [(40, 1), (1, 6)])
+def test_a_form_drawn_many_times_counts_each_time(draws: int, nested: int) -> None:
+    # 40 draws of a 55-byte form, or 2**5 draws of it through forms nested 6 deep: about
+    # 2 KB of drawing from a page of a few bytes.
+    data = form_pdf(draws=draws, nested=nested)
+    assert load_document("form.pdf", data).sections  # within the default limit
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_UNPACKED_BYTES"):
+        load_document("form.pdf", data, limits=LoadLimits(max_unpacked_bytes=1_500))
 
 
 def test_encrypted_pdf_is_rejected() -> None:
