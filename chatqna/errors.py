@@ -115,12 +115,13 @@ class LinkRefused(InvalidRequest):
     code = "link_refused"
 
 
-class QueryNotSearchable(InvalidRequest):
+class QueryNotSearchable(ChatQnAError):
     """The index refused the search built from the request's text as a query it cannot
     parse (a RediSearch syntax error). The query builder keeps every message within the
-    limits searchable, so this names a text the builder failed on, not an index outage."""
+    limits searchable, so this is a fault of the service on a text it failed on (a 500, to
+    be reported), not a bad request and not an index outage."""
 
-    status_code = 422
+    status_code = 500
     code = "query_not_searchable"
 
 

@@ -44,7 +44,10 @@ _DESCRIPTIONS = {
         "cannot be read (`document_unreadable`) or a link cannot be fetched (`link_unreadable`)"
     ),
     429: "Every chat slot is taken (`too_many_requests`); retry after `Retry-After`",
-    500: "An unexpected error (`internal_error`)",
+    500: (
+        "An unexpected error (`internal_error`), or a search the index could not parse "
+        "(`query_not_searchable`)"
+    ),
     501: "Not possible in this configuration (`not_supported`)",
     502: "A backend failed or answered with an unusable body (`upstream_error`, ...)",
     503: "The index is unavailable, or the follow-up rewrite failed (`condense_failed`)",

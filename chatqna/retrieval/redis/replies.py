@@ -114,12 +114,12 @@ def is_query_syntax_error(exc: BaseException) -> bool:
 @asynccontextmanager
 async def unavailable_on_error(index: str, location: str, action: str) -> AsyncIterator[None]:
     """Any Redis failure inside becomes `IndexUnavailable` (HTTP 503) naming the index,
-    except a query RediSearch cannot parse: `QueryNotSearchable` (HTTP 422)."""
+    except, in a search, a query RediSearch cannot parse: `QueryNotSearchable` (HTTP 500)."""
     try:
         yield
     except (RedisError, RedisClusterException) as exc:
         where = f" at {location}" if location else ""
-        if is_query_syntax_error(exc):
+        if action == "search" and is_query_syntax_error(exc):
             # RediSearch's words only: redis-py's prefix repeats the whole query.
             said = str(exc).rpartition("caused error: ")[2][:160]
             raise QueryNotSearchable(

@@ -106,7 +106,11 @@ async def test_a_query_redisearch_cannot_parse_is_not_an_outage() -> None:
         with pytest.raises(QueryNotSearchable) as caught:
             async with unavailable_on_error("idx", "redis://h:1", "search"):
                 raise error
-        assert caught.value.status_code == 422 and "w0 | w1" not in caught.value.message
+        assert caught.value.status_code == 500 and "w0 | w1" not in caught.value.message
+    # Outside a search (writes, listing, opening) the same words are an outage of the index.
+    with pytest.raises(IndexUnavailable):
+        async with unavailable_on_error("idx", "redis://h:1", "replacing sources"):
+            raise overflow
     for error in (ResponseError("Unknown index name"), RedisTimeout("Timeout reading")):
         with pytest.raises(IndexUnavailable):
             async with unavailable_on_error("idx", "redis://h:1", "search"):
