@@ -150,10 +150,12 @@ class TEIEmbedder:
         if not texts:
             raise ValueError("embed() needs at least one text")
         expected = self.dimension if self.dimension is not None else self._probed_dimension
-        parts = [
-            await self._embed_batch(list(texts[start : start + self.max_batch]), expected)
-            for start in range(0, len(texts), self.max_batch)
-        ]
+        parts = []
+        for start in range(0, len(texts), self.max_batch):
+            batch = list(texts[start : start + self.max_batch])
+            parts.append(await self._embed_batch(batch, expected))
+            self.calls += 1
+            self.texts_embedded += len(batch)
         widths = sorted({part.shape[1] for part in parts})
         require(len(widths) == 1, backend="embedder", what=f"batches of dimensions {widths}")
         return np.vstack(parts)
@@ -172,8 +174,6 @@ class TEIEmbedder:
             retry=self._retry if retry is None else retry,
             timeout_seconds=self._timeout,
         )
-        self.calls += 1
-        self.texts_embedded += len(texts)
         matrix = embeddings_matrix(body, len(texts))
         require(
             expected is None or matrix.shape[1] == expected,
@@ -185,6 +185,7 @@ class TEIEmbedder:
     async def describe(self) -> dict[str, Any]:
         # Every time, as the other roles' probes: TEI answers now, at the index's width if
         # known. One attempt, so the probe is bounded by `timeout_seconds` as a whole.
+        # Not counted in `calls`/`texts_embedded`: those are the service's own embeddings.
         probe = await self._embed_batch(["readiness probe"], self.dimension, retry=NO_RETRY)
         self._probed_dimension = int(probe.shape[1])
         return {

@@ -331,6 +331,10 @@ async def test_describe_probes_every_time_and_reports_the_width(
     assert first["endpoint"] == BASE
     assert first["dimension"] == second["dimension"] == 4
     assert embedder.dimension is None, "a probe's reply is not kept either"
+    # The counters are the service's own embeddings: probes are not among them.
+    assert (second["calls"], second["texts_embedded"]) == (0, 0)
+    await embedder.embed(["one", "two"])
+    assert (embedder.calls, embedder.texts_embedded) == (1, 2)
 
 
 async def test_describe_fails_when_the_width_is_not_the_expected_one(
