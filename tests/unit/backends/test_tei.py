@@ -333,8 +333,8 @@ async def test_describe_probes_every_time_and_reports_the_width(
     assert embedder.dimension is None, "a probe's reply is not kept either"
     # The counters are the service's own embeddings: probes are not among them.
     assert (second["calls"], second["texts_embedded"]) == (0, 0)
-    await embedder.embed(["one", "two"])
-    assert (embedder.calls, embedder.texts_embedded) == (1, 2)
+    await embedder.embed(["one"])
+    assert (embedder.calls, embedder.texts_embedded) == (1, 1)
 
 
 async def test_describe_fails_when_the_width_is_not_the_expected_one(
