@@ -88,10 +88,14 @@ async def with_pings(source: AsyncIterator[T], interval: float) -> AsyncIterator
     try:
         while True:
             try:
-                more, value = await asyncio.wait_for(queue.get(), interval)
-            except TimeoutError:
-                yield None
-                continue
+                more, value = queue.get_nowait()  # most tokens are waiting already
+            except asyncio.QueueEmpty:
+                try:
+                    async with asyncio.timeout(interval):  # no task per wait, as wait_for's
+                        more, value = await queue.get()
+                except TimeoutError:
+                    yield None
+                    continue
             if more:
                 yield value
             elif isinstance(value, Exception):
