@@ -123,12 +123,8 @@ class SingleNodeWriter:
                 pipe.multi()  # type: ignore[no-untyped-call]
                 for batch, old in zip(batches, members, strict=True):
                     await self._queue_replace(pipe, batch, {text(i) for i in old})
-                pipe.incr(self.writes_key)
-                try:
-                    await pipe.execute()
-                except WatchError:
-                    continue
-                return
+                if await self._commit(pipe, []) is not None:
+                    return
         raise self._contended()
 
     async def _queue_replace(self, pipe: Any, batch: SourceBatch, old: set[str]) -> None:
@@ -187,12 +183,9 @@ class SingleNodeWriter:
                         pipe.delete(*(self.chunk_key(i) for i in batch))
                     pipe.delete(self.source_chunks_key(name), self.source_key(name))
                     pipe.srem(self.sources_key, name)
-                pipe.incr(self.writes_key)
-                try:
-                    replies = await pipe.execute()
-                except WatchError:
-                    continue
-                return sum(int(replies[i]) for i in counted)
+                removed = await self._commit(pipe, counted)
+                if removed is not None:
+                    return removed
         raise self._contended()
 
     async def _delete_everything(self) -> int:
@@ -215,13 +208,21 @@ class SingleNodeWriter:
                             counted.append(len(pipe.command_stack))
                         pipe.delete(*keys[start : start + KEYS_PER_COMMAND])
                 pipe.delete(self.sources_key)
-                pipe.incr(self.writes_key)
-                try:
-                    replies = await pipe.execute()
-                except WatchError:
-                    continue
-                return sum(int(replies[i]) for i in counted)
+                removed = await self._commit(pipe, counted)
+                if removed is not None:
+                    return removed
         raise self._contended()
+
+    async def _commit(self, pipe: Any, counted: Sequence[int]) -> int | None:
+        """Count the write and run the transaction queued on `pipe`: the chunks removed by
+        its DELs at the positions `counted`, or None when a watched key changed in the
+        meantime (read and prepare again)."""
+        pipe.incr(self.writes_key)
+        try:
+            replies = await pipe.execute()
+        except WatchError:
+            return None
+        return sum(int(replies[i]) for i in counted)
 
     async def _matching(self, prefix: str) -> list[bytes]:
         return [key async for key in self.client.scan_iter(match=glob_prefix(prefix), count=1000)]
