@@ -8,7 +8,7 @@ field of the completion (or of the first chunk), which OpenAI clients ignore.
 How many chats run at once is bounded by `chatqna.api.guards` (on `CHAT_PATHS`); a client
 that disconnects mid-stream closes the answer's generators, which cancels the upstream call;
 one that disconnects before its stream starts, or while a completion that is not streamed is
-generated, has its turn cancelled (`chatqna.api.disconnects`) and is logged as 499.
+generated, has its turn cancelled (`chatqna.api.disconnects`) and is counted as 499.
 """
 
 from __future__ import annotations

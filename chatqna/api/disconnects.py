@@ -19,7 +19,7 @@ from starlette.types import Receive
 
 T = TypeVar("T")
 
-# nginx's code for "the client closed the request"; nobody reads it but logs and metrics.
+# nginx's code for "the client closed the request": nobody reads it but the request metrics.
 CLIENT_CLOSED_REQUEST = 499
 
 
