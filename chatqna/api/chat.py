@@ -6,7 +6,9 @@ defaults (not streamed unless asked) and carries the same metadata as an extra `
 field of the completion (or of the first chunk), which OpenAI clients ignore.
 
 How many chats run at once is bounded by `chatqna.api.guards` (on `CHAT_PATHS`); a client
-that disconnects mid-stream closes the answer's generators, which cancels the upstream call.
+that disconnects mid-stream closes the answer's generators, which cancels the upstream call;
+one that disconnects before its stream starts, or while a completion that is not streamed is
+generated, has its turn cancelled (`chatqna.api.disconnects`) and is counted as 499.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
+from starlette.types import Receive
 
 from chatqna.api import sse
 from chatqna.api.chat_models import ChunkDelta, TurnMetadata
 from chatqna.api.deps import ServiceState, State, require_api_key
+from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
 from chatqna.api.errors import error_responses
 from chatqna.api.schemas import (
     CHAT_RESPONSE,
@@ -116,15 +120,27 @@ async def _event_stream(
     yield ending + sse.DONE
 
 
-async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bool) -> Any:
-    turn = await _prepare(body, state)
-    writer = sse.ChunkWriter(state.backends.llm.model)
-    if body.stream:
-        return sse.EventStreamResponse(
-            _event_stream(turn, writer, metadata_event), headers=STREAM_HEADERS, on_close=turn.close
-        )
+async def _answer(turn: Turn) -> Any:
     async with turn:
-        completion = await turn.complete()
+        return await turn.complete()
+
+
+async def _respond(
+    body: ChatQnARequest, state: ServiceState, receive: Receive, metadata_event: bool
+) -> Any:
+    try:
+        turn = await while_connected(receive, _prepare(body, state))
+        writer = sse.ChunkWriter(state.backends.llm.model)
+        if body.stream:
+            return sse.EventStreamResponse(
+                _event_stream(turn, writer, metadata_event),
+                headers=STREAM_HEADERS,
+                on_close=turn.close,
+            )
+        completion = await while_connected(receive, _answer(turn))
+    except ClientDisconnected:
+        logger.info("the client left before its answer was ready: the turn was stopped")
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     answer = writer.completion(completion, metadata=TurnMetadata.of(turn.record()))
     return Response(sse.encode(answer), media_type="application/json")
 
@@ -134,8 +150,8 @@ async def _respond(body: ChatQnARequest, state: ServiceState, metadata_event: bo
     summary="Answer a (multi-turn) question from the knowledge base",
     responses=CHAT_RESPONSES,
 )
-async def chatqna(body: ChatQnARequest, state: State) -> Any:
-    return await _respond(body, state, metadata_event=True)
+async def chatqna(body: ChatQnARequest, state: State, request: Request) -> Any:
+    return await _respond(body, state, request.receive, metadata_event=True)
 
 
 @router.post(
@@ -143,8 +159,8 @@ async def chatqna(body: ChatQnARequest, state: State) -> Any:
     summary="OpenAI-compatible chat completions with RAG",
     responses=CHAT_RESPONSES,
 )
-async def chat_completions(body: OpenAIChatRequest, state: State) -> Any:
-    return await _respond(body, state, metadata_event=False)
+async def chat_completions(body: OpenAIChatRequest, state: State, request: Request) -> Any:
+    return await _respond(body, state, request.receive, metadata_event=False)
 
 
 @router.get(

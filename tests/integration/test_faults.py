@@ -273,6 +273,32 @@ def test_client_disconnect_closes_the_upstream_stream(stack: Stack, faults: Faul
     assert_recovers(stack)
 
 
+def test_a_client_gone_before_its_completion_stops_the_upstream_call(
+    stack: Stack, faults: FaultBook
+) -> None:
+    faults.set("chat", Fault("endless"))  # a completion whose body never ends
+    body = {"messages": QUESTION, "max_tokens": 8}  # not streamed: OpenAI's default
+    started = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+        httpx.post(
+            f"{stack.url}/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.3)
+        )
+    left = time.monotonic() - started
+    closed_at = None
+    while time.monotonic() - started < GENERATION_TIMEOUT + SLACK:
+        stats = faults.snapshot()["stats"]["chat"]
+        if stats["streams_closed_early"] == 1:
+            closed_at = time.monotonic() - started
+            break
+        time.sleep(0.02)
+    assert closed_at is not None, "the upstream call was not closed"
+    # Stopped because the client left (said in the log), not by the generation deadline.
+    log = stack.server.log_path.read_text(errors="replace")
+    assert "the client left before its answer was ready" in log
+    assert closed_at - left < GENERATION_TIMEOUT
+    assert_recovers(stack)
+
+
 def test_saturated_chats_get_429_with_retry_after(stack: Stack, faults: FaultBook) -> None:
     faults.set("chat", Fault("endless"))
     body = {"messages": QUESTION}

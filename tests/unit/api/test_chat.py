@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
 import pytest
 
+from chatqna.app import create_app
 from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
@@ -16,6 +18,7 @@ from chatqna.retrieval.remote import RemoteRetriever
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 from tests.unit.backends.test_openai_chat import CONTEXT_ERRORS
+from tests.unit.conftest import TRACER_PROVIDER
 
 pytestmark = pytest.mark.anyio
 
@@ -403,3 +406,95 @@ async def test_pieces_that_arrive_together_are_still_one_chunk_each(
     assert contents == ["", "Re", "funds", " close.", None]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert len({c["id"] for c in chunks}) == 1
+
+
+class Stalled:
+    """An embedder or LLM whose call waits until cancelled, and says when it was."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.waiting = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def _stall(self) -> None:
+        self.waiting.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def embed(self, texts: object) -> object:
+        await self._stall()
+        raise AssertionError("unreachable")
+
+    async def complete(self, messages: object, params: object) -> object:
+        await self._stall()
+        raise AssertionError("unreachable")
+
+
+async def _leave_while_waiting(
+    settings: Settings, backends: Backends, stalled: Stalled, body: dict[str, object]
+) -> list[dict[str, object]]:
+    """Send `body` as raw ASGI, disconnect once `stalled` waits; what the app sent back."""
+    app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER)
+    gone = asyncio.Event()
+    payload = json.dumps(body).encode()
+    sent: list[dict[str, object]] = []
+    messages = [{"type": "http.request", "body": payload, "more_body": False}]
+
+    async def receive() -> dict[str, object]:
+        if messages:
+            return messages.pop(0)
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8888),
+        "state": {},
+    }
+    async with app.router.lifespan_context(app):
+        call = asyncio.ensure_future(app(scope, receive, send))
+        await asyncio.wait_for(stalled.waiting.wait(), 10)
+        gone.set()
+        await asyncio.wait_for(call, 10)
+        await asyncio.wait_for(stalled.cancelled.wait(), 1)
+    return sent
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_gone_while_its_turn_is_prepared_stops_the_turn(
+    settings: Settings, stream: bool
+) -> None:
+    stalled = Stalled(HashingEmbedder())
+    backends = await make_backends(settings, embedder=stalled)  # type: ignore[arg-type]
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    sent = await _leave_while_waiting(settings, backends, stalled, body)
+    assert sent[0]["status"] == 499  # for logs and metrics: nobody is there to read it
+
+
+async def test_a_client_gone_before_its_completion_is_done_stops_the_llm(
+    settings: Settings,
+) -> None:
+    stalled = Stalled(ScriptedLLM())
+    backends = await make_backends(settings, llm=stalled)  # type: ignore[arg-type]
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": False}
+    sent = await _leave_while_waiting(settings, backends, stalled, body)
+    assert sent[0]["status"] == 499
