@@ -135,7 +135,7 @@ class Settings(BaseSettings):
     multi_turn_self_contained_similarity: float = Field(0.4, ge=0.0, le=1.0)
     multi_turn_rerank_query: Literal["conversation", "message"] = "conversation"
     multi_turn_translate_history: bool = True
-    multi_turn_translation_cache_size: int = Field(1024, ge=0)
+    multi_turn_translation_cache_size: int = Field(0, ge=0)
     multi_turn_translation_timeout_seconds: float = Field(10.0, gt=0)
     condense_llm_endpoint: str | None = None
     condense_llm_model_id: str | None = None

@@ -237,25 +237,28 @@ async def test_condense_with_blend_flag_warns_at_start_up(
     assert any("condense wins" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize(("cache_size", "calls"), [(0, 2), (16, 1)])
 async def test_translation_is_reported_in_metadata_without_telling_a_remembered_one_apart(
-    client_for: ClientFactory, blend_settings: Settings
+    client_for: ClientFactory, blend_settings: Settings, cache_size: int, calls: int
 ) -> None:
+    assert blend_settings.multi_turn_translation_cache_size == 0  # nothing remembered by default
+    configured = blend_settings.model_copy(update={"multi_turn_translation_cache_size": cache_size})
     spanish = "¿Cuánto tiempo se guardan los datos después de cancelar la suscripción?"
     llm = ScriptedLLM("How long is data kept after cancelling the subscription?")
-    backends = await make_backends(blend_settings, embedder=HashingEmbedder(), llm=llm)
-    client = await client_for(backends, blend_settings)
+    backends = await make_backends(configured, embedder=HashingEmbedder(), llm=llm)
+    client = await client_for(backends, configured)
     chat = [{"role": "user", "content": spanish}, *CHAT[1:]]
     reports = []
     for _ in range(2):
         response = await client.post("/v1/chatqna", json={"messages": chat, "stream": False})
         reports.append(response.json()["metadata"]["retrieval"]["blend"]["translation"])
-    # The second turn's translation is remembered, and reads exactly as the first: the
-    # metadata must not tell a user that someone else sent the same words before.
+    # With a cache the second turn's translation is remembered, and reads exactly as the
+    # first: the metadata must not tell a user that someone else sent the same words before.
     expected = {"enabled": True, "ran": True, "translated": 1, "failed": 0}
     assert reports == [expected, expected]
-    # One translation call in all; the rest of the prompts are the two answers.
+    # The translation calls; the rest of the prompts are the two answers.
     translations = [p for p in llm.prompts if "Translate" in p[0]["content"]]
-    assert len(translations) == 1
+    assert len(translations) == calls
 
 
 async def test_history_aware_bm25_leg_runs_on_blended_follow_ups_only(
