@@ -1,15 +1,6 @@
 """Writes of the cluster store: a source replaced or deleted atomically on its primary.
 
-Layout, for an index name `N` and a source whose tag `T` is a hash of its name (so all its
-keys share one slot, and one primary):
-
-    N:chunk:{T}:<chunk id>   hash: the chunk (`redis_writes.chunk_hash`)
-    N:source:{T}             hash: source, content_hash, chunks
-    N:source-chunks:{T}      set of the source's chunk ids
-    N:sources:{n}            set of the names of the sources in one slot, where `n` is the
-                             smallest integer that hashes to that slot
-    N:sources                set of source names written by earlier versions (still listed)
-    N:meta                   hash: embedder, dimension, format
+The layout is `chatqna.retrieval.redis.cluster_layout`'s: a source's keys share one slot.
 
 A replace reads which chunks are stored unchanged (their digest), then one Lua script
 checks those digests are still stored, writes the changed chunks, deletes the chunks the
@@ -22,18 +13,25 @@ the primary has a live replica, so a write is acknowledged only once a replica h
 a failover cannot lose it. `MOVED` refreshes the slot map and `ASK`/`TRYAGAIN` (a slot in
 migration) retry, for at most `REDIRECT_ATTEMPTS`. Each source is atomic on its own: a
 request of several sources, on several primaries, is applied source by source.
+
+Deleting is one script per slot: it removes each named source of that slot (the chunks its
+set names, its set, its hash, its listing). Deleting everything deletes every listed source
+so, then sweeps what no listing names (an earlier version's cut-off write): SCAN finds the
+index's keys on each primary, and one script per source tag (per 1,000 chunk keys) deletes
+that source's keys unless its slot's set lists it by then, in which case a write came after
+the delete and only chunk keys its chunk set does not name go. Every change to a source's
+keys is one script, so a write racing a delete of everything leaves the source whole and
+listed (it came last) or wholly gone, never searchable but unlisted or listed but short.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ConnectionError,
@@ -44,9 +42,16 @@ from redis.exceptions import (
 
 from chatqna.backends.protocols import SourceBatch
 from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis.cluster_layout import ClusterLayout, source_slot
 from chatqna.retrieval.redis.schema import text
 from chatqna.retrieval.redis.topology import ClusterTopology, Shard
-from chatqna.retrieval.redis.writes import chunk_digest, chunk_hash, glob_prefix, vector_rows
+from chatqna.retrieval.redis.writes import (
+    KEYS_PER_COMMAND,
+    chunk_digest,
+    chunk_hash,
+    glob_prefix,
+    vector_rows,
+)
 
 REDIRECT_ATTEMPTS = 20
 CONFLICT_ATTEMPTS = 20  # tries of one replace while other processes rewrite its chunks
@@ -102,15 +107,43 @@ redis.call('SADD', KEYS[3], ARGV[3])
 return stale
 """ % (CONFLICT, ", ".join(f"'{name}'" for name in FIELDS))  # noqa: UP031
 
-# KEYS: source hash, source chunk set, the slot's membership set. ARGV: chunk key prefix,
-# source name. Returns how many chunks existed.
+# KEYS: the slot's membership set, then each source's hash and chunk set; ARGV: each
+# source's chunk key prefix and name. All in one slot. Returns how many chunks existed.
 DELETE_SCRIPT = """
 local removed = 0
+for i = 1, #ARGV / 2 do
+  local chunks = KEYS[2 * i + 1]
+  for _, id in ipairs(redis.call('SMEMBERS', chunks)) do
+    removed = removed + redis.call('DEL', ARGV[2 * i - 1] .. id)
+  end
+  redis.call('DEL', KEYS[2 * i], chunks)
+  redis.call('SREM', KEYS[1], ARGV[2 * i])
+end
+return removed
+"""
+
+# KEYS: a source tag's hash, chunk set and slot's membership set, then chunk keys of the tag
+# found by SCAN; ARGV: the tag's chunk key prefix, then those keys' chunk ids. A source its
+# membership set lists loses only the chunk keys its chunk set does not name; any other
+# loses every key. Returns how many chunks it deleted.
+SWEEP_SCRIPT = """
+local removed = 0
+local name = redis.call('HGET', KEYS[1], 'source')
+if name and redis.call('SISMEMBER', KEYS[3], name) == 1 then
+  for i = 4, #KEYS do
+    if redis.call('SISMEMBER', KEYS[2], ARGV[i - 2]) == 0 then
+      removed = removed + redis.call('DEL', KEYS[i])
+    end
+  end
+  return removed
+end
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   removed = removed + redis.call('DEL', ARGV[1] .. id)
 end
+for i = 4, #KEYS do
+  removed = removed + redis.call('DEL', KEYS[i])
+end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('SREM', KEYS[3], ARGV[2])
 return removed
 """
 
@@ -127,60 +160,52 @@ return names
 """
 
 
-@cache
-def slot_tags() -> tuple[int, ...]:
-    """For each hash slot, the smallest integer whose text hashes to it (about 110,000
-    integers cover all 16,384 slots; 0.07 s, once)."""
-    tags: dict[int, int] = {}
-    number = 0
-    while len(tags) < REDIS_CLUSTER_HASH_SLOTS:
-        tags.setdefault(key_slot(str(number).encode()), number)
-        number += 1
-    return tuple(tags[slot] for slot in range(REDIS_CLUSTER_HASH_SLOTS))
+ScriptCall = tuple[list[str], list[str]]  # KEYS, ARGV
 
 
-def source_tag(source: str) -> str:
-    """The hash tag of a source's keys: 16 hex digits of its name's hash."""
-    return hashlib.blake2b(source.encode("utf-8"), digest_size=8).hexdigest()
+def by_slot(sources: Iterable[str]) -> dict[int, list[str]]:
+    """Source names grouped by the slot of their keys, each once, in order."""
+    groups: dict[int, list[str]] = {}
+    for source in dict.fromkeys(sources):
+        groups.setdefault(source_slot(source), []).append(source)
+    return groups
 
 
-class ClusterLayout:
-    """Key names of the cluster store."""
+def delete_call(layout: ClusterLayout, sources: Sequence[str]) -> ScriptCall:
+    """KEYS and ARGV of `DELETE_SCRIPT` for sources of one slot."""
+    keys = [layout.membership_key(sources[0])]
+    argv: list[str] = []
+    for source in sources:
+        keys += [layout.source_key(source), layout.source_chunks_key(source)]
+        argv += [layout.chunk_key_prefix(source), source]
+    return keys, argv
 
-    def __init__(self, index_name: str) -> None:
-        self.index_name = index_name
-        self.chunk_prefix = f"{index_name}:chunk:"
-        self.sources_key = f"{index_name}:sources"
-        self.meta_key = f"{index_name}:meta"
 
-    def chunk_key(self, source: str, chunk_id: str) -> str:
-        return f"{self.chunk_prefix}{{{source_tag(source)}}}:{chunk_id}"
-
-    def chunk_id_of(self, key: str) -> str:
-        """The chunk id in a chunk key (after its `{tag}:`)."""
-        return key[len(self.chunk_prefix) :].split("}:", 1)[1]
-
-    def source_key(self, source: str) -> str:
-        return f"{self.index_name}:source:{{{source_tag(source)}}}"
-
-    def source_chunks_key(self, source: str) -> str:
-        return f"{self.index_name}:source-chunks:{{{source_tag(source)}}}"
-
-    def chunk_key_prefix(self, source: str) -> str:
-        return f"{self.chunk_prefix}{{{source_tag(source)}}}:"
-
-    def membership_key(self, source: str) -> str:
-        """The set that lists the source, in the source's own slot."""
-        slot = key_slot(source_tag(source).encode())
-        return self.slot_membership_key(slot)
-
-    def slot_membership_key(self, slot: int) -> str:
-        return f"{self.sources_key}:{{{slot_tags()[slot]}}}"
-
-    def membership_keys(self) -> list[str]:
-        """Every slot's membership set, and the set of earlier versions."""
-        slots = range(REDIS_CLUSTER_HASH_SLOTS)
-        return [*(self.slot_membership_key(slot) for slot in slots), self.sources_key]
+def sweep_calls(layout: ClusterLayout, found: Iterable[str]) -> tuple[list[ScriptCall], list[str]]:
+    """KEYS and ARGV of `SWEEP_SCRIPT` for the keys SCAN `found` (every tag, at most
+    `KEYS_PER_COMMAND` chunk keys a call), and the keys without a tag."""
+    tagged: dict[str, list[str]] = {}
+    untagged: list[str] = []
+    for key in dict.fromkeys(found):
+        tag = layout.tag_of(key)
+        if tag is None:
+            untagged.append(key)
+        else:
+            chunks = tagged.setdefault(tag, [])
+            if key.startswith(layout.chunk_prefix):
+                chunks.append(key)
+    calls: list[ScriptCall] = []
+    for tag, chunk_keys in tagged.items():
+        head = [
+            layout.tag_source_key(tag),
+            layout.tag_source_chunks_key(tag),
+            layout.tag_membership_key(tag),
+        ]
+        prefix = layout.tag_chunk_key_prefix(tag)
+        for start in range(0, max(len(chunk_keys), 1), KEYS_PER_COMMAND):
+            batch = chunk_keys[start : start + KEYS_PER_COMMAND]
+            calls.append(([*head, *batch], [prefix, *(layout.chunk_id_of(k) for k in batch)]))
+    return calls, untagged
 
 
 def replace_call(
@@ -250,22 +275,21 @@ class ClusterWriter:
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         if sources is None:
             return await self._delete_everything()
-        removed = 0
-        for source in dict.fromkeys(sources):
-            removed += await self._delete_source(source)
-        return removed
+        return await self._delete(sources)
 
-    async def _delete_source(self, source: str) -> int:
-        """One script on the source's primary, listed or not; then the name leaves the set of
-        earlier versions (which lists only sources whose hash exists, so order is no matter)."""
-        keys = [
-            self.layout.source_key(source),
-            self.layout.source_chunks_key(source),
-            self.layout.membership_key(source),
-        ]
-        argv = [self.layout.chunk_key_prefix(source), source]
-        removed = int(await self._script(DELETE_SCRIPT, keys, argv))
-        await self.topology.run([("SREM", self.layout.sources_key, source)])
+    async def _delete(self, sources: Iterable[str]) -> int:
+        """One script per slot on its primary, for the named sources listed or not; then the
+        names leave the set of earlier versions (which lists only sources whose hash exists,
+        so order is no matter)."""
+        removed = 0
+        names: list[str] = []
+        for group in by_slot(sources).values():
+            keys, argv = delete_call(self.layout, group)
+            removed += int(await self._script(DELETE_SCRIPT, keys, argv))
+            names += group
+        for start in range(0, len(names), KEYS_PER_COMMAND):
+            batch = names[start : start + KEYS_PER_COMMAND]
+            await self.topology.run([("SREM", self.layout.sources_key, *batch)])
         return removed
 
     async def source_names(self) -> list[str]:
@@ -295,23 +319,26 @@ class ClusterWriter:
         return keys
 
     async def _delete_everything(self) -> int:
-        """Every source, then any key of this index left on a primary (SCAN), but the meta."""
-        removed = 0
-        for source in await self.source_names():
-            removed += await self._delete_source(source)
-        name = self.layout.index_name
+        """Every listed source, then every key of this index no listing names (SCAN), but
+        the meta; a source written meanwhile stays, whole (see the module's docstring)."""
+        removed = await self._delete(await self.source_names())
         prefixes = (
             self.layout.chunk_prefix,
-            f"{name}:source:",
-            f"{name}:source-chunks:",
-            f"{name}:sources:",
+            self.layout.source_prefix,
+            self.layout.source_chunks_prefix,
         )
+        found: list[str] = []
         for shard in await self.topology.shards():
             client = self.topology.client(shard.address)
             for prefix in prefixes:
                 async for key in client.scan_iter(match=glob_prefix(prefix), count=1000):
-                    (deleted,) = await self.topology.run([("DEL", text(key))])
-                    removed += int(deleted) if prefix == self.layout.chunk_prefix else 0
+                    found.append(text(key))
+        calls, untagged = sweep_calls(self.layout, found)
+        for keys, argv in calls:
+            removed += int(await self._script(SWEEP_SCRIPT, keys, argv))
+        for key in untagged:  # no write of this version makes such a key
+            (deleted,) = await self.topology.run([("DEL", key)])
+            removed += int(deleted) if key.startswith(self.layout.chunk_prefix) else 0
         await self.topology.run([("DEL", self.layout.sources_key)])
         return removed
 
