@@ -106,6 +106,20 @@ def transaction_deadline(timeout_seconds: float, keys: int) -> float:
     return timeout_seconds + keys * TRANSACTION_SECONDS_PER_KEY
 
 
+@contextlib.asynccontextmanager
+async def bounded(seconds: float, grace: float, what: str) -> AsyncIterator[None]:
+    """The block within `seconds`, and what redis-py does once it cancelled the block within
+    `grace` more: a transaction cancelled while it watches keys resets its connection with
+    an `UNWATCH` sent on a new one, which waits for ever on a server that stopped answering
+    when the connection has no socket timeout. Past either, redis' `TimeoutError`."""
+    try:
+        async with asyncio.timeout(seconds + grace):
+            async with asyncio.timeout(seconds):
+                yield
+    except TimeoutError as exc:  # the deadline's (a socket's is redis' TimeoutError)
+        raise RedisTimeoutError(f"no answer to {what} in {seconds:g} s") from exc
+
+
 def vector_rows(batch: SourceBatch) -> list[bytes]:
     vectors = np.ascontiguousarray(batch.embeddings, dtype=np.float32)
     return [vectors[row].tobytes() for row in range(len(batch.chunks))]
@@ -253,19 +267,6 @@ class SingleNodeWriter:
         raise self._contended()
 
     @contextlib.asynccontextmanager
-    async def _bounded(self, seconds: float, what: str) -> AsyncIterator[None]:
-        """The block within `seconds`, and what redis-py does after cancelling it within the
-        timeout more: a transaction cancelled while it watches keys resets its connection
-        with an `UNWATCH` sent on a new one, which would wait for ever on a server that
-        stopped answering."""
-        try:
-            async with asyncio.timeout(seconds + self.timeout_seconds):
-                async with asyncio.timeout(seconds):
-                    yield
-        except TimeoutError as exc:  # the deadline's (a socket's is redis' TimeoutError)
-            raise RedisTimeoutError(f"no answer to {what} in {seconds:g} s") from exc
-
-    @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Pipeline]:
         """A transaction pipeline on `transactions`, reset within the timeout on the way out
         (a reset cut short drops its connection, and the keys it watched with it)."""
@@ -274,11 +275,11 @@ class SingleNodeWriter:
             yield pipe
         finally:
             with contextlib.suppress(RedisTimeoutError):
-                async with self._bounded(self.timeout_seconds, "UNWATCH"):
+                async with bounded(self.timeout_seconds, self.timeout_seconds, "UNWATCH"):
                     await pipe.reset()  # type: ignore[no-untyped-call]
 
     async def _watch(self, pipe: Any, keys: Sequence[str]) -> None:
-        async with self._bounded(self.timeout_seconds, "WATCH"):
+        async with bounded(self.timeout_seconds, self.timeout_seconds, "WATCH"):
             for start in range(0, len(keys), KEYS_PER_COMMAND):
                 await pipe.watch(*keys[start : start + KEYS_PER_COMMAND])
 
@@ -291,7 +292,9 @@ class SingleNodeWriter:
         pipe.incr(self.writes_key)
         deadline = transaction_deadline(self.timeout_seconds, keys)
         try:
-            async with self._bounded(deadline, f"a transaction of {keys} chunk keys"):
+            async with bounded(
+                deadline, self.timeout_seconds, f"a transaction of {keys} chunk keys"
+            ):
                 replies = await pipe.execute()
         except WatchError:
             return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from redis.crc import key_slot
 
 from chatqna.retrieval.redis.cluster_layout import ClusterLayout, source_slot, source_tag
-from chatqna.retrieval.redis.cluster_writes import by_slot, delete_call, sweep_calls
+from chatqna.retrieval.redis.cluster_scripts import by_slot, delete_call, sweep_calls
 from chatqna.retrieval.redis.writes import KEYS_PER_COMMAND
 
 
