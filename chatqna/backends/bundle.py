@@ -9,16 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker, Retriever
 from chatqna.multiturn.translate import HistoryTranslator
 
 
+async def probe(backend: Any) -> dict[str, Any]:
+    """One backend's readiness: its details, or the error that makes it unready (a disabled
+    role is ready). Bounded by the backend's own timeout."""
+    if backend is None:
+        return {"ready": True, "kind": "disabled"}
+    try:
+        return {"ready": True, **await backend.describe()}
+    except Exception as exc:  # readiness reports the failure instead of raising it
+        return {"ready": False, "error": str(exc) or type(exc).__name__}
+
+
 @dataclass
 class Backends:
-    """The live backends of one running service; closed together at shutdown."""
+    """The live backends of one running service; closed together at shutdown.
+
+    Concurrent readiness checks share probes: while a role's probe is in flight, another
+    `describe()` waits for that probe's answer instead of starting its own, so N load
+    balancer checks at once cost each upstream one probe, each bounded by its role's
+    timeout. A caller that goes away does not cancel a probe others wait for; the next
+    `describe()` after a probe has answered starts a new one (nothing is cached).
+    """
 
     embedder: Embedder
     retriever: Retriever
@@ -26,8 +44,13 @@ class Backends:
     llm: ChatLLM
     condense_llm: ChatLLM
     translator: HistoryTranslator | None = None
+    _probes: dict[str, asyncio.Task[dict[str, Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     async def aclose(self) -> None:
+        for task in self._probes.values():
+            task.cancel()
         seen: set[int] = set()
         for backend in (self.condense_llm, self.llm, self.reranker, self.retriever, self.embedder):
             if backend is None or id(backend) in seen:
@@ -47,13 +70,18 @@ class Backends:
         if self.condense_llm is not self.llm:
             roles["condense_llm"] = self.condense_llm
 
-        async def one(backend: Any) -> dict[str, Any]:
-            if backend is None:
-                return {"ready": True, "kind": "disabled"}
-            try:
-                return {"ready": True, **await backend.describe()}
-            except Exception as exc:  # readiness reports the failure instead of raising it
-                return {"ready": False, "error": str(exc) or type(exc).__name__}
-
-        results = await asyncio.gather(*(one(b) for b in roles.values()))
+        results = await asyncio.gather(*(self._shared(r, b) for r, b in roles.items()))
         return dict(zip(roles, results, strict=True))
+
+    async def _shared(self, role: str, backend: Any) -> dict[str, Any]:
+        """The answer of the probe of `role` in flight, or of a new one."""
+        task = self._probes.get(role)
+        if task is None:
+            task = asyncio.create_task(probe(backend), name=f"readiness probe: {role}")
+            self._probes[role] = task
+            task.add_done_callback(lambda done: self._forget(role, done))
+        return await asyncio.shield(task)
+
+    def _forget(self, role: str, task: asyncio.Task[dict[str, Any]]) -> None:
+        if self._probes.get(role) is task:
+            del self._probes[role]

@@ -239,6 +239,7 @@ class RedisClusterProcesses:
     directory: Path
     primaries: int = 3
     replicas: int = 1
+    node_timeout_ms: int = CLUSTER_NODE_TIMEOUT_MS
     nodes: list[RedisStackProcess] = field(default_factory=list)
 
     @property
@@ -250,7 +251,7 @@ class RedisClusterProcesses:
         args = (
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS),
+            "--cluster-node-timeout", str(self.node_timeout_ms),
         )  # fmt: skip
         for number in range(count):
             node = RedisStackProcess(

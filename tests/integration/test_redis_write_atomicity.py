@@ -31,8 +31,9 @@ from chatqna.composition import build_translator
 from chatqna.documents import Chunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
-from chatqna.retrieval.redis.cluster_writes import ClusterLayout
+from chatqna.retrieval.redis.cluster_layout import ClusterLayout
 from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
+from chatqna.retrieval.redis.writes import chunk_hash
 from chatqna.settings import Settings
 from tests.integration.redis_server import (
     REPO,
@@ -311,3 +312,92 @@ async def test_a_misconfigured_start_on_a_cluster_writes_no_meta(
         index = await open_cluster(cluster)
         await index.aclose()
         assert client.hgetall("rag-redis:meta")[b"dimension"] == str(DIM).encode()
+
+
+def source_state(
+    cluster: RedisClusterProcesses, listed: dict[str, tuple[int, str]], source: str, tag: str
+) -> str:
+    """`whole` (listed, its chunk set, chunks and searchable passages all version `tag`'s),
+    `gone` (no key of it anywhere, nothing searchable, not listed), or what it is instead."""
+    layout = ClusterLayout("rag-redis")
+    chunk_prefix = layout.chunk_key_prefix(source)
+    chunks = 0
+    for primary in cluster.primary_nodes():
+        with redis.Redis(port=primary.port, protocol=2) as client:
+            chunks += len(client.keys(chunk_prefix + "*"))
+    with redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, protocol=2) as client:
+        members = int(client.scard(layout.source_chunks_key(source)))
+        hashed = int(client.exists(layout.source_key(source)))
+    entry = listed.get(source)
+    found = (entry, chunks, members, hashed, cluster_count(cluster, tag))
+    if found == (None, 0, 0, 0, 0):
+        return "gone"
+    if found == ((chunks, f"hash-{tag}"), chunks, chunks, 1, chunks) and chunks > 0:
+        return "whole"
+    return repr(found)
+
+
+RACE_ROUNDS = 8
+LOST_SOURCES = 60
+
+
+async def plant_unlisted(index: RedisClusterHybridIndex, layout: ClusterLayout) -> None:
+    """Chunks no listing names, as an earlier version's cut-off writes left them: sources
+    `lost-<n>.txt` (version `lost`) not listed, and a chunk of `race.txt` (version `old`) that
+    its chunk set does not name."""
+    lost = [version(f"lost-{n}.txt", 5, "lost") for n in range(LOST_SOURCES)]
+    await index.replace_sources(lost)
+    for batch in lost:
+        await index.cluster.srem(layout.membership_key(batch.source), batch.source)
+    stray = version("race.txt", 201, "old")
+    chunk, vector = stray.chunks[-1], stray.embeddings[-1].tobytes()
+    fields = chunk_hash(chunk, vector, "stray")
+    await index.cluster.hset(layout.chunk_key("race.txt", chunk.id), mapping=fields)
+
+
+async def race_delete_all(cluster: RedisClusterProcesses, wait_for: int | None) -> tuple[str, str]:
+    """On an emptied cluster: unlisted chunks (`plant_unlisted`), and `race.txt`. One worker
+    deletes everything while another replaces `race.txt` and adds `added.txt`: at once, or
+    once the delete has swept the chunks of `lost-<wait_for>.txt` (the sweep's order is the
+    SCAN's). What became of the two, by `source_state`."""
+    cluster.flushall()
+    deleter, writer = await open_cluster(cluster), await open_cluster(cluster)
+    layout = ClusterLayout("rag-redis")
+    try:
+        await writer.replace_sources([version("race.txt", 200, "old")])
+        await plant_unlisted(writer, layout)
+        deleting = asyncio.create_task(deleter.delete_sources(None))
+        if wait_for is not None:
+            lost = version(f"lost-{wait_for}.txt", 5, "lost").chunks
+            watched = [layout.chunk_key(c.source, c.id) for c in lost]
+            while await writer.cluster.exists(*watched) and not deleting.done():
+                await asyncio.sleep(0.0005)
+        await asyncio.gather(
+            writer.replace_sources([version("race.txt", 150, "new")]),
+            writer.replace_sources([version("added.txt", 120, "added")]),
+        )
+        await deleting
+        listed = {s.source: (s.chunks, s.content_hash) for s in await writer.list_sources()}
+    finally:
+        await deleter.aclose()
+        await writer.aclose()
+    assert set(listed) <= {"race.txt", "added.txt"}
+    assert (cluster_count(cluster, "old"), cluster_count(cluster, "lost")) == (0, 0)
+    return (
+        source_state(cluster, listed, "race.txt", "new"),
+        source_state(cluster, listed, "added.txt", "added"),
+    )
+
+
+async def test_delete_all_racing_writers_on_a_cluster_leaves_each_source_whole_or_gone(
+    cluster: RedisClusterProcesses,
+) -> None:
+    """Deleting everything while other workers replace one source and add another: each of
+    the two ends listed with exactly its new version's chunks (the write came last), or with
+    no key left at all (the delete did); never searchable but unlisted, or listed but short.
+    Unlisted chunks make the delete sweep for a while, so most writes land in the middle of
+    that."""
+    outcomes = [
+        await race_delete_all(cluster, None if n % 4 == 0 else n * 7) for n in range(RACE_ROUNDS)
+    ]
+    assert all(set(outcome) <= {"whole", "gone"} for outcome in outcomes), outcomes

@@ -52,8 +52,9 @@ from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.cluster_layout import ClusterLayout
 from chatqna.retrieval.redis.cluster_search import Round, search_shard
-from chatqna.retrieval.redis.cluster_writes import ClusterLayout, ClusterWriter
+from chatqna.retrieval.redis.cluster_writes import ClusterWriter
 from chatqna.retrieval.redis.query import RETURNED, bm25_query
 from chatqna.retrieval.redis.replies import (
     hybrid_results,

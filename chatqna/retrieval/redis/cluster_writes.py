@@ -1,15 +1,6 @@
 """Writes of the cluster store: a source replaced or deleted atomically on its primary.
 
-Layout, for an index name `N` and a source whose tag `T` is a hash of its name (so all its
-keys share one slot, and one primary):
-
-    N:chunk:{T}:<chunk id>   hash: the chunk (`redis_writes.chunk_hash`)
-    N:source:{T}             hash: source, content_hash, chunks
-    N:source-chunks:{T}      set of the source's chunk ids
-    N:sources:{n}            set of the names of the sources in one slot, where `n` is the
-                             smallest integer that hashes to that slot
-    N:sources                set of source names written by earlier versions (still listed)
-    N:meta                   hash: embedder, dimension, format
+The layout is `chatqna.retrieval.redis.cluster_layout`'s: a source's keys share one slot.
 
 A replace reads which chunks are stored unchanged (their digest), then one Lua script
 checks those digests are still stored, writes the changed chunks, deletes the chunks the
@@ -19,21 +10,35 @@ another process since it was read makes the script change nothing and the replac
 again (`CONFLICT_ATTEMPTS` times at most). The script runs on a connection of its own to
 the primary that owns the source's slot, followed by `WAIT 1` on that same connection when
 the primary has a live replica, so a write is acknowledged only once a replica holds it and
-a failover cannot lose it. `MOVED` refreshes the slot map and `ASK`/`TRYAGAIN` (a slot in
-migration) retry, for at most `REDIRECT_ATTEMPTS`. Each source is atomic on its own: a
-request of several sources, on several primaries, is applied source by source.
+a failover cannot lose it. That connection has no socket timeout: the primary indexes the
+chunks before it answers, so the script is waited for up to its `transaction_deadline`
+(the store's timeout plus an allowance per chunk key it writes or deletes), and the `WAIT`
+up to 2 s plus the same allowance, the replica indexing them too. A primary busy with a
+script answers no other client and no cluster gossip: one that outlasts
+`cluster-node-timeout` gets the primary failed over, and the write fails (seen with a 1 s
+node timeout and a 30,000-chunk script of 5 s: the replica took over without the write).
+`MOVED` refreshes the slot map and `ASK`/`TRYAGAIN` (a slot in migration) retry, for at
+most `REDIRECT_ATTEMPTS`. Each source is atomic on its own: a request of several sources,
+on several primaries, is applied source by source.
+
+Deleting is one script per slot: it removes each named source of that slot (the chunks its
+set names, its set, its hash, its listing). Deleting everything deletes every listed source
+so, then sweeps what no listing names (an earlier version's cut-off write): SCAN finds the
+index's keys on each primary, and one script per source tag (per 1,000 chunk keys) deletes
+that source's keys unless its slot's set lists it by then, in which case a write came after
+the delete and only chunk keys its chunk set does not name go. Every change to a source's
+keys is one script, so a write racing a delete of everything leaves the source whole and
+listed (it came last) or wholly gone, never searchable but unlisted or listed but short.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ConnectionError,
@@ -44,182 +49,32 @@ from redis.exceptions import (
 
 from chatqna.backends.protocols import SourceBatch
 from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis.cluster_layout import ClusterLayout
+from chatqna.retrieval.redis.cluster_scripts import (
+    CONFLICT,
+    DELETE_SCRIPT,
+    MEMBERS_SCRIPT,
+    REPLACE_SCRIPT,
+    SWEEP_SCRIPT,
+    by_slot,
+    delete_call,
+    replace_call,
+    sweep_calls,
+)
 from chatqna.retrieval.redis.schema import text
 from chatqna.retrieval.redis.topology import ClusterTopology, Shard
-from chatqna.retrieval.redis.writes import chunk_digest, chunk_hash, glob_prefix, vector_rows
+from chatqna.retrieval.redis.writes import (
+    KEYS_PER_COMMAND,
+    bounded,
+    glob_prefix,
+    transaction_deadline,
+)
 
 REDIRECT_ATTEMPTS = 20
 CONFLICT_ATTEMPTS = 20  # tries of one replace while other processes rewrite its chunks
-REPLICA_WAIT_MS = 2000  # how long a write waits for its replica's acknowledgement
-FIELDS = ("content", "terms", "chunk_id", "source", "title", "chunk_index", "embedding", "digest")
-CONFLICT = -1  # what `REPLACE_SCRIPT` returns when an unchanged chunk changed meanwhile
-
-# KEYS: source hash, source chunk set, the slot's membership set, the changed chunks' keys.
-# ARGV: content hash, chunk count, source name, chunk key prefix (`N:chunk:{T}:`),
-# #changed, #members, #unchanged, the members (chunk ids), the unchanged chunks' ids and
-# digests (pairs), then the changed chunks' fields in FIELDS order. Chunk keys that are not
-# in KEYS are built from the prefix: they share the source's hash tag, so its slot.
-REPLACE_SCRIPT = """
-local prefix = ARGV[4]
-local changed, members, unchanged = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local at = 8
-local new = {}
-for i = at, at + members - 1 do
-  new[ARGV[i]] = true
-end
-at = at + members
-for i = 0, unchanged - 1 do
-  local id, digest = ARGV[at + 2 * i], ARGV[at + 2 * i + 1]
-  if redis.call('HGET', prefix .. id, 'digest') ~= digest then
-    return %d
-  end
-end
-at = at + 2 * unchanged
-local stale = 0
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if not new[id] then
-    redis.call('DEL', prefix .. id)
-    stale = stale + 1
-  end
-end
-redis.call('DEL', KEYS[2])
-for first = 0, members - 1, 500 do
-  local last = math.min(first + 499, members - 1)
-  redis.call('SADD', KEYS[2], unpack(ARGV, 8 + first, 8 + last))
-end
-local fields = {%s}
-for i = 1, changed do
-  local row = {}
-  for f = 1, #fields do
-    row[#row + 1] = fields[f]
-    row[#row + 1] = ARGV[at + f - 1]
-  end
-  redis.call('HSET', KEYS[3 + i], unpack(row))
-  at = at + #fields
-end
-redis.call('HSET', KEYS[1], 'source', ARGV[3], 'content_hash', ARGV[1], 'chunks', ARGV[2])
-redis.call('SADD', KEYS[3], ARGV[3])
-return stale
-""" % (CONFLICT, ", ".join(f"'{name}'" for name in FIELDS))  # noqa: UP031
-
-# KEYS: source hash, source chunk set, the slot's membership set. ARGV: chunk key prefix,
-# source name. Returns how many chunks existed.
-DELETE_SCRIPT = """
-local removed = 0
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  removed = removed + redis.call('DEL', ARGV[1] .. id)
-end
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('SREM', KEYS[3], ARGV[2])
-return removed
-"""
-
-# ARGV: membership sets, of any slots this primary owns (not KEYS: the server would refuse
-# keys of several slots before the script's flag is looked at). Returns their members.
-MEMBERS_SCRIPT = """#!lua flags=no-writes,allow-cross-slot-keys
-local names = {}
-for i = 1, #ARGV do
-  for _, name in ipairs(redis.call('SMEMBERS', ARGV[i])) do
-    names[#names + 1] = name
-  end
-end
-return names
-"""
-
-
-@cache
-def slot_tags() -> tuple[int, ...]:
-    """For each hash slot, the smallest integer whose text hashes to it (about 110,000
-    integers cover all 16,384 slots; 0.07 s, once)."""
-    tags: dict[int, int] = {}
-    number = 0
-    while len(tags) < REDIS_CLUSTER_HASH_SLOTS:
-        tags.setdefault(key_slot(str(number).encode()), number)
-        number += 1
-    return tuple(tags[slot] for slot in range(REDIS_CLUSTER_HASH_SLOTS))
-
-
-def source_tag(source: str) -> str:
-    """The hash tag of a source's keys: 16 hex digits of its name's hash."""
-    return hashlib.blake2b(source.encode("utf-8"), digest_size=8).hexdigest()
-
-
-class ClusterLayout:
-    """Key names of the cluster store."""
-
-    def __init__(self, index_name: str) -> None:
-        self.index_name = index_name
-        self.chunk_prefix = f"{index_name}:chunk:"
-        self.sources_key = f"{index_name}:sources"
-        self.meta_key = f"{index_name}:meta"
-
-    def chunk_key(self, source: str, chunk_id: str) -> str:
-        return f"{self.chunk_prefix}{{{source_tag(source)}}}:{chunk_id}"
-
-    def chunk_id_of(self, key: str) -> str:
-        """The chunk id in a chunk key (after its `{tag}:`)."""
-        return key[len(self.chunk_prefix) :].split("}:", 1)[1]
-
-    def source_key(self, source: str) -> str:
-        return f"{self.index_name}:source:{{{source_tag(source)}}}"
-
-    def source_chunks_key(self, source: str) -> str:
-        return f"{self.index_name}:source-chunks:{{{source_tag(source)}}}"
-
-    def chunk_key_prefix(self, source: str) -> str:
-        return f"{self.chunk_prefix}{{{source_tag(source)}}}:"
-
-    def membership_key(self, source: str) -> str:
-        """The set that lists the source, in the source's own slot."""
-        slot = key_slot(source_tag(source).encode())
-        return self.slot_membership_key(slot)
-
-    def slot_membership_key(self, slot: int) -> str:
-        return f"{self.sources_key}:{{{slot_tags()[slot]}}}"
-
-    def membership_keys(self) -> list[str]:
-        """Every slot's membership set, and the set of earlier versions."""
-        slots = range(REDIS_CLUSTER_HASH_SLOTS)
-        return [*(self.slot_membership_key(slot) for slot in slots), self.sources_key]
-
-
-def replace_call(
-    layout: ClusterLayout, batch: SourceBatch, stored_digests: list[bytes | None]
-) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of `REPLACE_SCRIPT` for one source, given its stored chunks' digests
-    (in `batch.chunks` order)."""
-    rows = vector_rows(batch)
-    changed_keys: list[str] = []
-    fields: list[Any] = []
-    unchanged: list[str] = []
-    for chunk, row, old in zip(batch.chunks, rows, stored_digests, strict=True):
-        digest = chunk_digest(chunk, row)
-        if old is not None and old.decode() == digest:
-            unchanged += [chunk.id, digest]  # not rewritten: it would skew BM25 until the GC
-            continue
-        changed_keys.append(layout.chunk_key(batch.source, chunk.id))
-        values = chunk_hash(chunk, row, digest)
-        fields += [values[name] for name in FIELDS]
-    members = [chunk.id for chunk in batch.chunks]
-    keys = [
-        layout.source_key(batch.source),
-        layout.source_chunks_key(batch.source),
-        layout.membership_key(batch.source),
-        *changed_keys,
-    ]
-    argv: list[Any] = [
-        batch.content_hash,
-        len(batch.chunks),
-        batch.source,
-        layout.chunk_key_prefix(batch.source),
-        len(changed_keys),
-        len(members),
-        len(unchanged) // 2,
-        *members,
-        *unchanged,
-        *fields,
-    ]
-    return keys, argv
+# How long a write waits for its replica's acknowledgement, plus the replica's indexing
+# time (`transaction_deadline`'s allowance per chunk key).
+REPLICA_WAIT_MS = 2000
 
 
 class ClusterWriter:
@@ -234,13 +89,15 @@ class ClusterWriter:
             await self._replace(batch)
 
     async def _replace(self, batch: SourceBatch) -> None:
-        reads = [
+        reads: list[tuple[str, ...]] = [
             ("HGET", self.layout.chunk_key(batch.source, c.id), "digest") for c in batch.chunks
         ]
+        reads.append(("SCARD", self.layout.source_chunks_key(batch.source)))
         for _ in range(CONFLICT_ATTEMPTS):
-            digests = await self.topology.run(reads) if reads else []
+            *digests, stored = await self.topology.run(reads)
             keys, argv = replace_call(self.layout, batch, digests)
-            if await self._script(REPLACE_SCRIPT, keys, argv) != CONFLICT:
+            chunk_keys = len(keys) - 3 + int(stored)  # written, and at most that many stale
+            if await self._script(REPLACE_SCRIPT, keys, argv, chunk_keys) != CONFLICT:
                 return
         raise IndexUnavailable(
             f"Redis index {self.layout.index_name!r}: other processes kept rewriting "
@@ -250,22 +107,22 @@ class ClusterWriter:
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         if sources is None:
             return await self._delete_everything()
-        removed = 0
-        for source in dict.fromkeys(sources):
-            removed += await self._delete_source(source)
-        return removed
+        return await self._delete(sources)
 
-    async def _delete_source(self, source: str) -> int:
-        """One script on the source's primary, listed or not; then the name leaves the set of
-        earlier versions (which lists only sources whose hash exists, so order is no matter)."""
-        keys = [
-            self.layout.source_key(source),
-            self.layout.source_chunks_key(source),
-            self.layout.membership_key(source),
-        ]
-        argv = [self.layout.chunk_key_prefix(source), source]
-        removed = int(await self._script(DELETE_SCRIPT, keys, argv))
-        await self.topology.run([("SREM", self.layout.sources_key, source)])
+    async def _delete(self, sources: Iterable[str]) -> int:
+        """One script per slot on its primary, for the named sources listed or not; then the
+        names leave the set of earlier versions (which lists only sources whose hash exists,
+        so order is no matter)."""
+        removed = 0
+        names: list[str] = []
+        for group in by_slot(sources).values():
+            keys, argv = delete_call(self.layout, group)
+            sizes = await self.topology.run([("SCARD", key) for key in keys[2::2]])
+            removed += int(await self._script(DELETE_SCRIPT, keys, argv, sum(map(int, sizes))))
+            names += group
+        for start in range(0, len(names), KEYS_PER_COMMAND):
+            batch = names[start : start + KEYS_PER_COMMAND]
+            await self.topology.run([("SREM", self.layout.sources_key, *batch)])
         return removed
 
     async def source_names(self) -> list[str]:
@@ -295,30 +152,39 @@ class ClusterWriter:
         return keys
 
     async def _delete_everything(self) -> int:
-        """Every source, then any key of this index left on a primary (SCAN), but the meta."""
-        removed = 0
-        for source in await self.source_names():
-            removed += await self._delete_source(source)
-        name = self.layout.index_name
+        """Every listed source, then every key of this index no listing names (SCAN), but
+        the meta; a source written meanwhile stays, whole (see the module's docstring)."""
+        removed = await self._delete(await self.source_names())
         prefixes = (
             self.layout.chunk_prefix,
-            f"{name}:source:",
-            f"{name}:source-chunks:",
-            f"{name}:sources:",
+            self.layout.source_prefix,
+            self.layout.source_chunks_prefix,
         )
+        found: list[str] = []
         for shard in await self.topology.shards():
             client = self.topology.client(shard.address)
             for prefix in prefixes:
                 async for key in client.scan_iter(match=glob_prefix(prefix), count=1000):
-                    (deleted,) = await self.topology.run([("DEL", text(key))])
-                    removed += int(deleted) if prefix == self.layout.chunk_prefix else 0
+                    found.append(text(key))
+        calls, untagged = sweep_calls(self.layout, found)
+        for keys, argv in calls:
+            (stored,) = await self.topology.run([("SCARD", keys[1])])
+            removed += int(
+                await self._script(SWEEP_SCRIPT, keys, argv, len(keys) - 3 + int(stored))
+            )
+        for key in untagged:  # no write of this version makes such a key
+            (deleted,) = await self.topology.run([("DEL", key)])
+            removed += int(deleted) if key.startswith(self.layout.chunk_prefix) else 0
         await self.topology.run([("DEL", self.layout.sources_key)])
         return removed
 
-    async def _script(self, script: str, keys: list[str], argv: list[Any]) -> Any:
-        """Run a write script on the primary that owns `keys[0]`'s slot, then wait for a
-        replica; `MOVED` rereads the topology, `ASK` and `TRYAGAIN` retry."""
+    async def _script(self, script: str, keys: list[str], argv: list[Any], chunk_keys: int) -> Any:
+        """Run a write script that writes or deletes about `chunk_keys` chunk keys on the
+        primary that owns `keys[0]`'s slot, within its `transaction_deadline`, then wait for
+        a replica; `MOVED` rereads the topology, `ASK` and `TRYAGAIN` retry."""
         slot = key_slot(keys[0].encode())
+        timeout = self.topology.timeout_seconds
+        deadline = transaction_deadline(timeout, chunk_keys)
         asking: str | None = None
         for attempt in range(REDIRECT_ATTEMPTS):
             shards = await self.topology.shards()
@@ -329,9 +195,10 @@ class ClusterWriter:
             address = asking or owner.address
             writer = self.topology.writer(address)
             try:
-                if asking is not None:
-                    await writer.execute_command("ASKING")  # type: ignore[no-untyped-call]
-                result = await writer.eval(script, len(keys), *keys, *argv)
+                async with bounded(deadline, timeout, f"a script over {chunk_keys} chunk keys"):
+                    if asking is not None:
+                        await writer.execute_command("ASKING")  # type: ignore[no-untyped-call]
+                    result = await writer.eval(script, len(keys), *keys, *argv)
             except MovedError:
                 await self.topology.refresh()
                 asking = None
@@ -348,21 +215,27 @@ class ClusterWriter:
                 await self.topology.drop_writer(address)
                 raise
             target = next((s for s in shards if s.address == address), None)
-            await self._wait_for_replica(writer, target)
+            await self._wait_for_replica(writer, target, chunk_keys)
             return result
         raise IndexUnavailable(
             f"Redis index {self.layout.index_name!r}: slot {slot} kept moving; "
             "the write was not done"
         )
 
-    async def _wait_for_replica(self, writer: aioredis.Redis, owner: Shard | None) -> None:
-        """`WAIT` for one replica of `owner` (none to wait for: no live replica known)."""
+    async def _wait_for_replica(
+        self, writer: aioredis.Redis, owner: Shard | None, chunk_keys: int
+    ) -> None:
+        """`WAIT` for one replica of `owner` (none to wait for: no live replica known), which
+        indexes the write's `chunk_keys` chunk keys before it acknowledges them."""
         replicas = 0 if owner is None else min(owner.replicas, 1)
         if replicas == 0:
             return
-        acked = int(await writer.execute_command("WAIT", replicas, REPLICA_WAIT_MS))  # type: ignore[no-untyped-call]
+        wait_ms = round(1000 * transaction_deadline(REPLICA_WAIT_MS / 1000, chunk_keys))
+        timeout = self.topology.timeout_seconds
+        async with bounded(wait_ms / 1000 + timeout, timeout, "WAIT"):
+            acked = int(await writer.execute_command("WAIT", replicas, wait_ms))  # type: ignore[no-untyped-call]
         if acked < replicas:
             raise IndexUnavailable(
                 f"Redis index {self.layout.index_name!r}: a write was not confirmed by a "
-                f"replica within {REPLICA_WAIT_MS} ms and could be lost in a failover; retry it"
+                f"replica within {wait_ms} ms and could be lost in a failover; retry it"
             )

@@ -87,12 +87,26 @@ def query_vector(query: SearchQuery, dimension: int) -> np.ndarray:
     return vector
 
 
+def connect(url: str, connect_timeout: float, *, socket_timeout: float | None) -> aioredis.Redis:
+    """A RESP2 client of `url` that does not decode responses."""
+    return aioredis.Redis.from_url(
+        url,
+        protocol=2,
+        decode_responses=False,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+    )
+
+
 class RedisHybridIndex:
     """KNN + BM25 over a RediSearch index, fused with reciprocal rank fusion, in Redis.
 
     Build it with `open()`, which connects, creates the index when it is missing and refuses
-    an index built for another embedder. The client must not decode responses: stored
+    an index built for another embedder. The clients must not decode responses: stored
     vectors come back as raw float32 bytes, and are handed to the reranker with each hit.
+    `client` answers within its socket timeout, `timeout_seconds`; `transactions`, a client
+    of the same server without one, runs the write transactions under deadlines of their own
+    (`chatqna.retrieval.redis.writes`).
     """
 
     supports_bm25_history = True
@@ -101,6 +115,7 @@ class RedisHybridIndex:
         self,
         client: aioredis.Redis,
         *,
+        transactions: aioredis.Redis,
         embedder_name: str,
         dimension: int,
         index_name: str = DEFAULT_INDEX_NAME,
@@ -108,6 +123,7 @@ class RedisHybridIndex:
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
         write_batch: int = 500,
+        timeout_seconds: float = 10.0,
         location: str = "",
     ) -> None:
         if min(dimension, write_batch, rrf_k, rrf_candidates) < 1:
@@ -123,7 +139,9 @@ class RedisHybridIndex:
         self.rrf_candidates = rrf_candidates
         self.write_batch = write_batch
         self.location = location
-        self.writer = SingleNodeWriter(client, index_name, write_batch)
+        self.writer = SingleNodeWriter(
+            client, transactions, index_name, write_batch, timeout_seconds
+        )
         self.schema = IndexSchema(
             index_name, self.writer.chunk_prefix, embedder_name, dimension, self.vector
         )
@@ -145,15 +163,11 @@ class RedisHybridIndex:
         timeout_seconds: float = 10.0,
     ) -> RedisHybridIndex:
         """Connect to `url` (RESP2), create the index if missing, and check it fits."""
-        client = aioredis.Redis.from_url(
-            url,
-            protocol=2,
-            decode_responses=False,
-            socket_timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
-        )
+        client = connect(url, timeout_seconds, socket_timeout=timeout_seconds)
+        transactions = connect(url, timeout_seconds, socket_timeout=None)
         index = cls(
             client,
+            transactions=transactions,
             embedder_name=embedder_name,
             dimension=dimension,
             index_name=index_name,
@@ -161,12 +175,13 @@ class RedisHybridIndex:
             rrf_k=rrf_k,
             rrf_candidates=rrf_candidates,
             write_batch=write_batch,
+            timeout_seconds=timeout_seconds,
             location=redact_url(url),
         )
         try:
             await index.ensure_index()
         except BaseException:
-            await client.aclose()
+            await index.aclose()
             raise
         return index
 
@@ -287,3 +302,4 @@ class RedisHybridIndex:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        await self.writer.transactions.aclose()

@@ -216,6 +216,7 @@ class ClusterTopology:
     ) -> aioredis.Redis:
         host, _, port = address.rpartition(":")
         parts = urlsplit(self.url)
+        options: dict[str, Any] = {"socket_timeout": self.timeout_seconds, **extra}
         return kind(
             host=host,
             port=int(port),
@@ -223,9 +224,8 @@ class ClusterTopology:
             password=parts.password,
             protocol=2,
             decode_responses=False,
-            socket_timeout=self.timeout_seconds,
             socket_connect_timeout=self.timeout_seconds,
-            **extra,
+            **options,
         )
 
     def client(self, address: str) -> aioredis.Redis:
@@ -239,11 +239,14 @@ class ClusterTopology:
         return client
 
     def writer(self, address: str) -> aioredis.Redis:
-        """A connection of its own per primary: `WAIT` counts that connection's writes."""
+        """A connection of its own per primary: `WAIT` counts that connection's writes. It
+        has no socket timeout: each write bounds its calls with deadlines of its own."""
         writer = self._writers.get(address)
         if writer is None:
             no_retry = Retry(NoBackoff(), 0)
-            writer = self.connect(address, single_connection_client=True, retry=no_retry)
+            writer = self.connect(
+                address, single_connection_client=True, retry=no_retry, socket_timeout=None
+            )
             self._writers[address] = writer
         return writer
 

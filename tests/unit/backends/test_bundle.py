@@ -152,3 +152,57 @@ async def test_readiness_reports_timed_out_probes_as_unready_with_their_reason()
     assert ready["retriever"] == {"ready": False, "error": "retriever: GET /v1/ready timed out"}
     assert ready["embedder"]["ready"] is True
     assert upstream.opened == upstream.closed == 2
+
+
+async def test_concurrent_readiness_checks_share_each_roles_probe_and_its_bound() -> None:
+    upstream = Trickle()
+    retriever = RemoteRetriever(BASE, timeout_seconds=BOUND, transport=upstream.transport)
+    llm = OpenAIChatLLM(BASE, "m", timeout_seconds=BOUND, transport=upstream.transport)
+    backends = Backends(HashingEmbedder(), retriever, None, llm, llm)
+    started = asyncio.get_running_loop().time()
+    try:
+        async with asyncio.timeout(GIVE_UP):
+            checks = await asyncio.gather(*(backends.describe() for _ in range(8)))
+    finally:
+        await backends.aclose()
+    assert asyncio.get_running_loop().time() - started < BOUND + 1.0
+    assert sorted(upstream.paths) == ["/v1/models", "/v1/ready"]  # one probe each, not eight
+    assert all(check == checks[0] for check in checks)
+    assert checks[0]["retriever"] == {"ready": False, "error": "retriever: GET /v1/ready timed out"}
+
+
+class Gated:
+    """A backend whose probe counts itself and answers once `release` is set."""
+
+    supports_bm25_history = True
+
+    def __init__(self) -> None:
+        self.probes = 0
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def describe(self) -> dict[str, Any]:
+        self.probes += 1
+        self.started.set()
+        await self.release.wait()
+        return {"kind": "gated", "probe": self.probes}
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_check_that_goes_away_leaves_the_shared_probe_to_the_others() -> None:
+    retriever = Gated()
+    backends = Backends(HashingEmbedder(), retriever, None, ScriptedLLM(), ScriptedLLM())  # type: ignore[arg-type]
+    first = asyncio.create_task(backends.describe())
+    await asyncio.wait_for(retriever.started.wait(), GIVE_UP)
+    second = asyncio.create_task(backends.describe())
+    await asyncio.sleep(0.05)  # the second check waits for the first one's probe
+    first.cancel()  # its client went away
+    retriever.release.set()
+    ready = await asyncio.wait_for(second, GIVE_UP)
+    assert ready["retriever"] == {"ready": True, "kind": "gated", "probe": 1}
+    assert retriever.probes == 1
+    # Nothing is kept: the next check probes again.
+    assert (await backends.describe())["retriever"]["probe"] == 2
+    await backends.aclose()

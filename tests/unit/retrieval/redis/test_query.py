@@ -1,16 +1,14 @@
-"""The RediSearch commands of the Redis stores, and the cluster store's key layout."""
+"""The RediSearch commands of the Redis stores."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from redis.crc import key_slot
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeout
 
 from chatqna.errors import IndexUnavailable, QueryNotSearchable
 from chatqna.retrieval.query import WeightedQuery
-from chatqna.retrieval.redis.cluster_writes import ClusterLayout, source_tag
 from chatqna.retrieval.redis.query import bm25_aggregate, bm25_query, bm25_search, knn_search
 from chatqna.retrieval.redis.replies import (
     knn_hits,
@@ -64,19 +62,6 @@ def test_replies_parse_and_ties_order_by_the_given_key() -> None:
     assert list(top_bm25(hits, 3, order_key=lambda k: k[::-1])) == ["k:c", "k:a", "k:b"]
     # The exact order of FT.AGGREGATE replaces FT.SEARCH's when the tie straddles.
     assert top_bm25(hits, 2, ["k:c", "k:a"]) == {"k:c": 2.0, "k:a": 1.0}
-
-
-def test_a_sources_keys_share_one_slot_and_give_back_the_chunk_id() -> None:
-    layout = ClusterLayout("rag")
-    keys = [
-        layout.chunk_key("docs/a b.md", "abc-0001"),
-        layout.source_key("docs/a b.md"),
-        layout.source_chunks_key("docs/a b.md"),
-    ]
-    assert len({key_slot(key.encode()) for key in keys}) == 1
-    assert key_slot(keys[0].encode()) == key_slot(source_tag("docs/a b.md").encode())
-    assert keys[0].startswith("rag:chunk:{") and layout.chunk_id_of(keys[0]) == "abc-0001"
-    assert source_tag("a.md") != source_tag("b.md") and len(source_tag("a.md")) == 16
 
 
 def nesting(query: str) -> int:
