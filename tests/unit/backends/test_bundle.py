@@ -56,6 +56,29 @@ async def test_close_once_each_and_report_readiness() -> None:
     assert Closing.closed == 1
 
 
+async def test_the_rewrite_server_is_closed_and_reported_once() -> None:
+    """The embedded LLM's second server is also the condense LLM: one role, one close."""
+    closed: list[str] = []
+
+    class Named(ScriptedLLM):
+        async def aclose(self) -> None:
+            closed.append(self.model)
+
+    llm, rewrites = Named(model="llm"), Named(model="rewrite_llm")
+    backends = Backends(
+        HashingEmbedder(),
+        Retriever(),  # type: ignore[arg-type]
+        None,
+        llm,
+        rewrites,
+        rewrite_llm=rewrites,
+    )
+    ready = await backends.describe()
+    assert ready["rewrite_llm"]["ready"] and "condense_llm" not in ready
+    await backends.aclose()
+    assert closed == ["rewrite_llm", "llm"]
+
+
 BASE = "http://upstream.test"
 BOUND = 0.3
 # Far beyond BOUND: a probe that is not bounded as a whole fails the test instead of hanging.

@@ -121,6 +121,25 @@ async def test_start_loads_in_a_worker_thread_with_a_fresh_key_each_time(
     assert len(destroyed_on) == 2
 
 
+async def test_start_names_the_server_in_its_client_s_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The embedded LLM's second server (rewrites, translations) says so in its errors."""
+    clients: list[dict[str, Any]] = []
+
+    def client(endpoint: str, model: str, **options: Any) -> OpenAIChatLLM:
+        clients.append(options)
+        return OpenAIChatLLM(endpoint, model, transport=httpx.MockTransport(openai_server))
+
+    monkeypatch.setattr(local_llm, "_start_server", lambda *args: FakeServer([]))
+    monkeypatch.setattr(local_llm, "OpenAIChatLLM", client)
+    chat = await LlamaCppLLM.start(GGUF)
+    rewrites = await LlamaCppLLM.start(GGUF, backend="rewrite_llm")
+    assert [options["backend"] for options in clients] == ["llm", "rewrite_llm"]
+    await chat.aclose()
+    await rewrites.aclose()
+
+
 def fake_xllamacpp(servers: list[Any]) -> types.ModuleType:
     """A module with the two names `_start_server` uses; `Server` records its params."""
 
