@@ -230,6 +230,9 @@ class OpenAIChatLLM:
                 if delta is not None:
                     yield delta
                 if done:
+                    # The body's end follows `[DONE]` at once: read it, and the
+                    # connection is reused instead of closed.
+                    await response.finish()
                     return
         except (*TRANSPORT_FAILURES, HTTPStatusFailure, ResponseTooLarge) as exc:
             overflow = context_overflow(exc, self.backend)

@@ -97,7 +97,8 @@ class UpstreamClient:
 
     async def open_stream(self, path: str, payload: Any) -> StreamReply:
         """POST `payload` and return once the status and headers are in; the caller reads
-        the body and must `aclose` the reply."""
+        the body, `finish`es it once it has the stream's own end, and must `aclose` the
+        reply."""
         headers = {**self._headers, "Accept": "text/event-stream"}
         body = orjson.dumps(payload, option=NUMPY)
         with self._spans.call("POST", path, headers) as span:

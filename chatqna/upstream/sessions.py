@@ -26,6 +26,7 @@ own exception (`ConnectError`, `ReadError`, `RemoteProtocolError`, `ReadTimeout`
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator, Mapping
 
@@ -47,6 +48,14 @@ KEEPALIVE_SECONDS = 3.0
 # instead (`chatqna.upstream.sse`, `chatqna.backends.openai_chat`).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
+# What a stream's reader waits for once it has the stream's own last event (`[DONE]`): the
+# end of the HTTP body, which a well-behaved server sends at once, so that the connection
+# goes back to the pool. Past this wait, or these bytes, the connection is closed instead.
+# Reading to the end saves a new connection per streamed answer (a TCP handshake, and
+# httpcore's connection set-up, on every turn).
+END_WAIT_SECONDS = 0.25
+END_BYTES = 64 * 1024
+
 
 def credentials(url: str) -> httpx.BasicAuth | None:
     """Basic auth from the `user:pass@` part of `url`, decoded as httpx decodes it."""
@@ -56,11 +65,11 @@ def credentials(url: str) -> httpx.BasicAuth | None:
     return httpx.BasicAuth(parsed.username, parsed.password)
 
 
-async def read_body(response: httpx.Response, limit: int) -> bytes:
-    """`response`'s decoded body, chunk by chunk; `ResponseTooLarge` once it would pass
+async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The rest of a decoded body, chunk by chunk; `ResponseTooLarge` once it would pass
     `limit` bytes (the chunk that would pass it is not kept)."""
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in chunks:
         if len(body) + len(chunk) > limit:
             raise ResponseTooLarge(limit)
         body += chunk
@@ -94,12 +103,28 @@ class _HttpxStream:
         self._response = response
         self._limit = limit
         self.status = response.status_code
+        # One iterator over the body: `read` and `finish` go on where `chunks` stopped.
+        self._chunks = response.aiter_bytes()
 
     def chunks(self) -> AsyncIterator[bytes]:
-        return self._response.aiter_bytes()
+        return self._chunks
 
     async def read(self) -> bytes:
-        return await read_body(self._response, self._limit)
+        return await read_body(self._chunks, self._limit)
+
+    async def finish(self) -> None:
+        # The caller has its answer; what is left only decides whether the connection can
+        # be reused, so a failure to read it (a reset, a corrupt gzip trailer) is no
+        # failure of the call: the connection is closed, as `aclose` would have.
+        left = END_BYTES
+        try:
+            async with asyncio.timeout(END_WAIT_SECONDS):
+                async for chunk in self._chunks:
+                    left -= len(chunk)
+                    if left < 0:
+                        return
+        except (TimeoutError, httpx.HTTPError):
+            return
 
     async def aclose(self) -> None:
         # Back to the pool when the body was read to its end and nothing followed it,

@@ -59,6 +59,12 @@ class StreamReply(Protocol):
         beyond the client's limit."""
         ...
 
+    async def finish(self) -> None:
+        """The caller has read all it needs (the stream's own end marker): read what little
+        is left of the body, if it ends at once, so that `aclose` can give the connection
+        back to the pool instead of closing it. Never raises a transport error."""
+        ...
+
     async def aclose(self) -> None:
         """Release the connection: back to the pool when the body was read to its end,
         closed (ending the upstream's work, e.g. a generation) when it was not."""

@@ -82,9 +82,11 @@ class HostileChat:
     stream is compressed event by event, flushed after each). `close_reused`: a second
     request on one connection gets no answer, the connection is closed instead (an idle
     keep-alive connection closed just as the request arrived). `idle_close_seconds`: a
-    connection idle that long is closed. `overrun_seconds`: that long after a whole
-    answer, a second whole answer (for `ask-intruder`) follows on the same connection, as a
-    server that miscounted a `Content-Length` or wrote a response twice would send it.
+    connection idle that long is closed. `overrun_seconds`: that long after an answer
+    (whole or streamed), a second whole answer (for `ask-intruder`) follows on the same
+    connection, as a server that miscounted a `Content-Length` or wrote a response twice
+    would send it. `open_after_done`: a stream's body never ends after its `[DONE]` event
+    (the connection stays open until the client closes it).
     `stall_models`: `GET /v1/models` never ends, but no read waits long: `"trickle"` sends
     a 200 and then a byte of its body every 0.1 s, `"hints"` a `103 Early Hints` every
     0.1 s; `stalled` counts such answers still open.
@@ -95,6 +97,7 @@ class HostileChat:
     close_reused: bool = False
     idle_close_seconds: float | None = None
     overrun_seconds: float | None = None
+    open_after_done: bool = False
     stall_models: Literal["trickle", "hints"] | None = None
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
@@ -130,15 +133,19 @@ class HostileChat:
             self.whole(writer, b'{"object": "list", "data": [{"id": "hostile"}]}')
         elif json.loads(body).get("stream"):
             await self.stream(writer, sse_events(answer_for(body)))
+            await self.overrun(writer)
         else:
             self.whole(writer, completion(answer_for(body)))
-            if self.overrun_seconds is not None:
-                await writer.drain()
-                await asyncio.sleep(self.overrun_seconds)
-                self.whole(writer, completion(answer_for(b"ask-intruder")))
-                await writer.drain()
-                self.overruns += 1
+            await self.overrun(writer)
         await writer.drain()
+
+    async def overrun(self, writer: asyncio.StreamWriter) -> None:
+        if self.overrun_seconds is not None:
+            await writer.drain()
+            await asyncio.sleep(self.overrun_seconds)
+            self.whole(writer, completion(answer_for(b"ask-intruder")))
+            await writer.drain()
+            self.overruns += 1
 
     async def stall(self, writer: asyncio.StreamWriter, how: str) -> None:
         """Answer forever, until the client closes the connection."""
@@ -183,6 +190,8 @@ class HostileChat:
             writer.write(chunked(event))
             await writer.drain()
             await asyncio.sleep(0.005)
+        if self.open_after_done:
+            return  # the body goes on; the next read waits for the client to close
         if self.gzip:
             writer.write(chunked(compressor.flush()))
         writer.write(b"0\r\n\r\n")
