@@ -9,19 +9,21 @@ as the answer to the next request (`tests/integration/test_hostile_upstreams.py`
 
 What httpx does here, by its own rules: `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and
 `NO_PROXY` are read once, when the client is built (`trust_env`; unless the caller turns
-that off, or brings its own transport); gzip and deflate bodies are decoded (brotli and
-zstd too when their packages are installed); interim `1xx` responses are read past.
+that off, or brings its own transport); interim `1xx` responses are read past. Bodies
+are asked for, and decoded, as gzip or deflate (`chatqna.upstream.decoding`, httpx's
+decoding in bounded steps).
 Credentials in the URL (`user:pass@`) are decoded as `httpx.URL` decodes them and sent as
 HTTP basic auth; the URLs the session is given, and so what httpx logs, have none.
 Certificates are checked against the system's CA store (`ssl.create_default_context()`:
 OpenSSL's default paths, which `SSL_CERT_FILE` and `SSL_CERT_DIR` override), not certifi's
 bundle that httpx would use by default.
 
-A body is read as it arrives, decoded, and no further than `max_body_bytes`
-(`ResponseTooLarge` beyond it), so an upstream cannot fill the service's memory with one
-answer, or with a small compressed one that decodes to gigabytes. A failure is httpx's
-own exception (`ConnectError`, `ReadError`, `RemoteProtocolError`, `ReadTimeout`, ...);
-`chatqna.upstream.policy` retries and translates them.
+A body is read as it arrives, decoded a bounded step at a time
+(`chatqna.upstream.decoding`), and no further than `max_body_bytes` (`ResponseTooLarge`
+beyond it), so an upstream cannot fill the service's memory with one answer, or with a
+small compressed one that decodes to gigabytes, nor hold the event loop while one decodes.
+A failure is httpx's own exception (`ConnectError`, `ReadError`, `RemoteProtocolError`,
+`ReadTimeout`, `DecodingError`, ...); `chatqna.upstream.policy` retries and translates them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
+from chatqna.upstream.decoding import ACCEPT_ENCODING, decoded_chunks
 from chatqna.upstream.types import Reply, ResponseTooLarge, Timeouts
 
 # Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 3 s,
@@ -104,7 +107,7 @@ class _HttpxStream:
         self._limit = limit
         self.status = response.status_code
         # One iterator over the body: `read` and `finish` go on where `chunks` stopped.
-        self._chunks = response.aiter_bytes()
+        self._chunks = decoded_chunks(response)
 
     def chunks(self) -> AsyncIterator[bytes]:
         return self._chunks
@@ -163,6 +166,7 @@ class HttpxSession:
                 keepalive_expiry=KEEPALIVE_SECONDS,
             ),
             verify=True if transport is not None else ssl.create_default_context(),
+            headers={"Accept-Encoding": ACCEPT_ENCODING},  # what `decoded_chunks` decodes
             transport=transport,
             trust_env=trust_env,
         )
