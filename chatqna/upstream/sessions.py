@@ -172,7 +172,11 @@ class HttpxSession:
         )
 
     async def send(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+        self,
+        method: str,
+        url: str | httpx.URL,
+        headers: Mapping[str, str],
+        body: bytes | None,
     ) -> Reply:
         """The whole response, whatever its status (`url` absolute, `body` encoded)."""
         stream = await self.open(method, url, headers, body)
@@ -182,7 +186,11 @@ class HttpxSession:
             await stream.aclose()
 
     async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+        self,
+        method: str,
+        url: str | httpx.URL,
+        headers: Mapping[str, str],
+        body: bytes | None,
     ) -> _HttpxStream:
         """The response once its status and headers are in; the body is read by the caller."""
         request = self._client.build_request(method, url, headers=headers, content=body)
