@@ -37,10 +37,17 @@ import httpx
 from chatqna.upstream.decoding import ACCEPT_ENCODING, decoded_chunks
 from chatqna.upstream.types import Reply, ResponseTooLarge, Timeouts
 
-# Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 3 s,
-# before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
+# Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 1 s,
+# well before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
+# Not longer: httpcore's pool goes through every connection it holds twice per request,
+# polling each idle socket and counting the connections once per idle one, so the surplus
+# a burst of requests leaves behind costs every later call until it expires (measured at
+# 64 requests in flight: 8.7 ms of CPU per chat turn while it lasts, 3.9 ms without).
+# Not fewer connections kept alive either (`max_keepalive_connections` below the maximum):
+# httpcore then closes idle connections under load, one it has just handed to a request
+# among them (encode/httpcore#1110), which fails that request.
 MAX_CONNECTIONS = 100
-KEEPALIVE_SECONDS = 3.0
+KEEPALIVE_SECONDS = 1.0
 
 # The most a whole body may hold once decoded. The rule: what the largest legitimate
 # answer can reach, with room to spare. That is an embeddings batch: TEI's default

@@ -27,7 +27,7 @@ from chatqna.backends.protocols import GenerationParams
 from chatqna.errors import UpstreamError
 from chatqna.upstream.client import UpstreamClient
 from chatqna.upstream.policy import RetryPolicy, post_json
-from chatqna.upstream.sessions import END_WAIT_SECONDS
+from chatqna.upstream.sessions import END_WAIT_SECONDS, KEEPALIVE_SECONDS
 from tests.integration.conftest import ServerProcess, start_server
 from tests.standins.hostile import ForwardProxy, HostileChat, running
 from tests.standins.servers import create_standin_app, serve_in_thread
@@ -217,6 +217,22 @@ async def test_a_connection_closed_while_idle_is_not_reused() -> None:
             assert await complete(llm, "one") == "Answer for one."
             await asyncio.sleep(0.4)  # the server has closed the idle connection by now
             assert await complete(llm, "two") == "Answer for two."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 2
+
+
+@pytest.mark.anyio
+async def test_a_connection_is_reused_while_fresh_and_dropped_once_idle_too_long() -> None:
+    chat = HostileChat()
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            for marker in ("one", "two"):
+                assert await complete(llm, marker) == f"Answer for {marker}."
+            assert chat.connections == 1
+            await asyncio.sleep(KEEPALIVE_SECONDS + 0.3)
+            assert await complete(llm, "three") == "Answer for three."
         finally:
             await llm.aclose()
     assert chat.connections == 2
