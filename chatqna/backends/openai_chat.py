@@ -40,6 +40,10 @@ from chatqna.upstream.sse import EventTooLarge, SSEDecoder
 from chatqna.upstream.types import ResponseTooLarge, StreamReply
 
 COMPLETIONS_PATH = "/v1/chat/completions"
+# Servers that close the connection just after a streamed answer, though their headers say
+# keep-alive (llama.cpp's, on cpp-httplib): a call sent on it in between fails, so such a
+# stream's connection is closed at once instead of read to its end and reused.
+CLOSES_AFTER_STREAM = ("llama.cpp",)
 
 
 def base_url_of(endpoint: str) -> str:
@@ -232,7 +236,8 @@ class OpenAIChatLLM:
                 if done:
                     # The body's end follows `[DONE]` at once: read it, and the
                     # connection is reused instead of closed.
-                    await response.finish()
+                    if not response.server.startswith(CLOSES_AFTER_STREAM):
+                        await response.finish()
                     return
         except (*TRANSPORT_FAILURES, HTTPStatusFailure, ResponseTooLarge) as exc:
             overflow = context_overflow(exc, self.backend)

@@ -113,6 +113,7 @@ class _HttpxStream:
         self._response = response
         self._limit = limit
         self.status = response.status_code
+        self.server = response.headers.get("server", "")
         # One iterator over the body: `read` and `finish` go on where `chunks` stopped.
         self._chunks = decoded_chunks(response)
 

@@ -49,6 +49,7 @@ class StreamReply(Protocol):
     """A response whose body is read as it arrives; `aclose` must always be awaited."""
 
     status: int
+    server: str  # the `Server` header ("" without one)
 
     def chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes, chunk by chunk, as the network delivers them."""

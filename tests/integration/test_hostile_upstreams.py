@@ -282,6 +282,22 @@ async def test_streamed_answers_read_to_their_end_reuse_the_connection(gzip: boo
 
 
 @pytest.mark.anyio
+async def test_llama_cpps_server_which_closes_after_a_stream_gets_the_next_call_anew() -> None:
+    """llama.cpp's server closes the connection just after a streamed answer; the next
+    call (here the server closes it under that call) goes on a new connection instead."""
+    chat = HostileChat(close_after_stream=True, server="llama.cpp")
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            assert (await streamed(llm, "one")).strip() == "Answer for one."
+            assert await complete(llm, "two") == "Answer for two."
+            assert (await streamed(llm, "three")).strip() == "Answer for three."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 2  # the whole answer's connection carries the next stream
+
+
+@pytest.mark.anyio
 async def test_a_body_that_goes_on_after_done_ends_the_stream_all_the_same() -> None:
     """A server that never ends the body after `[DONE]` holds the answer no longer than the
     short wait for the body's end; that connection is closed, and the next call opens one."""
