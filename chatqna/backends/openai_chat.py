@@ -234,10 +234,7 @@ class OpenAIChatLLM:
                 if delta is not None:
                     yield delta
                 if done:
-                    # The body's end follows `[DONE]` at once: read it, and the
-                    # connection is reused instead of closed.
-                    if not response.server.startswith(CLOSES_AFTER_STREAM):
-                        await response.finish()
+                    await self._finish(response)
                     return
         except (*TRANSPORT_FAILURES, HTTPStatusFailure, ResponseTooLarge) as exc:
             overflow = context_overflow(exc, self.backend)
@@ -255,6 +252,13 @@ class OpenAIChatLLM:
             if response is not None:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
+
+    @staticmethod
+    async def _finish(response: StreamReply) -> None:
+        """The body's end follows `[DONE]` at once: read it, and the connection is reused
+        instead of closed, unless its server closes it anyway (`CLOSES_AFTER_STREAM`)."""
+        if not response.server.startswith(CLOSES_AFTER_STREAM):
+            await response.finish()
 
     def _read_deltas(self, decoder: SSEDecoder, read: bytes) -> tuple[Delta | None, bool]:
         """The chunks one read completed, as one Delta (one write downstream), and whether
