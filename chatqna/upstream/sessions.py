@@ -41,8 +41,9 @@ from chatqna.upstream.types import Reply, ResponseTooLarge, Timeouts
 # well before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
 # Not longer: httpcore's pool goes through every connection it holds twice per request,
 # polling each idle socket and counting the connections once per idle one, so the surplus
-# a burst of requests leaves behind costs every later call until it expires (measured at
-# 64 requests in flight: 8.7 ms of CPU per chat turn while it lasts, 3.9 ms without).
+# a burst of requests leaves behind costs every later call until it expires (at 64 chat
+# turns in flight: 8.3-8.5 ms of CPU a turn with 45-64 connections per upstream, 3.5-3.9 ms
+# with the 8-9 that load needs).
 # Not fewer connections kept alive either (`max_keepalive_connections` below the maximum):
 # httpcore then closes idle connections under load, one it has just handed to a request
 # among them (encode/httpcore#1110), which fails that request.
