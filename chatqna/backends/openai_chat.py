@@ -40,6 +40,10 @@ from chatqna.upstream.sse import EventTooLarge, SSEDecoder
 from chatqna.upstream.types import ResponseTooLarge, StreamReply
 
 COMPLETIONS_PATH = "/v1/chat/completions"
+# Servers that close the connection just after a streamed answer, though their headers say
+# keep-alive (llama.cpp's, on cpp-httplib): a call sent on it in between fails, so such a
+# stream's connection is closed at once instead of read to its end and reused.
+CLOSES_AFTER_STREAM = ("llama.cpp",)
 
 
 def base_url_of(endpoint: str) -> str:
@@ -230,6 +234,7 @@ class OpenAIChatLLM:
                 if delta is not None:
                     yield delta
                 if done:
+                    await self._finish(response)
                     return
         except (*TRANSPORT_FAILURES, HTTPStatusFailure, ResponseTooLarge) as exc:
             overflow = context_overflow(exc, self.backend)
@@ -247,6 +252,13 @@ class OpenAIChatLLM:
             if response is not None:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
+
+    @staticmethod
+    async def _finish(response: StreamReply) -> None:
+        """The body's end follows `[DONE]` at once: read it, and the connection is reused
+        instead of closed, unless its server closes it anyway (`CLOSES_AFTER_STREAM`)."""
+        if not response.server.startswith(CLOSES_AFTER_STREAM):
+            await response.finish()
 
     def _read_deltas(self, decoder: SSEDecoder, read: bytes) -> tuple[Delta | None, bool]:
         """The chunks one read completed, as one Delta (one write downstream), and whether

@@ -35,6 +35,9 @@ from chatqna.upstream.types import Reply, StreamReply, Timeouts
 
 NUMPY = orjson.OPT_SERIALIZE_NUMPY
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+# A backend calls a handful of paths; their parsed URLs are kept (httpx parses a URL string
+# on every request otherwise), up to this many.
+URLS_KEPT = 32
 
 
 def without_credentials(url: str) -> str:
@@ -78,14 +81,23 @@ class UpstreamClient:
         self._headers = {**JSON_HEADERS, **(headers or {})}
         self._bare_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         self._spans = ClientSpans(self.base_url)
+        self._urls: dict[str, httpx.URL] = {}
         self.is_closed = False
+
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = httpx.URL(self.base_url + path)
+            if len(self._urls) < URLS_KEPT:
+                self._urls[path] = url
+        return url
 
     async def request(self, method: str, path: str, payload: Any = None) -> Reply:
         """Send `payload` (None: no body) as JSON; the whole reply, whatever its status."""
         body = None if payload is None else orjson.dumps(payload, option=NUMPY)
         headers = dict(self._headers if body is not None else self._bare_headers)
         with self._spans.call(method, path, headers) as span:
-            reply = await self._session.send(method, self.base_url + path, headers, body)
+            reply = await self._session.send(method, self._url(path), headers, body)
             span.status(reply.status)
         return reply
 
@@ -97,11 +109,12 @@ class UpstreamClient:
 
     async def open_stream(self, path: str, payload: Any) -> StreamReply:
         """POST `payload` and return once the status and headers are in; the caller reads
-        the body and must `aclose` the reply."""
+        the body, `finish`es it once it has the stream's own end, and must `aclose` the
+        reply."""
         headers = {**self._headers, "Accept": "text/event-stream"}
         body = orjson.dumps(payload, option=NUMPY)
         with self._spans.call("POST", path, headers) as span:
-            stream = await self._session.open("POST", self.base_url + path, headers, body)
+            stream = await self._session.open("POST", self._url(path), headers, body)
             span.status(stream.status)
         return stream
 

@@ -9,34 +9,46 @@ as the answer to the next request (`tests/integration/test_hostile_upstreams.py`
 
 What httpx does here, by its own rules: `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and
 `NO_PROXY` are read once, when the client is built (`trust_env`; unless the caller turns
-that off, or brings its own transport); gzip and deflate bodies are decoded (brotli and
-zstd too when their packages are installed); interim `1xx` responses are read past.
+that off, or brings its own transport); interim `1xx` responses are read past. Bodies
+are asked for, and decoded, as gzip or deflate (`chatqna.upstream.decoding`, httpx's
+decoding in bounded steps).
 Credentials in the URL (`user:pass@`) are decoded as `httpx.URL` decodes them and sent as
 HTTP basic auth; the URLs the session is given, and so what httpx logs, have none.
 Certificates are checked against the system's CA store (`ssl.create_default_context()`:
 OpenSSL's default paths, which `SSL_CERT_FILE` and `SSL_CERT_DIR` override), not certifi's
 bundle that httpx would use by default.
 
-A body is read as it arrives, decoded, and no further than `max_body_bytes`
-(`ResponseTooLarge` beyond it), so an upstream cannot fill the service's memory with one
-answer, or with a small compressed one that decodes to gigabytes. A failure is httpx's
-own exception (`ConnectError`, `ReadError`, `RemoteProtocolError`, `ReadTimeout`, ...);
-`chatqna.upstream.policy` retries and translates them.
+A body is read as it arrives, decoded a bounded step at a time
+(`chatqna.upstream.decoding`), and no further than `max_body_bytes` (`ResponseTooLarge`
+beyond it), so an upstream cannot fill the service's memory with one answer, or with a
+small compressed one that decodes to gigabytes, nor hold the event loop while one decodes.
+A failure is httpx's own exception (`ConnectError`, `ReadError`, `RemoteProtocolError`,
+`ReadTimeout`, `DecodingError`, ...); `chatqna.upstream.policy` retries and translates them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
+from chatqna.upstream.decoding import ACCEPT_ENCODING, decoded_chunks
 from chatqna.upstream.types import Reply, ResponseTooLarge, Timeouts
 
-# Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 3 s,
-# before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
+# Per upstream: at most 100 connections, all kept alive; idle ones are dropped after 1 s,
+# well before a uvicorn-style upstream's own 5 s keep-alive closes them under a request.
+# Not longer: httpcore's pool goes through every connection it holds twice per request,
+# polling each idle socket and counting the connections once per idle one, so the surplus
+# a burst of requests leaves behind costs every later call until it expires (at 64 chat
+# turns in flight: 8.3-8.5 ms of CPU a turn with 45-64 connections per upstream, 3.5-3.9 ms
+# with the 8-9 that load needs).
+# Not fewer connections kept alive either (`max_keepalive_connections` below the maximum):
+# httpcore then closes idle connections under load, one it has just handed to a request
+# among them (encode/httpcore#1110), which fails that request.
 MAX_CONNECTIONS = 100
-KEEPALIVE_SECONDS = 3.0
+KEEPALIVE_SECONDS = 1.0
 
 # The most a whole body may hold once decoded. The rule: what the largest legitimate
 # answer can reach, with room to spare. That is an embeddings batch: TEI's default
@@ -47,6 +59,14 @@ KEEPALIVE_SECONDS = 3.0
 # instead (`chatqna.upstream.sse`, `chatqna.backends.openai_chat`).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
+# What a stream's reader waits for once it has the stream's own last event (`[DONE]`): the
+# end of the HTTP body, which a well-behaved server sends at once, so that the connection
+# goes back to the pool. Past this wait, or these bytes, the connection is closed instead.
+# Reading to the end saves a new connection per streamed answer (a TCP handshake, and
+# httpcore's connection set-up, on every turn).
+END_WAIT_SECONDS = 0.25
+END_BYTES = 64 * 1024
+
 
 def credentials(url: str) -> httpx.BasicAuth | None:
     """Basic auth from the `user:pass@` part of `url`, decoded as httpx decodes it."""
@@ -56,11 +76,11 @@ def credentials(url: str) -> httpx.BasicAuth | None:
     return httpx.BasicAuth(parsed.username, parsed.password)
 
 
-async def read_body(response: httpx.Response, limit: int) -> bytes:
-    """`response`'s decoded body, chunk by chunk; `ResponseTooLarge` once it would pass
+async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The rest of a decoded body, chunk by chunk; `ResponseTooLarge` once it would pass
     `limit` bytes (the chunk that would pass it is not kept)."""
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in chunks:
         if len(body) + len(chunk) > limit:
             raise ResponseTooLarge(limit)
         body += chunk
@@ -94,12 +114,29 @@ class _HttpxStream:
         self._response = response
         self._limit = limit
         self.status = response.status_code
+        self.server = response.headers.get("server", "")
+        # One iterator over the body: `read` and `finish` go on where `chunks` stopped.
+        self._chunks = decoded_chunks(response)
 
     def chunks(self) -> AsyncIterator[bytes]:
-        return self._response.aiter_bytes()
+        return self._chunks
 
     async def read(self) -> bytes:
-        return await read_body(self._response, self._limit)
+        return await read_body(self._chunks, self._limit)
+
+    async def finish(self) -> None:
+        # The caller has its answer; what is left only decides whether the connection can
+        # be reused, so a failure to read it (a reset, a corrupt gzip trailer) is no
+        # failure of the call: the connection is closed, as `aclose` would have.
+        left = END_BYTES
+        try:
+            async with asyncio.timeout(END_WAIT_SECONDS):
+                async for chunk in self._chunks:
+                    left -= len(chunk)
+                    if left < 0:
+                        return
+        except (TimeoutError, httpx.HTTPError):
+            return
 
     async def aclose(self) -> None:
         # Back to the pool when the body was read to its end and nothing followed it,
@@ -138,12 +175,17 @@ class HttpxSession:
                 keepalive_expiry=KEEPALIVE_SECONDS,
             ),
             verify=True if transport is not None else ssl.create_default_context(),
+            headers={"Accept-Encoding": ACCEPT_ENCODING},  # what `decoded_chunks` decodes
             transport=transport,
             trust_env=trust_env,
         )
 
     async def send(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+        self,
+        method: str,
+        url: str | httpx.URL,
+        headers: Mapping[str, str],
+        body: bytes | None,
     ) -> Reply:
         """The whole response, whatever its status (`url` absolute, `body` encoded)."""
         stream = await self.open(method, url, headers, body)
@@ -153,7 +195,11 @@ class HttpxSession:
             await stream.aclose()
 
     async def open(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+        self,
+        method: str,
+        url: str | httpx.URL,
+        headers: Mapping[str, str],
+        body: bytes | None,
     ) -> _HttpxStream:
         """The response once its status and headers are in; the body is read by the caller."""
         request = self._client.build_request(method, url, headers=headers, content=body)

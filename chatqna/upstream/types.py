@@ -49,6 +49,7 @@ class StreamReply(Protocol):
     """A response whose body is read as it arrives; `aclose` must always be awaited."""
 
     status: int
+    server: str  # the `Server` header ("" without one)
 
     def chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes, chunk by chunk, as the network delivers them."""
@@ -57,6 +58,12 @@ class StreamReply(Protocol):
     async def read(self) -> bytes:
         """The rest of the body at once (an error answer's few bytes); `ResponseTooLarge`
         beyond the client's limit."""
+        ...
+
+    async def finish(self) -> None:
+        """The caller has read all it needs (the stream's own end marker): read what little
+        is left of the body, if it ends at once, so that `aclose` can give the connection
+        back to the pool instead of closing it. Never raises a transport error."""
         ...
 
     async def aclose(self) -> None:

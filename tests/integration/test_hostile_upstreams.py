@@ -27,6 +27,7 @@ from chatqna.backends.protocols import GenerationParams
 from chatqna.errors import UpstreamError
 from chatqna.upstream.client import UpstreamClient
 from chatqna.upstream.policy import RetryPolicy, post_json
+from chatqna.upstream.sessions import END_WAIT_SECONDS, KEEPALIVE_SECONDS
 from tests.integration.conftest import ServerProcess, start_server
 from tests.standins.hostile import ForwardProxy, HostileChat, running
 from tests.standins.servers import create_standin_app, serve_in_thread
@@ -199,6 +200,14 @@ async def complete(llm: OpenAIChatLLM, marker: str) -> str:
     return (await llm.complete(messages, GenerationParams())).text
 
 
+async def streamed(llm: OpenAIChatLLM, marker: str) -> str:
+    messages = [{"role": "user", "content": f"ask-{marker}"}]
+    return "".join([delta.text async for delta in llm.stream(messages, GenerationParams())])
+
+
+ANSWERS = {"whole": complete, "streamed": streamed}
+
+
 @pytest.mark.anyio
 async def test_a_connection_closed_while_idle_is_not_reused() -> None:
     chat = HostileChat(idle_close_seconds=0.1)
@@ -214,22 +223,92 @@ async def test_a_connection_closed_while_idle_is_not_reused() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("pause", [0.2, 0.0], ids=["late", "at-once"])
-async def test_bytes_sent_after_an_answer_never_reach_the_next_call(pause: float) -> None:
-    """The upstream follows an answer with a second one nobody asked for: after a pause
-    (the connection is back in the pool by then), or in the same write. The next call
-    gets its own answer, on a new connection."""
-    chat = HostileChat(overrun_seconds=pause)
+async def test_a_connection_is_reused_while_fresh_and_dropped_once_idle_too_long() -> None:
+    chat = HostileChat()
     with running(chat) as url:
         llm = llm_client(url)
         try:
-            assert await complete(llm, "alice") == "Answer for alice."
+            for marker in ("one", "two"):
+                assert await complete(llm, marker) == f"Answer for {marker}."
+            assert chat.connections == 1
+            await asyncio.sleep(KEEPALIVE_SECONDS + 0.3)
+            assert await complete(llm, "three") == "Answer for three."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("pause", [0.2, 0.0], ids=["late", "at-once"])
+@pytest.mark.parametrize("kind", ANSWERS)
+async def test_bytes_sent_after_an_answer_never_reach_the_next_call(
+    pause: float, kind: str
+) -> None:
+    """The upstream follows an answer (whole, or a stream read to its end) with a second
+    one nobody asked for: after a pause (the connection is back in the pool by then), or in
+    the same write. The next call gets its own answer, on a new connection."""
+    chat = HostileChat(overrun_seconds=pause)
+    answer = ANSWERS[kind]
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            assert (await answer(llm, "alice")).strip() == "Answer for alice."
             async with asyncio.timeout(10):
                 while chat.overruns == 0:  # the intruding answer is on its way
                     await asyncio.sleep(0.01)
             await asyncio.sleep(0.05)  # and on loopback, arrived
             chat.overrun_seconds = None
-            assert await complete(llm, "bob") == "Answer for bob."
+            assert (await answer(llm, "bob")).strip() == "Answer for bob."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+async def test_streamed_answers_read_to_their_end_reuse_the_connection(gzip: bool) -> None:
+    """A stream's body ends just after its `[DONE]` event (a gzip stream's trailer comes
+    after it too); the client reads that far, and the next call goes on the same
+    connection instead of a new one."""
+    chat = HostileChat(gzip=gzip)
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            for marker in ("one", "two", "three"):
+                assert (await streamed(llm, marker)).strip() == f"Answer for {marker}."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 1
+
+
+@pytest.mark.anyio
+async def test_llama_cpps_server_which_closes_after_a_stream_gets_the_next_call_anew() -> None:
+    """llama.cpp's server closes the connection just after a streamed answer; the next
+    call (here the server closes it under that call) goes on a new connection instead."""
+    chat = HostileChat(close_after_stream=True, server="llama.cpp")
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            assert (await streamed(llm, "one")).strip() == "Answer for one."
+            assert await complete(llm, "two") == "Answer for two."
+            assert (await streamed(llm, "three")).strip() == "Answer for three."
+        finally:
+            await llm.aclose()
+    assert chat.connections == 2  # the whole answer's connection carries the next stream
+
+
+@pytest.mark.anyio
+async def test_a_body_that_goes_on_after_done_ends_the_stream_all_the_same() -> None:
+    """A server that never ends the body after `[DONE]` holds the answer no longer than the
+    short wait for the body's end; that connection is closed, and the next call opens one."""
+    chat = HostileChat(open_after_done=True)
+    with running(chat) as url:
+        llm = llm_client(url)
+        try:
+            started = time.monotonic()
+            assert (await streamed(llm, "one")).strip() == "Answer for one."
+            assert time.monotonic() - started < END_WAIT_SECONDS + 0.5
+            assert (await streamed(llm, "two")).strip() == "Answer for two."
         finally:
             await llm.aclose()
     assert chat.connections == 2

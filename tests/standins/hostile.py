@@ -82,9 +82,13 @@ class HostileChat:
     stream is compressed event by event, flushed after each). `close_reused`: a second
     request on one connection gets no answer, the connection is closed instead (an idle
     keep-alive connection closed just as the request arrived). `idle_close_seconds`: a
-    connection idle that long is closed. `overrun_seconds`: that long after a whole
-    answer, a second whole answer (for `ask-intruder`) follows on the same connection, as a
-    server that miscounted a `Content-Length` or wrote a response twice would send it.
+    connection idle that long is closed. `overrun_seconds`: that long after an answer
+    (whole or streamed), a second whole answer (for `ask-intruder`) follows on the same
+    connection, as a server that miscounted a `Content-Length` or wrote a response twice
+    would send it. `open_after_done`: a stream's body never ends after its `[DONE]` event
+    (the connection stays open until the client closes it). `close_after_stream`: the
+    connection a stream went on is closed under the next request sent on it, as llama.cpp's
+    server closes it just after a stream; `server` is the `Server` header of the answers.
     `stall_models`: `GET /v1/models` never ends, but no read waits long: `"trickle"` sends
     a 200 and then a byte of its body every 0.1 s, `"hints"` a `103 Early Hints` every
     0.1 s; `stalled` counts such answers still open.
@@ -95,6 +99,9 @@ class HostileChat:
     close_reused: bool = False
     idle_close_seconds: float | None = None
     overrun_seconds: float | None = None
+    open_after_done: bool = False
+    close_after_stream: bool = False
+    server: str | None = None
     stall_models: Literal["trickle", "hints"] | None = None
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
@@ -104,6 +111,7 @@ class HostileChat:
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         served = 0
+        streamed = False
         try:
             while True:
                 try:
@@ -112,10 +120,11 @@ class HostileChat:
                 except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 self.requests.append(line + b" " + body)
-                if served and self.close_reused:
+                if served and (self.close_reused or streamed):
                     return
                 served += 1
                 await self.answer(line, body, writer)
+                streamed = self.close_after_stream and bool(body and json.loads(body).get("stream"))
         finally:
             writer.close()
 
@@ -130,15 +139,19 @@ class HostileChat:
             self.whole(writer, b'{"object": "list", "data": [{"id": "hostile"}]}')
         elif json.loads(body).get("stream"):
             await self.stream(writer, sse_events(answer_for(body)))
+            await self.overrun(writer)
         else:
             self.whole(writer, completion(answer_for(body)))
-            if self.overrun_seconds is not None:
-                await writer.drain()
-                await asyncio.sleep(self.overrun_seconds)
-                self.whole(writer, completion(answer_for(b"ask-intruder")))
-                await writer.drain()
-                self.overruns += 1
+            await self.overrun(writer)
         await writer.drain()
+
+    async def overrun(self, writer: asyncio.StreamWriter) -> None:
+        if self.overrun_seconds is not None:
+            await writer.drain()
+            await asyncio.sleep(self.overrun_seconds)
+            self.whole(writer, completion(answer_for(b"ask-intruder")))
+            await writer.drain()
+            self.overruns += 1
 
     async def stall(self, writer: asyncio.StreamWriter, how: str) -> None:
         """Answer forever, until the client closes the connection."""
@@ -160,10 +173,13 @@ class HostileChat:
             self.stalled -= 1
             writer.close()
 
+    def server_header(self) -> bytes:
+        return b"" if self.server is None else b"Server: %s\r\n" % self.server.encode()
+
     def whole(self, writer: asyncio.StreamWriter, content: bytes) -> None:
-        encoding = b""
+        encoding = self.server_header()
         if self.gzip:
-            content, encoding = gzip.compress(content), b"Content-Encoding: gzip\r\n"
+            content, encoding = gzip.compress(content), encoding + b"Content-Encoding: gzip\r\n"
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n"
             % (encoding, len(content))
@@ -171,7 +187,7 @@ class HostileChat:
         writer.write(content)
 
     async def stream(self, writer: asyncio.StreamWriter, events: list[bytes]) -> None:
-        encoding = b"Content-Encoding: gzip\r\n" if self.gzip else b""
+        encoding = self.server_header() + (b"Content-Encoding: gzip\r\n" if self.gzip else b"")
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%s"
             b"Transfer-Encoding: chunked\r\n\r\n" % encoding
@@ -183,6 +199,8 @@ class HostileChat:
             writer.write(chunked(event))
             await writer.drain()
             await asyncio.sleep(0.005)
+        if self.open_after_done:
+            return  # the body goes on; the next read waits for the client to close
         if self.gzip:
             writer.write(chunked(compressor.flush()))
         writer.write(b"0\r\n\r\n")

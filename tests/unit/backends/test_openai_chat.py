@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +15,7 @@ import respx
 from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of, merged
 from chatqna.backends.protocols import Delta, GenerationParams, Usage
 from chatqna.errors import BadUpstreamResponse, ContextTooLong, UpstreamError, UpstreamTimeout
+from chatqna.upstream.sessions import END_WAIT_SECONDS
 from tests.unit.backends.conftest import shape
 
 pytestmark = pytest.mark.anyio
@@ -464,6 +467,40 @@ async def test_stream_timeout_mid_body_is_upstream_timeout() -> None:
         await collect(llm, seen)
     await llm.aclose()
     assert [d.text for d in seen] == ["first"]
+
+
+async def test_the_body_is_read_to_its_end_after_done() -> None:
+    """What follows `[DONE]` is read (the connection can then be reused), never parsed."""
+    read: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        for piece in (data(chunk({"content": "ok"})), data("[DONE]"), "trailing bytes"):
+            read.append(piece.encode())
+            yield piece.encode()
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body()))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    assert [d.text for d in await collect(llm)] == ["ok"]
+    assert read[-1] == b"trailing bytes"
+    await llm.aclose()
+
+
+@pytest.mark.parametrize("after_done", ["never ends", "fails"])
+async def test_a_body_that_never_ends_or_fails_after_done_leaves_the_answer_whole(
+    after_done: str,
+) -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield (data(chunk({"content": "ok"})) + data("[DONE]")).encode()
+        if after_done == "fails":
+            raise httpx.ReadError("reset after the answer")
+        await asyncio.sleep(30)
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body()))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    started = time.monotonic()
+    assert [d.text for d in await collect(llm)] == ["ok"]
+    assert time.monotonic() - started < END_WAIT_SECONDS + 0.5
+    await llm.aclose()
 
 
 async def test_aclose_closes_the_client() -> None:

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from chatqna.upstream.client import UpstreamClient, without_credentials
+from chatqna.upstream.client import URLS_KEPT, UpstreamClient, without_credentials
 from chatqna.upstream.types import Reply
 
 pytestmark = pytest.mark.anyio
@@ -69,6 +69,17 @@ async def test_a_stream_asks_for_an_event_stream_and_reads_as_it_comes() -> None
     await stream.aclose()
     assert seen[0].headers["accept"] == "text/event-stream"
     assert json.loads(seen[0].content) == {"stream": True}
+
+
+async def test_parsed_urls_are_kept_for_a_few_paths_and_every_call_goes_to_its_own() -> None:
+    seen: list[httpx.Request] = []
+    upstream = client(seen, httpx.Response(204))
+    paths = [f"/v1/p{n}?q={n}" for n in range(URLS_KEPT + 3)]
+    for path in [*paths, *paths]:
+        await upstream.get(path)
+    expected = [f"http://tei.test:8080/base{path}" for path in paths]
+    assert [str(request.url) for request in seen] == expected * 2
+    assert len(upstream._urls) == URLS_KEPT
 
 
 async def test_aclose_marks_the_client_closed() -> None:

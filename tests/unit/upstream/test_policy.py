@@ -7,6 +7,7 @@ Waits are recorded through the policy's injected `sleep`, never taken.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 from chatqna.retrieval.remote import RemoteRetriever
 from chatqna.upstream.client import UpstreamClient
+from chatqna.upstream.decoding import DECODE_STEP_BYTES
 from chatqna.upstream.policy import (
     ERROR_BODY_BYTES,
     HTTPStatusFailure,
@@ -430,6 +432,35 @@ async def test_a_stream_whose_reads_never_wait_meets_the_deadline_and_lets_other
         other.cancel()
         await llm.aclose()
     assert ticks > 10
+
+
+async def test_a_streamed_gzip_bomb_is_a_bad_response_and_never_holds_the_loop() -> None:
+    bomb = gzip.compress(b"data: " + b"a" * (64 << 20))  # one read of 64 KiB: 64 MiB of line
+
+    async def body() -> AsyncIterator[bytes]:
+        yield bomb
+
+    ticks = 0
+
+    async def other_request() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    headers = {"Content-Encoding": "gzip"}
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, headers=headers, content=body()))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    other = asyncio.create_task(other_request())
+    try:
+        with pytest.raises(BadUpstreamResponse, match="line is longer than 1048576 bytes"):
+            async for _ in llm.stream(MESSAGES, PARAMS):
+                pass
+    finally:
+        other.cancel()
+        await llm.aclose()
+    # The line limit stops the decoding after its first 1 MiB, in steps, others running.
+    assert ticks >= 1 + (1 << 20) // DECODE_STEP_BYTES
 
 
 @pytest.mark.parametrize(

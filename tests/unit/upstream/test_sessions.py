@@ -7,11 +7,12 @@ from __future__ import annotations
 import base64
 import gzip
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 
+from chatqna.upstream.decoding import ACCEPT_ENCODING, DECODE_STEP_BYTES
 from chatqna.upstream.sessions import HttpxSession, credentials
 from chatqna.upstream.types import ResponseTooLarge, Timeouts
 
@@ -58,6 +59,42 @@ async def test_a_body_past_the_limit_once_decoded_is_too_large(
     upstream = session(httpx.Response(200, headers={"Content-Encoding": encoding}, content=body))
     with pytest.raises(ResponseTooLarge, match="larger than 65,536 bytes"):
         await upstream.send("POST", "http://tei.test/x", {}, b"{}")
+
+
+async def streamed(data: bytes) -> AsyncIterator[bytes]:
+    yield data  # one network read, as a socket's would come
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"), [("gzip", gzip.compress), ("deflate", zlib.compress)]
+)
+async def test_a_streamed_bomb_is_refused_and_never_decoded_past_a_step(
+    encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    bomb = compress(b" " * (256 * LIMIT))  # one read of 16 KiB that decodes to 16 MiB
+    headers = {"Content-Encoding": encoding}
+    upstream = session(httpx.Response(200, headers=headers, content=streamed(bomb)))
+    with pytest.raises(ResponseTooLarge):
+        await upstream.send("POST", "http://tei.test/x", {}, b"{}")
+    upstream = session(httpx.Response(200, headers=headers, content=streamed(bomb)))
+    stream = await upstream.open("POST", "http://tei.test/x", {}, b"{}")
+    try:
+        sizes = [len(chunk) async for chunk in stream.chunks()]
+    finally:
+        await stream.aclose()
+    assert sum(sizes) == 256 * LIMIT and max(sizes) <= DECODE_STEP_BYTES
+
+
+async def test_bodies_are_asked_for_in_the_encodings_decoded() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    upstream = HttpxSession("http://tei.test", TIMEOUTS, transport=httpx.MockTransport(answer))
+    await upstream.send("GET", "http://tei.test/x", {}, None)
+    assert seen[0].headers["accept-encoding"] == ACCEPT_ENCODING == "gzip, deflate"
 
 
 async def test_a_streamed_error_body_is_read_up_to_the_limit_too() -> None:
