@@ -249,6 +249,21 @@ def test_chat_llm_fault_without_streaming_is_a_typed_error(
     assert_recovers(stack)
 
 
+def closed_early(
+    faults: FaultBook, started: float, within: float
+) -> tuple[float | None, dict[str, Any]]:
+    """When (seconds after `started`) the chat stand-in saw its response closed early, if it
+    did within `within` seconds; and the chat route's counters then."""
+    while True:
+        stats = faults.snapshot()["stats"]["chat"]
+        elapsed = time.monotonic() - started
+        if stats["streams_closed_early"] == 1:
+            return elapsed, stats
+        if elapsed >= within:
+            return None, stats
+        time.sleep(0.02)
+
+
 def test_client_disconnect_closes_the_upstream_stream(stack: Stack, faults: FaultBook) -> None:
     faults.set("chat", Fault("endless"))  # tokens until someone stops listening
     started = time.monotonic()
@@ -261,13 +276,7 @@ def test_client_disconnect_closes_the_upstream_stream(stack: Stack, faults: Faul
             if tokens == 3:
                 break
     # Leaving the block closed our connection mid-stream.
-    closed_at = None
-    while time.monotonic() - started < GENERATION_TIMEOUT:
-        stats = faults.snapshot()["stats"]["chat"]
-        if stats["streams_closed_early"] == 1:
-            closed_at = time.monotonic() - started
-            break
-        time.sleep(0.02)
+    closed_at, stats = closed_early(faults, started, GENERATION_TIMEOUT)
     assert closed_at is not None, "the upstream stream was not closed before the deadline"
     assert stats == {**stats, "streams_opened": 1, "streams_finished": 0}
     assert_recovers(stack)
@@ -284,13 +293,7 @@ def test_a_client_gone_before_its_completion_stops_the_upstream_call(
             f"{stack.url}/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.3)
         )
     left = time.monotonic() - started
-    closed_at = None
-    while time.monotonic() - started < GENERATION_TIMEOUT + SLACK:
-        stats = faults.snapshot()["stats"]["chat"]
-        if stats["streams_closed_early"] == 1:
-            closed_at = time.monotonic() - started
-            break
-        time.sleep(0.02)
+    closed_at, _ = closed_early(faults, started, GENERATION_TIMEOUT + SLACK)
     assert closed_at is not None, "the upstream call was not closed"
     # Stopped because the client left (said in the log), not by the generation deadline.
     log = stack.server.log_path.read_text(errors="replace")
