@@ -86,6 +86,7 @@ class Settings(BaseSettings):
     chatqna_llm_gguf: Path | None = None
     chatqna_llm_context: int = Field(4096, ge=256)
     chatqna_llm_threads: int | None = Field(None, ge=1)
+    chatqna_llm_rewrite_server: bool = True
 
     # --- shared upstream behaviour -----------------------------------------------------
     upstream_connect_timeout_seconds: float = Field(5.0, gt=0)
