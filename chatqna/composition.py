@@ -9,7 +9,8 @@ Each role is embedded unless its endpoint is configured: `TEI_EMBEDDING_ENDPOINT
 (Redis Stack: one node, or any node of a Redis Cluster).
 The condense rewrite uses the chat LLM unless `CONDENSE_LLM_ENDPOINT` names another model;
 with the embedded chat LLM, rewrites and history translations get a llama.cpp server of their
-own (`build_rewrite_llm`), so they never wait behind an answer.
+own (`build_rewrite_llm`), so they never wait behind an answer, unless
+`CHATQNA_LLM_REWRITE_SERVER=false` saves its memory and start-up time.
 """
 
 from __future__ import annotations
@@ -177,16 +178,10 @@ async def start_embedded_llm(settings: Settings, *, backend: str) -> ChatLLM:
     )
 
 
-def uses_rewrite_server(settings: Settings) -> bool:
-    """Whether the embedded LLM gets a second server for condense rewrites and history
-    translations: when the chat LLM is embedded and turns can make such a call (condense
-    without `CONDENSE_LLM_ENDPOINT`, or blend translating its history).
-
-    An embedded server generates in one slot, one request at a time, in order. Sharing the
-    answers' server, a rewrite or translation would wait behind another user's answer and
-    spend its timeout (`CONDENSE_TIMEOUT_SECONDS`, `MULTI_TURN_TRANSLATION_TIMEOUT_SECONDS`)
-    in that queue. A second server keeps its own queue, so they wait only for each other.
-    """
+def rewrites_on_embedded_llm(settings: Settings) -> bool:
+    """Whether turns can send condense rewrites or history translations to the embedded
+    chat LLM: it is embedded, and condense runs without `CONDENSE_LLM_ENDPOINT` or blend
+    translates its history."""
     if settings.llm_endpoint is not None or settings.multi_turn_history_turns == 0:
         return False
     if settings.multi_turn_mode == "condense":
@@ -194,10 +189,30 @@ def uses_rewrite_server(settings: Settings) -> bool:
     return settings.blend_active and settings.multi_turn_translate_history
 
 
+def uses_rewrite_server(settings: Settings) -> bool:
+    """Whether the embedded LLM gets a second server for condense rewrites and history
+    translations: when `rewrites_on_embedded_llm`, unless `CHATQNA_LLM_REWRITE_SERVER=false`.
+
+    An embedded server generates in one slot, one request at a time, in order. Sharing the
+    answers' server, a rewrite or translation would wait behind another user's answer and
+    spend its timeout (`CONDENSE_TIMEOUT_SECONDS`, `MULTI_TURN_TRANSLATION_TIMEOUT_SECONDS`)
+    in that queue. A second server keeps its own queue, so they wait only for each other;
+    it costs a second copy of the model's context and buffers, which an operator with a
+    large GGUF may rather not pay.
+    """
+    return settings.chatqna_llm_rewrite_server and rewrites_on_embedded_llm(settings)
+
+
 async def build_rewrite_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
     """The LLM for condense rewrites and history translations: a second embedded server on
     the same GGUF and context when `uses_rewrite_server`, else the chat LLM itself."""
     if not uses_rewrite_server(settings):
+        if rewrites_on_embedded_llm(settings):
+            logger.warning(
+                "CHATQNA_LLM_REWRITE_SERVER=false: condense rewrites and history translations "
+                "share the answers' embedded server, wait behind other users' answers and can "
+                "time out there"
+            )
         return llm
     rewrite_llm = await start_embedded_llm(settings, backend="rewrite_llm")
     logger.info("condense rewrites and history translations have an embedded server of their own")

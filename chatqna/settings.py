@@ -82,9 +82,11 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(120.0, gt=0)
     llm_generation_timeout_seconds: float = Field(300.0, gt=0)
     llm_max_tokens: int = Field(512, ge=1)
+    llm_max_tokens_limit: int = Field(2048, ge=1)
     chatqna_llm_gguf: Path | None = None
     chatqna_llm_context: int = Field(4096, ge=256)
     chatqna_llm_threads: int | None = Field(None, ge=1)
+    chatqna_llm_rewrite_server: bool = True
 
     # --- shared upstream behaviour -----------------------------------------------------
     upstream_connect_timeout_seconds: float = Field(5.0, gt=0)
@@ -257,6 +259,12 @@ class Settings(BaseSettings):
             raise ValueError("LLM_MODEL_ID is required when LLM_ENDPOINT is set")
         if self.condense_llm_endpoint is not None and not self.condense_llm_model_id:
             raise ValueError("CONDENSE_LLM_MODEL_ID is required when CONDENSE_LLM_ENDPOINT is set")
+        if self.llm_max_tokens > self.llm_max_tokens_limit:
+            raise ValueError(
+                f"LLM_MAX_TOKENS={self.llm_max_tokens} is above "
+                f"LLM_MAX_TOKENS_LIMIT={self.llm_max_tokens_limit}: the default answer length "
+                "must be one a request may ask for"
+            )
         # The query, the history, and the previous question when the self-contained check is on.
         batch = (
             self.multi_turn_history_turns + 1 + int(self.multi_turn_self_contained_similarity > 0)

@@ -33,7 +33,8 @@ from chatqna.api.schemas import (
     ModelList,
     OpenAIChatRequest,
 )
-from chatqna.errors import ChatQnAError, PayloadTooLarge
+from chatqna.backends.protocols import GenerationParams
+from chatqna.errors import ChatQnAError, InvalidRequest, PayloadTooLarge
 from chatqna.multiturn.history import Message
 from chatqna.pipeline.turn import Turn, TurnOptions
 from chatqna.settings import Settings
@@ -68,13 +69,29 @@ def _checked_messages(body: ChatQnARequest, settings: Settings) -> list[Message]
     return messages
 
 
+def _checked_params(body: ChatQnARequest, settings: Settings) -> GenerationParams:
+    """The request's sampling, its `max_tokens` within `LLM_MAX_TOKENS_LIMIT`.
+
+    An answer holds its LLM server (an embedded one has a single slot) for its whole length,
+    so one request asking for a very long answer would make other users' answers wait and
+    time out: it is refused before anything runs, rather than cut short.
+    """
+    limit = settings.llm_max_tokens_limit
+    if body.max_tokens is not None and body.max_tokens > limit:
+        raise InvalidRequest(
+            f"max_tokens {body.max_tokens} is beyond the limit of {limit} (LLM_MAX_TOKENS_LIMIT)",
+            details=[{"field": "max_tokens", "message": f"must be at most {limit}"}],
+        )
+    return body.generation_params(settings.llm_max_tokens)
+
+
 async def _prepare(body: ChatQnARequest, state: ServiceState) -> Turn:
     settings = state.settings
     messages = _checked_messages(body, settings)
     options = TurnOptions(
         k=body.k if body.k is not None else settings.retriever_k,
         top_n=body.top_n if body.top_n is not None else settings.rerank_top_n,
-        params=body.generation_params(settings.llm_max_tokens),
+        params=_checked_params(body, settings),
     )
     return await state.pipeline.prepare(messages, options)
 

@@ -45,8 +45,10 @@ FUZZ_SETTINGS = settings(
 # Operations with rules JSON Schema cannot state, so a schema-valid request may rightly get a
 # 4xx; every other check still runs on them, and invalid data must still be rejected.
 RULES_BEYOND_THE_SCHEMA = {
-    "POST /v1/chatqna": "the last message must be a non-empty user message",
-    "POST /v1/chat/completions": "the last message must be a non-empty user message",
+    "POST /v1/chatqna": "a non-empty last user message; max_tokens within LLM_MAX_TOKENS_LIMIT",
+    "POST /v1/chat/completions": (
+        "a non-empty last user message; max_tokens within LLM_MAX_TOKENS_LIMIT"
+    ),
     "POST /v1/dataprep/ingest": "a file or a link; chunk_overlap < chunk_size; readable files",
     "POST /v1/retrieval": "an embedding must have the index's dimension and be non-zero",
 }

@@ -4,9 +4,10 @@ condense rewrite and history translation are served (slow: loads the packaged GG
 An embedded llama.cpp server generates in one slot, one request at a time. Queued behind
 another user's answer there, a rewrite would spend its timeout waiting and fail the turn
 (503 `condense_failed`, reason `timeout`), and a translation would be given up. They run on
-a second server of their own (`chatqna.composition.build_rewrite_llm`). Each case builds the
-backends as `chatqna serve` does, starts a long answer, and checks that the rewrite or the
-translation returns while the answer is still streaming.
+a second server of their own (`chatqna.composition.build_rewrite_llm`; the default,
+`CHATQNA_LLM_REWRITE_SERVER=true`). Each case builds the backends as `chatqna serve` does,
+starts a long answer, and checks that the rewrite or the translation returns while the
+answer is still streaming.
 """
 
 from __future__ import annotations

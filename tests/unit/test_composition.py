@@ -195,6 +195,8 @@ SPANISH = "¿Cómo puedo exportar mis datos después de cancelar la suscripción
             True,  # translations still go to the embedded LLM
         ),
         ({"multi_turn_mode": "condense", "multi_turn_history_turns": 0}, False),
+        ({"multi_turn_mode": "condense", "chatqna_llm_rewrite_server": False}, False),
+        ({"multi_turn_blend_enabled": True, "chatqna_llm_rewrite_server": False}, False),
         ({"multi_turn_blend_enabled": True, "multi_turn_history_turns": 0}, False),
         (
             {"multi_turn_mode": "condense", "llm_endpoint": "http://llm.test", "llm_model_id": "m"},
@@ -283,6 +285,58 @@ async def test_without_rewrites_or_translations_one_embedded_server_serves_every
     backends = await composition.build_backends(Settings())
     assert embedded_servers == ["llm"]
     assert backends.rewrite_llm is None and backends.condense_llm is backends.llm
+    await backends.aclose()
+
+
+def test_the_rewrite_server_is_switched_off_by_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MULTI_TURN_MODE", "condense")
+    assert composition.uses_rewrite_server(Settings()) is True
+    monkeypatch.setenv("CHATQNA_LLM_REWRITE_SERVER", "false")
+    assert composition.uses_rewrite_server(Settings()) is False
+
+
+async def test_with_the_rewrite_server_off_rewrites_share_the_answers_server(
+    closed: list[str], embedded_servers: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(multi_turn_mode="condense", chatqna_llm_rewrite_server=False)
+    backends = await composition.build_backends(settings)
+    assert embedded_servers == ["llm"]
+    assert backends.rewrite_llm is None and backends.condense_llm is backends.llm
+    # /v1/ready names the one server once, as the chat LLM.
+    ready = await backends.describe()
+    assert "llm" in ready and not {"rewrite_llm", "condense_llm"} & set(ready)
+    assert "wait behind other users' answers" in caplog.text
+    await backends.aclose()
+    assert closed.count("llm") == 1
+
+
+async def test_with_the_rewrite_server_off_translations_go_to_the_answers_server(
+    closed: list[str], embedded_servers: list[str]
+) -> None:
+    settings = Settings(
+        multi_turn_blend_enabled=True,
+        condense_llm_endpoint="http://condense.test/v1",
+        condense_llm_model_id="small",
+        chatqna_llm_rewrite_server=False,
+    )
+    backends = await composition.build_backends(settings)
+    assert embedded_servers == ["llm"]
+    assert backends.translator is not None
+    await backends.translator.normalise([Message("user", SPANISH)])
+    assert isinstance(backends.llm, RecordingLLM) and len(backends.llm.prompts) == 1
+    ready = set(await backends.describe())
+    assert {"llm", "condense_llm"} <= ready and "rewrite_llm" not in ready
+    await backends.aclose()
+
+
+async def test_with_nothing_to_rewrite_the_switch_is_not_warned_about(
+    embedded_servers: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    backends = await composition.build_backends(Settings(chatqna_llm_rewrite_server=False))
+    assert embedded_servers == ["llm"]
+    assert "CHATQNA_LLM_REWRITE_SERVER" not in caplog.text
     await backends.aclose()
 
 

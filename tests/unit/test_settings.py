@@ -263,3 +263,30 @@ def test_a_root_path_must_be_a_path_without_a_trailing_slash(
 def test_a_root_path_is_kept_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHATQNA_ROOT_PATH", "/chat")
     assert Settings().chatqna_root_path == "/chat"
+
+
+def test_max_tokens_limit_defaults_to_2048_and_may_equal_the_default_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().llm_max_tokens_limit == 2048
+    monkeypatch.setenv("LLM_MAX_TOKENS", "1024")
+    monkeypatch.setenv("LLM_MAX_TOKENS_LIMIT", "1024")
+    assert (Settings().llm_max_tokens, Settings().llm_max_tokens_limit) == (1024, 1024)
+
+
+def test_max_tokens_limit_below_the_default_length_stops_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    message = _error_for(monkeypatch, LLM_MAX_TOKENS_LIMIT="256")
+    assert message.splitlines() == [
+        "invalid configuration:",
+        "  configuration: LLM_MAX_TOKENS=512 is above LLM_MAX_TOKENS_LIMIT=256: the default "
+        "answer length must be one a request may ask for",
+    ]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_max_tokens_limit_must_be_a_positive_count(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    assert "LLM_MAX_TOKENS_LIMIT: " in _error_for(monkeypatch, LLM_MAX_TOKENS_LIMIT=value)
