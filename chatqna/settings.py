@@ -6,6 +6,7 @@ Variable names follow OPEA's ChatQnA and the multi-turn design (`TEI_EMBEDDING_E
 down. Every bad value fails validation with a message that names the variable.
 """
 
+# size: one field per environment variable, by design the only reader of the environment
 from __future__ import annotations
 
 import importlib.util
