@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import typer
 
+from chatqna.upstream.proxies import trust_env_for
 from chatqna.upstream.sse import ServerSentEvent, iter_events
 
 TIMEOUT = httpx.Timeout(120, connect=5)
@@ -93,12 +94,17 @@ def _refusal(response: httpx.Response) -> str:
 
 
 def stream_answer(url: str, questions: list[str], printer: AnswerPrinter) -> None:
-    """POST the turns to `{url}/v1/chatqna` and print the streamed answer."""
+    """POST the turns to `{url}/v1/chatqna` and print the streamed answer (straight to a
+    service on loopback, whatever proxy the environment names)."""
     endpoint = f"{url.rstrip('/')}/v1/chatqna"
     messages = [{"role": "user", "content": text} for text in questions]
     try:
         with httpx.stream(
-            "POST", endpoint, json={"messages": messages, "stream": True}, timeout=TIMEOUT
+            "POST",
+            endpoint,
+            json={"messages": messages, "stream": True},
+            timeout=TIMEOUT,
+            trust_env=trust_env_for(url),
         ) as response:
             if response.status_code >= 400:
                 raise AskFailed(f"{endpoint} refused the request: {_refusal(response)}")

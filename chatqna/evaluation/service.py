@@ -33,6 +33,7 @@ from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy
 from chatqna.evaluation.progress import Progress
 from chatqna.evaluation.runner import describe_mode
+from chatqna.upstream.proxies import trust_env_for
 
 SUFFIX = ".md"
 # The longest answer asked of the service for own history (as the harness's LLM answerer).
@@ -266,7 +267,13 @@ async def run_against_service(
     started = time.perf_counter()
     modes = []
     timeout = httpx.Timeout(300, connect=10)
-    client = httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout, transport=transport)
+    client = httpx.AsyncClient(
+        base_url=url,
+        headers=headers,
+        timeout=timeout,
+        transport=transport,
+        trust_env=trust_env_for(url),
+    )
     async with client:
         if ingest:
             await ingest_corpus(client, dataset)

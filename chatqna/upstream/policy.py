@@ -10,7 +10,8 @@ httpx exception.
 Retried: connection failures and resets, protocol errors (a body cut short), timeouts, and
 HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong), a body that is
 not the documented shape or is larger than the client reads (`ResponseTooLarge`): the
-upstream would answer the same again.
+upstream would answer the same again. A 429 or 5xx that carries `Retry-After` is retried
+no sooner than it asks, or, when it asks for more than the call can wait, not at all.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ import asyncio
 import json
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -39,22 +43,29 @@ class RetryPolicy:
     `attempts` counts the first try. The wait before retry n (from 1) is drawn uniformly
     from [c/2, c] with c = min(backoff_seconds * 2**(n-1), max_backoff_seconds): exponential
     backoff with "equal jitter" (AWS Architecture Blog, "Exponential Backoff And Jitter",
-    2015), so calls that failed together spread out, yet none retries at once. `sleep` and
-    `jitter` are injectable so tests can record the waits instead of taking them.
+    2015), so calls that failed together spread out, yet none retries at once.
+
+    An upstream's `Retry-After` lengthens the wait to what it asks for, up to
+    `max_retry_after_seconds`: asked for more, or for a pause past the call's deadline,
+    the call fails at once rather than retry sooner than asked. `sleep`, `jitter` and
+    `clock` (the monotonic time deadlines are read on) are injectable so tests can record
+    the waits instead of taking them.
     """
 
     attempts: int = 1
     backoff_seconds: float = 0.2
     max_backoff_seconds: float = 5.0
+    max_retry_after_seconds: float = 60.0
     sleep: Callable[[float], Awaitable[None]] = field(
         default=asyncio.sleep, compare=False, repr=False
     )
     jitter: Callable[[], float] = field(default=random.random, compare=False, repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
-        if self.backoff_seconds < 0 or self.max_backoff_seconds < 0:
+        if min(self.backoff_seconds, self.max_backoff_seconds, self.max_retry_after_seconds) < 0:
             raise ValueError("backoff times cannot be negative")
 
     def delay(self, retry: int) -> float:
@@ -62,18 +73,32 @@ class RetryPolicy:
         ceiling = min(self.backoff_seconds * 2.0 ** (retry - 1), self.max_backoff_seconds)
         return ceiling * (0.5 + 0.5 * self.jitter())
 
+    def refusal(self, asked: float, deadline: float | None) -> str | None:
+        """Why a pause of `asked` seconds, which an upstream's `Retry-After` asked for, is
+        not waited out (None when it is): longer than this policy waits, or ending past
+        `deadline` (a `clock` time)."""
+        shown = f"{round(asked, 1):g} s"
+        if asked > self.max_retry_after_seconds:
+            limit = f"{self.max_retry_after_seconds:g} s"
+            return f"Retry-After asks for {shown}, more than the {limit} waited at most"
+        if deadline is not None and self.clock() + asked > deadline:
+            return f"Retry-After asks for {shown}, past the call's deadline"
+        return None
+
 
 NO_RETRY = RetryPolicy(attempts=1)
 
 
 class HTTPStatusFailure(Exception):
     """An upstream answered with an error status (4xx, 5xx); `body` is the start of what
-    it said (for a client that reads a known error out of it)."""
+    it said (for a client that reads a known error out of it), `retry_after` its
+    `Retry-After` header as sent."""
 
-    def __init__(self, status: int, body: bytes = b"") -> None:
+    def __init__(self, status: int, body: bytes = b"", retry_after: str | None = None) -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
         self.body = body[:ERROR_BODY_BYTES]
+        self.retry_after = retry_after
 
 
 # How much of an error answer is kept: error objects are small.
@@ -83,8 +108,27 @@ ERROR_BODY_BYTES = 4096
 def raise_for_status(reply: Reply) -> Reply:
     """`reply` itself, unless its status is an error."""
     if reply.status >= 400:
-        raise HTTPStatusFailure(reply.status, reply.body)
+        raise HTTPStatusFailure(reply.status, reply.body, reply.retry_after)
     return reply
+
+
+def retry_after_seconds(value: str | None, now: datetime) -> float | None:
+    """The pause a `Retry-After` header asks for (RFC 9110 §10.2.3), in seconds from `now`
+    (an aware time): delay-seconds (`30`), or an HTTP-date (`Fri, 31 Dec 1999 23:59:59
+    GMT`; one already past asks for none). None without a header or for one that is
+    neither: such a header is ignored."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if when.tzinfo is None:  # a `-0000` zone: UTC, by RFC 5322
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
 
 
 def _status(exc: BaseException) -> int | None:
@@ -92,6 +136,15 @@ def _status(exc: BaseException) -> int | None:
         return exc.status
     if isinstance(exc, httpx.HTTPStatusError):
         return exc.response.status_code
+    return None
+
+
+def _retry_after(exc: BaseException) -> str | None:
+    if isinstance(exc, HTTPStatusFailure):
+        return exc.retry_after
+    if isinstance(exc, httpx.HTTPStatusError):
+        value: str | None = exc.response.headers.get("retry-after")
+        return value
     return None
 
 
@@ -128,15 +181,17 @@ def _failure(exc: BaseException) -> str:
 
 
 def translate_http_error(
-    exc: Exception, *, backend: str, what: str, attempts: int = 1
+    exc: Exception, *, backend: str, what: str, attempts: int = 1, reason: str | None = None
 ) -> UpstreamFailure:
     """Map an exception raised while calling `what` on `backend` to our error tree.
 
     A `TimeoutError` is a whole-call bound (`asyncio.timeout`) that ran out. A body too
     large to read (`ResponseTooLarge`), like any failure that is not the transport's, is a
-    bad response.
+    bad response. `reason` says why the call stopped before its attempts were spent.
     """
-    tried = f" (after {attempts} attempts)" if attempts > 1 else ""
+    notes = [f"after {attempts} attempts"] if attempts > 1 else []
+    notes += [reason] if reason is not None else []
+    tried = f" ({'; '.join(notes)})" if notes else ""
     if timed_out(exc):
         return UpstreamTimeout(f"{backend}: {what} timed out{tried}", backend=backend)
     status = _status(exc)
@@ -156,8 +211,14 @@ async def with_retries(
     retry: RetryPolicy,
     backend: str,
     what: str,
+    deadline: float | None = None,
 ) -> Reply:
-    """Run `attempt` until it succeeds, fails for good, or `retry.attempts` are spent."""
+    """Run `attempt` until it succeeds, fails for good, or `retry.attempts` are spent.
+
+    A failure whose `Retry-After` asks for longer than the backoff is waited out as asked,
+    if the pause ends by `deadline` (a `retry.clock()` time; None: no deadline) and within
+    the policy's most; otherwise the call fails now, without another attempt.
+    """
     for number in range(1, retry.attempts + 1):
         try:
             return await attempt()
@@ -167,14 +228,23 @@ async def with_retries(
                     exc, backend=backend, what=what, attempts=number
                 ) from exc
             wait = retry.delay(number)
+            asked = retry_after_seconds(_retry_after(exc), datetime.now(UTC))
+            if asked is not None and asked > wait:
+                refusal = retry.refusal(asked, deadline)
+                if refusal is not None:
+                    raise translate_http_error(
+                        exc, backend=backend, what=what, attempts=number, reason=refusal
+                    ) from exc
+                wait = asked
             logger.warning(
-                "%s: %s failed (%s), attempt %d of %d; retrying in %.2fs",
+                "%s: %s failed (%s), attempt %d of %d; retrying in %.2fs%s",
                 backend,
                 what,
                 _failure(exc),
                 number,
                 retry.attempts,
                 wait,
+                " (as its Retry-After asks)" if wait == asked else "",
             )
             await retry.sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -192,7 +262,10 @@ async def post_json(
     """POST `payload` and return the decoded JSON body, or raise a typed upstream error.
 
     `timeout_seconds` bounds each attempt as a whole (the client's own timeouts bound each
-    read); `retry` says how often a retryable failure is tried again.
+    read); `retry` says how often a retryable failure is tried again. The call as a whole
+    may take `retry.attempts × timeout_seconds` (and the backoff): a `Retry-After` pause is
+    waited out only if the attempt after it, given its whole `timeout_seconds`, still ends
+    within that.
     """
 
     async def attempt() -> Reply:
@@ -200,7 +273,11 @@ async def post_json(
             reply = await client.post(path, payload)
         return raise_for_status(reply)
 
-    reply = await with_retries(attempt, retry=retry, backend=backend, what=f"POST {path}")
+    deadline = None
+    if timeout_seconds is not None:
+        deadline = retry.clock() + (retry.attempts - 1) * timeout_seconds
+    what = f"POST {path}"
+    reply = await with_retries(attempt, retry=retry, backend=backend, what=what, deadline=deadline)
     try:
         return reply.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -115,6 +115,7 @@ class _HttpxStream:
         self._limit = limit
         self.status = response.status_code
         self.server = response.headers.get("server", "")
+        self.retry_after = response.headers.get("retry-after")
         # One iterator over the body: `read` and `finish` go on where `chunks` stopped.
         self._chunks = decoded_chunks(response)
 
@@ -190,7 +191,7 @@ class HttpxSession:
         """The whole response, whatever its status (`url` absolute, `body` encoded)."""
         stream = await self.open(method, url, headers, body)
         try:
-            return Reply(stream.status, await stream.read())
+            return Reply(stream.status, await stream.read(), stream.retry_after)
         finally:
             await stream.aclose()
 

@@ -34,10 +34,12 @@ class ResponseTooLarge(Exception):
 
 @dataclass(frozen=True)
 class Reply:
-    """A whole response: status and the body as sent."""
+    """A whole response: status, the body as sent, and its `Retry-After` header as sent
+    (None without one): the pause an overloaded upstream asks for before a retry."""
 
     status: int
     body: bytes
+    retry_after: str | None = None
 
     def json(self) -> Any:
         """The body decoded as JSON (orjson; raises `orjson.JSONDecodeError`, a

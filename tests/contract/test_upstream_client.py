@@ -32,7 +32,7 @@ SEEN: list[bytes] = []  # the request heads the server read, newest last
 
 async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """One request per connection (each answer says `Connection: close`). Route by path:
-    /json echoes the body, /busy is a 503, /stream is chunked SSE,
+    /json echoes the body, /busy is a 503 with `Retry-After`, /stream is chunked SSE,
     /silent never answers, /short promises more body than it sends, /hints sends a
     `103 Early Hints` first, /gzip and /gzip-stream gzip their bodies, /bomb is a small
     gzip body that decodes to 8 MiB."""
@@ -70,7 +70,7 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(BOMB), BOMB))
     elif path == b"/busy":
         writer.write(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n")
-        writer.write(b"Content-Length: 4\r\n\r\nbusy")
+        writer.write(b"Retry-After: 30\r\nContent-Length: 4\r\n\r\nbusy")
     elif path == b"/stream":
         writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n")
         for piece in PIECES:
@@ -179,9 +179,9 @@ async def test_a_json_call_returns_status_and_body_as_sent(upstream: UpstreamCli
     assert reply.json() == {"got": {"input": "q"}}
 
 
-async def test_an_error_status_is_a_reply(upstream: UpstreamClient) -> None:
+async def test_an_error_status_is_a_reply_with_its_retry_after(upstream: UpstreamClient) -> None:
     reply = await upstream.post("/busy", {})
-    assert (reply.status, reply.body) == (503, b"busy")
+    assert (reply.status, reply.body, reply.retry_after) == (503, b"busy", "30")
 
 
 async def test_a_stream_gives_the_whole_body_in_order(upstream: UpstreamClient) -> None:

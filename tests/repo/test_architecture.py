@@ -38,7 +38,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "chatqna.evaluation",
         "chatqna.ingest",
     ),
-    "chatqna.ask": ("chatqna.upstream.sse",),
+    "chatqna.ask": ("chatqna.upstream.sse", "chatqna.upstream.proxies"),
     "chatqna.app": (
         "chatqna.api",
         "chatqna.composition",
@@ -59,6 +59,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "chatqna.multiturn",
         "chatqna.retrieval",
         "chatqna.backends.protocols",
+        "chatqna.upstream.proxies",
     ),
     "chatqna.ui": (),
     # The composition root: the one place that names concrete implementations.

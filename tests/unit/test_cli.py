@@ -38,8 +38,9 @@ def serve_with(
 ) -> None:
     """Route `chatqna ask`'s request to `handler` instead of the network."""
 
-    def stream(method: str, url: str, **kwargs: Any) -> Any:
-        return httpx.Client(transport=httpx.MockTransport(handler)).stream(method, url, **kwargs)
+    def stream(method: str, url: str, *, trust_env: bool = True, **kwargs: Any) -> Any:
+        client = httpx.Client(transport=httpx.MockTransport(handler), trust_env=trust_env)
+        return client.stream(method, url, **kwargs)
 
     monkeypatch.setattr(httpx, "stream", stream)
 

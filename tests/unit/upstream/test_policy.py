@@ -10,6 +10,8 @@ import asyncio
 import gzip
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 
 import httpx
@@ -30,7 +32,9 @@ from chatqna.upstream.policy import (
     is_retryable,
     post_json,
     raise_for_status,
+    retry_after_seconds,
     translate_http_error,
+    with_retries,
 )
 from chatqna.upstream.types import Reply
 from tests.unit.backends.conftest import shape
@@ -279,6 +283,137 @@ async def test_a_whole_call_bound_ends_a_body_that_never_ends() -> None:
     await client.aclose()
     assert len(calls) == len(opened) == 2
     assert info.value.message == "embedder: POST /v1/embeddings timed out (after 2 attempts)"
+
+
+# --------------------------------------------------------------------------- Retry-After
+
+NOW = datetime(2026, 5, 9, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("30", 30.0),
+        (" 0 ", 0.0),
+        ("Sat, 09 May 2026 12:00:45 GMT", 45.0),  # IMF-fixdate
+        ("Saturday, 09-May-26 12:01:00 GMT", 60.0),  # RFC 850, obsolete but allowed
+        ("Sat, 09 May 2026 12:00:10 -0000", 10.0),  # a zone parsed as "no zone": UTC
+        ("Sat, 09 May 2026 11:00:00 GMT", 0.0),  # already past
+        (None, None),
+        ("", None),
+        ("soon", None),
+        ("-5", None),
+        ("1.5", None),
+        ("\u00b2", None),  # a digit to str.isdigit, not to RFC 9110
+        ("Sat, 99 Foo 2026 12:00:00 GMT", None),
+    ],
+)
+def test_retry_after_is_delay_seconds_or_an_http_date(
+    value: str | None, seconds: float | None
+) -> None:
+    assert retry_after_seconds(value, NOW) == seconds
+
+
+class Clock:
+    """A monotonic clock that only moves when a wait is taken (the policy's `sleep`)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+
+def busy(status: int = 429, retry_after: str = "7") -> httpx.Response:
+    return httpx.Response(status, headers={"Retry-After": retry_after}, json={"error": "busy"})
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_a_retry_waits_as_long_as_retry_after_asks(status: int) -> None:
+    script = Script(busy(status, "7"), httpx.Response(200, json=EMBEDDINGS))
+    waits = Waits()
+    assert await post(script, policy(waits=waits), timeout=30) == EMBEDDINGS
+    assert len(script.calls) == 2 and waits.seconds == [7.0]
+
+
+async def test_a_retry_after_given_as_an_http_date_is_waited_out() -> None:
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=20), usegmt=True)
+    script = Script(busy(429, when), httpx.Response(200, json=EMBEDDINGS))
+    waits = Waits()
+    assert await post(script, policy(waits=waits), timeout=30) == EMBEDDINGS
+    assert len(waits.seconds) == 1 and 18.0 < waits.seconds[0] <= 20.0  # whole seconds
+
+
+@pytest.mark.parametrize("header", ["0", "soon", "-3", "1.5", "Tomorrow, 25:00"])
+async def test_a_short_or_unreadable_retry_after_leaves_the_backoff(header: str) -> None:
+    script = Script(busy(503, header), httpx.Response(200, json=EMBEDDINGS))
+    waits = Waits()
+    assert await post(script, policy(waits=waits), timeout=30) == EMBEDDINGS
+    assert waits.seconds == pytest.approx([0.2])
+
+
+async def test_a_retry_after_past_the_deadline_fails_the_call_at_once() -> None:
+    """Three attempts of 5 s: a retry must start within 10 s to end within 15 s."""
+    script = Script(busy(429, "30"), httpx.Response(200, json=EMBEDDINGS))
+    waits = Waits()
+    with pytest.raises(UpstreamError) as info:
+        await post(script, policy(waits=waits), timeout=5)
+    assert len(script.calls) == 1 and waits.seconds == []
+    assert shape(info.value) == (502, "upstream_error", "embedder")
+    assert info.value.message == (
+        "embedder: POST /v1/embeddings returned HTTP 429 "
+        "(Retry-After asks for 30 s, past the call's deadline)"
+    )
+    assert isinstance(info.value.__cause__, HTTPStatusFailure)
+
+
+async def test_the_waits_already_taken_count_against_the_deadline() -> None:
+    clock = Clock()
+    retry = RetryPolicy(attempts=3, sleep=clock.sleep, clock=clock, jitter=lambda: 1.0)
+    script = Script(busy(429, "6"), busy(429, "6"), httpx.Response(200, json=EMBEDDINGS))
+    with pytest.raises(UpstreamError) as info:
+        await post(script, retry, timeout=5)
+    assert len(script.calls) == 2 and clock.waits == [6.0]
+    assert info.value.message.endswith(
+        "(after 2 attempts; Retry-After asks for 6 s, past the call's deadline)"
+    )
+
+
+async def test_a_retry_after_longer_than_the_policy_waits_fails_the_call_at_once() -> None:
+    script = Script(busy(503, "3600"), httpx.Response(200, json=EMBEDDINGS))
+    waits = Waits()
+    with pytest.raises(UpstreamError) as info:
+        await post(script, policy(waits=waits))  # no whole-call bound, so no deadline
+    assert len(script.calls) == 1 and waits.seconds == []
+    assert "Retry-After asks for 3600 s, more than the 60 s waited at most" in info.value.message
+
+
+async def test_httpx_status_errors_carry_their_retry_after_too() -> None:
+    """A caller that raises httpx's own `HTTPStatusError` gets the same waits."""
+    answers = [busy(429, "4"), httpx.Response(200, content=b"{}")]
+    waits = Waits()
+
+    async def attempt() -> Reply:
+        response = answers.pop(0)
+        response.request = httpx.Request("POST", BASE)
+        response.raise_for_status()
+        return Reply(response.status_code, response.content)
+
+    reply = await with_retries(attempt, retry=policy(waits=waits), backend="embedder", what="x")
+    assert reply.status == 200 and waits.seconds == [4.0]
+
+
+async def test_a_retry_after_on_a_failure_not_retried_changes_nothing() -> None:
+    script = Script(busy(400, "1"), httpx.Response(200, json=EMBEDDINGS))
+    with pytest.raises(UpstreamError) as info:
+        await post(script, policy(), timeout=5)
+    assert len(script.calls) == 1
+    assert info.value.message == "embedder: POST /v1/embeddings returned HTTP 400"
 
 
 # --------------------------------------------------------------------------- the clients
