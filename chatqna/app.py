@@ -28,7 +28,7 @@ from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
-from chatqna.telemetry.tracing import configure_tracing
+from chatqna.telemetry.tracing import configure_propagation, configure_tracing
 
 logger = logging.getLogger("chatqna")
 
@@ -112,7 +112,10 @@ def create_app(
 
     Without an injected provider, tracing is configured from the `OTEL_*` variables and,
     when on, installed as the process's global provider (unless one is installed already).
+    `OTEL_PROPAGATORS=none` is made safe for FastAPI's extraction either way
+    (`configure_propagation`).
     """
+    configure_propagation()
     owned_provider = configure_tracing(settings) if tracer_provider is None else None
 
     @asynccontextmanager

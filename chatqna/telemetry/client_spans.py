@@ -14,13 +14,16 @@ A thin wrapper on the public API rather than opentelemetry-instrumentation-httpx
 instrumentation patches httpx for the whole process (every client in it, not only the
 upstream ones) and sees the transport's requests, while these spans belong to the upstream
 clients' logical calls: the batched embedding call is the one `POST` span under
-`chatqna.embed`.
+`chatqna.embed`. Where that instrumentation is active all the same (`opentelemetry-instrument`
+with the package installed), the upstream calls suppress it through
+opentelemetry-instrumentation's `suppress_http_instrumentation`: still one span per call,
+and the `traceparent` sent names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from urllib.parse import urlsplit
 
@@ -34,6 +37,20 @@ from chatqna.telemetry.tracing import inert
 TRACER_NAME = "chatqna.http"
 _TRACER = trace.get_tracer(TRACER_NAME, __version__)
 _UNTRACED: ContextVar[bool] = ContextVar("chatqna_untraced_calls", default=False)
+
+
+def _http_instrumentation_suppressor() -> Callable[[], AbstractContextManager[None]]:
+    """opentelemetry-instrumentation's `suppress_http_instrumentation`, which the HTTP
+    client instrumentations obey. Each of them requires that package, so where it is not
+    installed there is nothing to suppress."""
+    try:
+        from opentelemetry.instrumentation.utils import suppress_http_instrumentation
+    except ImportError:
+        return nullcontext
+    return suppress_http_instrumentation
+
+
+_SUPPRESS_HTTP_INSTRUMENTATION = _http_instrumentation_suppressor()
 
 
 @contextmanager
@@ -93,33 +110,36 @@ class ClientSpans:
         """A span for one call, current for the block; the trace context goes into
         `headers` (the dict then sent). Where a span would record nothing (a trace the
         sampler dropped, no tracer provider: `chatqna.telemetry.tracing.inert`) none is
-        started, and the current context, if any, goes along as it is."""
-        parent = trace.get_current_span()
-        if inert(parent) or _UNTRACED.get():
-            propagate.inject(headers)
-            yield ClientCall(parent)
-            return
-        attributes: dict[str, AttributeValue] = {
-            "http.request.method": method,
-            "url.full": self.prefix + path.partition("?")[0],
-            "server.address": self.host,
-            "server.port": self.port,
-        }
-        with _TRACER.start_as_current_span(
-            method,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            propagate.inject(headers)
-            try:
-                yield ClientCall(span)
-            except BaseException as exc:
-                # Also a cancellation: a whole-call bound (`asyncio.timeout`) that ran out
-                # arrives here as `CancelledError`, and that call failed too.
-                if span.is_recording():
-                    name = _class_name(exc)
-                    span.set_attribute("error.type", name)
-                    span.set_status(Status(StatusCode.ERROR, name))
-                raise
+        started, and the current context, if any, goes along as it is. An active HTTP
+        client instrumentation (opentelemetry-instrumentation-httpx) is suppressed for the
+        call, so it adds no span of its own and sends no context of its own."""
+        with _SUPPRESS_HTTP_INSTRUMENTATION():
+            parent = trace.get_current_span()
+            if inert(parent) or _UNTRACED.get():
+                propagate.inject(headers)
+                yield ClientCall(parent)
+                return
+            attributes: dict[str, AttributeValue] = {
+                "http.request.method": method,
+                "url.full": self.prefix + path.partition("?")[0],
+                "server.address": self.host,
+                "server.port": self.port,
+            }
+            with _TRACER.start_as_current_span(
+                method,
+                kind=SpanKind.CLIENT,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                propagate.inject(headers)
+                try:
+                    yield ClientCall(span)
+                except BaseException as exc:
+                    # Also a cancellation: a whole-call bound (`asyncio.timeout`) that ran
+                    # out arrives here as `CancelledError`, and that call failed too.
+                    if span.is_recording():
+                        name = _class_name(exc)
+                        span.set_attribute("error.type", name)
+                        span.set_status(Status(StatusCode.ERROR, name))
+                    raise

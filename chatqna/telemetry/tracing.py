@@ -18,6 +18,9 @@ from the few variables `Settings` reads:
 
 When a tracer provider is installed already (`opentelemetry-instrument`, a distro, an
 application embedding the service), it is used as it is and nothing is installed.
+
+`OTEL_PROPAGATORS=none` takes no context from the request headers and sends none upstream
+(`NoPropagation` stands in for what opentelemetry-api builds for it).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from contextlib import contextmanager
 from importlib.metadata import entry_points
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.propagators import textmap
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -107,6 +111,48 @@ def current_trace_id() -> str | None:
     """The 32 hex digits of the current trace (sampled or not), if one is running."""
     context = trace.get_current_span().get_span_context()
     return trace.format_trace_id(context.trace_id) if context.is_valid else None
+
+
+class NoPropagation(textmap.TextMapPropagator):
+    """The propagator of `OTEL_PROPAGATORS=none`: nothing is read from a carrier or written
+    to one, and `extract` returns the context it is given (an empty one when given none).
+
+    For `none`, opentelemetry-api (since open-telemetry/opentelemetry-python#4553) installs
+    an empty `CompositePropagator`, whose `extract` returns the context argument as it is:
+    None when none is given. FastAPI's telemetry attaches that None as the request's
+    context, and every traced request then fails (`AttributeError` on the context).
+    open-telemetry/opentelemetry-python#1765 (open) is the issue on what `extract` owes
+    when it finds nothing.
+    """
+
+    def extract(
+        self,
+        carrier: textmap.CarrierT,
+        context: Context | None = None,
+        getter: textmap.Getter[textmap.CarrierT] = textmap.default_getter,
+    ) -> Context:
+        return context if context is not None else Context()
+
+    def inject(
+        self,
+        carrier: textmap.CarrierT,
+        context: Context | None = None,
+        setter: textmap.Setter[textmap.CarrierT] = textmap.default_setter,
+    ) -> None:
+        return None
+
+    @property
+    def fields(self) -> set[str]:
+        return set()
+
+
+def configure_propagation() -> None:
+    """Install `NoPropagation` as the global propagator where the configured one would
+    return no context from `extract` (`OTEL_PROPAGATORS=none`); any other is left as it is.
+    Run before the app serves, as FastAPI's telemetry extracts with the global one."""
+    extracted: Context | None = propagate.extract({})
+    if extracted is None:
+        propagate.set_global_textmap(NoPropagation())
 
 
 def exporter_names(settings: Settings) -> list[str]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+from opentelemetry import propagate
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -319,3 +321,38 @@ async def test_the_server_span_continues_the_callers_trace_and_skips_the_probes(
     attributes = server.attributes or {}
     assert attributes["http.route"] == "/v1/models"
     assert attributes["http.response.status_code"] == 200
+
+
+@pytest.fixture
+def propagators_none() -> Iterator[None]:
+    """The global propagator as opentelemetry-api builds it for `OTEL_PROPAGATORS=none`:
+    a composite of no propagators."""
+    configured = propagate.get_global_textmap()
+    propagate.set_global_textmap(CompositePropagator([]))
+    yield
+    propagate.set_global_textmap(configured)
+
+
+@pytest.mark.usefixtures("propagators_none")
+async def test_with_propagators_none_requests_are_traced_without_any_context_in_headers(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    condense = settings.model_copy(update={"multi_turn_mode": "condense"})
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with upstream_mock() as router:
+        rewrite = router.post(f"{LLM}/v1/chat/completions").mock(
+            return_value=completion('{"standalone_query": "Can I export after I cancel?"}')
+        )
+        client = await _client(client_for, condense, rewriter=True)
+        response = await client.post(
+            "/v1/chatqna",
+            json={"messages": CHAT, "stream": False},
+            headers={"traceparent": caller, "baggage": "tenant=acme"},
+        )
+    assert response.status_code == 200, response.text
+    server = server_span(by_name(spans))
+    assert server.parent is None, "the caller's context is not taken"
+    assert response.headers["x-trace-id"] == format(server.context.trace_id, "032x")  # type: ignore[union-attr]
+    assert [s.kind for s in spans.get_finished_spans()].count(SpanKind.CLIENT) == 1
+    sent = rewrite.calls.last.request.headers
+    assert "traceparent" not in sent and "baggage" not in sent, "none is put in"

@@ -1,7 +1,8 @@
 """Tracing as an operator runs it: real server processes exporting over OTLP/HTTP and
-OTLP/gRPC to receivers started here, `OTEL_SDK_DISABLED`, `OTEL_RESOURCE_ATTRIBUTES`, and
-the service under `opentelemetry-instrument`, with an LLM stand-in that records the
-`traceparent` it is sent."""
+OTLP/gRPC to receivers started here, `OTEL_SDK_DISABLED`, `OTEL_RESOURCE_ATTRIBUTES`,
+`OTEL_PROPAGATORS=none`, and the service under `opentelemetry-instrument` (with
+opentelemetry-instrumentation-httpx installed, as the test extra has it), with an LLM
+stand-in that records the `traceparent` it is sent."""
 
 from __future__ import annotations
 
@@ -98,10 +99,11 @@ def llm_stand_in() -> Iterator[tuple[str, list[dict[str, str]]]]:
         server.server_close()
 
 
-def ask(url: str) -> httpx.Response:
+def ask(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
     response = httpx.post(
         f"{url}/v1/chatqna",
         json={"messages": CHAT, "max_tokens": 8, "stream": False},
+        headers=headers,
         timeout=60,
     )
     assert response.status_code == 200, response.text
@@ -177,6 +179,30 @@ def test_spans_arrive_over_otlp_grpc(tmp_path: Path, data: Path) -> None:
     assert_one_tree(spans)
 
 
+def test_with_otel_propagators_none_no_context_is_taken_or_sent(tmp_path: Path, data: Path) -> None:
+    caller = "0af7651916cd43dd8448eb211c80319c"
+    with otlp_receiver() as (endpoint, received), llm_stand_in() as (llm, seen):
+        server = start_server(
+            data,
+            tmp_path / "server.log",
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_PROPAGATORS="none",
+            LLM_ENDPOINT=llm,
+            LLM_MODEL_ID="standin",
+            **FAST_EXPORT,
+        )
+        try:
+            response = ask(server.url, {"traceparent": f"00-{caller}-b7ad6b7169203331-01"})
+            trace_id = response.headers["x-trace-id"]
+            spans = spans_of(received, trace_id, "chatqna.generate")
+        finally:
+            log = server.stop()
+    assert trace_id != caller, "the caller's context is not taken"
+    by_name = assert_one_tree(spans)
+    assert by_name["POST /v1/chatqna"]["parent_span_id"] == "", log
+    assert seen and all("traceparent" not in headers for headers in seen)
+
+
 def test_a_disabled_sdk_exports_nothing(tmp_path: Path, data: Path) -> None:
     with otlp_receiver() as (endpoint, received):
         server = start_server(
@@ -222,6 +248,8 @@ def test_under_opentelemetry_instrument_the_whole_tree_is_one_trace(
     assert {s["service"] for s in spans} == {"chatqna-instrumented"}, log
     by_name = assert_one_tree(spans)
     client_calls = [s for s in spans if s["name"] == "POST"]
+    # httpx's instrumentation, active here, adds no second span to an upstream call.
+    assert len(client_calls) == len(seen)
     generate = by_name["chatqna.generate"]
     (llm_call,) = [s for s in client_calls if s["parent_span_id"] == generate["span_id"]]
     sent = [headers["traceparent"].split("-") for headers in seen]

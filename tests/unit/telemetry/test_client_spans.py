@@ -1,20 +1,24 @@
 """Client spans of upstream calls (made by `UpstreamClient`): one per request, with the
 HTTP attributes, and the context sent along by the propagators (also in a trace the sampler
-dropped)."""
+dropped, and with opentelemetry-instrumentation-httpx active)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import httpx
 import pytest
+import respx
 from opentelemetry import baggage, context, trace
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from chatqna.telemetry.client_spans import url_full
+from chatqna.telemetry.client_spans import untraced_calls, url_full
 from chatqna.upstream.client import UpstreamClient
+from tests.unit.conftest import TRACER_PROVIDER
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +176,33 @@ async def test_without_a_tracer_provider_calls_start_no_span_and_send_no_context
     await upstream.post("/v1/embeddings", {"input": ["q"]})
     assert trace.get_current_span() is trace.INVALID_SPAN
     assert "traceparent" not in seen[0].headers
+
+
+@pytest.fixture
+def httpx_instrumented() -> Iterator[None]:
+    """opentelemetry-instrumentation-httpx on every httpx transport of the process, as
+    `opentelemetry-instrument` sets it up when the package is installed."""
+    instrumentor = HTTPXClientInstrumentor()
+    instrumentor.instrument(tracer_provider=TRACER_PROVIDER)
+    yield
+    instrumentor.uninstrument()
+
+
+@pytest.mark.usefixtures("httpx_instrumented")
+async def test_under_the_httpx_instrumentation_a_call_is_still_our_one_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    # httpcore is mocked, so the requests go through httpx's own (instrumented) transport.
+    with respx.mock(using="httpcore") as router:
+        route = router.route(host="tei.test").respond(200, json={})
+        upstream = UpstreamClient(
+            "http://tei.test:8080", timeout_seconds=5, connect_timeout_seconds=1
+        )
+        await upstream.post("/v1/embeddings", {"input": ["q"]})
+        with untraced_calls():  # a readiness probe's
+            await upstream.get("/info")
+        await upstream.aclose()
+    (span,) = spans.get_finished_spans()
+    assert span.name == "POST" and span.instrumentation_scope.name == "chatqna.http"  # type: ignore[union-attr]
+    sent = route.calls[0].request.headers["traceparent"]
+    assert sent.split("-")[2] == format(span.context.span_id, "016x")

@@ -1,17 +1,22 @@
-"""Tracing set-up: which exporters the settings ask for, where they send, the resource, and
-nothing installed over a provider that is there already (the tests' own, here)."""
+"""Tracing set-up: which exporters the settings ask for, where they send, the resource,
+nothing installed over a provider that is there already (the tests' own, here), and a
+propagator for `OTEL_PROPAGATORS=none` that returns a context."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import requests
-from opentelemetry import trace
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     ConsoleSpanExporter,
@@ -27,7 +32,9 @@ from requests import Response
 from chatqna import __version__
 from chatqna.settings import Settings
 from chatqna.telemetry.tracing import (
+    NoPropagation,
     build_exporter,
+    configure_propagation,
     configure_tracing,
     current_trace_id,
     dropped,
@@ -244,3 +251,32 @@ def test_an_ended_sampled_span_still_gets_children(spans: InMemorySpanExporter) 
     child = tracer().start_span("late", context=trace.set_span_in_context(turn))
     child.end()
     assert [span.name for span in spans.get_finished_spans()] == ["turn", "late"]
+
+
+@pytest.fixture
+def global_propagator() -> Iterator[None]:
+    configured = propagate.get_global_textmap()
+    yield
+    propagate.set_global_textmap(configured)
+
+
+@pytest.mark.usefixtures("global_propagator")
+def test_the_empty_propagator_of_otel_propagators_none_is_replaced() -> None:
+    propagate.set_global_textmap(CompositePropagator([]))  # what `none` gets from the API
+    configure_propagation()
+    assert isinstance(propagate.get_global_textmap(), NoPropagation)
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    assert propagate.extract(headers) == Context()
+    given = Context({"key": "value"})
+    assert propagate.extract(headers, context=given) is given
+    sent: dict[str, str] = {}
+    with tracer().start_as_current_span("parent"):
+        propagate.inject(sent)
+    assert sent == {}
+
+
+@pytest.mark.usefixtures("global_propagator")
+def test_a_working_propagator_is_left_as_it_is() -> None:
+    configured = propagate.get_global_textmap()
+    configure_propagation()
+    assert propagate.get_global_textmap() is configured
