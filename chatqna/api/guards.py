@@ -110,6 +110,12 @@ class BodySizeLimit:
 
     A declared `Content-Length` is refused before the body is read; a chunked body is
     counted as the route reads it, so an upload stops being spooled once it is too large.
+
+    It is not FastAPI's `max_body_size` (Starlette's `RequestBodyLimitMiddleware`): over a
+    declared `Content-Length`, that replaces whatever response starts, this envelope as
+    well as a 401 or a 429, with its own `text/plain` 413, which nothing can change; set on
+    the app it sits outside every middleware here (CORS too). Its limits go by app, router
+    or route (a route's fixed at import); these come from `Settings` and the content type.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_upload_bytes: int) -> None:

@@ -7,6 +7,15 @@ the answer's next token is awaited, a comment line (`: ping`) goes out every
 `KEEPALIVE_SECONDS`, so that a proxy's idle timeout does not cut a slow answer. A client
 that disconnects ends the stream: its generators are closed, which closes the upstream LLM
 response and so stops generation there.
+
+FastAPI's own SSE support (`fastapi.sse.EventSourceResponse` with `yield` in the path
+operation) does not fit, for two reasons. It applies only to an endpoint that is itself a
+generator, which always answers `text/event-stream`, while both chat routes answer JSON
+when `stream` is false. And when the client goes while its producer task waits to hand an
+event on (tokens come faster than a slow client reads), it leaves the generator suspended
+at its `yield` until the garbage collector finds it: the LLM stream stays open meanwhile,
+and is then closed in another task, where the span made current cannot be reset. Here the
+answer is closed at once, in the task that runs it (`with_pings`, `EventStreamResponse`).
 """
 
 from __future__ import annotations
