@@ -48,7 +48,6 @@ from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.multiturn.strategy import QueryPlan as ServicePlan
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.query import tokenize
-from chatqna.settings import Settings
 
 ANSWER_TERMS_WEIGHT = 0.3  # the answer terms' BM25 weight when the questions' leg is off
 
@@ -100,6 +99,25 @@ class QueryStrategy:
         if self.strategy == "condense_gold":
             return "condense (gold rewrite)"
         return self.strategy
+
+    def config(self) -> MultiTurnConfig:
+        """The multi-turn configuration under which the service plans a turn as this
+        strategy does (condense for `condense_llm`, else the blend, switched on only for
+        `blend`)."""
+        return MultiTurnConfig(
+            mode="condense" if self.strategy == "condense_llm" else "blend",
+            blend_enabled=self.strategy == "blend",
+            alpha=self.alpha,
+            history_turns=self.history_turns,
+            history_order=self.order,
+            history_roles=self.roles,
+            assistant_weight=self.assistant_weight,
+            bm25_history_weight=self.bm25_history_weight,
+            self_contained_similarity=self.self_contained,
+            rerank_query=self.rerank_query,
+            condense_timeout_seconds=self.condense_timeout,
+            condense_max_query_chars=self.condense_max_chars,
+        )
 
 
 @dataclass(frozen=True)
@@ -169,24 +187,6 @@ class QueryPlan:
         return self.text if self.rerank_text is None else self.rerank_text
 
 
-def planning_settings(strategy: QueryStrategy) -> Settings:
-    """The multi-turn settings under which the service plans a turn as `strategy` does."""
-    return Settings.model_construct(
-        multi_turn_mode="condense" if strategy.strategy == "condense_llm" else "blend",
-        multi_turn_blend_enabled=strategy.strategy == "blend",
-        multi_turn_blend_alpha=strategy.alpha,
-        multi_turn_history_turns=strategy.history_turns,
-        multi_turn_history_order=strategy.order,
-        multi_turn_history_roles=strategy.roles,
-        multi_turn_bm25_history_weight=strategy.bm25_history_weight,
-        multi_turn_rerank_query=strategy.rerank_query,
-        multi_turn_assistant_weight=strategy.assistant_weight,
-        multi_turn_self_contained_similarity=strategy.self_contained,
-        condense_timeout_seconds=strategy.condense_timeout,
-        condense_max_query_chars=strategy.condense_max_chars,
-    )
-
-
 @dataclass(frozen=True)
 class CorpusSignals:
     """What the adaptive candidates read from the indexed corpus: each term's IDF (for
@@ -251,7 +251,7 @@ async def service_plan(
     history leg of `answer_leg` and the hedging dense legs of `hedge_legs`."""
     conversation = Conversation(turn.query, turn.history)
     adapted = await turn_strategy(strategy, turn, embedder, signals)
-    config = MultiTurnConfig.from_settings(planning_settings(adapted))
+    config = adapted.config()
     planned = await build_strategy(config, embedder=embedder).plan(conversation)
     bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
     weights = (strategy.query_leg_weight, strategy.answer_leg_weight)
@@ -309,7 +309,7 @@ async def plan_turn(
     if strategy.strategy == "condense_llm":
         if llm is None:
             raise ValueError("condense_llm needs an LLM")
-        config = MultiTurnConfig.from_settings(planning_settings(strategy))
+        config = strategy.config()
         condense = build_strategy(config, embedder=embedder, condense_llm=llm)
         try:
             planned = await condense.plan(conversation)

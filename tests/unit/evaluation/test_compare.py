@@ -19,7 +19,7 @@ from chatqna.evaluation.compare import (
     shipped_references,
 )
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.modes import QueryStrategy, plan_turn, planning_settings
+from chatqna.evaluation.modes import QueryStrategy, plan_turn
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
@@ -61,6 +61,11 @@ def test_references_follow_the_settings_and_the_seed() -> None:
     assert default_strategy(message).rerank_query == "message"
 
 
+def test_the_default_blend_plans_with_the_config_the_service_builds() -> None:
+    served = SETTINGS.model_copy(update={"multi_turn_blend_enabled": True})
+    assert default_strategy(SETTINGS).config() == MultiTurnConfig.from_settings(served)
+
+
 class SlowLLM(ScriptedLLM):
     """A rewrite model that answers after a second."""
 
@@ -82,7 +87,7 @@ async def test_the_condense_row_runs_the_services_condense_with_its_settings(
         condense_max_query_chars=80,
     )
     strategy = condense_strategy(settings)
-    assert MultiTurnConfig.from_settings(planning_settings(strategy)) == MultiTurnConfig(
+    assert strategy.config() == MultiTurnConfig(
         mode="condense",
         history_turns=1,
         history_order="chronological",
