@@ -23,20 +23,15 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from chatqna.backends.protocols import (
-    ChatLLM,
-    Embedder,
-    GenerationParams,
-    Reranker,
-    SearchQuery,
-)
+from chatqna.backends.protocols import ChatLLM, Embedder, GenerationParams, Reranker
 from chatqna.documents import ScoredChunk
 from chatqna.evaluation.dataset import Dataset, EvalTurn
 from chatqna.evaluation.hedge import hedged_search
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryPlan, plan_turn
+from chatqna.evaluation.modes import BenchPlan, CorpusSignals, Mode, ModeResult, plan_turn
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.prompt import build_answer_prompt
+from chatqna.pipeline.sources import rerank_or_cut, search_query
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
 logger = logging.getLogger(__name__)
@@ -98,31 +93,24 @@ def llm_answerer(llm: ChatLLM, max_tokens: int = 256) -> Answerer:
 
 async def retrieve(
     mode: Mode,
-    plan: QueryPlan,
+    plan: BenchPlan,
     index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
 ) -> list[ScoredChunk]:
-    """One turn's ranked passages under `mode`, as the service retrieves and reranks (a
-    plan with hedging dense legs fuses them in, `chatqna.evaluation.hedge`)."""
-    if plan.vector is None:
+    """One turn's ranked passages under `mode`, with the service's own search query and
+    rerank step (`chatqna.pipeline.sources`). The index is searched on this thread with the
+    mode's per-leg depth; a plan with hedging dense legs fuses them in
+    (`chatqna.evaluation.hedge`)."""
+    planned = plan.service
+    if planned is None:
         return []
-    query = SearchQuery(
-        plan.text,
-        plan.vector,
-        depth,
-        mode.hybrid,
-        fusion_weights=mode.fusion_weights,
-        bm25_history=plan.bm25_history,
-        bm25_history_weight=plan.bm25_history_weight,
-    )
+    query = search_query(planned, depth, hybrid=mode.hybrid, fusion_weights=mode.fusion_weights)
     if plan.dense_legs and mode.hybrid:
         hits = hedged_search(index, query, plan.dense_legs, mode.candidates)
     else:
         hits = index.search_sync(query, candidates=mode.candidates)
-    if mode.rerank and reranker is not None:
-        hits = await reranker.rerank(plan.rerank_query, hits, depth, vector=plan.rerank_vector)
-    return list(hits)
+    return await rerank_or_cut(reranker if mode.rerank else None, planned.rerank, hits, depth)
 
 
 Step = Callable[[EvalTurn, bool], Awaitable[str]]
@@ -158,10 +146,10 @@ async def replay_mode(
     depth: int = 10,
     tick: Callable[[int], None] | None = None,
     signals: CorpusSignals | None = None,
-) -> tuple[ModeResult, dict[str, QueryPlan]]:
+) -> tuple[ModeResult, dict[str, BenchPlan]]:
     """Rank every scored turn of `conversations` under `mode` with own history."""
     result = ModeResult(mode)
-    plans: dict[str, QueryPlan] = {}
+    plans: dict[str, BenchPlan] = {}
 
     async def step(turn: EvalTurn, scored: bool) -> str:
         plan = await plan_turn(turn, mode.query, embedder, llm, signals=signals)

@@ -30,7 +30,7 @@ import httpx
 from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage
 from chatqna.evaluation.live import ANSWER_CHARS, dialogues, replay_dialogue
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy
+from chatqna.evaluation.modes import BenchPlan, Mode, ModeResult, QueryStrategy
 from chatqna.evaluation.progress import Progress
 from chatqna.evaluation.runner import describe_mode
 
@@ -82,9 +82,9 @@ class ServiceTurn:
     milliseconds: float
     top_text: str = ""
 
-    def plan(self, query: str) -> QueryPlan:
-        """The turn as a plan: the query sent, no embedding or LLM of the harness's own."""
-        return QueryPlan(query, None, 0, 0, self.milliseconds, self.failure)
+    def plan(self) -> BenchPlan:
+        """The turn as a plan: the service planned it, no embedding or LLM of the harness's."""
+        return BenchPlan(None, 0, 0, self.milliseconds, self.failure)
 
 
 def turn_messages(turn: EvalTurn) -> list[dict[str, str]]:
@@ -154,7 +154,7 @@ def service_strategy(retrieval: dict[str, Any]) -> str:
 def service_mode(
     result: ModeResult,
     turns: Sequence[EvalTurn],
-    plans: dict[str, QueryPlan],
+    plans: dict[str, BenchPlan],
     reports: Sequence[dict[str, Any]],
     url: str,
     samples: int,
@@ -194,7 +194,7 @@ class ServiceScorer:
         self.depth = depth
         self.answer_tokens = answer_tokens
         self.result = ModeResult(Mode(QueryStrategy("service"), True, True, history=kind))
-        self.plans: dict[str, QueryPlan] = {}
+        self.plans: dict[str, BenchPlan] = {}
         self.reports: list[dict[str, Any]] = []
 
     async def ask(self, turn: EvalTurn, scored: bool = True) -> str:
@@ -207,7 +207,7 @@ class ServiceScorer:
                 self.reports.append(answered.retrieval)
             if answered.failure is not None:
                 self.result.failures[turn.key] = answered.failure
-            self.plans[turn.key] = answered.plan(turn.query)
+            self.plans[turn.key] = answered.plan()
             self.result.rankings[turn.key] = answered.ranking
             self.result.per_turn[turn.key] = turn_metrics(answered.ranking, turn.relevant_ids)
         if self.answer_tokens and answered.failure is None:

@@ -105,12 +105,12 @@ async def test_the_condense_row_runs_the_services_condense_with_its_settings(
     assert harness_llm.prompts == service_llm.prompts
     prompt = harness_llm.prompts[0][-1]["content"]
     assert "Use the export zip." in prompt and "How do I export" not in prompt  # one message
-    assert plan.text == served.text == "How long is the exported workspace kept?"
-    assert plan.vector is not None and plan.llm_calls == 1 and plan.embedding_inputs == 1
-    np.testing.assert_array_equal(plan.vector, served.embedding)
-    assert plan.rerank_query == served.rerank.text
+    assert plan.service is not None and plan.llm_calls == 1 and plan.embedding_inputs == 1
+    assert plan.service.text == served.text == "How long is the exported workspace kept?"
+    np.testing.assert_array_equal(plan.service.embedding, served.embedding)
+    assert plan.service.rerank.text == served.rerank.text
     slow = await plan_turn(turn, strategy, embedder, SlowLLM(reply))
-    assert slow.failure == "timeout" and slow.vector is None
+    assert slow.failure == "timeout" and slow.service is None
 
 
 async def test_the_blend_bm25_leg_hears_earlier_questions(tmp_path: Path) -> None:
@@ -118,8 +118,9 @@ async def test_the_blend_bm25_leg_hears_earlier_questions(tmp_path: Path) -> Non
     plan = await plan_turn(
         turn, QueryStrategy("blend", 0.7, 4, bm25_history_weight=0.3), HashingEmbedder(), None
     )
-    assert plan.bm25_history == "How do I export my workspace?"
-    assert plan.bm25_history_weight == 0.3
+    assert plan.service is not None and plan.service.history_leg is not None
+    leg = plan.service.history_leg
+    assert (leg.questions, leg.search_weight) == ("How do I export my workspace?", 0.3)
 
 
 async def test_comparison_pairs_every_reference_with_the_default(tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
+from chatqna.backends.bundle import Backends
+from chatqna.backends.fakes import HashingEmbedder, RecordingReranker, ScriptedLLM
+from chatqna.backends.protocols import GenerationParams
 from chatqna.documents import ScoredChunk
-from chatqna.evaluation.compare import shipped_references
+from chatqna.evaluation.compare import default_strategy, shipped_references
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.live import (
     ANSWER_CHARS,
@@ -17,11 +19,14 @@ from chatqna.evaluation.live import (
     llm_answerer,
     passage_answerer,
     replay_mode,
+    retrieve,
 )
-from chatqna.evaluation.modes import Mode, QueryStrategy
+from chatqna.evaluation.modes import Mode, QueryStrategy, plan_turn
 from chatqna.evaluation.report import markdown
 from chatqna.evaluation.runner import build_index, run_benchmark
-from chatqna.multiturn.history import Conversation
+from chatqna.multiturn.history import Conversation, Message
+from chatqna.pipeline.orchestrator import Pipeline
+from chatqna.pipeline.turn import TurnOptions
 from chatqna.settings import Settings
 from tests.unit.evaluation.test_dataset import write_dataset
 
@@ -62,7 +67,7 @@ async def test_own_history_holds_the_top_passage_not_the_reference_answer(
     assert second.history[1].content == texts[top][:ANSWER_CHARS]
     assert second.history[1].content != "Use the export zip."
     assert set(result.per_turn) == {"c1<::>1", "c1<::>2"}
-    assert plans["c1<::>2"].vector is not None
+    assert plans["c1<::>2"].service is not None
 
 
 async def test_own_history_leaves_turn_one_and_stateless_as_with_reference(
@@ -139,3 +144,28 @@ async def test_with_an_llm_own_history_holds_its_answers_from_the_kept_passages(
     assert {"role": "assistant", "content": "Zip it from the export page."} in second_prompt
     assert llm.params[0].temperature == 0.0
     assert set(result.per_turn) == {"c1<::>1", "c1<::>2"}
+
+
+@pytest.mark.parametrize("rerank", [False, True])
+async def test_the_harness_ranks_a_turn_as_the_pipeline_serves_it(
+    tmp_path: Path, rerank: bool
+) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    index = await build_index(dataset, embedder, tmp_path / "index")
+    settings = Settings(multi_turn_blend_enabled=True, rrf_bm25_weight=0.2)
+    served, harness = RecordingReranker(), RecordingReranker()
+    llm = ScriptedLLM("ok")
+    backends = Backends(embedder, index, served if rerank else None, llm, llm)
+    pipeline = Pipeline.build(settings, backends)
+    strategy = default_strategy(settings)
+    mode = Mode(strategy, True, rerank, bm25_weight=0.2)
+    for turn in dataset.scored_turns:
+        messages = [*turn.history, Message("user", turn.query)]
+        options = TurnOptions(k=10, top_n=10, params=GenerationParams(max_tokens=8))
+        prepared = await pipeline.prepare(messages, options)
+        plan = await plan_turn(turn, strategy, embedder, None)
+        ranked = await retrieve(mode, plan, index, harness, 10)
+        assert [h.chunk.id for h in ranked] == [h.chunk.id for h in prepared.sources]
+        await prepared.close()
+    assert served.queries == (harness.queries if rerank else [])
