@@ -191,10 +191,3 @@ class Pipeline:
             sources = await rerank_or_cut(reranker, plan.rerank, candidates, options.top_n)
         clock.record("rerank", started)
         return sources
-
-
-async def handle_request(
-    messages: Sequence[Message], options: TurnOptions, backends: Backends, settings: Settings
-) -> Turn:
-    """One turn prepared outside the service (benchmarks): nothing observes it."""
-    return await Pipeline.build(settings, backends).prepare(messages, options)
