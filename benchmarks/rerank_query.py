@@ -48,9 +48,9 @@ import numpy as np  # noqa: E402
 from chatqna.backends.protocols import Embedder  # noqa: E402
 from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
-from chatqna.evaluation.candidates import TEXT_FORMS, rerank_text  # noqa: E402
 from chatqna.evaluation.compare import STATELESS, default_strategy  # noqa: E402
 from chatqna.evaluation.dataset import EvalTurn, load_dataset  # noqa: E402
+from chatqna.evaluation.experiments.candidates import TEXT_FORMS, rerank_text  # noqa: E402
 from chatqna.evaluation.metrics import paired_bootstrap, turn_metrics  # noqa: E402
 from chatqna.evaluation.modes import plan_turn  # noqa: E402
 from chatqna.evaluation.runner import build_index  # noqa: E402

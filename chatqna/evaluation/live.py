@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from chatqna.backends.protocols import ChatLLM, Embedder, GenerationParams, Reranker
 from chatqna.documents import ScoredChunk
 from chatqna.evaluation.dataset import Dataset, EvalTurn
-from chatqna.evaluation.hedge import hedged_search
+from chatqna.evaluation.experiments.hedge import hedged_search
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import BenchPlan, CorpusSignals, Mode, ModeResult, plan_turn
 from chatqna.multiturn.history import Conversation, Message
@@ -101,7 +101,7 @@ async def retrieve(
     """One turn's ranked passages under `mode`, with the service's own search query and
     rerank step (`chatqna.pipeline.sources`). The index is searched on this thread with the
     mode's per-leg depth; a plan with hedging dense legs fuses them in
-    (`chatqna.evaluation.hedge`)."""
+    (`chatqna.evaluation.experiments.hedge`)."""
     planned = plan.service
     if planned is None:
         return []

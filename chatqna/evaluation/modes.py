@@ -12,19 +12,21 @@
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
 `stateless` and `blend` are planned by the service's own multi-turn strategy (with
-`self_contained`, its check against the previous question). Measured variants around it
-(`chatqna.evaluation.candidates`): `alpha_rule="content_words"` plans each follow-up with
-the alpha `content_word_alpha` gives it; `answer_terms=k` adds the previous answer's `k`
-terms of highest IDF over the corpus to the BM25 history leg; two hedging variants add a
-dense leg fused by the same RRF at a fixed share of the dense weight
-(`chatqna.evaluation.hedge`): `query_leg_weight` the follow-up's own vector beside the
-blend, `answer_leg_weight` the previous assistant message's (the blend then holding the
-user's questions). Each strategy runs with hybrid retrieval on and off (at each BM25
-fusion weight and per-leg depth asked for) and with the reranker on and off.
+`self_contained`, its check against the previous question), and each plan is the service's
+`QueryPlan` (`BenchPlan.service`), which the harness searches and reranks with the
+service's own steps (`chatqna.pipeline.sources`). Measured variants around it
+(`chatqna.evaluation.experiments.candidates`): `alpha_rule="content_words"` plans each
+follow-up with the alpha `content_word_alpha` gives it; `answer_terms=k` adds the previous
+answer's `k` terms of highest IDF over the corpus to the BM25 history leg; two hedging
+variants add a dense leg fused by the same RRF at a fixed share of the dense weight
+(`chatqna.evaluation.experiments.hedge`): `query_leg_weight` the follow-up's own vector
+beside the blend, `answer_leg_weight` the previous assistant message's (the blend then
+holding the user's questions). Each strategy runs with hybrid retrieval on and off (at each
+BM25 fusion weight and per-leg depth asked for) and with the reranker on and off.
 `condense_llm` is planned by the service's own condense strategy with the history window,
-timeout and length cap its `QueryStrategy` carries (`condense_strategy` in
-`chatqna.evaluation.compare` takes them from `Settings`); a failed rewrite is a failed turn
-(an empty ranking), as it is a 503 in the service.
+timeout and length cap its `QueryStrategy` carries (`QueryStrategy.config`;
+`condense_strategy` in `chatqna.evaluation.compare` takes them from `Settings`); a failed
+rewrite is a failed turn (an empty ranking), as it is a 503 in the service.
 """
 
 from __future__ import annotations
@@ -38,9 +40,14 @@ import numpy as np
 
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
-from chatqna.evaluation.candidates import Idf, answer_terms, content_word_alpha, top_score_alpha
 from chatqna.evaluation.dataset import EvalTurn
-from chatqna.evaluation.hedge import hedge_legs
+from chatqna.evaluation.experiments.candidates import (
+    Idf,
+    answer_terms,
+    content_word_alpha,
+    top_score_alpha,
+)
+from chatqna.evaluation.experiments.hedge import hedge_legs
 from chatqna.evaluation.metrics import summarise
 from chatqna.multiturn.blend import earlier_questions
 from chatqna.multiturn.history import Conversation
@@ -170,7 +177,7 @@ def reads_answers(strategy: QueryStrategy) -> bool:
 class BenchPlan:
     """One turn planned under one strategy: the multi-turn `QueryPlan` the retriever and the
     reranker receive (None when the turn failed: a failed rewrite), the hedging dense legs
-    a measured variant adds (`chatqna.evaluation.hedge`), and what planning cost."""
+    a measured variant adds (`chatqna.evaluation.experiments.hedge`), and what planning cost."""
 
     service: QueryPlan | None
     embedding_inputs: int

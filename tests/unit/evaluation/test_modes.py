@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
-from chatqna.evaluation.candidates import corpus_idf
 from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.experiments.candidates import corpus_idf
 from chatqna.evaluation.modes import (
     ANSWER_TERMS_WEIGHT,
     BenchPlan,
