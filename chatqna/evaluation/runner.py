@@ -281,8 +281,9 @@ async def run_benchmark(
     switches.append((False, 1.0, FUSION_CANDIDATES))
     turns = dataset.scored_turns
     started = time.perf_counter()
-    answerer = answer or passage_answerer({p.id: p.text for p in dataset.passages})
-    own = OwnHistory(dialogues(dataset, turns), answerer, embedder, llm, progress)
+    if answer is None:
+        answer = passage_answerer({p.id: p.text for p in dataset.passages})
+    own = OwnHistory(dialogues(dataset, turns), answer, embedder, llm, progress)
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(
             dataset,
