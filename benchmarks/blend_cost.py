@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from chatqna.backends.protocols import Embedder, SearchQuery  # noqa: E402
+from chatqna.backends.protocols import Embedder  # noqa: E402
 from chatqna.backends.tei import l2_normalise  # noqa: E402
 from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
@@ -52,6 +53,7 @@ from chatqna.evaluation.modes import plan_turn  # noqa: E402
 from chatqna.evaluation.runner import build_index  # noqa: E402
 from chatqna.multiturn.blend import blend_vectors, history_text, history_window  # noqa: E402
 from chatqna.multiturn.history import Conversation  # noqa: E402
+from chatqna.pipeline.sources import search_query  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
 
 DEPTH = 10
@@ -96,10 +98,10 @@ async def run_dataset(path: Path, cache_dir: Path, settings: Settings) -> dict[s
         with tempfile.TemporaryDirectory() as directory:
             index = await build_index(dataset, embedder, Path(directory))
             for turn in follow_ups:
-                plan = await plan_turn(turn, strategy, embedder, None)
-                assert plan.vector is not None
+                plan = (await plan_turn(turn, strategy, embedder, None)).service
+                assert plan is not None
                 texts = window_texts(turn, settings)
-                vectors: dict[str, np.ndarray] = {"joined text (today)": plan.vector}
+                vectors: dict[str, np.ndarray] = {"joined text (today)": plan.embedding}
                 if texts:
                     query = (await embedder.embed([turn.query]))[0]
                     messages = await embedder.embed(texts)
@@ -110,19 +112,12 @@ async def run_dataset(path: Path, cache_dir: Path, settings: Settings) -> dict[s
                         )
                 else:
                     for how in COMBINERS:
-                        vectors[f"per message, {how}"] = plan.vector
+                        vectors[f"per message, {how}"] = plan.embedding
                 for variant, vector in vectors.items():
-                    hits = index.search_sync(
-                        SearchQuery(
-                            plan.text,
-                            vector,
-                            DEPTH,
-                            True,
-                            fusion_weights=settings.fusion_weights,
-                            bm25_history=plan.bm25_history,
-                            bm25_history_weight=plan.bm25_history_weight,
-                        )
+                    query = search_query(
+                        plan, DEPTH, hybrid=True, fusion_weights=settings.fusion_weights
                     )
+                    hits = index.search_sync(replace(query, embedding=vector))
                     ranking = [h.chunk.id for h in hits]
                     per_variant.setdefault(variant, {})[turn.key] = turn_metrics(
                         ranking, turn.relevant_ids

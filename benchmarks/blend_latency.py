@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/blend_latency.py [--repeat 200] [--tei URL]
 
-Runs the embedding stage of the pipeline (`blend_query`, the code `handle_request` calls)
+Runs the embedding stage of the pipeline (`blend_query`, the code `Pipeline.prepare` calls)
 for the same follow-up turn, alternating baseline (blend off: one single-string call),
 blend (one batched call of query + history) and blend with the self-contained check as
 shipped (the previous question a third input of the same call), `--repeat` times each in

@@ -45,17 +45,19 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from chatqna.backends.protocols import Embedder, SearchQuery  # noqa: E402
+from chatqna.backends.protocols import Embedder  # noqa: E402
 from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
-from chatqna.evaluation.candidates import TEXT_FORMS, rerank_text  # noqa: E402
 from chatqna.evaluation.compare import STATELESS, default_strategy  # noqa: E402
 from chatqna.evaluation.dataset import EvalTurn, load_dataset  # noqa: E402
+from chatqna.evaluation.experiments.candidates import TEXT_FORMS, rerank_text  # noqa: E402
 from chatqna.evaluation.metrics import paired_bootstrap, turn_metrics  # noqa: E402
-from chatqna.evaluation.modes import QueryPlan, plan_turn  # noqa: E402
+from chatqna.evaluation.modes import plan_turn  # noqa: E402
 from chatqna.evaluation.runner import build_index  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
 from chatqna.multiturn.history import Conversation  # noqa: E402
+from chatqna.multiturn.strategy import QueryPlan  # noqa: E402
+from chatqna.pipeline.sources import search_query  # noqa: E402
 from chatqna.retrieval.fusion import reciprocal_rank_fusion  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
 
@@ -79,9 +81,8 @@ async def orders(
 ) -> dict[str, list[str]]:
     """Every reordering of one turn's candidates, by variant name (the text forms only for
     the blend, whose follow-ups are where the service uses them)."""
-    assert plan.vector is not None
     own = (await embedder.embed([turn.query]))[0]
-    conversation = plan.rerank_vector if plan.rerank_vector is not None else own
+    conversation = plan.rerank.vector if plan.rerank.vector is not None else own
     result = {
         "off": hits_ids,
         "similarity: message": by_cosine(hits_ids, passages, own),
@@ -115,19 +116,12 @@ async def run_dataset(path: Path, cache_dir: Path, settings: Settings) -> dict[s
                 ("default blend", default_strategy(settings)),
             ):
                 for turn in dataset.scored_turns:
-                    plan = await plan_turn(turn, strategy, embedder, None)
-                    assert plan.vector is not None
-                    hits = index.search_sync(
-                        SearchQuery(
-                            plan.text,
-                            plan.vector,
-                            DEPTH,
-                            True,
-                            fusion_weights=settings.fusion_weights,
-                            bm25_history=plan.bm25_history,
-                            bm25_history_weight=plan.bm25_history_weight,
-                        )
+                    plan = (await plan_turn(turn, strategy, embedder, None)).service
+                    assert plan is not None
+                    query = search_query(
+                        plan, DEPTH, hybrid=True, fusion_weights=settings.fusion_weights
                     )
+                    hits = index.search_sync(query)
                     ids = [h.chunk.id for h in hits]
                     passages = np.vstack([h.embedding for h in hits])  # type: ignore[misc]
                     for variant, ranking in (

@@ -5,11 +5,11 @@
 Builds the real embedded backends (ONNX MiniLM, the SQLite + tantivy index, the reranker
 the settings choose: none by default, llama.cpp on the packaged GGUF) in a temporary data
 directory, ingests the sample corpus (timed), then runs the same two-turn chat `--repeat`
-times through `handle_request` and the streamed generation, and prints the median and p95
-per stage. Other settings come from the environment (the quick start's
-`MULTI_TURN_BLEND_ENABLED=true`, say); the ones that shape a turn are saved with the
-figures. Results are written as JSON next to this script (`results/turn_latency.json`)
-unless `--output` says otherwise.
+times through one `Pipeline` (built once, as the service builds it) and the streamed
+generation, and prints the median and p95 per stage. Other settings come from the
+environment (the quick start's `MULTI_TURN_BLEND_ENABLED=true`, say); the ones that shape a
+turn are saved with the figures. Results are written as JSON next to this script
+(`results/turn_latency.json`) unless `--output` says otherwise.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from chatqna.backends.protocols import GenerationParams
 from chatqna.composition import build_backends
 from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.multiturn.history import Message
-from chatqna.pipeline.orchestrator import TurnOptions, handle_request
+from chatqna.pipeline.orchestrator import Pipeline
+from chatqna.pipeline.turn import TurnOptions
 from chatqna.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,9 +66,10 @@ async def run(repeat: int, max_tokens: int) -> dict[str, Any]:
                 top_n=settings.rerank_top_n,
                 params=GenerationParams(max_tokens=max_tokens, temperature=0.0),
             )
+            pipeline = Pipeline.build(settings, backends)
             samples: dict[str, list[float]] = {stage: [] for stage in STAGES}
             for _ in range(repeat + 1):  # the first run warms caches and is dropped
-                turn = await handle_request(CHAT, options, backends, settings)
+                turn = await pipeline.prepare(CHAT, options)
                 async with turn:
                     async for _delta in turn.stream():
                         pass

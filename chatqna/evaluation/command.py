@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
+from chatqna.backends.protocols import ChatLLM, Embedder, GenerationParams, Reranker
 from chatqna.composition import (
     build_condense_llm,
     build_embedder,
@@ -30,6 +30,7 @@ from chatqna.evaluation.modes import default_strategies
 from chatqna.evaluation.progress import stderr_progress, turn_logs_at_debug
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
+from chatqna.pipeline.turn import TurnOptions
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 
@@ -175,6 +176,14 @@ def settings_snapshot(settings: Settings) -> dict[str, Any]:
     return snapshot
 
 
+def served_answer_options(settings: Settings) -> TurnOptions:
+    """What the service answers a turn with by default: `RETRIEVER_K` passages retrieved,
+    `RERANK_TOP_N` kept, at most `LLM_MAX_TOKENS` tokens (at temperature 0, so that a
+    replay repeats)."""
+    params = GenerationParams(max_tokens=settings.llm_max_tokens, temperature=0.0)
+    return TurnOptions(k=settings.retriever_k, top_n=settings.rerank_top_n, params=params)
+
+
 @dataclass
 class BenchBackends:
     """The models a run uses, built as the service builds them from `Settings`."""
@@ -226,7 +235,9 @@ async def run_bench_command(
     started = time.perf_counter()
     async with bench_backends(settings, grid) as models:
         # With an LLM, own history holds its real answers; without, the top passage.
-        answer = llm_answerer(models.answer_llm) if models.answer_llm is not None else None
+        answer = None
+        if models.answer_llm is not None:
+            answer = llm_answerer(models.answer_llm, served_answer_options(settings))
         strategies = default_strategies(
             alphas=grid.alphas,
             history_turns=grid.history_turns,

@@ -9,8 +9,10 @@ assistant message by what the system itself would have answered at that turn:
 - without an LLM, the first `ANSWER_CHARS` (800) characters of the passage it ranked first
   (the passage text, without its title): a proxy for an answer grounded in its own
   retrieval, which carries that passage's words whether or not it was the right one;
-- with `--llm`, the configured LLM's answer from the passages it kept (the service's own
-  answer prompt, `build_answer_prompt`).
+- with `--llm`, the configured LLM's answer from the passages the service would answer
+  from: retrieved with its `k` and kept to its `top_n` under the mode's retrieval and
+  reranker (`RETRIEVER_K`, `RERANK_TOP_N`), in its own answer prompt
+  (`build_answer_prompt`) with its `LLM_MAX_TOKENS`, at temperature 0.
 
 Every user turn of a conversation is replayed, scored or not (an unscored turn's answer
 is history for the next). User messages stay as the dataset has them. A first turn has no
@@ -23,27 +25,33 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from chatqna.backends.protocols import (
-    ChatLLM,
-    Embedder,
-    GenerationParams,
-    Reranker,
-    SearchQuery,
-)
+from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
 from chatqna.documents import ScoredChunk
 from chatqna.evaluation.dataset import Dataset, EvalTurn
-from chatqna.evaluation.hedge import hedged_search
+from chatqna.evaluation.experiments.hedge import hedged_search
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryPlan, plan_turn
+from chatqna.evaluation.modes import BenchPlan, CorpusSignals, Mode, ModeResult, plan_turn
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.prompt import build_answer_prompt
+from chatqna.pipeline.sources import rerank_or_cut, search_query
+from chatqna.pipeline.turn import TurnOptions
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
 logger = logging.getLogger(__name__)
 
 ANSWER_CHARS = 800
 
-Answerer = Callable[[Conversation, Sequence[ScoredChunk]], Awaitable[str]]
+Write = Callable[[Conversation, Sequence[ScoredChunk]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Answerer:
+    """How a replayed turn is answered: `write` makes the answer from passages, which are
+    the turn's scored ranking, or with `options` the passages the service would answer
+    from (retrieved with `options.k` and kept to `options.top_n` under the mode)."""
+
+    write: Write
+    options: TurnOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -80,49 +88,42 @@ def passage_answerer(texts: dict[str, str]) -> Answerer:
         top = sources[0].chunk
         return texts.get(top.id, top.text)[:ANSWER_CHARS]
 
-    return answer
+    return Answerer(answer)
 
 
-def llm_answerer(llm: ChatLLM, max_tokens: int = 256) -> Answerer:
-    """The configured LLM's answer from the kept passages, with the service's prompt."""
+def llm_answerer(llm: ChatLLM, options: TurnOptions) -> Answerer:
+    """The configured LLM's answer as the service makes it: from the `options.top_n`
+    passages it keeps, in its answer prompt, with `options.params`."""
 
     async def answer(conversation: Conversation, sources: Sequence[ScoredChunk]) -> str:
-        prompt = build_answer_prompt(conversation, sources[:5])
-        completion = await llm.complete(
-            prompt, GenerationParams(max_tokens=max_tokens, temperature=0.0)
-        )
+        completion = await llm.complete(build_answer_prompt(conversation, sources), options.params)
         return completion.text
 
-    return answer
+    return Answerer(answer, options)
 
 
 async def retrieve(
     mode: Mode,
-    plan: QueryPlan,
+    plan: BenchPlan,
     index: EmbeddedHybridIndex,
     reranker: Reranker | None,
-    depth: int,
+    k: int,
+    top_n: int | None = None,
 ) -> list[ScoredChunk]:
-    """One turn's ranked passages under `mode`, as the service retrieves and reranks (a
-    plan with hedging dense legs fuses them in, `chatqna.evaluation.hedge`)."""
-    if plan.vector is None:
+    """One turn's `k` passages under `mode` (the best `top_n` of them when given), with the
+    service's own search query and rerank step (`chatqna.pipeline.sources`). The index is
+    searched on this thread with the mode's per-leg depth; a plan with hedging dense legs
+    fuses them in (`chatqna.evaluation.experiments.hedge`)."""
+    planned = plan.service
+    if planned is None:
         return []
-    query = SearchQuery(
-        plan.text,
-        plan.vector,
-        depth,
-        mode.hybrid,
-        fusion_weights=mode.fusion_weights,
-        bm25_history=plan.bm25_history,
-        bm25_history_weight=plan.bm25_history_weight,
-    )
+    query = search_query(planned, k, hybrid=mode.hybrid, fusion_weights=mode.fusion_weights)
     if plan.dense_legs and mode.hybrid:
         hits = hedged_search(index, query, plan.dense_legs, mode.candidates)
     else:
         hits = index.search_sync(query, candidates=mode.candidates)
-    if mode.rerank and reranker is not None:
-        hits = await reranker.rerank(plan.rerank_query, hits, depth, vector=plan.rerank_vector)
-    return list(hits)
+    kept = k if top_n is None else top_n
+    return await rerank_or_cut(reranker if mode.rerank else None, planned.rerank, hits, kept)
 
 
 Step = Callable[[EvalTurn, bool], Awaitable[str]]
@@ -158,15 +159,18 @@ async def replay_mode(
     depth: int = 10,
     tick: Callable[[int], None] | None = None,
     signals: CorpusSignals | None = None,
-) -> tuple[ModeResult, dict[str, QueryPlan]]:
+) -> tuple[ModeResult, dict[str, BenchPlan]]:
     """Rank every scored turn of `conversations` under `mode` with own history."""
     result = ModeResult(mode)
-    plans: dict[str, QueryPlan] = {}
+    plans: dict[str, BenchPlan] = {}
 
     async def step(turn: EvalTurn, scored: bool) -> str:
         plan = await plan_turn(turn, mode.query, embedder, llm, signals=signals)
         hits = await retrieve(mode, plan, index, reranker, depth)
-        answered = await answer(Conversation(turn.query, turn.history), hits)
+        sources, served = hits, answer.options
+        if served is not None:  # the passages the service would answer from
+            sources = await retrieve(mode, plan, index, reranker, served.k, served.top_n)
+        answered = await answer.write(Conversation(turn.query, turn.history), sources)
         if not scored:
             return answered
         ranking = [hit.chunk.id for hit in hits]

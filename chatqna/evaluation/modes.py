@@ -12,19 +12,21 @@
 | `condense_gold` | the dataset's `gold_rewrite`      | the gold rewrite           |
 
 `stateless` and `blend` are planned by the service's own multi-turn strategy (with
-`self_contained`, its check against the previous question). Measured variants around it
-(`chatqna.evaluation.candidates`): `alpha_rule="content_words"` plans each follow-up with
-the alpha `content_word_alpha` gives it; `answer_terms=k` adds the previous answer's `k`
-terms of highest IDF over the corpus to the BM25 history leg; two hedging variants add a
-dense leg fused by the same RRF at a fixed share of the dense weight
-(`chatqna.evaluation.hedge`): `query_leg_weight` the follow-up's own vector beside the
-blend, `answer_leg_weight` the previous assistant message's (the blend then holding the
-user's questions). Each strategy runs with hybrid retrieval on and off (at each BM25
-fusion weight and per-leg depth asked for) and with the reranker on and off.
+`self_contained`, its check against the previous question), and each plan is the service's
+`QueryPlan` (`BenchPlan.service`), which the harness searches and reranks with the
+service's own steps (`chatqna.pipeline.sources`). Measured variants around it
+(`chatqna.evaluation.experiments.candidates`): `alpha_rule="content_words"` plans each
+follow-up with the alpha `content_word_alpha` gives it; `answer_terms=k` adds the previous
+answer's `k` terms of highest IDF over the corpus to the BM25 history leg; two hedging
+variants add a dense leg fused by the same RRF at a fixed share of the dense weight
+(`chatqna.evaluation.experiments.hedge`): `query_leg_weight` the follow-up's own vector
+beside the blend, `answer_leg_weight` the previous assistant message's (the blend then
+holding the user's questions). Each strategy runs with hybrid retrieval on and off (at each
+BM25 fusion weight and per-leg depth asked for) and with the reranker on and off.
 `condense_llm` is planned by the service's own condense strategy with the history window,
-timeout and length cap its `QueryStrategy` carries (`condense_strategy` in
-`chatqna.evaluation.compare` takes them from `Settings`); a failed rewrite is a failed turn
-(an empty ranking), as it is a 503 in the service.
+timeout and length cap its `QueryStrategy` carries (`QueryStrategy.config`;
+`condense_strategy` in `chatqna.evaluation.compare` takes them from `Settings`); a failed
+rewrite is a failed turn (an empty ranking), as it is a 503 in the service.
 """
 
 from __future__ import annotations
@@ -38,17 +40,21 @@ import numpy as np
 
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
-from chatqna.evaluation.candidates import Idf, answer_terms, content_word_alpha, top_score_alpha
 from chatqna.evaluation.dataset import EvalTurn
-from chatqna.evaluation.hedge import hedge_legs
+from chatqna.evaluation.experiments.candidates import (
+    Idf,
+    answer_terms,
+    content_word_alpha,
+    top_score_alpha,
+)
+from chatqna.evaluation.experiments.hedge import hedge_legs
 from chatqna.evaluation.metrics import summarise
 from chatqna.multiturn.blend import earlier_questions
 from chatqna.multiturn.history import Conversation
-from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
-from chatqna.multiturn.strategy import QueryPlan as ServicePlan
+from chatqna.multiturn.rerank_query import KIND_MESSAGE, RerankQuery
+from chatqna.multiturn.strategy import HistoryLeg, MultiTurnConfig, QueryPlan, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.query import tokenize
-from chatqna.settings import Settings
 
 ANSWER_TERMS_WEIGHT = 0.3  # the answer terms' BM25 weight when the questions' leg is off
 
@@ -101,6 +107,25 @@ class QueryStrategy:
             return "condense (gold rewrite)"
         return self.strategy
 
+    def config(self) -> MultiTurnConfig:
+        """The multi-turn configuration under which the service plans a turn as this
+        strategy does (condense for `condense_llm`, else the blend, switched on only for
+        `blend`)."""
+        return MultiTurnConfig(
+            mode="condense" if self.strategy == "condense_llm" else "blend",
+            blend_enabled=self.strategy == "blend",
+            alpha=self.alpha,
+            history_turns=self.history_turns,
+            history_order=self.order,
+            history_roles=self.roles,
+            assistant_weight=self.assistant_weight,
+            bm25_history_weight=self.bm25_history_weight,
+            self_contained_similarity=self.self_contained,
+            rerank_query=self.rerank_query,
+            condense_timeout_seconds=self.condense_timeout,
+            condense_max_query_chars=self.condense_max_chars,
+        )
+
 
 @dataclass(frozen=True)
 class Mode:
@@ -149,42 +174,24 @@ def reads_answers(strategy: QueryStrategy) -> bool:
 
 
 @dataclass(frozen=True)
-class QueryPlan:
-    """One turn's search inputs under one strategy, and what it cost."""
+class BenchPlan:
+    """One turn planned under one strategy: the multi-turn `QueryPlan` the retriever and the
+    reranker receive (None when the turn failed: a failed rewrite), the hedging dense legs
+    a measured variant adds (`chatqna.evaluation.experiments.hedge`), and what planning cost."""
 
-    text: str
-    vector: np.ndarray | None
+    service: QueryPlan | None
     embedding_inputs: int
     llm_calls: int
     milliseconds: float
     failure: str | None = None
-    bm25_history: str = ""
-    bm25_history_weight: float = 0.0
-    rerank_text: str | None = None
-    rerank_vector: np.ndarray | None = None
     dense_legs: tuple[tuple[np.ndarray, float], ...] = ()
 
-    @property
-    def rerank_query(self) -> str:
-        return self.text if self.rerank_text is None else self.rerank_text
 
-
-def planning_settings(strategy: QueryStrategy) -> Settings:
-    """The multi-turn settings under which the service plans a turn as `strategy` does."""
-    return Settings.model_construct(
-        multi_turn_mode="condense" if strategy.strategy == "condense_llm" else "blend",
-        multi_turn_blend_enabled=strategy.strategy == "blend",
-        multi_turn_blend_alpha=strategy.alpha,
-        multi_turn_history_turns=strategy.history_turns,
-        multi_turn_history_order=strategy.order,
-        multi_turn_history_roles=strategy.roles,
-        multi_turn_bm25_history_weight=strategy.bm25_history_weight,
-        multi_turn_rerank_query=strategy.rerank_query,
-        multi_turn_assistant_weight=strategy.assistant_weight,
-        multi_turn_self_contained_similarity=strategy.self_contained,
-        condense_timeout_seconds=strategy.condense_timeout,
-        condense_max_query_chars=strategy.condense_max_chars,
-    )
+def typed_plan(text: str, vector: np.ndarray) -> QueryPlan:
+    """The plan of a turn that searches with a text of its own (`append`, the gold rewrite)
+    as the service plans a stateless turn; with no rerank vector, a similarity reranker
+    embeds `text` itself."""
+    return QueryPlan("blend", "stateless", text, vector, RerankQuery(text, None, KIND_MESSAGE))
 
 
 @dataclass(frozen=True)
@@ -218,26 +225,29 @@ async def turn_strategy(
 def answer_leg(
     strategy: QueryStrategy,
     conversation: Conversation,
-    planned: ServicePlan,
+    planned: QueryPlan,
     signals: CorpusSignals | None,
-) -> tuple[str, float]:
-    """The BM25 history leg with the previous answer's `answer_terms` rarest terms beside
-    the earlier questions, or alone at `ANSWER_TERMS_WEIGHT`; only on a blended follow-up."""
+) -> QueryPlan:
+    """`planned` with the previous answer's `answer_terms` rarest terms in its BM25 history
+    leg, beside the earlier questions, or alone at `ANSWER_TERMS_WEIGHT`; only on a blended
+    follow-up."""
     leg = planned.history_leg
     history = leg.questions if leg is not None else ""
     weight = leg.search_weight if leg is not None else 0.0
     executed = planned.blend is not None and planned.blend.executed
     if strategy.answer_terms <= 0 or not executed:
-        return history, weight
+        return planned
     if signals is None or signals.idf is None:
         raise ValueError("answer terms need the corpus's IDF")
     asked = earlier_questions(conversation) if weight > 0.0 else ()
     terms = answer_terms(conversation, tokenize, signals.idf, asked, strategy.answer_terms)
     if not terms:
-        return history, weight
+        return planned
     if weight > 0.0:
-        return f"{history}\n{' '.join(terms)}", weight
-    return " ".join(terms), ANSWER_TERMS_WEIGHT
+        heard = HistoryLeg(True, weight, f"{history}\n{' '.join(terms)}")
+    else:
+        heard = HistoryLeg(True, ANSWER_TERMS_WEIGHT, " ".join(terms))
+    return replace(planned, history_leg=heard)
 
 
 async def service_plan(
@@ -246,30 +256,24 @@ async def service_plan(
     embedder: Embedder,
     signals: CorpusSignals | None,
     started: float,
-) -> QueryPlan:
+) -> BenchPlan:
     """The service's own planning, exactly as served under these settings, with the BM25
     history leg of `answer_leg` and the hedging dense legs of `hedge_legs`."""
     conversation = Conversation(turn.query, turn.history)
     adapted = await turn_strategy(strategy, turn, embedder, signals)
-    config = MultiTurnConfig.from_settings(planning_settings(adapted))
-    planned = await build_strategy(config, embedder=embedder).plan(conversation)
-    bm25_history, bm25_weight = answer_leg(strategy, conversation, planned, signals)
+    planned = await build_strategy(adapted.config(), embedder=embedder).plan(conversation)
+    planned = answer_leg(strategy, conversation, planned, signals)
     weights = (strategy.query_leg_weight, strategy.answer_leg_weight)
     legs = await hedge_legs(weights, conversation, planned, embedder)
     executed = planned.blend is not None and planned.blend.executed
     answered = len(legs) - int(strategy.query_leg_weight > 0.0 and executed)
     # The self-contained check embeds the previous question in the same call, blended or not.
     checked = planned.blend is not None and planned.blend.question_similarity is not None
-    return QueryPlan(
-        planned.text,
-        planned.embedding,
+    return BenchPlan(
+        planned,
         3 + answered if checked else 2 + answered if executed else 1,
         0,
         (time.perf_counter() - started) * 1000,
-        bm25_history=bm25_history,
-        bm25_history_weight=bm25_weight,
-        rerank_text=planned.rerank.text,
-        rerank_vector=planned.rerank.vector,
         dense_legs=legs,
     )
 
@@ -281,43 +285,36 @@ async def plan_turn(
     llm: ChatLLM | None,
     *,
     signals: CorpusSignals | None = None,
-) -> QueryPlan:
+) -> BenchPlan:
     """Form the search inputs of `turn` with the product's own multi-turn code (`signals`:
     what the adaptive candidates read from the corpus)."""
     started = time.perf_counter()
     conversation = Conversation(turn.query, turn.history)
 
     def done(
-        text: str,
-        vector: np.ndarray | None,
-        inputs: int,
-        calls: int = 0,
-        failure: str | None = None,
-    ) -> QueryPlan:
-        elapsed = (time.perf_counter() - started) * 1000
-        return QueryPlan(text, vector, inputs, calls, elapsed, failure)
+        planned: QueryPlan | None, inputs: int, calls: int = 0, failure: str | None = None
+    ) -> BenchPlan:
+        return BenchPlan(planned, inputs, calls, (time.perf_counter() - started) * 1000, failure)
 
     if strategy.strategy in ("stateless", "blend"):
         return await service_plan(turn, strategy, embedder, signals, started)
     if strategy.strategy == "append":
         earlier = [m.content for m in turn.history if m.role == "user"]
         text = " ".join([*earlier, turn.query])
-        return done(text, (await embedder.embed([text]))[0], 1)
+        return done(typed_plan(text, (await embedder.embed([text]))[0]), 1)
     if strategy.strategy == "condense_gold":
         text = turn.gold_rewrite or turn.query
-        return done(text, (await embedder.embed([text]))[0], 1)
+        return done(typed_plan(text, (await embedder.embed([text]))[0]), 1)
     if strategy.strategy == "condense_llm":
         if llm is None:
             raise ValueError("condense_llm needs an LLM")
-        config = MultiTurnConfig.from_settings(planning_settings(strategy))
-        condense = build_strategy(config, embedder=embedder, condense_llm=llm)
+        condense = build_strategy(strategy.config(), embedder=embedder, condense_llm=llm)
         try:
             planned = await condense.plan(conversation)
         except CondenseFailed as exc:
-            return done(turn.query, None, 0, 1, failure=exc.reason)
+            return done(None, 0, 1, failure=exc.reason)
         calls = 1 if planned.condense is not None and planned.condense.rewritten else 0
-        plan = done(planned.text, planned.embedding, 1, calls)
-        return replace(plan, rerank_text=planned.rerank.text, rerank_vector=planned.rerank.vector)
+        return done(planned, 1, calls)
     raise ValueError(f"unknown strategy {strategy.strategy!r}")
 
 

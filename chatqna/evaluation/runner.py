@@ -34,10 +34,10 @@ from chatqna.evaluation.live import (
 )
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import (
+    BenchPlan,
     CorpusSignals,
     Mode,
     ModeResult,
-    QueryPlan,
     QueryStrategy,
     plan_turn,
     reads_answers,
@@ -87,7 +87,7 @@ async def plan_all(
     llm: ChatLLM | None,
     progress: Progress | None = None,
     signals: CorpusSignals | None = None,
-) -> dict[str, QueryPlan]:
+) -> dict[str, BenchPlan]:
     tick = progress(f"planning {strategy.label}", len(turns)) if progress else None
     plans = {}
     for turn in turns:
@@ -100,7 +100,7 @@ async def plan_all(
 async def rank_mode(
     mode: Mode,
     turns: Sequence[EvalTurn],
-    plans: dict[str, QueryPlan],
+    plans: dict[str, BenchPlan],
     index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
@@ -135,12 +135,12 @@ class OwnHistory:
 async def rank_with_history(
     mode: Mode,
     turns: Sequence[EvalTurn],
-    plans: dict[str, QueryPlan],
+    plans: dict[str, BenchPlan],
     index: EmbeddedHybridIndex,
     reranker: Reranker | None,
     depth: int,
     own: OwnHistory | None,
-) -> tuple[ModeResult, dict[str, QueryPlan]]:
+) -> tuple[ModeResult, dict[str, BenchPlan]]:
     """`rank_mode` for reference history; for own history (`mode.history == "own"`) the
     turn-by-turn replay, or the reference ranking when the query never reads answers."""
     if mode.history != "own" or own is None or not reads_answers(mode.query):
@@ -161,7 +161,7 @@ async def rank_with_history(
     )
 
 
-def cost_summary(turns: Sequence[EvalTurn], plans: dict[str, QueryPlan]) -> dict[str, Any]:
+def cost_summary(turns: Sequence[EvalTurn], plans: dict[str, BenchPlan]) -> dict[str, Any]:
     follow = [plans[t.key] for t in turns if t.is_follow_up]
     every = [plans[t.key] for t in turns]
     return {
@@ -179,7 +179,7 @@ async def measure_latency(
     strategies: Sequence[QueryStrategy],
     embedder: Embedder,
     llm: ChatLLM | None,
-    plans: dict[str, dict[str, QueryPlan]],
+    plans: dict[str, dict[str, BenchPlan]],
     sample: int = 30,
 ) -> dict[str, float]:
     """Median query-planning milliseconds per follow-up turn, with the uncached embedder.
@@ -207,13 +207,13 @@ class Ranker:
     reranker and the own-history replay."""
 
     turns: Sequence[EvalTurn]
-    plans: dict[str, dict[str, QueryPlan]]
+    plans: dict[str, dict[str, BenchPlan]]
     index: EmbeddedHybridIndex
     reranker: Reranker | None
     depth: int
     own: OwnHistory
 
-    async def rank(self, mode: Mode) -> tuple[ModeResult, dict[str, QueryPlan]]:
+    async def rank(self, mode: Mode) -> tuple[ModeResult, dict[str, BenchPlan]]:
         plans = self.plans[mode.query.label]
         return await rank_with_history(
             mode, self.turns, plans, self.index, self.reranker, self.depth, self.own
@@ -281,8 +281,9 @@ async def run_benchmark(
     switches.append((False, 1.0, FUSION_CANDIDATES))
     turns = dataset.scored_turns
     started = time.perf_counter()
-    answerer = answer or passage_answerer({p.id: p.text for p in dataset.passages})
-    own = OwnHistory(dialogues(dataset, turns), answerer, embedder, llm, progress)
+    if answer is None:
+        answer = passage_answerer({p.id: p.text for p in dataset.passages})
+    own = OwnHistory(dialogues(dataset, turns), answer, embedder, llm, progress)
     with tempfile.TemporaryDirectory() as directory:
         index = await build_index(
             dataset,
@@ -317,7 +318,7 @@ async def run_benchmark(
 def describe_mode(
     result: ModeResult,
     turns: Sequence[EvalTurn],
-    plans: dict[str, QueryPlan],
+    plans: dict[str, BenchPlan],
     latency: dict[str, float],
     samples: int,
 ) -> dict[str, Any]:

@@ -11,8 +11,8 @@ With own history (`--history own`) each conversation is replayed through the ser
 by turn, every earlier assistant message replaced by what the service gave at that turn:
 with `--no-llm` the first 800 characters of the passage it ranked first (the in-process
 harness's LLM-free proxy, `chatqna.evaluation.live`), with `--llm` its real answer, asked
-for separately with the service's own `k` and `top_n` (up to `ANSWER_TOKENS` tokens at
-temperature 0), as a user of it would see it.
+for separately with the service's own `k`, `top_n` and `LLM_MAX_TOKENS` (at temperature 0),
+as a user of it would see it.
 """
 
 from __future__ import annotations
@@ -30,14 +30,12 @@ import httpx
 from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage
 from chatqna.evaluation.live import ANSWER_CHARS, dialogues, replay_dialogue
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import Mode, ModeResult, QueryPlan, QueryStrategy
+from chatqna.evaluation.modes import BenchPlan, Mode, ModeResult, QueryStrategy
 from chatqna.evaluation.progress import Progress
 from chatqna.evaluation.runner import describe_mode
 from chatqna.upstream.proxies import trust_env_for
 
 SUFFIX = ".md"
-# The longest answer asked of the service for own history (as the harness's LLM answerer).
-ANSWER_TOKENS = 256
 _HEADING_LINE = re.compile(r"^#", re.MULTILINE)
 
 
@@ -83,9 +81,9 @@ class ServiceTurn:
     milliseconds: float
     top_text: str = ""
 
-    def plan(self, query: str) -> QueryPlan:
-        """The turn as a plan: the query sent, no embedding or LLM of the harness's own."""
-        return QueryPlan(query, None, 0, 0, self.milliseconds, self.failure)
+    def plan(self) -> BenchPlan:
+        """The turn as a plan: the service planned it, no embedding or LLM of the harness's."""
+        return BenchPlan(None, 0, 0, self.milliseconds, self.failure)
 
 
 def turn_messages(turn: EvalTurn) -> list[dict[str, str]]:
@@ -127,15 +125,10 @@ def condense_failed(response: httpx.Response) -> bool:
     return isinstance(body, dict) and body.get("error") == "condense_failed"
 
 
-async def service_answer(client: httpx.AsyncClient, turn: EvalTurn, tokens: int) -> str:
-    """The answer a user of the service would get: its own `k` and `top_n`, at most
-    `tokens` tokens at temperature 0 ("" when the turn fails closed)."""
-    body = {
-        "messages": turn_messages(turn),
-        "stream": False,
-        "max_tokens": tokens,
-        "temperature": 0.0,
-    }
+async def service_answer(client: httpx.AsyncClient, turn: EvalTurn) -> str:
+    """The answer a user of the service would get: its own `k`, `top_n` and longest answer,
+    at temperature 0 ("" when the turn fails closed)."""
+    body = {"messages": turn_messages(turn), "stream": False, "temperature": 0.0}
     response = await client.post("/v1/chatqna", json=body)
     if condense_failed(response):
         return ""
@@ -155,7 +148,7 @@ def service_strategy(retrieval: dict[str, Any]) -> str:
 def service_mode(
     result: ModeResult,
     turns: Sequence[EvalTurn],
-    plans: dict[str, QueryPlan],
+    plans: dict[str, BenchPlan],
     reports: Sequence[dict[str, Any]],
     url: str,
     samples: int,
@@ -185,17 +178,17 @@ def service_mode(
 
 
 class ServiceScorer:
-    """Scores the service's answers to turns, one history kind at a time; with
-    `answer_tokens` the own history holds the service's real answers."""
+    """Scores the service's answers to turns, one history kind at a time; with `answers`
+    the own history holds the service's real answers."""
 
     def __init__(
-        self, client: httpx.AsyncClient, kind: str, depth: int, answer_tokens: int = 0
+        self, client: httpx.AsyncClient, kind: str, depth: int, answers: bool = False
     ) -> None:
         self.client = client
         self.depth = depth
-        self.answer_tokens = answer_tokens
+        self.answers = answers
         self.result = ModeResult(Mode(QueryStrategy("service"), True, True, history=kind))
-        self.plans: dict[str, QueryPlan] = {}
+        self.plans: dict[str, BenchPlan] = {}
         self.reports: list[dict[str, Any]] = []
 
     async def ask(self, turn: EvalTurn, scored: bool = True) -> str:
@@ -208,11 +201,11 @@ class ServiceScorer:
                 self.reports.append(answered.retrieval)
             if answered.failure is not None:
                 self.result.failures[turn.key] = answered.failure
-            self.plans[turn.key] = answered.plan(turn.query)
+            self.plans[turn.key] = answered.plan()
             self.result.rankings[turn.key] = answered.ranking
             self.result.per_turn[turn.key] = turn_metrics(answered.ranking, turn.relevant_ids)
-        if self.answer_tokens and answered.failure is None:
-            return await service_answer(self.client, turn, self.answer_tokens)
+        if self.answers and answered.failure is None:
+            return await service_answer(self.client, turn)
         return answered.top_text[:ANSWER_CHARS]
 
 
@@ -222,14 +215,14 @@ async def score_service(
     kind: str,
     depth: int,
     progress: Progress | None,
-    answer_tokens: int = 0,
+    answers: bool = False,
 ) -> ServiceScorer:
     """Every scored turn of `dataset`: with the dataset's history (`reference`), or replayed
     conversation by conversation with each earlier assistant message replaced by the top
-    passage the service returned at that turn, or with `answer_tokens` by its answer (`own`,
+    passage the service returned at that turn, or with `answers` by its answer (`own`,
     as `chatqna.evaluation.live`)."""
     turns = dataset.scored_turns
-    scorer = ServiceScorer(client, kind, depth, answer_tokens if kind == "own" else 0)
+    scorer = ServiceScorer(client, kind, depth, answers and kind == "own")
     tick = progress(f"asking the service ({kind} history)", len(turns)) if progress else None
 
     async def step(turn: EvalTurn, scored: bool) -> str:
@@ -278,8 +271,7 @@ async def run_against_service(
         if ingest:
             await ingest_corpus(client, dataset)
         for kind in histories:
-            tokens = ANSWER_TOKENS if answers else 0
-            scorer = await score_service(client, dataset, kind, depth, progress, tokens)
+            scorer = await score_service(client, dataset, kind, depth, progress, answers)
             modes.append(
                 service_mode(scorer.result, turns, scorer.plans, scorer.reports, url, samples)
             )

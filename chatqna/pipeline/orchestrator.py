@@ -22,7 +22,6 @@ from typing import TypeVar
 from opentelemetry.trace import Span, Status, StatusCode
 
 from chatqna.backends.bundle import Backends
-from chatqna.backends.protocols import SearchQuery
 from chatqna.documents import ScoredChunk
 from chatqna.errors import CondenseFailed
 from chatqna.multiturn.condense import CondenseOutcome
@@ -36,6 +35,7 @@ from chatqna.multiturn.strategy import (
 from chatqna.pipeline.observer import SilentObserver, TurnObserver
 from chatqna.pipeline.prompt import build_answer_prompt
 from chatqna.pipeline.record import Fusion, RerankRecord
+from chatqna.pipeline.sources import rerank_or_cut, search_query
 from chatqna.pipeline.turn import StageClock, Turn, TurnOptions, current
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
@@ -164,19 +164,14 @@ class Pipeline:
         self, plan: QueryPlan, options: TurnOptions, clock: StageClock
     ) -> list[ScoredChunk]:
         started = time.perf_counter()
-        leg = plan.history_leg
+        query = search_query(
+            plan,
+            options.k,
+            hybrid=self.settings.retriever_hybrid_retrieval_enabled,
+            fusion_weights=self.settings.fusion_weights,
+        )
         with tracer().start_as_current_span(names.SPAN_RETRIEVE) as span:
-            candidates = await self.backends.retriever.search(
-                SearchQuery(
-                    text=plan.text,
-                    embedding=plan.embedding,
-                    k=options.k,
-                    hybrid=self.settings.retriever_hybrid_retrieval_enabled,
-                    fusion_weights=self.settings.fusion_weights,
-                    bm25_history=leg.questions if leg is not None else "",
-                    bm25_history_weight=leg.search_weight if leg is not None else 0.0,
-                )
-            )
+            candidates = await self.backends.retriever.search(query)
             span.set_attribute(names.RETRIEVAL_CANDIDATES, len(candidates))
         clock.record("retrieve", started)
         return candidates
@@ -189,19 +184,10 @@ class Pipeline:
         clock: StageClock,
     ) -> list[ScoredChunk]:
         reranker = self.backends.reranker
-        if reranker is None:
-            return candidates[: options.top_n]
+        if reranker is None:  # the cut is no stage: no span, no time recorded
+            return await rerank_or_cut(None, plan.rerank, candidates, options.top_n)
         started = time.perf_counter()
         with tracer().start_as_current_span(names.SPAN_RERANK):
-            sources = await reranker.rerank(
-                plan.rerank.text, candidates, options.top_n, vector=plan.rerank.vector
-            )
+            sources = await rerank_or_cut(reranker, plan.rerank, candidates, options.top_n)
         clock.record("rerank", started)
         return sources
-
-
-async def handle_request(
-    messages: Sequence[Message], options: TurnOptions, backends: Backends, settings: Settings
-) -> Turn:
-    """One turn prepared outside the service (benchmarks): nothing observes it."""
-    return await Pipeline.build(settings, backends).prepare(messages, options)

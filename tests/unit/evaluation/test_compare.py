@@ -19,7 +19,7 @@ from chatqna.evaluation.compare import (
     shipped_references,
 )
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.modes import QueryStrategy, plan_turn, planning_settings
+from chatqna.evaluation.modes import QueryStrategy, plan_turn
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
@@ -61,6 +61,11 @@ def test_references_follow_the_settings_and_the_seed() -> None:
     assert default_strategy(message).rerank_query == "message"
 
 
+def test_the_default_blend_plans_with_the_config_the_service_builds() -> None:
+    served = SETTINGS.model_copy(update={"multi_turn_blend_enabled": True})
+    assert default_strategy(SETTINGS).config() == MultiTurnConfig.from_settings(served)
+
+
 class SlowLLM(ScriptedLLM):
     """A rewrite model that answers after a second."""
 
@@ -82,7 +87,7 @@ async def test_the_condense_row_runs_the_services_condense_with_its_settings(
         condense_max_query_chars=80,
     )
     strategy = condense_strategy(settings)
-    assert MultiTurnConfig.from_settings(planning_settings(strategy)) == MultiTurnConfig(
+    assert strategy.config() == MultiTurnConfig(
         mode="condense",
         history_turns=1,
         history_order="chronological",
@@ -100,12 +105,12 @@ async def test_the_condense_row_runs_the_services_condense_with_its_settings(
     assert harness_llm.prompts == service_llm.prompts
     prompt = harness_llm.prompts[0][-1]["content"]
     assert "Use the export zip." in prompt and "How do I export" not in prompt  # one message
-    assert plan.text == served.text == "How long is the exported workspace kept?"
-    assert plan.vector is not None and plan.llm_calls == 1 and plan.embedding_inputs == 1
-    np.testing.assert_array_equal(plan.vector, served.embedding)
-    assert plan.rerank_query == served.rerank.text
+    assert plan.service is not None and plan.llm_calls == 1 and plan.embedding_inputs == 1
+    assert plan.service.text == served.text == "How long is the exported workspace kept?"
+    np.testing.assert_array_equal(plan.service.embedding, served.embedding)
+    assert plan.service.rerank.text == served.rerank.text
     slow = await plan_turn(turn, strategy, embedder, SlowLLM(reply))
-    assert slow.failure == "timeout" and slow.vector is None
+    assert slow.failure == "timeout" and slow.service is None
 
 
 async def test_the_blend_bm25_leg_hears_earlier_questions(tmp_path: Path) -> None:
@@ -113,8 +118,9 @@ async def test_the_blend_bm25_leg_hears_earlier_questions(tmp_path: Path) -> Non
     plan = await plan_turn(
         turn, QueryStrategy("blend", 0.7, 4, bm25_history_weight=0.3), HashingEmbedder(), None
     )
-    assert plan.bm25_history == "How do I export my workspace?"
-    assert plan.bm25_history_weight == 0.3
+    assert plan.service is not None and plan.service.history_leg is not None
+    leg = plan.service.history_leg
+    assert (leg.questions, leg.search_weight) == ("How do I export my workspace?", 0.3)
 
 
 async def test_comparison_pairs_every_reference_with_the_default(tmp_path: Path) -> None:

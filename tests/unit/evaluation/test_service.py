@@ -13,7 +13,6 @@ import pytest
 from chatqna.evaluation.dataset import Dataset, Passage, load_dataset
 from chatqna.evaluation.live import ANSWER_CHARS
 from chatqna.evaluation.service import (
-    ANSWER_TOKENS,
     condense_failed,
     passage_file,
     passage_filename,
@@ -160,8 +159,9 @@ async def test_with_answers_own_history_holds_what_the_service_answered(tmp_path
     # Own history: each turn ranked at the depth, then answered as the service answers users.
     ranked, answered = own[0::2], own[1::2]
     assert [(b["k"], b["top_n"], b["max_tokens"]) for b in ranked] == [(10, 10, 1)] * 2
-    assert all("k" not in b and "top_n" not in b for b in answered)
-    assert [(b["max_tokens"], b["temperature"]) for b in answered] == [(ANSWER_TOKENS, 0.0)] * 2
+    # Asked as a user asks: the service's own k, top_n and longest answer, at temperature 0.
+    assert [set(b) for b in answered] == [{"messages", "stream", "temperature"}] * 2
+    assert [b["temperature"] for b in answered] == [0.0, 0.0]
     assert ranked[1]["messages"][1] == {"role": "assistant", "content": "About p-refund."}
     assert results["own_history_answers"] == "the service's answers"
 

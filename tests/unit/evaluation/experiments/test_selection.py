@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from chatqna.evaluation.modes import QueryStrategy
-from chatqna.evaluation.selection import (
+from chatqna.evaluation.experiments.selection import (
     Cell,
     choose,
     leave_one_domain_out,
     paired_score_interval,
     simplicity,
 )
+from chatqna.evaluation.modes import QueryStrategy
 
 SIMPLE = QueryStrategy("blend", 0.7, 2, "newest_first", "user")
 RICH = QueryStrategy("blend", 0.7, 4, "newest_first", "separate", 0.3, assistant_weight=0.25)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from chatqna.evaluation.candidates import (
+from chatqna.evaluation.experiments.candidates import (
     TEXT_FORMS,
     answer_terms,
     content_word_alpha,
