@@ -126,12 +126,14 @@ def create_app(
             live = await build_retrieval_backends(settings)
         else:
             live = await build_backends(settings)
-        app.state.service = ServiceState(settings, live, app.state.metrics)
+        service = ServiceState(settings, live, app.state.metrics)
+        app.state.service = service
         try:
             if owned:  # a served process (backends built here) keeps its start-up state
                 freeze_startup_objects()
             yield
         finally:
+            service.parse_pool.close()
             if owned:
                 await live.aclose()
             if owned_provider is not None:

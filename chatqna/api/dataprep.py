@@ -60,7 +60,7 @@ async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
     "/v1/dataprep/ingest",
     summary="Ingest uploaded files and linked pages into the knowledge base",
     response_model=IngestReport,
-    responses=error_responses(400, 403, 413, 415, 422, 501, 502, 504),
+    responses=error_responses(400, 403, 413, 415, 422, 429, 501, 502, 504),
 )
 async def ingest(
     state: State,
@@ -90,6 +90,7 @@ async def ingest(
         chunk_size=size,
         chunk_overlap=overlap,
         limits=load_limits(settings),
+        parse_pool=state.parse_pool,
     )
     return {
         "status": 200,

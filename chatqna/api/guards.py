@@ -33,7 +33,7 @@ UI_PATHS = frozenset({"/"})
 UI_PREFIXES = ("/ui/",)
 BASIC_CHALLENGE = 'Basic realm="ChatQnA", charset="UTF-8"'
 SIGN_IN = "A valid API key is required: sign in with any user name and the key as the password."
-RETRY_AFTER_SECONDS = 1
+RETRY_AFTER_SECONDS = TooManyRequests.retry_after_seconds
 
 
 def route_path(scope: Scope) -> str:
