@@ -7,6 +7,7 @@ source already in the index keeps its chunks.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
 from tests.unit.ingest.office_files import (
+    empty_paragraphs_docx,
     handbook_docx,
     million_cell_xlsx,
     ole_file,
@@ -112,6 +114,25 @@ async def test_a_zip_bomb_inside_an_office_file_is_413(
     body = await _refused(client, name, zip_bomb(build(), part, 64 << 20))
     assert (body["status"], body["error"]) == (413, "payload_too_large")
     assert body["details"]["unpacked_bytes"] > 64 << 20
+
+
+@pytest.mark.parametrize(
+    ("paragraphs", "max_cells", "says"),
+    [
+        (2_000_000, 200_000, "word/document.xml unpacks to"),  # 12 MB of XML, 30 KiB zipped
+        (5_000, 1_000, "CHATQNA_DATAPREP_MAX_CELLS"),
+    ],
+)
+async def test_a_docx_of_empty_paragraphs_is_a_fast_413(
+    client_for: ClientFactory, settings: Settings, paragraphs: int, max_cells: int, says: str
+) -> None:
+    limited = settings.model_copy(update={"chatqna_dataprep_max_cells": max_cells})
+    client = await client_for(await make_backends(limited), limited)
+    started = time.perf_counter()
+    body = await _refused(client, "empty.docx", empty_paragraphs_docx(paragraphs))
+    assert time.perf_counter() - started < 10  # minutes of reading nothing, before
+    assert (body["status"], body["error"]) == (413, "payload_too_large")
+    assert says in body["message"]
 
 
 async def test_a_json_file_that_is_one_huge_string_is_413(
