@@ -139,6 +139,16 @@ async def resolve_checked(
         addresses = [host]
     except ValueError:
         try:
+            # The system resolver encodes the name with the IDNA codec first: an empty label
+            # or one over 63 characters is a UnicodeError there, not a failed look-up.
+            host.encode("idna")
+        except UnicodeError as exc:
+            raise LinkRefused(
+                f"{url}: {host!r} is not a valid host name ({exc})",
+                reason="bad_url",
+                details={"url": url, "host": host},
+            ) from exc
+        try:
             addresses = await resolver(host, port)
         except OSError as exc:
             raise LinkUnreadable(

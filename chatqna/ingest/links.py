@@ -193,8 +193,11 @@ class LinkFetcher:
     async def _follow(self, client: httpx.AsyncClient, url: str) -> IngestFile:
         current = _parse_url(url, url)
         for _ in range(self._max_redirects + 1):
+            # The host as it is looked up and as `PinnedBackend` sees it: ASCII (an IDN in
+            # its `xn--` form), so an allow-list entry matches both checks alike.
+            host = current.raw_host.decode("ascii")
             await resolve_checked(
-                self._policy, self._resolver, url, current.host, current.port or _port(current)
+                self._policy, self._resolver, url, host, current.port or _port(current)
             )
             try:
                 async with client.stream("GET", current) as response:
@@ -223,7 +226,7 @@ class LinkFetcher:
                 # to an address that is not allowed (DNS rebinding).
                 address = exc.details.get("address")
                 raise LinkRefused(
-                    f"{url}: {current.host} resolved to {address} when connecting, a "
+                    f"{url}: {host} resolved to {address} when connecting, a "
                     f"{str(exc.reason).replace('_', ' ')}; the connection was not made",
                     reason=exc.reason,
                     details={**exc.details, "url": url},

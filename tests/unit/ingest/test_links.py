@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from chatqna.errors import LinkRefused, LinkUnreadable, PayloadTooLarge, UnsupportedFileType
+from chatqna.ingest.link_policy import system_resolver
 from chatqna.ingest.links import LinkFetcher
 from chatqna.settings import Settings
 
@@ -212,3 +213,43 @@ async def test_a_redirect_to_an_unusable_url_is_refused(location: str) -> None:
     with pytest.raises((LinkRefused, LinkUnreadable)) as info:
         await bounce.fetch_all(["https://docs.test/old"])
     assert 400 <= info.value.status_code < 500
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example", ".example"])
+async def test_a_host_with_an_empty_or_overlong_label_is_a_bad_url(host: str) -> None:
+    # The system resolver's IDNA codec refuses such a name with a UnicodeError, no lookup.
+    looked_up: list[str] = []
+
+    async def resolver(name: str, port: int) -> list[str]:
+        looked_up.append(name)
+        return await system_resolver(name, port)
+
+    fetch = LinkFetcher(Settings(), resolver=resolver, transport=httpx.MockTransport(page))
+    url = f"http://{host}/page.html"
+    with pytest.raises(LinkRefused) as info:
+        await fetch.fetch_all([url])
+    assert (info.value.status_code, info.value.reason) == (403, "bad_url")
+    assert info.value.details == {"url": url, "host": host}
+    bounce = fetcher(lambda r: httpx.Response(302, headers={"location": url}))
+    with pytest.raises(LinkRefused) as info:
+        await bounce.fetch_all(["https://docs.test/old"])
+    assert info.value.reason == "bad_url"
+    assert info.value.details == {"url": "https://docs.test/old", "host": host}
+    assert looked_up == []
+
+
+async def test_an_idn_host_is_checked_in_its_ascii_form_as_the_connection_sees_it() -> None:
+    looked_up: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        return ["10.1.2.3"]
+
+    allowed = LinkFetcher(
+        Settings(chatqna_dataprep_link_allowlist=["xn--bcher-kva.test"]),
+        resolver=resolver,
+        transport=httpx.MockTransport(lambda r: page(b"<p>Regal</p>")),
+    )
+    files = await allowed.fetch_all(["http://bücher.test/regal"])
+    assert files[0].data == b"<p>Regal</p>"
+    assert looked_up == ["xn--bcher-kva.test"]
