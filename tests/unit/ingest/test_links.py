@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -253,3 +255,49 @@ async def test_an_idn_host_is_checked_in_its_ascii_form_as_the_connection_sees_i
     files = await allowed.fetch_all(["http://bücher.test/regal"])
     assert files[0].data == b"<p>Regal</p>"
     assert looked_up == ["xn--bcher-kva.test"]
+
+
+def streamed(*parts: bytes) -> Callable[[], AsyncIterator[bytes]]:
+    """A body that arrives as `parts` over the network (httpx does not read it ahead)."""
+
+    async def body() -> AsyncIterator[bytes]:
+        for part in parts:
+            yield part
+
+    return body
+
+
+async def test_a_gzip_bomb_is_inflated_in_bounded_steps_and_stopped_at_the_cap() -> None:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    bomb = compressor.compress(b"\0" * (64 << 20)) + compressor.flush()  # 64 MiB in 64 KiB
+    headers = {"content-type": "text/plain", "content-encoding": "gzip"}
+    sent: list[httpx.Headers] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers)
+        return httpx.Response(200, content=streamed(bomb)(), headers=headers)
+
+    small = fetcher(handler, chatqna_dataprep_link_max_bytes=1 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLarge):
+            await small.fetch_all(["https://docs.test/bomb.txt"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # httpx inflates a network read whole: 64 MiB at once
+    assert sent[0]["accept-encoding"] == "gzip, deflate"  # only what is inflated in steps
+
+
+async def test_a_deflate_body_is_read_and_other_or_broken_codings_are_refused() -> None:
+    def answer(coding: str, body: bytes) -> Handler:
+        headers = {"content-type": "text/plain", "content-encoding": coding}
+        return lambda r: httpx.Response(200, content=streamed(body)(), headers=headers)
+
+    deflated = fetcher(answer("deflate", zlib.compress(b"notes")))
+    assert (await deflated.fetch_all(["https://docs.test/n.txt"]))[0].data == b"notes"
+    for coding, body in (("br", b"\x0b\x02\x80notes\x03"), ("gzip", b"not gzip at all")):
+        with pytest.raises(LinkUnreadable) as info:
+            await fetcher(answer(coding, body)).fetch_all(["https://docs.test/n.txt"])
+        assert info.value.reason == "content_encoding"
+        assert info.value.details["url"] == "https://docs.test/n.txt"
