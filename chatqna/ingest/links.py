@@ -99,7 +99,27 @@ def parse_link_list(raw: str | None, limit: int) -> list[str]:
             f"link_list holds {len(urls)} URLs, more than {limit} (CHATQNA_DATAPREP_MAX_LINKS)",
             reason="too_many_links",
         )
+    for url in urls:
+        _refuse_credentials(url)
     return urls
+
+
+def _refuse_credentials(url: str) -> None:
+    """Refuse a URL with a user name or password in it (`http://alice:secret@host/`): httpx
+    would send them as Basic credentials, and the URL would be kept as the page's source
+    name, shown to everyone who chats. The refusal shows the URL without them."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return  # refused as unusable when it is fetched
+    if parsed.userinfo:
+        shown = str(parsed.copy_with(userinfo=b""))
+        raise LinkRefused(
+            f"{shown}: links are fetched without credentials; remove the user name and "
+            "password from the URL (allow-list the host, or publish the page, instead)",
+            reason="bad_url",
+            details={"url": shown},
+        )
 
 
 @dataclass(frozen=True)
@@ -323,6 +343,12 @@ def _parse_url(original: str, url: str, base: httpx.URL | None = None) -> httpx.
     if parsed.scheme not in ("http", "https") or not host:
         raise LinkRefused(
             f"{original}: only http:// and https:// URLs with a host are fetched (got {url!r})",
+            reason="bad_url",
+            details={"url": original},
+        )
+    if parsed.userinfo:  # a redirect's: never sent on, as the link's own are never taken
+        raise LinkRefused(
+            f"{original}: redirected to a URL with credentials in it; it is not followed",
             reason="bad_url",
             details={"url": original},
         )

@@ -117,6 +117,19 @@ async def test_a_link_whose_host_no_resolver_takes_is_403_not_500(
     assert body["details"] == {"url": url, "host": host}
 
 
+async def test_a_link_with_credentials_is_refused_before_it_is_fetched(
+    client_for: ClientFactory,
+) -> None:
+    client = await client_for()  # nothing answers wiki.test: a fetch would be a 422
+    url = "http://alice:hunter2@wiki.test/page"
+    response = await client.post("/v1/dataprep/ingest", data={"link_list": json.dumps([url])})
+    assert response.status_code == 403, response.text
+    body = response.json()
+    assert (body["error"], body["reason"]) == ("link_refused", "bad_url")
+    assert body["details"] == {"url": "http://wiki.test/page"}
+    assert "hunter2" not in response.text
+
+
 async def test_upload_size_limit(client_for: ClientFactory, settings: Settings) -> None:
     small = settings.model_copy(update={"chatqna_max_upload_bytes": 10})
     client = await client_for(await make_backends(small), small)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Callable
@@ -14,7 +15,7 @@ import pytest
 
 from chatqna.errors import LinkRefused, LinkUnreadable, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.link_policy import system_resolver
-from chatqna.ingest.links import LinkFetcher
+from chatqna.ingest.links import LinkFetcher, parse_link_list
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -301,3 +302,34 @@ async def test_a_deflate_body_is_read_and_other_or_broken_codings_are_refused() 
             await fetcher(answer(coding, body)).fetch_all(["https://docs.test/n.txt"])
         assert info.value.reason == "content_encoding"
         assert info.value.details["url"] == "https://docs.test/n.txt"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice:hunter2@wiki.test/page",
+        "https://hunter2@wiki.test/page",
+        "http://:hunter2@wiki.test/page",
+    ],
+)
+def test_a_link_with_credentials_is_refused_without_showing_them(url: str) -> None:
+    with pytest.raises(LinkRefused) as info:
+        parse_link_list(json.dumps(["https://docs.test/ok", url]), limit=10)
+    assert (info.value.status_code, info.value.reason) == (403, "bad_url")
+    assert info.value.details == {"url": url.split("//")[0] + "//wiki.test/page"}
+    assert "hunter2" not in info.value.message + json.dumps(info.value.envelope())
+
+
+async def test_a_redirect_to_a_url_with_credentials_is_not_followed() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/old":
+            return httpx.Response(302, headers={"location": "https://bob:pw@docs.test/new"})
+        return page(b"<p>new</p>")
+
+    with pytest.raises(LinkRefused) as info:
+        await fetcher(handler, seen).fetch_all(["https://docs.test/old"])
+    assert info.value.reason == "bad_url"
+    assert info.value.details == {"url": "https://docs.test/old"}
+    assert seen == ["https://docs.test/old"]
