@@ -270,9 +270,10 @@ class LinkFetcher:
         )
 
     async def _read(self, url: str, response: httpx.Response) -> IngestFile:
-        if response.status_code >= 400:
+        if response.status_code >= 300:  # an error, or a redirect with nothing to follow
             raise LinkUnreadable(
-                f"{url}: the server answered HTTP {response.status_code}",
+                f"{url}: the server answered HTTP {response.status_code}"
+                + (" and no Location to follow" if response.status_code < 400 else ""),
                 reason="http_status",
                 details={"url": url, "status": response.status_code},
             )

@@ -20,6 +20,7 @@ from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
+HTML = {"content-type": "text/html; charset=utf-8"}
 NAMES = {"docs.test": ["93.184.215.14"], "intranet.test": ["10.1.2.3"]}
 
 
@@ -136,6 +137,17 @@ async def test_http_error_status_is_422() -> None:
     with pytest.raises(LinkUnreadable) as info:
         await fetcher(lambda r: httpx.Response(404)).fetch_all(["https://docs.test/gone"])
     assert info.value.reason == "http_status" and info.value.details["status"] == 404
+
+
+@pytest.mark.parametrize("status", [300, 301, 302, 304, 307])
+async def test_a_redirect_status_with_no_location_is_not_read_as_the_page(status: int) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=b"<p>Multiple choices</p>", headers=HTML)
+
+    with pytest.raises(LinkUnreadable) as info:
+        await fetcher(handler).fetch_all(["https://docs.test/choices"])
+    assert info.value.reason == "http_status" and info.value.details["status"] == status
+    assert "no Location to follow" in info.value.message
 
 
 async def test_declared_and_streamed_sizes_beyond_the_cap_are_413() -> None:
