@@ -59,12 +59,17 @@ def load_limits(settings: Settings) -> LoadLimits:
     )
 
 
-# Bidirectional overrides and isolates make a name display as something it is not.
-_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Refused in a name: controls (Cc), line and paragraph separators (Zl, Zp: a new line to
+# a log reader) and format characters (Cf: bidi overrides and marks that make a name
+# display as something it is not, invisible characters), except the zero-width non-joiner
+# and joiner, which Persian and Indic words and emoji sequences are written with.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Zl", "Zp", "Cf"})
+_JOINERS = frozenset("\u200c\u200d")
 
 
 def check_source_name(source: str) -> None:
-    """Refuse a name with control characters (a NUL, a newline, an escape, a bidi override).
+    """Refuse a name with control characters (a NUL, a newline, an escape, a line
+    separator, a bidi override or mark, a zero-width space).
 
     Such a name would be stored, listed and matched for deletion byte for byte, and it
     can forge log lines; no file a person means to upload is called that. A name with
@@ -85,7 +90,7 @@ def check_source_name(source: str) -> None:
         {
             f"U+{ord(c):04X}"
             for c in source
-            if unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS
+            if unicodedata.category(c) in _REFUSED_CATEGORIES and c not in _JOINERS
         }
     )
     if bad:
