@@ -22,7 +22,13 @@ from chatqna import __version__
 from chatqna.api import chat, dataprep, health, observability, retrieval, ui
 from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
-from chatqna.api.guards import ApiKeyGuard, BodySizeLimit, ChatConcurrencyLimit, route_path
+from chatqna.api.guards import (
+    ApiKeyGuard,
+    BodySizeLimit,
+    ChatConcurrencyLimit,
+    UploadEndCheck,
+    route_path,
+)
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
@@ -58,7 +64,8 @@ def fastapi_telemetry(tracer_provider: TracerProvider | None) -> TelemetryConfig
 
 
 def install_guards(app: FastAPI, settings: Settings) -> None:
-    """Middleware, innermost first: chat concurrency, body size, API key, metrics, CORS.
+    """Middleware, innermost first: chat concurrency, an upload's end, body size, API key,
+    metrics, CORS.
 
     Metrics sit outside the guards so refusals are counted; CORS sits outermost so a
     browser can read a refusal and a preflight needs no key. CORS is off with no origins.
@@ -69,6 +76,7 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
         limit=settings.chatqna_max_concurrent_chats,
         queue_timeout_seconds=settings.chatqna_queue_timeout_seconds,
     )
+    app.add_middleware(UploadEndCheck)
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.chatqna_max_request_bytes,
@@ -129,12 +137,14 @@ def create_app(
             live = await build_retrieval_backends(settings)
         else:
             live = await build_backends(settings)
-        app.state.service = ServiceState(settings, live, app.state.metrics)
+        service = ServiceState(settings, live, app.state.metrics)
+        app.state.service = service
         try:
             if owned:  # a served process (backends built here) keeps its start-up state
                 freeze_startup_objects()
             yield
         finally:
+            service.parse_pool.close()
             if owned:
                 await live.aclose()
             if owned_provider is not None:

@@ -11,7 +11,7 @@
     |   +-- QueryNotSearchable    422 the index cannot parse the search built from the text
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
-    +-- TooManyRequests           429 every chat slot is taken; retry after `Retry-After`
+    +-- TooManyRequests           429 every chat or parsing slot is taken; retry after `Retry-After`
     +-- UpstreamFailure           5xx a backend (TEI, LLM server, index) failed
     |   +-- UpstreamTimeout       504 it did not answer in time
     |   +-- UpstreamError         502 it answered with an HTTP error or could not be reached
@@ -140,7 +140,8 @@ class Unauthorized(ChatQnAError):
 
 
 class TooManyRequests(ChatQnAError):
-    """Every chat slot (`CHATQNA_MAX_CONCURRENT_CHATS`) stayed taken for the queue timeout.
+    """Every chat slot (`CHATQNA_MAX_CONCURRENT_CHATS`) stayed taken for the queue timeout,
+    or dataprep's parsing threads are busy and its queue is full.
 
     Answered with a `Retry-After` header instead of queueing without bound; OpenAI clients
     retry a 429 on their own.
@@ -148,6 +149,7 @@ class TooManyRequests(ChatQnAError):
 
     status_code = 429
     code = "too_many_requests"
+    retry_after_seconds = 1
 
 
 class UpstreamFailure(ChatQnAError):

@@ -2,8 +2,8 @@
 
 - `POST /v1/dataprep/ingest`: multipart form with `files` (repeated) and/or `link_list`
   (a JSON list of URLs); optional `chunk_size`, `chunk_overlap`. Re-uploading a file or
-  re-sending a link replaces its chunks. Links are fetched first, then everything is
-  ingested in one all-or-nothing step.
+  re-sending a link replaces its chunks. The uploads' names and types are checked first,
+  then links are fetched, then everything is ingested in one all-or-nothing step.
 - `POST /v1/dataprep/get`: the ingested sources.
 - `POST /v1/dataprep/delete`: `{"file_path": "<source>"}` or `{"file_path": "all"}`; a
   name that is neither listed nor has chunks is 404.
@@ -28,7 +28,7 @@ from chatqna.api.schemas import (
     SourceEntry,
 )
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
-from chatqna.ingest.dataprep import IngestFile, ingest_files, load_limits
+from chatqna.ingest.dataprep import IngestFile, check_files, ingest_files, load_limits
 from chatqna.ingest.links import LinkFetcher, parse_link_list
 
 router = APIRouter(
@@ -60,7 +60,7 @@ async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
     "/v1/dataprep/ingest",
     summary="Ingest uploaded files and linked pages into the knowledge base",
     response_model=IngestReport,
-    responses=error_responses(400, 403, 413, 415, 422, 501, 502, 504),
+    responses=error_responses(400, 403, 413, 415, 422, 429, 501, 502, 504),
 )
 async def ingest(
     state: State,
@@ -82,6 +82,7 @@ async def ingest(
     if overlap >= size:
         raise InvalidRequest("chunk_overlap must be smaller than chunk_size")
     uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files or []]
+    check_files(uploads)  # a bad upload fails the request before any link is fetched
     pages = await fetcher.fetch_all(urls)
     results = await ingest_files(
         [*uploads, *pages],
@@ -90,6 +91,7 @@ async def ingest(
         chunk_size=size,
         chunk_overlap=overlap,
         limits=load_limits(settings),
+        parse_pool=state.parse_pool,
     )
     return {
         "status": 200,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Annotated
 
@@ -21,6 +21,7 @@ from starlette.datastructures import Headers
 
 from chatqna.backends.bundle import Backends
 from chatqna.errors import Unauthorized
+from chatqna.ingest.parse_pool import ParsePool
 from chatqna.pipeline.orchestrator import Pipeline
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
@@ -29,11 +30,13 @@ from chatqna.telemetry.observer import TurnTelemetry
 
 @dataclass
 class ServiceState:
-    """What every handler needs: the settings, the live backends and the chat pipeline."""
+    """What every handler needs: the settings, the live backends, the chat pipeline, and
+    the threads dataprep parses on."""
 
     settings: Settings
     backends: Backends
     metrics: ServiceMetrics
+    parse_pool: ParsePool = field(default_factory=ParsePool)
 
     @cached_property
     def pipeline(self) -> Pipeline:

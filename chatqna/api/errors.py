@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chatqna.api.schemas import ErrorEnvelope
-from chatqna.errors import ChatQnAError, UpstreamFailure
+from chatqna.errors import ChatQnAError, TooManyRequests, UpstreamFailure
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,10 @@ _DESCRIPTIONS = {
         "The request does not match the schema (`invalid_request`, with `details`), a file "
         "cannot be read (`document_unreadable`) or a link cannot be fetched (`link_unreadable`)"
     ),
-    429: "Every chat slot is taken (`too_many_requests`); retry after `Retry-After`",
+    429: (
+        "Every chat slot is taken, or every upload parsing slot and its queue "
+        "(`too_many_requests`); retry after `Retry-After`"
+    ),
     500: (
         "An unexpected error (`internal_error`), or a search the index could not parse "
         "(`query_not_searchable`)"
@@ -82,6 +85,8 @@ async def on_chatqna_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, UpstreamFailure):
         logger.warning("upstream failure on %s: %s", request.url.path, exc.message)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    if isinstance(exc, TooManyRequests):
+        headers = {"Retry-After": str(exc.retry_after_seconds)}
     return envelope_response(exc.status_code, exc.envelope(), headers)
 
 

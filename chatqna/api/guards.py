@@ -1,4 +1,5 @@
-"""Request guards in front of every route: the API key, the body size, and chat concurrency.
+"""Request guards in front of every route: the API key, the body size (and an upload's
+end), and chat concurrency.
 
 They are plain ASGI middleware rather than route dependencies, for three reasons: a route
 added later is guarded without having to remember it (the API key also covers `/docs` and
@@ -6,7 +7,8 @@ added later is guarded without having to remember it (the API key also covers `/
 the whole life of a streamed answer, which outlives the route handler.
 
 `create_app` installs them inside the request-metrics middleware (so refusals are counted)
-and inside CORS (so a browser can read a refusal): API key, then body size, then concurrency.
+and inside CORS (so a browser can read a refusal): API key, then body size, then an
+upload's closing boundary, then concurrency.
 Each refusal is the usual error envelope.
 """
 
@@ -16,6 +18,7 @@ import asyncio
 from collections.abc import Iterable
 
 from pydantic import SecretStr
+from python_multipart.multipart import parse_options_header
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
@@ -33,7 +36,7 @@ UI_PATHS = frozenset({"/"})
 UI_PREFIXES = ("/ui/",)
 BASIC_CHALLENGE = 'Basic realm="ChatQnA", charset="UTF-8"'
 SIGN_IN = "A valid API key is required: sign in with any user name and the key as the password."
-RETRY_AFTER_SECONDS = 1
+RETRY_AFTER_SECONDS = TooManyRequests.retry_after_seconds
 
 
 def route_path(scope: Scope) -> str:
@@ -155,6 +158,49 @@ class BodySizeLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+class UploadEndCheck:
+    """Refuses (400) an upload to `/v1/dataprep/ingest` whose multipart body ends before its
+    closing boundary (a client or proxy that cut it short).
+
+    The form parser (python-multipart, through Starlette) drops an unfinished last part
+    without a word, so the files before it would be ingested and the cut one silently
+    left out; the closing delimiter is looked for as the body passes, in a window of its
+    own length, and the final read raises when it never came.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or route_path(scope) != UPLOAD_PATH:
+            await self.app(scope, receive, send)
+            return
+        content_type = Headers(scope=scope).get("content-type", "")
+        boundary = parse_options_header(content_type)[1].get(b"boundary")
+        if not content_type.startswith("multipart/form-data") or not boundary:
+            await self.app(scope, receive, send)
+            return
+        close = b"\r\n--" + boundary + b"--"
+        tail, closed = b"\r\n", False  # the body may open with the closing delimiter
+
+        async def checked() -> Message:
+            nonlocal tail, closed
+            message = await receive()
+            if message["type"] == "http.request" and not closed:
+                window = tail + message.get("body", b"")
+                closed = close in window
+                tail = window[-len(close) :]
+                if not closed and not message.get("more_body", False):
+                    raise HTTPException(
+                        400,
+                        detail="The multipart body ends before its closing boundary: the "
+                        "upload was cut short; send it again.",
+                    )
+            return message
+
+        await self.app(scope, checked, send)
 
 
 class ChatConcurrencyLimit:

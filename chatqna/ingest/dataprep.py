@@ -30,6 +30,7 @@ from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
 from chatqna.errors import InvalidRequest, UnsupportedFileType
 from chatqna.ingest.chunking import chunk_document
 from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, format_of, load_document
+from chatqna.ingest.parse_pool import ParsePool
 from chatqna.settings import Settings
 
 ProgressCallback = Callable[[int], None]
@@ -58,12 +59,17 @@ def load_limits(settings: Settings) -> LoadLimits:
     )
 
 
-# Bidirectional overrides and isolates make a name display as something it is not.
-_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Refused in a name: controls (Cc), line and paragraph separators (Zl, Zp: a new line to
+# a log reader) and format characters (Cf: bidi overrides and marks that make a name
+# display as something it is not, invisible characters), except the zero-width non-joiner
+# and joiner, which Persian and Indic words and emoji sequences are written with.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Zl", "Zp", "Cf"})
+_JOINERS = frozenset("\u200c\u200d")
 
 
 def check_source_name(source: str) -> None:
-    """Refuse a name with control characters (a NUL, a newline, an escape, a bidi override).
+    """Refuse a name with control characters (a NUL, a newline, an escape, a line
+    separator, a bidi override or mark, a zero-width space).
 
     Such a name would be stored, listed and matched for deletion byte for byte, and it
     can forge log lines; no file a person means to upload is called that. A name with
@@ -84,7 +90,7 @@ def check_source_name(source: str) -> None:
         {
             f"U+{ord(c):04X}"
             for c in source
-            if unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS
+            if unicodedata.category(c) in _REFUSED_CATEGORIES and c not in _JOINERS
         }
     )
     if bad:
@@ -132,6 +138,23 @@ def collect_files(paths: Sequence[Path], skipped: list[Path] | None = None) -> l
     return files
 
 
+def check_files(files: Sequence[IngestFile]) -> None:
+    """Refuse, before any work, a name given twice, a name `check_source_name` refuses, and
+    a file whose type neither its name nor its `kind` tells."""
+    names = [item.source for item in files]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise InvalidRequest(f"files given more than once: {', '.join(duplicates)}")
+    for item in files:
+        check_source_name(item.source)
+        if item.kind is None and format_of(item.source) is None:
+            suffix = Path(item.source).suffix.lower()
+            raise UnsupportedFileType(
+                f"{item.source}: unsupported file type {suffix or '(none)'}; supported: "
+                + ", ".join(SUPPORTED_SUFFIXES)
+            )
+
+
 Pending = list[tuple[IngestFile, str, list[Chunk]]]
 
 
@@ -170,24 +193,19 @@ async def ingest_files(
     limits: LoadLimits | None = None,
     on_chunks_embedded: ProgressCallback | None = None,
     on_plan: Callable[[int], None] | None = None,
+    parse_pool: ParsePool | None = None,
 ) -> list[IngestResult]:
-    """Ingest `files` into `retriever`; returns one result per file, in input order."""
-    names = [item.source for item in files]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise InvalidRequest(f"files given more than once: {', '.join(duplicates)}")
-    for item in files:
-        check_source_name(item.source)
-        if item.kind is None and format_of(item.source) is None:
-            suffix = Path(item.source).suffix.lower()
-            raise UnsupportedFileType(
-                f"{item.source}: unsupported file type {suffix or '(none)'}; supported: "
-                + ", ".join(SUPPORTED_SUFFIXES)
-            )
+    """Ingest `files` into `retriever`; returns one result per file, in input order.
+
+    The service parses on its `parse_pool`, so uploads never take the threads other
+    requests need; without one (the CLI), on asyncio's default pool.
+    """
+    check_files(files)
     known = {info.source: info.content_hash for info in await retriever.list_sources()}
     # Hashing, parsing (a PDF can take seconds) and chunking are CPU-bound: a worker thread
     # does them, so other requests keep being served meanwhile.
-    pending, results = await asyncio.to_thread(
+    run = parse_pool.run if parse_pool is not None else asyncio.to_thread
+    pending, results = await run(
         _load_and_chunk,
         files,
         known,

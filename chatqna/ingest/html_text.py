@@ -69,8 +69,14 @@ _LABEL_OVERRIDES = {
 _NOT_PAGE_CODECS = frozenset({"idna", "undefined", "punycode"})
 
 
-def _codec(label: str | None) -> str | None:
-    """The Python codec for a charset label, or None for a label no browser would use."""
+def _codec(label: str | None, *, from_meta: bool = False) -> str | None:
+    """The Python codec for a charset label, or None for a label no browser would use.
+
+    UTF-16 named by a `<meta>` is read as UTF-8, as the HTML standard says (the prescan
+    that found it read the bytes as ASCII, which UTF-16 is not); named by the HTTP header,
+    it is UTF-16, and plain `utf-16` (no byte-order mark: one would have won) is the
+    little-endian form, as the Encoding standard reads that label.
+    """
     if not label:
         return None
     label = label.strip().lower()
@@ -81,7 +87,9 @@ def _codec(label: str | None) -> str | None:
     name = info.name
     if not info._is_text_encoding or name in _NOT_PAGE_CODECS or name.startswith("utf-32"):
         return None
-    return "utf-8" if name.startswith("utf-16") else name
+    if name.startswith("utf-16"):
+        return "utf-8" if from_meta else {"utf-16": "utf-16-le"}.get(name, name)
+    return name
 
 
 def decode_html(source: str, data: bytes, header_charset: str | None = None) -> str:
@@ -95,7 +103,7 @@ def decode_html(source: str, data: bytes, header_charset: str | None = None) -> 
     encoding = _codec(header_charset)
     if encoding is None:
         match = _META_CHARSET.search(data[:1024])
-        encoding = _codec(match.group(1).decode("ascii")) if match else None
+        encoding = _codec(match.group(1).decode("ascii"), from_meta=True) if match else None
     if encoding is not None:
         return _decode_declared(source, data, encoding)
     try:

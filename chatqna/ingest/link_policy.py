@@ -9,7 +9,8 @@ A name is checked after it is resolved, and every address it resolves to must pa
 leave no gap between the check and the connection (DNS rebinding: a name that resolves to
 a public address for the check and to a private one for the connection), direct
 connections go through `PinnedBackend`, which resolves the name itself, checks each
-address again and connects only to an address it has checked.
+address again and connects only to an address it has checked; `PinnedTransport` is the
+httpx transport over an httpcore pool that connects through it.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import httpcore
+import httpx
 
 from chatqna.errors import LinkRefused, LinkUnreadable
 
-__all__ = ["LinkPolicy", "PinnedBackend", "Resolver", "system_resolver"]
+__all__ = ["LinkPolicy", "PinnedBackend", "PinnedTransport", "Resolver", "system_resolver"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -139,6 +141,16 @@ async def resolve_checked(
         addresses = [host]
     except ValueError:
         try:
+            # The system resolver encodes the name with the IDNA codec first: an empty label
+            # or one over 63 characters is a UnicodeError there, not a failed look-up.
+            host.encode("idna")
+        except UnicodeError as exc:
+            raise LinkRefused(
+                f"{url}: {host!r} is not a valid host name ({exc})",
+                reason="bad_url",
+                details={"url": url, "host": host},
+            ) from exc
+        try:
             addresses = await resolver(host, port)
         except OSError as exc:
             raise LinkUnreadable(
@@ -199,3 +211,76 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+_HTTPCORE_ERRORS = (
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol,
+    httpcore.ProxyError,
+)
+
+
+def _translate(exc: Exception, request: httpx.Request) -> httpx.TransportError:
+    if isinstance(exc, httpcore.TimeoutException):
+        return httpx.TimeoutException(str(exc), request=request)
+    return httpx.TransportError(f"{type(exc).__name__}: {exc}")
+
+
+class _BodyStream(httpx.AsyncByteStream):
+    def __init__(self, stream: AsyncIterable[bytes], request: httpx.Request) -> None:
+        self._stream = stream
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._stream:
+                yield part
+        except _HTTPCORE_ERRORS as exc:
+            raise _translate(exc, self._request) from exc
+
+    async def aclose(self) -> None:
+        closer = getattr(self._stream, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+class PinnedTransport(httpx.AsyncBaseTransport):
+    """httpx's transport contract over an httpcore pool that connects through a
+    `PinnedBackend` (httpx's own transport takes no network backend). Proxied requests
+    do not come here: httpx routes them to its proxy transports."""
+
+    def __init__(self, backend: PinnedBackend) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=True), network_backend=backend
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            response = await self._pool.handle_async_request(core_request)
+        except _HTTPCORE_ERRORS as exc:
+            raise _translate(exc, request) from exc
+        assert isinstance(response.stream, AsyncIterable)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_BodyStream(response.stream, request),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()

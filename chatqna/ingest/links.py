@@ -1,7 +1,10 @@
 """Fetching `link_list` URLs for dataprep: bounded, checked, all or nothing.
 
 Each URL is fetched with httpx within one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`)
-and one size cap (`CHATQNA_DATAPREP_LINK_MAX_BYTES`, counted after content decoding).
+and one size cap (`CHATQNA_DATAPREP_LINK_MAX_BYTES`, counted after content decoding). A
+`gzip` or `deflate` body (the codings asked for) is inflated in bounded steps
+(`chatqna.upstream.decoding`), so a compressed bomb is stopped at the cap without ever
+being decoded in one large piece; a body in any other coding is refused.
 Redirects are followed by hand, at most `CHATQNA_DATAPREP_LINK_MAX_REDIRECTS` times, and
 every hop's host goes through the `LinkPolicy` before it is contacted. The response's
 content type picks the loader; one this service cannot read is refused (415). Each page
@@ -18,11 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import Message
 
-import httpcore
 import httpx
 
 from chatqna import __version__
@@ -37,12 +39,14 @@ from chatqna.ingest.dataprep import IngestFile
 from chatqna.ingest.link_policy import (
     LinkPolicy,
     PinnedBackend,
+    PinnedTransport,
     Resolver,
     resolve_checked,
     system_resolver,
 )
 from chatqna.ingest.loaders import format_of
 from chatqna.settings import Settings
+from chatqna.upstream.decoding import ACCEPT_ENCODING, decoded_chunks
 
 __all__ = ["LinkFetcher", "parse_link_list"]
 
@@ -62,6 +66,8 @@ _CONTENT_TYPES = {
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
 }
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# The content codings `decoded_chunks` inflates (and the client asks for).
+_CODINGS = frozenset({"gzip", "deflate"})
 _CONCURRENT_FETCHES = 4
 
 
@@ -93,7 +99,27 @@ def parse_link_list(raw: str | None, limit: int) -> list[str]:
             f"link_list holds {len(urls)} URLs, more than {limit} (CHATQNA_DATAPREP_MAX_LINKS)",
             reason="too_many_links",
         )
+    for url in urls:
+        _refuse_credentials(url)
     return urls
+
+
+def _refuse_credentials(url: str) -> None:
+    """Refuse a URL with a user name or password in it (`http://alice:secret@host/`): httpx
+    would send them as Basic credentials, and the URL would be kept as the page's source
+    name, shown to everyone who chats. The refusal shows the URL without them."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return  # refused as unusable when it is fetched
+    if parsed.userinfo:
+        shown = str(parsed.copy_with(userinfo=b""))
+        raise LinkRefused(
+            f"{shown}: links are fetched without credentials; remove the user name and "
+            "password from the URL (allow-list the host, or publish the page, instead)",
+            reason="bad_url",
+            details={"url": shown},
+        )
 
 
 @dataclass(frozen=True)
@@ -146,7 +172,7 @@ class LinkFetcher:
     def _client(self) -> httpx.AsyncClient:
         transport = self._transport
         if transport is None and self._proxy is None:
-            transport = _PinnedTransport(PinnedBackend(self._policy, self._resolver))
+            transport = PinnedTransport(PinnedBackend(self._policy, self._resolver))
         return httpx.AsyncClient(
             transport=transport,
             proxy=self._proxy if transport is None else None,
@@ -154,7 +180,12 @@ class LinkFetcher:
             trust_env=True,
             follow_redirects=False,
             timeout=httpx.Timeout(self._timeout),
-            headers={"User-Agent": f"chatqna-dataprep/{__version__}"},
+            headers={
+                "User-Agent": f"chatqna-dataprep/{__version__}",
+                # Not httpx's default, which adds `br` and `zstd` when their packages are
+                # installed: only what is inflated in bounded steps.
+                "Accept-Encoding": ACCEPT_ENCODING,
+            },
         )
 
     async def fetch_all(self, urls: Sequence[str]) -> list[IngestFile]:
@@ -193,8 +224,11 @@ class LinkFetcher:
     async def _follow(self, client: httpx.AsyncClient, url: str) -> IngestFile:
         current = _parse_url(url, url)
         for _ in range(self._max_redirects + 1):
+            # The host as it is looked up and as `PinnedBackend` sees it: ASCII (an IDN in
+            # its `xn--` form), so an allow-list entry matches both checks alike.
+            host = current.raw_host.decode("ascii")
             await resolve_checked(
-                self._policy, self._resolver, url, current.host, current.port or _port(current)
+                self._policy, self._resolver, url, host, current.port or _port(current)
             )
             try:
                 async with client.stream("GET", current) as response:
@@ -223,7 +257,7 @@ class LinkFetcher:
                 # to an address that is not allowed (DNS rebinding).
                 address = exc.details.get("address")
                 raise LinkRefused(
-                    f"{url}: {current.host} resolved to {address} when connecting, a "
+                    f"{url}: {host} resolved to {address} when connecting, a "
                     f"{str(exc.reason).replace('_', ' ')}; the connection was not made",
                     reason=exc.reason,
                     details={**exc.details, "url": url},
@@ -236,40 +270,61 @@ class LinkFetcher:
         )
 
     async def _read(self, url: str, response: httpx.Response) -> IngestFile:
-        if response.status_code >= 400:
+        if response.status_code >= 300:  # an error, or a redirect with nothing to follow
             raise LinkUnreadable(
-                f"{url}: the server answered HTTP {response.status_code}",
+                f"{url}: the server answered HTTP {response.status_code}"
+                + (" and no Location to follow" if response.status_code < 400 else ""),
                 reason="http_status",
                 details={"url": url, "status": response.status_code},
             )
         kind = _kind_of(url, response)
-        codings = [
-            c.strip()
-            for c in response.headers.get("content-encoding", "").split(",")
-            if c.strip() and c.strip().lower() != "identity"
-        ]
-        if len(codings) > 1:
-            # Each layer multiplies what a few bytes unpack to, before the size cap can count.
-            raise LinkUnreadable(
-                f"{url}: the body is encoded {len(codings)} times over "
-                f"({', '.join(codings)}); one content coding at most is read",
-                reason="content_encoding",
-                details={"url": url, "content_encoding": codings},
-            )
+        _check_codings(url, response)
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_bytes:
             raise self._too_large(url)
         body = bytearray()
-        async for part in response.aiter_bytes():
-            body += part
-            if len(body) > self._max_bytes:
-                raise self._too_large(url)
+        try:
+            async for part in decoded_chunks(response):
+                body += part
+                if len(body) > self._max_bytes:
+                    raise self._too_large(url)
+        except httpx.DecodingError as exc:
+            raise LinkUnreadable(
+                f"{url}: the body is not the {response.headers['content-encoding']} it is "
+                f"declared to be ({exc})",
+                reason="content_encoding",
+                details={"url": url},
+            ) from exc
         return IngestFile(url, bytes(body), kind=kind.kind, charset=kind.charset)
 
     def _too_large(self, url: str) -> PayloadTooLarge:
         return PayloadTooLarge(
             f"{url}: larger than {self._max_bytes} bytes (CHATQNA_DATAPREP_LINK_MAX_BYTES)",
             details={"url": url, "limit": self._max_bytes},
+        )
+
+
+def _check_codings(url: str, response: httpx.Response) -> None:
+    """Refuse a body in a coding not asked for, or encoded more than once."""
+    codings = [
+        c.strip()
+        for c in response.headers.get("content-encoding", "").split(",")
+        if c.strip() and c.strip().lower() != "identity"
+    ]
+    unknown = [c for c in codings if c.lower() not in _CODINGS]
+    if unknown:
+        raise LinkUnreadable(
+            f"{url}: the body is encoded as {', '.join(unknown)}; only gzip and deflate are read",
+            reason="content_encoding",
+            details={"url": url, "content_encoding": codings},
+        )
+    if len(codings) > 1:
+        # Each layer multiplies what a few bytes unpack to, before the size cap can count.
+        raise LinkUnreadable(
+            f"{url}: the body is encoded {len(codings)} times over "
+            f"({', '.join(codings)}); one content coding at most is read",
+            reason="content_encoding",
+            details={"url": url, "content_encoding": codings},
         )
 
 
@@ -292,77 +347,10 @@ def _parse_url(original: str, url: str, base: httpx.URL | None = None) -> httpx.
             reason="bad_url",
             details={"url": original},
         )
+    if parsed.userinfo:  # a redirect's: never sent on, as the link's own are never taken
+        raise LinkRefused(
+            f"{original}: redirected to a URL with credentials in it; it is not followed",
+            reason="bad_url",
+            details={"url": original},
+        )
     return parsed
-
-
-_HTTPCORE_ERRORS = (
-    httpcore.TimeoutException,
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    httpcore.UnsupportedProtocol,
-    httpcore.ProxyError,
-)
-
-
-def _translate(exc: Exception, request: httpx.Request) -> httpx.TransportError:
-    if isinstance(exc, httpcore.TimeoutException):
-        return httpx.TimeoutException(str(exc), request=request)
-    return httpx.TransportError(f"{type(exc).__name__}: {exc}")
-
-
-class _BodyStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncIterable[bytes], request: httpx.Request) -> None:
-        self._stream = stream
-        self._request = request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for part in self._stream:
-                yield part
-        except _HTTPCORE_ERRORS as exc:
-            raise _translate(exc, self._request) from exc
-
-    async def aclose(self) -> None:
-        closer = getattr(self._stream, "aclose", None)
-        if closer is not None:
-            await closer()
-
-
-class _PinnedTransport(httpx.AsyncBaseTransport):
-    """httpx's transport contract over an httpcore pool that connects through a
-    `PinnedBackend` (httpx's own transport takes no network backend). Proxied requests
-    do not come here: httpx routes them to its proxy transports."""
-
-    def __init__(self, backend: PinnedBackend) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=True), network_backend=backend
-        )
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        assert isinstance(request.stream, httpx.AsyncByteStream)
-        core_request = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        try:
-            response = await self._pool.handle_async_request(core_request)
-        except _HTTPCORE_ERRORS as exc:
-            raise _translate(exc, request) from exc
-        assert isinstance(response.stream, AsyncIterable)
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_BodyStream(response.stream, request),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()

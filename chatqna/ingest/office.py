@@ -1,11 +1,15 @@
 """Office files: `.docx` (python-docx), `.pptx` (python-pptx), `.xlsx` (openpyxl).
 
 Every format is a zip of XML parts. Before a parser sees one, `open_package` checks that it
-is a zip at all (a password-protected Office file is an OLE compound file instead) and that
-its parts' declared sizes add up to at most `LoadLimits.max_unpacked_bytes`: Python's zip
-reader never inflates a part beyond its declared size, so that bound holds for a zip bomb
-too. Word headings start sections, tables become rows that name their columns, each slide
-is a section titled by its title and carries its notes, each sheet is a section of rows.
+is a zip at all (a password-protected Office file is an OLE compound file instead), that
+its parts' declared sizes add up to at most `LoadLimits.max_unpacked_bytes` and that no XML
+part declares more than `LoadLimits.max_xml_part_bytes` (the parsers build a tree of each
+part in memory, many times its size; a spreadsheet's sheets and strings, read as a stream,
+are bounded by the total alone): Python's zip reader never inflates a part beyond its
+declared size, so those bounds hold for a zip bomb too. A Word file's paragraphs and table
+cells are counted against `max_cells` before any text is read from them. Word headings
+start sections, tables become rows that name their columns, each slide is a section titled
+by its title and carries its notes, each sheet is a section of rows.
 """
 
 from __future__ import annotations
@@ -34,10 +38,18 @@ Sections = list[tuple[str, str]]
 # legacy .doc/.ppt/.xls formats) are stored as.
 _OLE_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _ENCRYPTION_STREAM = "EncryptionInfo".encode("utf-16-le")
+# The parts parsed as XML (images and other media are not parsed, so not bounded alone).
+_XML_SUFFIXES = (".xml", ".rels")
+# What openpyxl's read-only mode parses as a stream of rows or strings, never as one tree.
+_XLSX_STREAMED = ("xl/worksheets/sheet", "xl/sharedstrings.xml")
 
 
-def open_package(source: str, data: bytes, limits: LoadLimits) -> None:
-    """Refuse what is not a sane Office zip before a parser unpacks anything."""
+def open_package(
+    source: str, data: bytes, limits: LoadLimits, streamed: tuple[str, ...] = ()
+) -> None:
+    """Refuse what is not a sane Office zip before a parser unpacks anything; the parts
+    whose names start with one of `streamed` are read a piece at a time (not as one tree),
+    so they are bounded by `max_unpacked_bytes` alone."""
     if data.startswith(_OLE_SIGNATURE):
         if _ENCRYPTION_STREAM in data:
             raise DocumentLoadError(
@@ -50,17 +62,31 @@ def open_package(source: str, data: bytes, limits: LoadLimits) -> None:
         )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            declared = sum(info.file_size for info in archive.infolist())
+            parts = archive.infolist()
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
         raise DocumentLoadError(
             f"{source} is not a readable Office file (not a valid zip: {exc})", reason="corrupt"
         ) from exc
+    declared = sum(info.file_size for info in parts)
     if declared > limits.max_unpacked_bytes:
         raise PayloadTooLarge(
             f"{source} unpacks to {declared} bytes, more than {limits.max_unpacked_bytes} "
             "(CHATQNA_DATAPREP_MAX_UNPACKED_BYTES)",
             details={"source": source, "unpacked_bytes": declared},
         )
+    for info in parts:
+        name = info.filename.lower()
+        if (
+            name.endswith(_XML_SUFFIXES)
+            and not name.startswith(streamed)
+            and info.file_size > limits.max_xml_part_bytes
+        ):
+            raise PayloadTooLarge(
+                f"{source}: its part {info.filename} unpacks to {info.file_size} bytes of "
+                f"XML, more than the {limits.max_xml_part_bytes} one part may; split the "
+                "file into smaller ones",
+                details={"source": source, "part": info.filename, "bytes": info.file_size},
+            )
 
 
 def _parse(source: str, what: str, parse: Callable[[], Any]) -> Any:
@@ -102,11 +128,14 @@ def _heading_level(paragraph: Paragraph) -> int | None:
 def _read_docx(document: Any, stem: str, source: str, limits: LoadLimits) -> tuple[str, Sections]:
     title = (document.core_properties.title or "").strip()
     sections: list[tuple[str | None, list[str]]] = [(None, [])]
-    counters = Counters(source, limits)
+    counters = Counters(source, limits, cells="cells and paragraphs")
     for block in document.iter_inner_content():
         if isinstance(block, WordTable):
             sections[-1][1].extend(table_rows(_word_rows(block, counters.cells), counters.text))
             continue
+        # Counted before its text is read: a few bytes of XML each, empty paragraphs by the
+        # million would otherwise cost minutes of reading nothing.
+        counters.cells.add(1)
         text = block.text.strip()
         if not text:
             continue
@@ -132,7 +161,10 @@ def _word_rows(table: WordTable, cells: CellCounter) -> list[list[str]]:
     look-up. A repeated cell is the same string, not a copy.
     """
     body = table._tbl
-    cells.add(sum(tc.grid_span for tr in body.tr_lst for tc in tr.tc_lst))
+    # A cell's paragraphs beyond its first count too: its text reads every one.
+    cells.add(
+        sum(tc.grid_span + max(len(tc.p_lst) - 1, 0) for tr in body.tr_lst for tc in tr.tc_lst)
+    )
     rows: list[list[str]] = []
     above: dict[int, str] = {}
     for tr in body.tr_lst:
@@ -209,7 +241,7 @@ def _read_pptx(deck: Any, stem: str, source: str, limits: LoadLimits) -> tuple[s
 
 
 def load_xlsx(source: str, stem: str, data: bytes, limits: LoadLimits) -> tuple[str, Sections]:
-    open_package(source, data, limits)
+    open_package(source, data, limits, streamed=_XLSX_STREAMED)
     result: tuple[str, Sections] = _parse(
         source, "Excel", lambda: _read_xlsx(data, stem, source, limits)
     )

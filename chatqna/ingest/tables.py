@@ -31,29 +31,34 @@ __all__ = [
 class LoadLimits:
     """Bounds on what one file may unpack to, so a hostile file fails fast with a 413.
 
-    `max_unpacked_bytes` bounds the declared size of every part of an Office file (a zip),
-    `max_cells` the cells read from a spreadsheet, `max_text_chars` the text any file may
-    yield.
+    `max_unpacked_bytes` bounds the declared size of every part of an Office file (a zip)
+    together, `max_xml_part_bytes` that of each of its XML parts (a parser builds a tree of
+    up to some 36 times an XML part's size in memory), `max_cells` the cells read from a
+    spreadsheet (and the paragraphs and table cells of a Word file), `max_text_chars` the
+    text any file may yield.
     """
 
     max_unpacked_bytes: int = 100 * 1024 * 1024
+    max_xml_part_bytes: int = 10 * 1024 * 1024
     max_cells: int = 200_000
     max_text_chars: int = 10_000_000
 
 
 class CellCounter:
-    """Counts the cells read so far and raises `PayloadTooLarge` past the limit."""
+    """Counts the cells read so far and raises `PayloadTooLarge` past the limit; `unit`
+    names what is counted in the refusal."""
 
-    def __init__(self, source: str, limit: int) -> None:
+    def __init__(self, source: str, limit: int, unit: str = "cells") -> None:
         self._source = source
         self._limit = limit
+        self._unit = unit
         self.count = 0
 
     def add(self, cells: int) -> None:
         self.count += cells
         if self.count > self._limit:
             raise PayloadTooLarge(
-                f"{self._source} has more than {self._limit} cells "
+                f"{self._source} has more than {self._limit} {self._unit} "
                 "(CHATQNA_DATAPREP_MAX_CELLS); split it into smaller files",
                 details={"source": self._source, "limit": self._limit},
             )
@@ -87,8 +92,8 @@ class TextCounter:
 class Counters:
     """The cell and text counters of one file, made from its `LoadLimits`."""
 
-    def __init__(self, source: str, limits: LoadLimits) -> None:
-        self.cells = CellCounter(source, limits.max_cells)
+    def __init__(self, source: str, limits: LoadLimits, cells: str = "cells") -> None:
+        self.cells = CellCounter(source, limits.max_cells, cells)
         self.text = TextCounter(source, limits.max_text_chars)
 
 

@@ -225,3 +225,29 @@ async def test_links_go_through_the_named_proxy_after_the_address_check(
     assert fetched.status_code == 200, fetched.text
     assert listing[good] == 1 and private not in listing
     assert pages.hits == ["/guide.html"]  # only the allowed page reached the proxy
+
+
+@pytest.mark.parametrize(
+    ("files", "status"),
+    [
+        ([("tool.exe", b"MZ")], 415),
+        ([("a.md", b"# A"), ("a.md", b"# A again")], 400),
+    ],
+)
+async def test_a_bad_upload_fails_the_request_before_any_link_is_fetched(
+    pages: Pages, tmp_path: Any, files: list[tuple[str, bytes]], status: int
+) -> None:
+    app = await service(tmp_path, chatqna_dataprep_link_allowlist=["127.0.0.1"])
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://chatqna.test"
+        ) as client,
+    ):
+        response = await client.post(
+            "/v1/dataprep/ingest",
+            data=links(f"http://127.0.0.1:{pages.port}/guide.html"),
+            files=[("files", item) for item in files],
+        )
+    assert response.status_code == status, response.text
+    assert pages.hits == []

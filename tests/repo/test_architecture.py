@@ -119,7 +119,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "chatqna.retrieval.query",
         "chatqna.retrieval.fusion",
     ),
-    "chatqna.ingest": ("chatqna.backends.protocols",),
+    # Fetched links are inflated in bounded steps, as upstream answers are.
+    "chatqna.ingest": ("chatqna.backends.protocols", "chatqna.upstream.decoding"),
 }
 
 

@@ -7,14 +7,14 @@ Files in the index directory (`<CHATQNA_DATA_DIR>/index/`):
 - `lexical/`: the tantivy index of the BM25 leg (`lexical`), derived from the store and
   rebuilt from it whenever it is found behind with no writer at work (a writer killed
   between its two commits): by the next open, write or search of any process.
-- `writer.lock`: the lock a writing process holds (`lock`; any process may write, one at a
-  time).
+- `writer.lock`: the lock a writing process holds (`lock`; any process may write, one at a time).
 
 The vectors are also held in memory (`vectors`): exact search (an int8 scan rescored in
 float32) up to `exact_max` live chunks, an HNSW graph built in the background beyond it
 (`vector_graph`); the modules named are this package's. A hybrid search fuses the best
 `max(k, rrf_candidates)` passages of each leg by weighted reciprocal rank fusion and keeps
-the best `k`.
+the best `k`. Searches run on threads of their own, so work queued on asyncio's default
+pool (a burst of uploads, say) never delays one.
 
 Several processes may open one directory. Each search first reads the store's generation
 counter (one indexed SQLite read); when another process has committed since, it loads just
@@ -31,6 +31,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,7 @@ class EmbeddedHybridIndex:
         self._lexical_seen = -1
         self._refresh_lock = threading.Lock()
         self._write_lock = asyncio.Lock()
+        self._search_threads = ThreadPoolExecutor(thread_name_prefix="chatqna-search")
 
     @classmethod
     async def open(
@@ -302,7 +304,8 @@ class EmbeddedHybridIndex:
 
     # --- reads ------------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
-        return await asyncio.to_thread(self.search_sync, query)
+        run = asyncio.get_running_loop().run_in_executor
+        return await run(self._search_threads, self.search_sync, query)
 
     def search_sync(
         self, query: SearchQuery, *, candidates: int | None = None
@@ -337,13 +340,8 @@ class EmbeddedHybridIndex:
         )[: query.k]
         ranked = [(int(p), s) for p, s in fused]
         lexical_only = np.asarray([p for p, _ in ranked if p not in cosine], dtype=np.int64)
-        cosine.update(
-            zip(
-                lexical_only.tolist(),
-                vectors.similarity(vector, lexical_only).tolist(),
-                strict=True,
-            )
-        )
+        lexical_cosines = vectors.similarity(vector, lexical_only).tolist()
+        cosine.update(zip(lexical_only.tolist(), lexical_cosines, strict=True))
         return self._results(vectors, cosine, ranked, bm25)
 
     def _dense(
@@ -397,4 +395,5 @@ class EmbeddedHybridIndex:
         }
 
     async def aclose(self) -> None:
+        self._search_threads.shutdown(wait=False, cancel_futures=True)
         self.store.close()

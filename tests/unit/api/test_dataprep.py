@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -101,6 +102,32 @@ async def test_an_html_charset_naming_no_text_encoding_is_never_a_500(
         )
     else:
         assert (await _sources(client))["page.html"] == 1
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example"])
+async def test_a_link_whose_host_no_resolver_takes_is_403_not_500(
+    client_for: ClientFactory, host: str
+) -> None:
+    client = await client_for()  # the service's own fetcher and system resolver
+    url = f"http://{host}/page.html"
+    response = await client.post("/v1/dataprep/ingest", data={"link_list": json.dumps([url])})
+    assert response.status_code == 403, response.text
+    body = response.json()
+    assert (body["error"], body["reason"]) == ("link_refused", "bad_url")
+    assert body["details"] == {"url": url, "host": host}
+
+
+async def test_a_link_with_credentials_is_refused_before_it_is_fetched(
+    client_for: ClientFactory,
+) -> None:
+    client = await client_for()  # nothing answers wiki.test: a fetch would be a 422
+    url = "http://alice:hunter2@wiki.test/page"
+    response = await client.post("/v1/dataprep/ingest", data={"link_list": json.dumps([url])})
+    assert response.status_code == 403, response.text
+    body = response.json()
+    assert (body["error"], body["reason"]) == ("link_refused", "bad_url")
+    assert body["details"] == {"url": "http://wiki.test/page"}
+    assert "hunter2" not in response.text
 
 
 async def test_upload_size_limit(client_for: ClientFactory, settings: Settings) -> None:

@@ -7,6 +7,8 @@ source already in the index keeps its chunks.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
 from tests.unit.ingest.office_files import (
+    empty_paragraphs_docx,
     handbook_docx,
     million_cell_xlsx,
     ole_file,
@@ -114,6 +117,25 @@ async def test_a_zip_bomb_inside_an_office_file_is_413(
     assert body["details"]["unpacked_bytes"] > 64 << 20
 
 
+@pytest.mark.parametrize(
+    ("paragraphs", "max_cells", "says"),
+    [
+        (2_000_000, 200_000, "word/document.xml unpacks to"),  # 12 MB of XML, 30 KiB zipped
+        (5_000, 1_000, "CHATQNA_DATAPREP_MAX_CELLS"),
+    ],
+)
+async def test_a_docx_of_empty_paragraphs_is_a_fast_413(
+    client_for: ClientFactory, settings: Settings, paragraphs: int, max_cells: int, says: str
+) -> None:
+    limited = settings.model_copy(update={"chatqna_dataprep_max_cells": max_cells})
+    client = await client_for(await make_backends(limited), limited)
+    started = time.perf_counter()
+    body = await _refused(client, "empty.docx", empty_paragraphs_docx(paragraphs))
+    assert time.perf_counter() - started < 10  # minutes of reading nothing, before
+    assert (body["status"], body["error"]) == (413, "payload_too_large")
+    assert says in body["message"]
+
+
 async def test_a_json_file_that_is_one_huge_string_is_413(
     client_for: ClientFactory, settings: Settings
 ) -> None:
@@ -137,3 +159,33 @@ async def test_a_file_name_with_control_characters_is_400(
         "bad_file_name",
     )
     assert body["details"]["source"] == name
+
+
+@pytest.mark.parametrize("piece", [3, 1 << 20])
+async def test_an_upload_cut_short_before_its_closing_boundary_is_400(
+    client_for: ClientFactory, piece: int
+) -> None:
+    # The form parser drops an unfinished last part silently: the file before it would be
+    # ingested alone.
+    client = await client_for()
+    before = await _sources(client)
+    body, content_type = multipart([GOOD, ("second.md", b"# Second\n\nall of it")])
+
+    async def in_pieces(data: bytes) -> AsyncIterator[bytes]:
+        for start in range(0, len(data), piece):  # the delimiter split across reads
+            yield data[start : start + piece]
+
+    cut = await client.post(
+        "/v1/dataprep/ingest",
+        content=in_pieces(body[: body.rindex(b"--chatqna-test-boundary--") - 2]),
+        headers={"content-type": content_type},
+    )
+    assert cut.status_code == 400, cut.text
+    assert cut.json()["error"] == "invalid_request"
+    assert "closing boundary" in cut.json()["message"]
+    assert await _sources(client) == before
+    whole = await client.post(
+        "/v1/dataprep/ingest", content=in_pieces(body), headers={"content-type": content_type}
+    )
+    assert whole.status_code == 200, whole.text
+    assert [f["name"] for f in whole.json()["files"]] == [GOOD[0], "second.md"]

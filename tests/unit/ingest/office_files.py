@@ -51,6 +51,21 @@ def table_docx(rows: list[list[str]]) -> bytes:
     return with_parts(buffer.getvalue(), {"word/document.xml": body[:start] + trs + body[end:]})
 
 
+def empty_paragraphs_docx(count: int, *, in_cell: bool = False) -> bytes:
+    """A Word document of `count` empty paragraphs (`<w:p/>`, a few bytes each), in the
+    body or all in one table cell: tiny to upload, millions of elements to read."""
+    document = docx.Document()
+    buffer = io.BytesIO()
+    document.save(buffer)
+    body = _part(buffer.getvalue(), "word/document.xml")
+    paragraphs = "<w:p/>" * count
+    if in_cell:
+        paragraphs = f"<w:tbl><w:tr><w:tc>{paragraphs}</w:tc></w:tr></w:tbl>"
+    start = body.index("<w:body>") + len("<w:body>")
+    filled = body[:start] + "<w:p><w:r><w:t>Hello</w:t></w:r></w:p>" + paragraphs + body[start:]
+    return with_parts(buffer.getvalue(), {"word/document.xml": filled})
+
+
 def onboarding_pptx() -> bytes:
     """A deck: a title slide, a bulleted slide with speaker notes, a slide with a table."""
     deck = pptx.Presentation()

@@ -222,7 +222,20 @@ async def test_unsupported_file_fails_before_any_embedding(
     assert await snapshot(store) == before
 
 
-@pytest.mark.parametrize("name", ["nul\x00.md", "tab\tname.md", "sub/\x7fdel.md", "a\u2066b.md"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nul\x00.md",
+        "tab\tname.md",
+        "sub/\x7fdel.md",
+        "a\u2066b.md",
+        "a\u2028INFO forged.md",  # line separator
+        "b\u2029c.md",  # paragraph separator
+        "invoice\u200fdm.exe.md",  # right-to-left mark
+        "zero\u200bwidth.md",
+        "bom\ufeff.md",
+    ],
+)
 async def test_control_characters_in_a_name_fail_before_any_embedding(
     store: EmbeddedHybridIndex, embedder: HashingEmbedder, name: str
 ) -> None:
@@ -232,6 +245,16 @@ async def test_control_characters_in_a_name_fail_before_any_embedding(
     assert info.value.reason == "bad_file_name" and info.value.status_code == 400
     assert embedder.batches == []
     assert await snapshot(store) == before
+
+
+async def test_joiners_that_words_and_emoji_are_written_with_are_kept_in_a_name(
+    store: EmbeddedHybridIndex, embedder: HashingEmbedder
+) -> None:
+    persian = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.md"  # a ZWNJ
+    emoji = "\U0001f469\u200d\U0001f4bb.md"  # a ZWJ sequence
+    files = [IngestFile(name, b"# T\n\ntext") for name in (persian, emoji)]
+    results = await ingest_files(files, embedder, store)
+    assert [r.source for r in results] == [persian, emoji]
 
 
 @pytest.mark.skipif(os.name != "posix", reason="names are bytes only on POSIX file systems")

@@ -101,6 +101,20 @@ def test_header_charset_beats_meta_and_bom_beats_both() -> None:
     assert decode_html("u.html", utf16) == "<p>\u00c5re</p>"
 
 
+@pytest.mark.parametrize(
+    ("label", "codec"),
+    [("utf-16le", "utf-16-le"), ("UTF-16BE", "utf-16-be"), ("utf-16", "utf-16-le")],
+)
+def test_utf16_named_by_the_header_is_utf16_and_named_by_a_meta_is_utf8(
+    label: str, codec: str
+) -> None:
+    served = "<html><body><p>Grüße aus Köln</p></body></html>".encode(codec)
+    assert decode_html("p.html", served, header_charset=label).endswith("Köln</p></body></html>")
+    # A <meta> the ASCII prescan could read is not UTF-16: the standard reads it as UTF-8.
+    declared = f'<meta charset="{label}"><p>Grüße</p>'.encode()
+    assert decode_html("m.html", declared).endswith("<p>Grüße</p>")
+
+
 def test_undeclared_non_utf8_page_is_a_load_error() -> None:
     with pytest.raises(DocumentLoadError, match="declares no charset"):
         load_document("latin.html", "<p>caf\u00e9</p>".encode("latin-1"))

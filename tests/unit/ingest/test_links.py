@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 
 from chatqna.errors import LinkRefused, LinkUnreadable, PayloadTooLarge, UnsupportedFileType
-from chatqna.ingest.links import LinkFetcher
+from chatqna.ingest.link_policy import system_resolver
+from chatqna.ingest.links import LinkFetcher, parse_link_list
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
+HTML = {"content-type": "text/html; charset=utf-8"}
 NAMES = {"docs.test": ["93.184.215.14"], "intranet.test": ["10.1.2.3"]}
 
 
@@ -134,6 +139,17 @@ async def test_http_error_status_is_422() -> None:
     assert info.value.reason == "http_status" and info.value.details["status"] == 404
 
 
+@pytest.mark.parametrize("status", [300, 301, 302, 304, 307])
+async def test_a_redirect_status_with_no_location_is_not_read_as_the_page(status: int) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=b"<p>Multiple choices</p>", headers=HTML)
+
+    with pytest.raises(LinkUnreadable) as info:
+        await fetcher(handler).fetch_all(["https://docs.test/choices"])
+    assert info.value.reason == "http_status" and info.value.details["status"] == status
+    assert "no Location to follow" in info.value.message
+
+
 async def test_declared_and_streamed_sizes_beyond_the_cap_are_413() -> None:
     small = {"chatqna_dataprep_link_max_bytes": 1000}
     declared = fetcher(lambda r: page(b"x" * 2000), **small)
@@ -212,3 +228,120 @@ async def test_a_redirect_to_an_unusable_url_is_refused(location: str) -> None:
     with pytest.raises((LinkRefused, LinkUnreadable)) as info:
         await bounce.fetch_all(["https://docs.test/old"])
     assert 400 <= info.value.status_code < 500
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example", ".example"])
+async def test_a_host_with_an_empty_or_overlong_label_is_a_bad_url(host: str) -> None:
+    # The system resolver's IDNA codec refuses such a name with a UnicodeError, no lookup.
+    looked_up: list[str] = []
+
+    async def resolver(name: str, port: int) -> list[str]:
+        looked_up.append(name)
+        return await system_resolver(name, port)
+
+    fetch = LinkFetcher(Settings(), resolver=resolver, transport=httpx.MockTransport(page))
+    url = f"http://{host}/page.html"
+    with pytest.raises(LinkRefused) as info:
+        await fetch.fetch_all([url])
+    assert (info.value.status_code, info.value.reason) == (403, "bad_url")
+    assert info.value.details == {"url": url, "host": host}
+    bounce = fetcher(lambda r: httpx.Response(302, headers={"location": url}))
+    with pytest.raises(LinkRefused) as info:
+        await bounce.fetch_all(["https://docs.test/old"])
+    assert info.value.reason == "bad_url"
+    assert info.value.details == {"url": "https://docs.test/old", "host": host}
+    assert looked_up == []
+
+
+async def test_an_idn_host_is_checked_in_its_ascii_form_as_the_connection_sees_it() -> None:
+    looked_up: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        return ["10.1.2.3"]
+
+    allowed = LinkFetcher(
+        Settings(chatqna_dataprep_link_allowlist=["xn--bcher-kva.test"]),
+        resolver=resolver,
+        transport=httpx.MockTransport(lambda r: page(b"<p>Regal</p>")),
+    )
+    files = await allowed.fetch_all(["http://bücher.test/regal"])
+    assert files[0].data == b"<p>Regal</p>"
+    assert looked_up == ["xn--bcher-kva.test"]
+
+
+def streamed(*parts: bytes) -> Callable[[], AsyncIterator[bytes]]:
+    """A body that arrives as `parts` over the network (httpx does not read it ahead)."""
+
+    async def body() -> AsyncIterator[bytes]:
+        for part in parts:
+            yield part
+
+    return body
+
+
+async def test_a_gzip_bomb_is_inflated_in_bounded_steps_and_stopped_at_the_cap() -> None:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    bomb = compressor.compress(b"\0" * (64 << 20)) + compressor.flush()  # 64 MiB in 64 KiB
+    headers = {"content-type": "text/plain", "content-encoding": "gzip"}
+    sent: list[httpx.Headers] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers)
+        return httpx.Response(200, content=streamed(bomb)(), headers=headers)
+
+    small = fetcher(handler, chatqna_dataprep_link_max_bytes=1 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLarge):
+            await small.fetch_all(["https://docs.test/bomb.txt"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # httpx inflates a network read whole: 64 MiB at once
+    assert sent[0]["accept-encoding"] == "gzip, deflate"  # only what is inflated in steps
+
+
+async def test_a_deflate_body_is_read_and_other_or_broken_codings_are_refused() -> None:
+    def answer(coding: str, body: bytes) -> Handler:
+        headers = {"content-type": "text/plain", "content-encoding": coding}
+        return lambda r: httpx.Response(200, content=streamed(body)(), headers=headers)
+
+    deflated = fetcher(answer("deflate", zlib.compress(b"notes")))
+    assert (await deflated.fetch_all(["https://docs.test/n.txt"]))[0].data == b"notes"
+    for coding, body in (("br", b"\x0b\x02\x80notes\x03"), ("gzip", b"not gzip at all")):
+        with pytest.raises(LinkUnreadable) as info:
+            await fetcher(answer(coding, body)).fetch_all(["https://docs.test/n.txt"])
+        assert info.value.reason == "content_encoding"
+        assert info.value.details["url"] == "https://docs.test/n.txt"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice:hunter2@wiki.test/page",
+        "https://hunter2@wiki.test/page",
+        "http://:hunter2@wiki.test/page",
+    ],
+)
+def test_a_link_with_credentials_is_refused_without_showing_them(url: str) -> None:
+    with pytest.raises(LinkRefused) as info:
+        parse_link_list(json.dumps(["https://docs.test/ok", url]), limit=10)
+    assert (info.value.status_code, info.value.reason) == (403, "bad_url")
+    assert info.value.details == {"url": url.split("//")[0] + "//wiki.test/page"}
+    assert "hunter2" not in info.value.message + json.dumps(info.value.envelope())
+
+
+async def test_a_redirect_to_a_url_with_credentials_is_not_followed() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/old":
+            return httpx.Response(302, headers={"location": "https://bob:pw@docs.test/new"})
+        return page(b"<p>new</p>")
+
+    with pytest.raises(LinkRefused) as info:
+        await fetcher(handler, seen).fetch_all(["https://docs.test/old"])
+    assert info.value.reason == "bad_url"
+    assert info.value.details == {"url": "https://docs.test/old"}
+    assert seen == ["https://docs.test/old"]

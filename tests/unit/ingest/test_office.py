@@ -13,6 +13,7 @@ from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.loaders import LoadLimits, load_document
 from chatqna.ingest.tables import TextCounter, table_rows
 from tests.unit.ingest.office_files import (
+    empty_paragraphs_docx,
     far_row_xlsx,
     handbook_docx,
     million_cell_xlsx,
@@ -93,6 +94,46 @@ def test_a_docx_cell_spanning_many_columns_stops_at_the_text_limit() -> None:
     with pytest.raises(PayloadTooLarge, match="CHATQNA_DATAPREP_MAX_TEXT_CHARS") as info:
         load_document("span.docx", table_docx(rows), limits=limits)
     assert 100_000 < info.value.details["chars"] < 100_000 + 1_020
+
+
+@pytest.mark.parametrize("in_cell", [False, True])
+def test_a_docx_of_empty_paragraphs_is_refused_at_the_cell_limit(in_cell: bool) -> None:
+    # Each paragraph costs its text's look-up even when empty: counted before it is read.
+    with pytest.raises(PayloadTooLarge, match="more than 1000 cells and paragraphs") as info:
+        load_document(
+            "empty.docx",
+            empty_paragraphs_docx(50_000, in_cell=in_cell),
+            limits=LoadLimits(max_cells=1000),
+        )
+    assert info.value.status_code == 413
+    assert "CHATQNA_DATAPREP_MAX_CELLS" in info.value.message
+
+
+def test_a_docx_within_the_cell_limit_still_reads_its_paragraphs() -> None:
+    doc = load_document("few.docx", empty_paragraphs_docx(900), limits=LoadLimits(max_cells=1000))
+    assert doc.sections[0][1] == "Hello"
+
+
+def test_an_xml_part_beyond_its_bound_is_refused_before_it_is_parsed() -> None:
+    bomb = empty_paragraphs_docx(200_000)  # 1.2 MB of XML that packs to a few KiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLarge, match=r"word/document\.xml unpacks to") as info:
+            load_document("bomb.docx", bomb, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.details["part"] == "word/document.xml"
+    assert info.value.details["bytes"] > 1 << 20
+    assert peak < 5_000_000  # parsed, the tree would take some 40 MB
+
+
+def test_the_xml_part_bound_leaves_media_and_spreadsheet_rows_to_the_total() -> None:
+    limits = LoadLimits(max_xml_part_bytes=1 << 20)
+    picture = zip_bomb(handbook_docx(), "word/media/photo.png", 2 << 20)
+    assert load_document("photo.docx", picture, limits=limits).title == "Employee Handbook"
+    rows = million_cell_xlsx(rows=20_000, columns=5)  # a 1.6 MB sheet, read row by row
+    assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
 
 
 def test_pptx_slides_keep_titles_notes_and_tables() -> None:

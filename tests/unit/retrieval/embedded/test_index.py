@@ -3,7 +3,10 @@ and two instances over one directory."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sqlite3
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -399,3 +402,22 @@ async def test_a_failed_graph_build_leaves_search_exact(
     assert "building the vector graph failed" in caplog.text
     assert "int8 scan" in (await store.describe())["engine"]
     assert texts(await store.search(query(POLICIES[1], k=1, hybrid=False))) == [POLICIES[1]]
+
+
+async def test_a_search_does_not_wait_for_asyncio_s_default_threads(
+    index: EmbeddedHybridIndex,
+) -> None:
+    # Every thread of the default pool busy (uploads being parsed, say): searches have
+    # threads of their own.
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    busy = [
+        loop.run_in_executor(None, release.wait) for _ in range(min(32, (os.cpu_count() or 1) + 4))
+    ]
+    try:
+        async with asyncio.timeout(10):
+            results = await index.search(query("password reset login"))
+        assert results[0].chunk.text == POLICIES[2]
+    finally:
+        release.set()
+        await asyncio.gather(*busy)

@@ -1,0 +1,63 @@
+"""Uploads under load: parsing has threads of its own and a bounded queue, so slow uploads
+never hold up a chat, and one upload too many is 429 with the envelope."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from chatqna.ingest import dataprep
+from chatqna.ingest.parse_pool import PARSE_QUEUE, PARSE_WORKERS
+from tests.unit.api.conftest import ClientFactory
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_slow_uploads_leave_chats_answering_and_one_too_many_is_429(
+    client_for: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await client_for()
+    release, started = threading.Event(), threading.Semaphore(0)
+    real_load = dataprep.load_document
+
+    def slow_load(*args: Any, **kwargs: Any) -> Any:
+        started.release()
+        release.wait(30)  # a Word file that takes long to parse
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(dataprep, "load_document", slow_load)
+    admitted = PARSE_WORKERS + PARSE_QUEUE
+    uploads = [
+        asyncio.create_task(
+            client.post(
+                "/v1/dataprep/ingest",
+                files=[("files", (f"slow{n}.md", f"# Slow {n}\n\nparsed slowly".encode()))],
+            )
+        )
+        for n in range(admitted + 1)
+    ]
+    try:
+        for _ in range(PARSE_WORKERS):
+            assert await asyncio.to_thread(started.acquire, True, 10)
+        async with asyncio.timeout(10):
+            done, _ = await asyncio.wait(uploads, return_when=asyncio.FIRST_COMPLETED)
+        (refused,) = [task.result() for task in done]
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json() == {
+            "error": "too_many_requests",
+            "message": f"The service is parsing {PARSE_WORKERS} uploads with {PARSE_QUEUE} "
+            "more waiting; retry shortly.",
+        }
+        async with asyncio.timeout(10):  # not behind the parsing: the search has its threads
+            answer = await client.post(
+                "/v1/chatqna", json={"messages": "How do I export?", "stream": False}
+            )
+        assert answer.status_code == 200
+    finally:
+        release.set()
+    statuses = sorted(r.status_code for r in await asyncio.gather(*uploads))
+    assert statuses == [200] * admitted + [429]
