@@ -161,6 +161,13 @@ def create_app(
     app.state.metrics = ServiceMetrics()
     install_error_handlers(app)
     install_guards(app, settings)
+    include_routers(app, role)
+    return app
+
+
+def include_routers(app: FastAPI, role: Literal["megaservice", "retriever"]) -> None:
+    """The endpoints of `role`: chat and the UI for the megaservice, `/v1/retrieval` for the
+    retriever; health, dataprep and observability for both."""
     app.include_router(health.router)
     if role == "megaservice":
         app.include_router(chat.router)
@@ -169,7 +176,6 @@ def create_app(
         app.include_router(retrieval.router)
     app.include_router(dataprep.router)
     app.include_router(observability.router)
-    return app
 
 
 def app_from_environment() -> FastAPI:
