@@ -58,6 +58,9 @@ def check(name: str, body: bytes) -> None:
     body = masked(body)
     if os.environ.get("CHATQNA_RECORD_WIRE") == "1":
         recorded.write_bytes(body)
+        # A recording is no check: the run that wrote it fails, so a re-record cannot pass
+        # unseen; read the diff, then run again without the variable.
+        pytest.fail(f"recorded {recorded.relative_to(WIRE.parent)}: review the diff, rerun")
     assert body == recorded.read_bytes()
 
 
