@@ -2,9 +2,17 @@
 
 Every script in `benchmarks/` writes through `write_result`, so each file under
 `benchmarks/results/` says which commit was measured (`measured_at_commit`, from
-`git rev-parse HEAD`, with `+dirty` when the work tree had uncommitted changes), the
-command that ran, the machine (cores, load averages, Python, platform) and the date.
-Earlier results live in git's history of the file, not beside it under other names.
+`git rev-parse HEAD`), the command that ran, the machine (cores, load averages, Python,
+platform) and the date. Earlier results live in git's history of the file, not beside it
+under other names.
+
+A result is refused from a work tree with uncommitted changes (outside
+`benchmarks/results/`; ignored files do not count): its figures would belong to code no
+commit holds. Set
+`CHATQNA_BENCH_ALLOW_DIRTY=1` to write it anyway, stamped `<commit>+dirty`. The command
+recorded is the one to run again: the service settings it ran with (the `Settings`
+variables set in the environment, secrets left out) go before it, as in
+`MULTI_TURN_BLEND_ENABLED=true python benchmarks/turn_latency.py --repeat 20`.
 
 A benchmark whose figures come from several runs (index scale at 100k and at 1M chunks,
 say) keeps them in one file: `write_result(..., configuration="1m")` replaces that named
@@ -13,68 +21,46 @@ run under `configurations` and leaves the others as they are.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
-import platform
 import shlex
-import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from chatqna.evaluation.provenance import machine, measured_commit, recorded_command, utc_now
+from chatqna.settings import dirty_results_allowed
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=False, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def current_commit() -> str | None:
-    """HEAD's id, marked `+dirty` when tracked files differ from it."""
-    commit = _git("rev-parse", "HEAD")
-    if commit is None:
-        return None
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
-    return f"{commit}+dirty" if dirty else commit
-
-
-def machine() -> dict[str, Any]:
-    """The machine as a reader needs it to weigh a figure: cores and how busy they were."""
-    one, five, fifteen = os.getloadavg()
-    return {
-        "cores": os.cpu_count(),
-        "load_average_1_5_15_min": [round(one, 2), round(five, 2), round(fifteen, 2)],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-
-
-def command_line(argv: Sequence[str] | None = None) -> str:
-    """The command as it was typed from the repository root."""
+def command_line(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    """The command as it was typed from the repository root, after the service settings
+    it ran with."""
     words = list(sys.argv if argv is None else argv)
     script = Path(words[0]).resolve() if words else None
     if script is not None and script.is_file() and script.is_relative_to(REPO):
         words[0] = str(script.relative_to(REPO))
-    return "python " + shlex.join(words)
+    return recorded_command("python " + shlex.join(words), environ)
 
 
-def stamp(results: dict[str, Any], argv: Sequence[str] | None = None) -> dict[str, Any]:
+def stamp(
+    results: dict[str, Any],
+    argv: Sequence[str] | None = None,
+    *,
+    allow_dirty: bool | None = None,
+) -> dict[str, Any]:
     """`results` with its provenance first: commit, command, machine and date."""
+    allowed = dirty_results_allowed() if allow_dirty is None else allow_dirty
     provenance = {
-        "measured_at_commit": current_commit(),
+        "measured_at_commit": measured_commit(REPO, allow_dirty=allowed),
         "command": command_line(argv),
         # What the script measured of the machine itself (load before and after) is kept.
         "machine": {**machine(), **results.get("machine", {})},
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": utc_now(),
     }
     return {**provenance, **{k: v for k, v in results.items() if k not in provenance}}
 
@@ -85,10 +71,13 @@ def write_result(
     *,
     configuration: str | None = None,
     argv: Sequence[str] | None = None,
+    allow_dirty: bool | None = None,
 ) -> Path:
     """Stamp `results` and write them to `path` (JSON); with `configuration`, as that named
-    run of the file's `configurations`, keeping the file's other runs."""
-    stamped = stamp(results, argv)
+    run of the file's `configurations`, keeping the file's other runs. From a work tree with
+    uncommitted changes, DirtyWorkTree unless `allow_dirty` (by default, whether
+    `CHATQNA_BENCH_ALLOW_DIRTY=1` is set)."""
+    stamped = stamp(results, argv, allow_dirty=allow_dirty)
     document: dict[str, Any] = stamped
     if configuration is not None:
         document = json.loads(path.read_text()) if path.exists() else {}

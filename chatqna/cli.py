@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import logging
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -289,16 +290,12 @@ EmbeddedReranker = Annotated[
 
 
 def bench_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
-    """The grid and the datasets of a `bench` run, every option and file checked before any
-    model is built; a bad one exits 2 with one line naming it."""
-    from chatqna.evaluation.command import BenchGrid, load_datasets
+    """The grid and the datasets of a `bench` run, every option and file (and the work tree)
+    checked before any model is built; a bad one exits 2 with one line naming it."""
+    from chatqna.evaluation.command import checked_inputs
 
     try:
-        if not options["dataset"]:
-            raise ValueError(
-                "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
-            )
-        return BenchGrid.from_options(options), load_datasets(options["dataset"])
+        return checked_inputs(options)
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
@@ -386,7 +383,7 @@ def bench(
         "history": history,
         "passage_context": passage_context,
         "fusion_candidates": fusion_candidates,
-        "command": "chatqna bench " + " ".join(sys.argv[2:]),
+        "command": "chatqna bench " + shlex.join(sys.argv[2:]),
     }
     grid, datasets = bench_inputs(options)
     settings = load_settings(

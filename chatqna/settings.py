@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -388,6 +390,20 @@ class Settings(BaseSettings):
         if self.blend_active and self.multi_turn_history_turns == 0:
             warnings.append("MULTI_TURN_HISTORY_TURNS=0: the blend is enabled but will never run")
         return warnings
+
+
+def dirty_results_allowed(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the operator lets a benchmark record results of uncommitted code
+    (`CHATQNA_BENCH_ALLOW_DIRTY=1`): no setting of the service, so no field."""
+    source = os.environ if environ is None else environ
+    return source.get("CHATQNA_BENCH_ALLOW_DIRTY", "").strip().lower() in {"1", "true"}
+
+
+def variables_set(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables `Settings` reads that are set in `environ` (the process environment by
+    default), under the names they were set with: what a benchmark ran with."""
+    source = os.environ if environ is None else environ
+    return {name: value for name, value in source.items() if name.lower() in Settings.model_fields}
 
 
 def describe_validation_error(exc: ValidationError) -> str:

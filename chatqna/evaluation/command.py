@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import datetime
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -28,11 +24,18 @@ from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import llm_answerer
 from chatqna.evaluation.modes import default_strategies
 from chatqna.evaluation.progress import stderr_progress, turn_logs_at_debug
+from chatqna.evaluation.provenance import (
+    DirtyWorkTree,
+    machine,
+    measured_commit,
+    recorded_command,
+    utc_now,
+)
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.pipeline.turn import TurnOptions
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
-from chatqna.settings import Settings
+from chatqna.settings import Settings, dirty_results_allowed
 
 DEFAULT_RESULTS = Path("benchmarks/results")
 HISTORIES = ("reference", "own", "both")
@@ -108,6 +111,7 @@ class BenchGrid:
     assistant_weights: tuple[float, ...] = (0.5,)
     self_contained: tuple[float, ...] = (0.0,)
     command: str = field(default="", compare=False)
+    allow_dirty: bool = field(default=False, compare=False)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> BenchGrid:
@@ -135,6 +139,7 @@ class BenchGrid:
             assistant_weights=_floats(options, "assistant_weights", 0.0, 1.0),
             self_contained=_floats(options, "self_contained_similarities", 0.0, 1.0),
             command=options.get("command", ""),
+            allow_dirty=options.get("allow_dirty", False),
         )
 
 
@@ -150,24 +155,36 @@ def load_datasets(directories: list[Path]) -> list[Dataset]:
     return datasets
 
 
-def run_provenance() -> dict[str, Any]:
-    """Where a run was measured: the checkout's commit (None outside a git checkout), the
-    machine's cores and load averages, Python, and the date."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+def checked_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
+    """The grid and the datasets of a run, every option and file checked, and the work tree
+    too (results it would refuse are refused before the run, unless
+    `CHATQNA_BENCH_ALLOW_DIRTY=1`); a ValueError names what is wrong. The grid's command is
+    the typed one after the settings it runs with."""
+    if not options["dataset"]:
+        raise ValueError(
+            "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
         )
-        commit = done.stdout.strip() if done.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
-        commit = None
+    typed = {
+        **options,
+        "command": recorded_command(options["command"]),
+        "allow_dirty": dirty_results_allowed(),
+    }
+    grid, datasets = BenchGrid.from_options(typed), load_datasets(options["dataset"])
+    try:
+        measured_commit(Path.cwd(), allow_dirty=grid.allow_dirty)
+    except DirtyWorkTree as exc:
+        raise ValueError(str(exc)) from exc
+    return grid, datasets
+
+
+def run_provenance(allow_dirty: bool = False) -> dict[str, Any]:
+    """Where a run was measured: the checkout's commit (None outside a git checkout), the
+    machine's cores and load averages, Python, and the date. From a work tree with
+    uncommitted changes, DirtyWorkTree unless `allow_dirty` (the commit is then `+dirty`)."""
     return {
-        "measured_at_commit": commit,
-        "machine": {
-            "cores": os.cpu_count(),
-            "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()],
-            "python": platform.python_version(),
-        },
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "measured_at_commit": measured_commit(Path.cwd(), allow_dirty=allow_dirty),
+        "machine": machine(),
+        "date": utc_now(),
     }
 
 
@@ -221,8 +238,8 @@ async def bench_backends(settings: Settings, grid: BenchGrid) -> AsyncIterator[B
         yield BenchBackends(raw, embedder, cache, answer_llm, llm, reranker)
 
 
-def _write(results: dict[str, Any], output: Path) -> None:
-    results.update(run_provenance())
+def _write(results: dict[str, Any], output: Path, allow_dirty: bool) -> None:
+    results.update(run_provenance(allow_dirty))
     paths = write_outputs(results, output)
     print(markdown(results).split("## Every mode")[0])
     for kind, path in paths.items():
@@ -275,7 +292,7 @@ async def run_bench_command(
     }
     results["condense_llm"] = models.llm.model if models.llm is not None else None
     results["seconds_total"] = round(time.perf_counter() - started, 1)
-    _write(results, output or DEFAULT_RESULTS / dataset.name)
+    _write(results, output or DEFAULT_RESULTS / dataset.name, grid.allow_dirty)
     return results
 
 
@@ -296,5 +313,5 @@ async def run_service_command(
             answers=grid.with_llm,
         )
     results["command"] = grid.command
-    _write(results, output or DEFAULT_RESULTS / f"{dataset.name}-service")
+    _write(results, output or DEFAULT_RESULTS / f"{dataset.name}-service", grid.allow_dirty)
     return results

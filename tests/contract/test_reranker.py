@@ -91,5 +91,14 @@ async def test_no_candidates_give_none(reranker: Reranker) -> None:
     assert await reranker.rerank(QUERY, [], top_n=3) == []
 
 
+DESCRIBED: dict[type, dict[str, str]] = {
+    TEIReranker: {"kind": "tei", "endpoint": "http://tei.test"},
+    EmbeddingSimilarityReranker: {"kind": "embedded", "method": "embedding-similarity"},
+}
+
+
 async def test_describe_says_what_kind_it_is(reranker: Reranker) -> None:
-    assert isinstance((await reranker.describe())["kind"], str)
+    described = await reranker.describe()
+    expected = DESCRIBED[type(reranker)]
+    assert {key: described.get(key) for key in expected} == expected
+    assert isinstance(described["calls"], int)

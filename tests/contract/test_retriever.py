@@ -50,6 +50,7 @@ class Subject:
 
     retriever: Retriever
     writer: Retriever
+    name: str  # the fixture's parameter: embedded, service, redis, ...
 
 
 async def batch(source: str, texts: list[str], title: str | None = None) -> SourceBatch:
@@ -77,7 +78,7 @@ async def retriever_service(settings: Settings) -> AsyncIterator[Subject]:
     app = create_app(settings, Backends(EMBEDDER, index, None, none, none), role="retriever")
     async with app.router.lifespan_context(app):
         client = RemoteRetriever("http://retriever.test", transport=httpx.ASGITransport(app=app))
-        yield Subject(client, index)
+        yield Subject(client, index, "service")
         await client.aclose()
     await index.aclose()
 
@@ -126,7 +127,7 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     await index.replace_sources([await batch(s, t) for s, t in CORPUS.items()])
     if request.param == "embedded-graph":
         assert isinstance(index, EmbeddedHybridIndex) and index.wait_for_graph(timeout=60)
-    yield Subject(index, index)
+    yield Subject(index, index, request.param)
     await index.aclose()
 
 
@@ -203,8 +204,25 @@ async def test_deleting_sources_removes_their_chunks(subject: Subject) -> None:
     assert await search(subject.retriever, "plans", "plans", 5) == []
 
 
+# What `describe` (the readiness probe's body) says of each, with CORPUS written: 5 chunks
+# of 3 sources at the hashing embedder's 64 dimensions, under the default settings.
+INDEX_FIGURES = {"chunks": 5, "sources": 3, "dimension": 64}
+REDIS_FIGURES = {**INDEX_FIGURES, "index": "rag-redis", "algorithm": "HNSW", "indexing": False}
+DESCRIBED = {
+    "embedded": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 1_000_000},
+    "embedded-graph": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 0},
+    "service": {"kind": "remote", "endpoint": "http://retriever.test"},
+    "redis": {"kind": "redis", **REDIS_FIGURES},
+    "cluster": {"kind": "redis-cluster", **REDIS_FIGURES},
+}
+
+
 async def test_describe_reports_readiness(subject: Subject) -> None:
-    assert isinstance(await subject.retriever.describe(), dict)
+    described = await subject.retriever.describe()
+    expected = DESCRIBED[subject.name]
+    assert {key: described.get(key) for key in expected} == expected
+    if subject.name == "cluster":
+        assert len(described["primaries"]) == 3
 
 
 async def test_the_service_client_refuses_writes(tmp_path: Path) -> None:

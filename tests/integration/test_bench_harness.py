@@ -31,7 +31,8 @@ def bench(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
             *args,
         ],
         cwd=REPO,
-        env=clean_env(CHATQNA_DATA_DIR=str(tmp_path / "data")),
+        # The work tree under test may hold uncommitted changes.
+        env=clean_env(CHATQNA_DATA_DIR=str(tmp_path / "data"), CHATQNA_BENCH_ALLOW_DIRTY="1"),
         capture_output=True,
         text=True,
         timeout=600,

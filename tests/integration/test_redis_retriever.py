@@ -662,9 +662,7 @@ async def test_list_sources_reads_no_chunk(redis_url: str) -> None:
     await index.replace_sources(batches)
     client = aioredis.Redis.from_url(redis_url, protocol=2, decode_responses=True)
     await client.config_resetstat()
-    started = time.perf_counter()
     listed = await index.list_sources()
-    elapsed = time.perf_counter() - started
     stats = await client.info("commandstats")
     await client.aclose()
     await index.aclose()
@@ -674,7 +672,6 @@ async def test_list_sources_reads_no_chunk(redis_url: str) -> None:
     called = {name.removeprefix("cmdstat_").lower(): v["calls"] for name, v in stats.items()}
     called.pop("config|resetstat", None)
     assert called == {"smembers": 1, "hmget": sources}, called
-    assert elapsed < 0.5
 
 
 async def test_open_refuses_another_embedder(embedder: CachingEmbedder, redis_url: str) -> None:

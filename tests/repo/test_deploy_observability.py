@@ -3,9 +3,7 @@
 They cover the Grafana dashboard, the datasource and dashboard provisioning, the scrape
 config and the VictoriaTraces notes. Every metric, label value, span name and attribute key
 the dashboard uses must be one the service emits, and every datasource a panel names must be
-provisioned. No network is used. PyYAML is optional: a small parser handles the flat
-provisioning files when PyYAML is missing, and a test checks that parser against PyYAML
-when PyYAML is installed.
+provisioned. No network is used; the YAML files are read with PyYAML (the test extra).
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import pytest
+import yaml
 
 from chatqna.settings import Settings
 from chatqna.telemetry import names
@@ -74,54 +72,6 @@ def _exprs(dashboard: dict[str, Any]) -> list[str]:
     return [t["expr"] for t in _targets(dashboard, "chatqna-metrics")]
 
 
-def _scalar(value: str) -> Any:
-    value = value.strip()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1]
-    if value in ("true", "false"):
-        return value == "true"
-    if value.isdigit():
-        return int(value)
-    return value
-
-
-def _flat_items(text: str, list_key: str) -> list[dict[str, Any]]:
-    """Items of the top-level list `list_key`, nested mappings flattened to dotted keys.
-
-    Enough for the provisioning files (mappings of scalars; no inline or nested lists).
-    """
-    items: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
-    parents: list[tuple[int, str]] = []
-    in_list = False
-    for raw in text.splitlines():
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        line = raw.split(" #", 1)[0].rstrip()
-        indent = len(line) - len(line.lstrip())
-        stripped = line.strip()
-        if indent == 0:
-            in_list = stripped == f"{list_key}:"
-            continue
-        if not in_list:
-            continue
-        if stripped.startswith("- "):
-            current = {}
-            items.append(current)
-            parents = []
-            stripped = stripped[2:]
-            indent += 2
-        key, _, value = stripped.partition(":")
-        while parents and parents[-1][0] >= indent:
-            parents.pop()
-        dotted = ".".join([name for _, name in parents] + [key.strip()])
-        if value.strip():
-            current[dotted] = _scalar(value)
-        else:
-            parents.append((indent, key.strip()))
-    return items
-
-
 def _flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in mapping.items():
@@ -133,10 +83,7 @@ def _flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _load_items(path: Path, list_key: str) -> list[dict[str, Any]]:
-    try:
-        import yaml
-    except ImportError:
-        return _flat_items(path.read_text(encoding="utf-8"), list_key)
+    """Items of the top-level list `list_key`, nested mappings flattened to dotted keys."""
     return [_flatten(item) for item in yaml.safe_load(path.read_text(encoding="utf-8"))[list_key]]
 
 
@@ -350,12 +297,7 @@ def test_dashboard_provider_loads_the_dashboards_directory() -> None:
     assert provider["options.path"] == "/var/lib/grafana/dashboards"
 
 
-def test_the_fallback_yaml_reader_agrees_with_pyyaml() -> None:
-    yaml = pytest.importorskip("yaml")
-    for path, key in ((DATASOURCES, "datasources"), (PROVIDERS, "providers")):
-        text = path.read_text(encoding="utf-8")
-        expected = [_flatten(item) for item in yaml.safe_load(text)[key]]
-        assert _flat_items(text, key) == expected, path.name
+def test_the_scrape_config_has_scrape_configs() -> None:
     assert yaml.safe_load(SCRAPE.read_text(encoding="utf-8"))["scrape_configs"]
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from chatqna.settings import Settings, describe_validation_error
+from chatqna.settings import (
+    Settings,
+    describe_validation_error,
+    dirty_results_allowed,
+    variables_set,
+)
 
 
 def _error_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
@@ -290,3 +295,18 @@ def test_max_tokens_limit_must_be_a_positive_count(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     assert "LLM_MAX_TOKENS_LIMIT: " in _error_for(monkeypatch, LLM_MAX_TOKENS_LIMIT=value)
+
+
+def test_the_variables_set_are_those_settings_reads_as_they_were_written() -> None:
+    environ = {"MULTI_TURN_BLEND_ENABLED": "true", "rrf_k": "30", "HOME": "/home/someone"}
+    assert variables_set(environ) == {"MULTI_TURN_BLEND_ENABLED": "true", "rrf_k": "30"}
+
+
+@pytest.mark.parametrize(
+    ("value", "allowed"), [("1", True), ("true", True), ("0", False), ("", False), (None, False)]
+)
+def test_results_of_uncommitted_code_are_allowed_only_when_asked(
+    value: str | None, allowed: bool
+) -> None:
+    environ = {} if value is None else {"CHATQNA_BENCH_ALLOW_DIRTY": value}
+    assert dirty_results_allowed(environ) is allowed

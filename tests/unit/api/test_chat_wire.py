@@ -5,7 +5,8 @@ the file recorded in `wire/`. Only what differs per request is masked first: the
 id, the creation time, the trace id, the rewrite's latency and the stage timings' values
 (their names and order stay). A change of a key, of key order, of a value or of the framing
 fails here.
-Set `CHATQNA_RECORD_WIRE=1` to rewrite the recorded copies after an intended change.
+Set `CHATQNA_RECORD_WIRE=1` to rewrite the recorded copies after an intended change: that
+run fails, each case naming the file it wrote; read the diff, then run without it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def check(name: str, body: bytes) -> None:
     body = masked(body)
     if os.environ.get("CHATQNA_RECORD_WIRE") == "1":
         recorded.write_bytes(body)
+        # A recording is no check: the run that wrote it fails, so a re-record cannot pass
+        # unseen; read the diff, then run again without the variable.
+        pytest.fail(f"recorded {recorded.relative_to(WIRE.parent)}: review the diff, rerun")
     assert body == recorded.read_bytes()
 
 

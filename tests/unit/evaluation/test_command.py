@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from chatqna import cli
 from chatqna.cli import app
 from chatqna.evaluation.command import BenchGrid, run_provenance
+from tests.unit.evaluation.conftest import git
 from tests.unit.evaluation.test_dataset import write_dataset
 
 OPTIONS: dict[str, Any] = {
@@ -143,10 +144,47 @@ def test_a_missing_dataset_directory_is_named(
     assert result.stderr.startswith(f"--dataset {tmp_path / 'nowhere'}: ")
 
 
-def test_a_run_records_where_it_was_measured() -> None:
+def test_a_run_records_where_it_was_measured(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(checkout)
     stamp = run_provenance()
-    commit = stamp["measured_at_commit"]
-    assert commit is None or (len(commit) == 40 and int(commit, 16) >= 0)
+    assert stamp["measured_at_commit"] == git(checkout, "rev-parse", "HEAD")
     assert stamp["machine"]["cores"] == os.cpu_count()
     assert len(stamp["machine"]["load_average_1_5_15_min"]) == 3
     assert stamp["date"].endswith("Z")
+
+
+def test_a_run_from_a_changed_checkout_is_refused_before_any_model_is_built(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _refuse_to_build_models(monkeypatch)
+    monkeypatch.delenv("CHATQNA_BENCH_ALLOW_DIRTY", raising=False)
+    dataset = str(write_dataset(tmp_path / "tiny"))
+    (checkout / "bench.py").write_text("print('measure faster')\n")
+    monkeypatch.chdir(checkout)
+    result = CliRunner().invoke(app, ["bench", "--dataset", dataset])
+    assert result.exit_code == 2
+    assert "uncommitted changes (bench.py)" in result.stderr
+    assert "set CHATQNA_BENCH_ALLOW_DIRTY=1" in result.stderr
+
+
+def test_with_the_opt_in_a_changed_checkout_is_measured_as_dirty(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[BenchGrid] = []
+    monkeypatch.setattr(cli, "load_settings", lambda **_: None)
+    monkeypatch.setattr(cli, "configure_logging", lambda _: None)
+    monkeypatch.setattr(cli, "run_bench", lambda _s, _d, grid, *_a, **_k: seen.append(grid))
+    monkeypatch.setenv("CHATQNA_BENCH_ALLOW_DIRTY", "1")
+    monkeypatch.setenv("MULTI_TURN_BLEND_ALPHA", "0.6")
+    dataset = str(write_dataset(tmp_path / "tiny"))
+    (checkout / "bench.py").write_text("print('measure faster')\n")
+    monkeypatch.chdir(checkout)
+    result = CliRunner().invoke(app, ["bench", "--dataset", dataset])
+    assert result.exit_code == 0, result.output
+    (grid,) = seen
+    assert grid.allow_dirty
+    assert run_provenance(grid.allow_dirty)["measured_at_commit"].endswith("+dirty")
+    settings, _, arguments = grid.command.partition("chatqna bench ")
+    assert "MULTI_TURN_BLEND_ALPHA=0.6" in settings.split() and arguments

@@ -1,0 +1,145 @@
+"""Where a benchmark result was measured, shared by `chatqna bench` and `benchmarks/*.py`.
+
+A result names the commit it measured, so it is refused from a work tree that differs from
+that commit (a tracked file changed, staged or not, or a new file git does not ignore): the
+figures would belong to code no commit holds. The operator may opt in (the result is then
+stamped `<commit>+dirty`). Ignored files (`.cache/`, `.venv/`) do not count, nor does
+anything under `benchmarks/results/`: those are earlier results, not code, and a session
+re-running several benchmarks writes them one after another.
+
+A recorded command reproduces the run only with the settings it ran with, so it is prefixed
+with the `Settings` variables that were set, secrets left out and credentials taken out of
+URLs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import shlex
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+from chatqna.settings import Settings, variables_set
+
+OPT_IN = "set CHATQNA_BENCH_ALLOW_DIRTY=1"
+RESULTS_PATHSPEC = ":(top,exclude)benchmarks/results"
+# A variable named like a secret is left out even when its field is not a `SecretStr`.
+_SECRET_NAME = re.compile(r"KEY|PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
+_SHOWN_CHANGES = 5
+
+
+class DirtyWorkTree(RuntimeError):
+    """The work tree has uncommitted changes to tracked files, and no opt-in was given."""
+
+    def __init__(self, commit: str, changes: list[str], opt_in: str) -> None:
+        shown = ", ".join(changes[:_SHOWN_CHANGES])
+        more = len(changes) - _SHOWN_CHANGES
+        if more > 0:
+            shown += f" and {more} more"
+        super().__init__(
+            f"refusing to record a result measured at {commit[:12]} from a work tree with "
+            f"uncommitted changes ({shown}): commit them and re-run, or {opt_in} to record "
+            f"it as measured at {commit[:12]}+dirty"
+        )
+        self.changes = changes
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=repo, capture_output=True, text=True, check=False, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def uncommitted_changes(repo: Path) -> list[str]:
+    """The files outside `benchmarks/results/` that differ from HEAD: tracked files changed
+    (staged or not), and new files git does not ignore."""
+    changed = _git(repo, "diff", "--name-only", "HEAD", "--", RESULTS_PATHSPEC) or ""
+    new = _git(repo, "ls-files", "--others", "--exclude-standard", "--", RESULTS_PATHSPEC) or ""
+    return [line for line in [*changed.splitlines(), *new.splitlines()] if line]
+
+
+def measured_commit(repo: Path, *, allow_dirty: bool, opt_in: str = OPT_IN) -> str | None:
+    """HEAD's id (None outside a git checkout); when the work tree has uncommitted changes,
+    `<id>+dirty` if `allow_dirty`, else DirtyWorkTree, whose message says to `opt_in`."""
+    commit = _git(repo, "rev-parse", "HEAD")
+    if commit is None:
+        return None
+    changes = uncommitted_changes(repo)
+    if not changes:
+        return commit
+    if not allow_dirty:
+        raise DirtyWorkTree(commit, changes, opt_in)
+    return f"{commit}+dirty"
+
+
+def _is_secret(name: str) -> bool:
+    if _SECRET_NAME.search(name):
+        return True
+    field = Settings.model_fields.get(name.lower())
+    annotation = None if field is None else field.annotation
+    return annotation is SecretStr or SecretStr in getattr(annotation, "__args__", ())
+
+
+def _without_credentials(value: str) -> str:
+    """A URL without its user information nor query parameters named like secrets."""
+    if "://" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return value
+    kept = [(key, item) for key, item in pairs if not _SECRET_NAME.search(key)]
+    if "@" not in parts.netloc and len(kept) == len(pairs):
+        return value
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host, query=urlencode(kept)))
+
+
+def recordable_environment(variables: Mapping[str, str]) -> dict[str, str]:
+    """The `Settings` variables a command ran with, as a record may show them: no secret
+    (a `SecretStr` field or a name like `*_KEY`), no credentials in a URL; sorted by name."""
+    return {
+        name: _without_credentials(value)
+        for name, value in sorted(variables.items())
+        if not _is_secret(name)
+    }
+
+
+def with_environment(command: str, variables: Mapping[str, str]) -> str:
+    """`command` as a shell runs it with `variables` set: `NAME=value ... command`."""
+    assignments = [f"{name}={shlex.quote(value)}" for name, value in variables.items()]
+    return " ".join([*assignments, command])
+
+
+def recorded_command(command: str, environ: Mapping[str, str] | None = None) -> str:
+    """`command` as a record shows it: after the `Settings` variables set in `environ` (the
+    process environment by default) that a record may show."""
+    return with_environment(command, recordable_environment(variables_set(environ)))
+
+
+def machine() -> dict[str, Any]:
+    """The machine as a reader needs it to weigh a figure: cores and how busy they were."""
+    one, five, fifteen = os.getloadavg()
+    return {
+        "cores": os.cpu_count(),
+        "load_average_1_5_15_min": [round(one, 2), round(five, 2), round(fifteen, 2)],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
