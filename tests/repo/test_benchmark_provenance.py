@@ -34,10 +34,7 @@ RESULTS = BENCHMARKS / "results"
 # Files whose provenance predates the writer: a commit and a date filled in from git's
 # history (`provenance_note`). Each leaves this list when it is measured again.
 RERUN_PENDING = {
-    "cluster_bm25_stats.json": "re-run pending",
-    "follow_up_selection.json": "re-run pending",  # configurations `fixed` and `adaptive`
     "index_scale.json": "re-run pending",
-    "redis_memory.json": "re-run pending",
 }
 
 COMMIT = re.compile(r"[0-9a-f]{40}(\+dirty)?")
