@@ -30,7 +30,9 @@ from pydantic import SecretStr
 from chatqna.settings import Settings, variables_set
 
 OPT_IN = "set CHATQNA_BENCH_ALLOW_DIRTY=1"
-RESULTS_PATHSPEC = ":(top,exclude)benchmarks/results"
+# The whole work tree but earlier results. The positive `:(top)` matters: with only an
+# exclude, `git ls-files` looks at the current directory alone.
+TREE_PATHSPEC = (":(top)", ":(top,exclude)benchmarks/results")
 # A variable named like a secret is left out even when its field is not a `SecretStr`.
 _SECRET_NAME = re.compile(r"KEY|PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
 _SHOWN_CHANGES = 5
@@ -64,9 +66,11 @@ def _git(repo: Path, *args: str) -> str | None:
 
 def uncommitted_changes(repo: Path) -> list[str]:
     """The files outside `benchmarks/results/` that differ from HEAD: tracked files changed
-    (staged or not), and new files git does not ignore."""
-    changed = _git(repo, "diff", "--name-only", "HEAD", "--", RESULTS_PATHSPEC) or ""
-    new = _git(repo, "ls-files", "--others", "--exclude-standard", "--", RESULTS_PATHSPEC) or ""
+    (staged or not), and new files git does not ignore; the whole work tree, by paths from
+    its top, wherever in it `repo` is."""
+    changed = _git(repo, "diff", "--name-only", "HEAD", "--", *TREE_PATHSPEC) or ""
+    untracked = ("ls-files", "--others", "--exclude-standard", "--full-name")
+    new = _git(repo, *untracked, "--", *TREE_PATHSPEC) or ""
     return [line for line in [*changed.splitlines(), *new.splitlines()] if line]
 
 

@@ -47,6 +47,15 @@ def test_a_new_file_git_does_not_ignore_is_a_change(checkout: Path) -> None:
         measured_commit(checkout, allow_dirty=False, opt_in=OPT_IN)
 
 
+def test_the_whole_work_tree_counts_when_run_from_a_subdirectory(checkout: Path) -> None:
+    (checkout / "helper.py").write_text("SPEED = 2\n")
+    (checkout / "benchmarks" / "probe.py").write_text("print('probe')\n")
+    (checkout / "benchmarks" / "results" / "bench.json").write_text('{"rows": [1]}\n')
+    with pytest.raises(DirtyWorkTree) as refused:
+        measured_commit(checkout / "benchmarks", allow_dirty=False, opt_in=OPT_IN)
+    assert sorted(refused.value.changes) == ["benchmarks/probe.py", "helper.py"]
+
+
 def test_ignored_files_and_earlier_results_are_no_change(checkout: Path) -> None:
     (checkout / ".cache").mkdir()
     (checkout / ".cache" / "embeddings.npy").write_bytes(b"\0")
