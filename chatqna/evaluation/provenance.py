@@ -9,7 +9,7 @@ re-running several benchmarks writes them one after another.
 
 A recorded command reproduces the run only with the settings it ran with, so it is prefixed
 with the `Settings` variables that were set, secrets left out and credentials taken out of
-URLs.
+URLs (a URL that cannot be parsed is hidden whole).
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ OPT_IN = "set CHATQNA_BENCH_ALLOW_DIRTY=1"
 TREE_PATHSPEC = (":(top)", ":(top,exclude)benchmarks/results")
 # A variable named like a secret is left out even when its field is not a `SecretStr`.
 _SECRET_NAME = re.compile(r"KEY|PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL", re.IGNORECASE)
+# A query parameter named so holds a secret too (`?sig=`, `?auth=`, `?X-Amz-Signature=`).
+_SECRET_QUERY = re.compile(_SECRET_NAME.pattern + r"|PWD|SIG|AUTH", re.IGNORECASE)
+# What a record shows of a URL-like value it cannot parse, so cannot clean.
+HIDDEN = "<hidden: not a URL the record could clean>"
 _SHOWN_CHANGES = 5
 
 
@@ -97,19 +101,28 @@ def _is_secret(name: str) -> bool:
 
 
 def _without_credentials(value: str) -> str:
-    """A URL without its user information nor query parameters named like secrets."""
-    if "://" not in value:
+    """A URL as a record may show it: without its user information nor query parameters
+    named like secrets; `HIDDEN` in place of one that cannot be parsed.
+
+    The user information is everything between `://` and the last `@`, whatever it holds:
+    a password with `/`, `?` or `#` in it is not cut where a URL parser would end the
+    authority. An `@` in a path or query after the host takes more than the credentials
+    with it, which a record can afford."""
+    scheme, separator, rest = value.partition("://")
+    if not separator:
         return value
+    host_on = rest.rpartition("@")[2]
     try:
-        parts = urlsplit(value)
+        parts = urlsplit(f"{scheme}://{host_on}")
         pairs = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:
+        return HIDDEN
+    kept = [(key, item) for key, item in pairs if not _SECRET_QUERY.search(key)]
+    if host_on == rest and len(kept) == len(pairs):
         return value
-    kept = [(key, item) for key, item in pairs if not _SECRET_NAME.search(key)]
-    if "@" not in parts.netloc and len(kept) == len(pairs):
-        return value
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=host, query=urlencode(kept)))
+    if len(kept) == len(pairs):
+        return f"{scheme}://{host_on}"
+    return urlunsplit(parts._replace(query=urlencode(kept)))
 
 
 def recordable_environment(variables: Mapping[str, str]) -> dict[str, str]:
