@@ -1,11 +1,16 @@
 """Where a benchmark result was measured, shared by `chatqna bench` and `benchmarks/*.py`.
 
-A result names the commit it measured, so it is refused from a work tree that differs from
-that commit (a tracked file changed, staged or not, or a new file git does not ignore): the
-figures would belong to code no commit holds. The operator may opt in (the result is then
-stamped `<commit>+dirty`). Ignored files (`.cache/`, `.venv/`) do not count, nor does
+A result names the commit it measured, so a run is refused from a work tree that differs
+from that commit (a tracked file changed, staged or not, or a new file git does not ignore):
+the figures would belong to code no commit holds. The operator may opt in (the result is
+then stamped `<commit>+dirty`). Ignored files (`.cache/`, `.venv/`) do not count, nor does
 anything under `benchmarks/results/`: those are earlier results, not code, and a session
 re-running several benchmarks writes them one after another.
+
+The commit is taken, and the work tree checked, when a run starts: the code measured is
+the code the run loaded then. A work tree that changes during a long run (an edit, a
+commit, a checkout) does not cost its result: it is written stamped with the commit the
+run started from, with a warning that says what changed.
 
 A recorded command reproduces the run only with the settings it ran with, so it is prefixed
 with the `Settings` variables that were set, secrets left out and credentials taken out of
@@ -46,16 +51,18 @@ class DirtyWorkTree(RuntimeError):
     """The work tree has uncommitted changes to tracked files, and no opt-in was given."""
 
     def __init__(self, commit: str, changes: list[str], opt_in: str) -> None:
-        shown = ", ".join(changes[:_SHOWN_CHANGES])
-        more = len(changes) - _SHOWN_CHANGES
-        if more > 0:
-            shown += f" and {more} more"
         super().__init__(
             f"refusing to record a result measured at {commit[:12]} from a work tree with "
-            f"uncommitted changes ({shown}): commit them and re-run, or {opt_in} to record "
-            f"it as measured at {commit[:12]}+dirty"
+            f"uncommitted changes ({_listed(changes)}): commit them and re-run, or {opt_in} "
+            f"to record it as measured at {commit[:12]}+dirty"
         )
         self.changes = changes
+
+
+def _listed(changes: list[str]) -> str:
+    shown = ", ".join(changes[:_SHOWN_CHANGES])
+    more = len(changes) - _SHOWN_CHANGES
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def _git(repo: Path, *args: str) -> str | None:
@@ -90,6 +97,26 @@ def measured_commit(repo: Path, *, allow_dirty: bool, opt_in: str = OPT_IN) -> s
     if not allow_dirty:
         raise DirtyWorkTree(commit, changes, opt_in)
     return f"{commit}+dirty"
+
+
+def changed_during_run(repo: Path, measured: str | None) -> str | None:
+    """A warning, at the end of a run stamped `measured`, when the checkout no longer is
+    that clean commit (HEAD moved, or files changed); None when it is, or when there is
+    nothing to compare (no checkout, or a run already stamped `+dirty`). The result stays
+    stamped `measured`: the run loaded its code from that commit."""
+    if measured is None or measured.endswith("+dirty"):
+        return None
+    head = _git(repo, "rev-parse", "HEAD")
+    if head is not None and head != measured:
+        change = f"HEAD moved from {measured[:12]} to {head[:12]}"
+    elif changes := uncommitted_changes(repo):
+        change = f"uncommitted changes: {_listed(changes)}"
+    else:
+        return None
+    return (
+        f"warning: the work tree changed during the run ({change}); the result is stamped "
+        f"{measured[:12]}, the commit the run started from"
+    )
 
 
 def _is_secret(name: str) -> bool:
