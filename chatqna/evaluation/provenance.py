@@ -132,13 +132,16 @@ def _without_credentials(value: str) -> str:
     named like secrets; `HIDDEN` in place of one that cannot be parsed.
 
     The user information is everything between `://` and the last `@`, whatever it holds:
-    a password with `/`, `?` or `#` in it is not cut where a URL parser would end the
-    authority. An `@` in a path or query after the host takes more than the credentials
-    with it, which a record can afford."""
+    a password with `/` or `#` in it is not cut where a URL parser would end the
+    authority. An `@` in a path after the host takes more than the credentials with it,
+    which a record can afford; one after a `?` may be inside a query value, whose tail
+    would then be shown as the host, so such a value is hidden whole."""
     scheme, separator, rest = value.partition("://")
     if not separator:
         return value
-    host_on = rest.rpartition("@")[2]
+    userinfo, _, host_on = rest.rpartition("@")
+    if "?" in userinfo:
+        return HIDDEN
     try:
         parts = urlsplit(f"{scheme}://{host_on}")
         pairs = parse_qsl(parts.query, keep_blank_values=True)
