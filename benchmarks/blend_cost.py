@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -204,6 +204,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "blend_cost.json")
     args = parser.parse_args(argv)
+    start_run()
     datasets = args.dataset or [
         REPO.parent / "shared" / "datasets" / "mtrag-clapnq",
         HERE / "datasets" / "handbook-lab",

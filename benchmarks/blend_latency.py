@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 from chatqna.composition import build_embedder
 from chatqna.multiturn.blend import blend_query
@@ -93,6 +93,7 @@ def main() -> None:
         "--output", type=Path, default=Path(__file__).parent / "results" / "blend_latency.json"
     )
     args = parser.parse_args()
+    start_run()
     settings = Settings(tei_embedding_endpoint=args.tei)
     result = asyncio.run(measure(settings, args.repeat))
     print(

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -123,6 +123,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--redis", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
+    start_run()
     dataset = load_dataset(args.dataset)
     cache = EmbeddingCache(args.cache_dir, EMBEDDER)
     batch = corpus(dataset, cache)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -188,6 +188,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "cluster_bm25_stats.json")
     args = parser.parse_args()
+    start_run()
     result = asyncio.run(run(args))
     print(
         f"{result['passages']} passages in {result['sources']} sources; per primary "

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 from chatqna.composition import build_condense_llm, build_llm
 from chatqna.errors import CondenseFailed
@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=HERE / "datasets" / "handbook-lab")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "condense_rewrites.json")
     args = parser.parse_args()
+    start_run()
     result = asyncio.run(run(args.dataset))
     for row in result["rows"]:
         print(f"[{row['task']}]")

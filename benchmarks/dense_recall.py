@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "dense_recall.json")
     args = parser.parse_args()
+    start_run()
     result = asyncio.run(run(args))
     print(
         f"{result['dataset']}: {result['passages']:,} passages, {result['questions']:,} "

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -147,6 +147,7 @@ def main() -> None:
         default=Path(__file__).parent / "results" / "embedder_throughput.json",
     )
     args = parser.parse_args()
+    start_run()
     texts = chunks_of(args.corpus, args.chunks)
     load_before = os.getloadavg()
     runs = variants()

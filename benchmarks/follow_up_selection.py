@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from provenance import write_result
+from provenance import start_run, write_result
 
 from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import SearchQuery
@@ -266,6 +266,7 @@ async def main() -> None:
     parser.add_argument("--grid", choices=tuple(GRIDS), default="fixed")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
+    start_run()
     candidates = GRIDS[args.grid]()
     output = args.output or HERE / "results" / "follow_up_selection.json"
     datasets = [load_dataset(path) for path in args.datasets]

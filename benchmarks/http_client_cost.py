@@ -39,7 +39,7 @@ import load_client
 from httpx_aiohttp import AiohttpTransport
 from load_chats import free_port, load_average, standin_argv, start_process
 from opea_overhead import orchestrator_env
-from provenance import write_result
+from provenance import start_run, write_result
 
 from chatqna.upstream.client import UpstreamClient
 from chatqna.upstream.sse import SSEDecoder
@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
+    start_run()
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -556,6 +556,7 @@ def main() -> None:
         "--configuration", help="write the run as this named configuration of --output"
     )
     args = parser.parse_args()
+    start_run()
     args.sizes = [int(size) for size in args.sizes.split(",")]
     args.indexes = set(args.indexes.split(","))
     if not args.redis:  # --no-redis: the embedded rows alone

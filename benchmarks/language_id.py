@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 from chatqna.multiturn import language
 
@@ -90,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
+    start_run()
     dataset = json.loads(DATASET.read_text())
     sentences: dict[str, list[str]] = dataset["sentences"]
     fragments: list[str] = dataset["english_fragments"]

@@ -688,6 +688,9 @@ def running_services(args: argparse.Namespace, root: Path) -> Iterator[tuple[Pro
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from provenance import start_run, write_result  # the sibling script, imported where it is run
+
+    start_run()
     pairs = load_conversations()
     with tempfile.TemporaryDirectory() as tmp, running_services(args, Path(tmp)) as (_, server):
         if not args.remote_retriever:
@@ -741,7 +744,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rss_settled_trend_mib_per_run": None if trend is None else round(trend, 3),
         "server_log_tail": server_log,
     }
-    from provenance import write_result  # the sibling script, imported where it is run
 
     command = None if argv is None else [sys.argv[0], *argv]
     write_result(args.output, report, configuration=args.configuration, argv=command)

@@ -73,7 +73,7 @@ from load_chats import (  # the sibling script: process control and statistics
     start_remote_chatqna,
     start_upstreams,
 )
-from provenance import write_result
+from provenance import start_run, write_result
 
 OPEA_PYTHON = REPO / ".cache" / "opea-venv" / "bin" / "python"
 HERE = Path(__file__).resolve().parent
@@ -508,6 +508,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    start_run()
     if not OPEA_PYTHON.exists():
         raise SystemExit("no OPEA environment: run benchmarks/opea/setup-venv first")
     args.questions = [question for question, _ in load_conversations()]

@@ -34,7 +34,7 @@ from typing import Any
 
 from load_chats import load_average, load_conversations, start_remote_chatqna, start_upstreams
 from opea_overhead import STANDIN_MODULES, closed_loop, drive, system_call
-from provenance import write_result
+from provenance import start_run, write_result
 
 from tests.integration.otlp_receiver import otlp_receiver
 
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         help="export every span (on) or 10%% of traces (sampled) to a local OTLP receiver",
     )
     args = parser.parse_args(argv)
+    start_run()
     os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
     results: dict[str, Any] = {}
     args.output.parent.mkdir(parents=True, exist_ok=True)

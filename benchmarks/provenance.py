@@ -6,10 +6,13 @@ Every script in `benchmarks/` writes through `write_result`, so each file under
 platform) and the date. Earlier results live in git's history of the file, not beside it
 under other names.
 
-A result is refused from a work tree with uncommitted changes (outside
-`benchmarks/results/`; ignored files do not count): its figures would belong to code no
-commit holds. Set
-`CHATQNA_BENCH_ALLOW_DIRTY=1` to write it anyway, stamped `<commit>+dirty`. The command
+Each script calls `start_run()` first thing in its `main`, once its arguments are read: the
+commit is taken then, and a run is refused from a work tree with uncommitted changes
+(outside `benchmarks/results/`; ignored files do not count), before it measures anything:
+its figures would belong to code no commit holds. Set `CHATQNA_BENCH_ALLOW_DIRTY=1` to
+run anyway, stamped `<commit>+dirty`. A work tree that changes during the run does not
+cost the result: `write_result` stamps it with the commit the run started from, whose
+code the run loaded, and warns on stderr of what changed. The command
 recorded is the one to run again: the service settings it ran with (the `Settings`
 variables set in the environment, secrets left out) go before it, as in
 `MULTI_TURN_BLEND_ENABLED=true python benchmarks/turn_latency.py --repeat 20`.
@@ -28,11 +31,35 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chatqna.evaluation.provenance import machine, measured_commit, recorded_command, utc_now
+from chatqna.evaluation.provenance import (
+    changed_during_run,
+    machine,
+    measured_commit,
+    recorded_command,
+    utc_now,
+)
 from chatqna.settings import dirty_results_allowed
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+# The commit this process's run measures (None outside a git checkout), under "commit"
+# once its script called `start_run()`.
+_started: dict[str, str | None] = {}
+
+
+def start_run(*, allow_dirty: bool | None = None) -> str | None:
+    """Take the commit this run measures, before it measures anything: from a work tree
+    with uncommitted changes, DirtyWorkTree unless `allow_dirty` (by default, whether
+    `CHATQNA_BENCH_ALLOW_DIRTY=1` is set), and the commit is then `<id>+dirty`."""
+    _started["commit"] = _measured_now(allow_dirty)
+    return _started["commit"]
+
+
+def _measured_now(allow_dirty: bool | None) -> str | None:
+    allowed = dirty_results_allowed() if allow_dirty is None else allow_dirty
+    return measured_commit(REPO, allow_dirty=allowed)
 
 
 def command_line(
@@ -53,10 +80,18 @@ def stamp(
     *,
     allow_dirty: bool | None = None,
 ) -> dict[str, Any]:
-    """`results` with its provenance first: commit, command, machine and date."""
-    allowed = dirty_results_allowed() if allow_dirty is None else allow_dirty
+    """`results` with its provenance first: commit, command, machine and date. The commit
+    is the one `start_run()` took (warned of when the work tree changed since); a script that
+    did not call it has the work tree checked now, as `start_run()` would."""
+    if "commit" not in _started:
+        commit = _measured_now(allow_dirty)
+    else:
+        commit = _started["commit"]
+        warning = changed_during_run(REPO, commit)
+        if warning is not None:
+            print(warning, file=sys.stderr)
     provenance = {
-        "measured_at_commit": measured_commit(REPO, allow_dirty=allowed),
+        "measured_at_commit": commit,
         "command": command_line(argv),
         # What the script measured of the machine itself (load before and after) is kept.
         "machine": {**machine(), **results.get("machine", {})},
@@ -74,9 +109,8 @@ def write_result(
     allow_dirty: bool | None = None,
 ) -> Path:
     """Stamp `results` and write them to `path` (JSON); with `configuration`, as that named
-    run of the file's `configurations`, keeping the file's other runs. From a work tree with
-    uncommitted changes, DirtyWorkTree unless `allow_dirty` (by default, whether
-    `CHATQNA_BENCH_ALLOW_DIRTY=1` is set)."""
+    run of the file's `configurations`, keeping the file's other runs. The commit is the
+    one `start_run()` took; without it, as `start_run(allow_dirty=allow_dirty)` takes it now."""
     stamped = stamp(results, argv, allow_dirty=allow_dirty)
     document: dict[str, Any] = stamped
     if configuration is not None:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -196,6 +196,7 @@ async def main() -> None:
     parser.add_argument("--algorithms", default="FLAT,HNSW")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "redis_memory.json")
     args = parser.parse_args()
+    start_run()
     sizes = [int(s) for s in args.sizes.split(",")]
     vectors = {"FLAT": VectorIndexParams(algorithm="FLAT"), "HNSW": index_scale.hnsw_defaults()}
     words = index_scale.vocabulary(__import__("numpy").random.default_rng(args.seed))

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -185,6 +185,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "rerank_query.json")
     args = parser.parse_args(argv)
+    start_run()
     datasets = args.dataset or [
         REPO.parent / "shared" / "datasets" / "mtrag-clapnq",
         HERE / "datasets" / "handbook-lab",

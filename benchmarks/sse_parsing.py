@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=50, help="streams per timed repeat")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
+    start_run()
 
     events = chat_events(args.tokens)
     readers: dict[str, Reader] = {

@@ -54,7 +54,7 @@ from opea_overhead import (
     request_body,
     system_call,
 )
-from provenance import write_result
+from provenance import start_run, write_result
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "tracing_overhead.json"
@@ -193,6 +193,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    start_run()
     args.questions = [question for question, _ in load_conversations()]
     os.sched_setaffinity(0, {int(cpu) for cpu in args.client_cpu.split(",")})
     load_start = load_average()

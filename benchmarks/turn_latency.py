@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import write_result
+from provenance import start_run, write_result
 
 from chatqna.backends.protocols import GenerationParams
 from chatqna.composition import build_backends
@@ -128,6 +128,7 @@ def main() -> None:
         "--output", type=Path, default=Path(__file__).parent / "results" / "turn_latency.json"
     )
     args = parser.parse_args()
+    start_run()
     result = asyncio.run(run(args.repeat, args.max_tokens))
     print_table(result)
     write_result(args.output, result)

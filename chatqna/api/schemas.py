@@ -87,7 +87,10 @@ class ChatQnARequest(BaseModel):
     stream: bool = True
     # The schema's bound is absolute; the service's own, `LLM_MAX_TOKENS_LIMIT`, answers 400.
     max_tokens: int | None = Field(
-        None, ge=1, le=32768, description="answer length; at most LLM_MAX_TOKENS_LIMIT (2048)"
+        None,
+        ge=1,
+        le=32768,
+        description="answer length; at most LLM_MAX_TOKENS_LIMIT (2048 by default)",
     )
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)

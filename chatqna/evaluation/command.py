@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -26,6 +27,7 @@ from chatqna.evaluation.modes import default_strategies
 from chatqna.evaluation.progress import stderr_progress, turn_logs_at_debug
 from chatqna.evaluation.provenance import (
     DirtyWorkTree,
+    changed_during_run,
     machine,
     measured_commit,
     recorded_command,
@@ -94,7 +96,8 @@ def _choices(
 @dataclass(frozen=True)
 class BenchGrid:
     """What one `chatqna bench` run varies: the blend grid, the retrieval switches, the
-    history kinds and the passage context, with the run's sampling and cache."""
+    history kinds and the passage context, with the run's sampling and cache, and where it
+    is measured (the commit the run starts at, `+dirty` by the operator's opt-in)."""
 
     alphas: tuple[float, ...] = (0.7,)
     history_turns: tuple[int, ...] = (2,)
@@ -111,7 +114,7 @@ class BenchGrid:
     assistant_weights: tuple[float, ...] = (0.5,)
     self_contained: tuple[float, ...] = (0.0,)
     command: str = field(default="", compare=False)
-    allow_dirty: bool = field(default=False, compare=False)
+    measured_at_commit: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> BenchGrid:
@@ -139,7 +142,6 @@ class BenchGrid:
             assistant_weights=_floats(options, "assistant_weights", 0.0, 1.0),
             self_contained=_floats(options, "self_contained_similarities", 0.0, 1.0),
             command=options.get("command", ""),
-            allow_dirty=options.get("allow_dirty", False),
         )
 
 
@@ -157,35 +159,30 @@ def load_datasets(directories: list[Path]) -> list[Dataset]:
 
 def checked_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
     """The grid and the datasets of a run, every option and file checked, and the work tree
-    too (results it would refuse are refused before the run, unless
-    `CHATQNA_BENCH_ALLOW_DIRTY=1`); a ValueError names what is wrong. The grid's command is
-    the typed one after the settings it runs with."""
+    too: a work tree with uncommitted changes is refused before the run, unless
+    `CHATQNA_BENCH_ALLOW_DIRTY=1`; a ValueError names what is wrong. The grid's command is
+    the typed one after the settings it runs with, its commit the one the run measures."""
     if not options["dataset"]:
         raise ValueError(
             "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
         )
-    typed = {
-        **options,
-        "command": recorded_command(options["command"]),
-        "allow_dirty": dirty_results_allowed(),
-    }
+    typed = {**options, "command": recorded_command(options["command"])}
     grid, datasets = BenchGrid.from_options(typed), load_datasets(options["dataset"])
     try:
-        measured_commit(Path.cwd(), allow_dirty=grid.allow_dirty)
+        commit = measured_commit(Path.cwd(), allow_dirty=dirty_results_allowed())
     except DirtyWorkTree as exc:
         raise ValueError(str(exc)) from exc
-    return grid, datasets
+    return dataclasses.replace(grid, measured_at_commit=commit), datasets
 
 
-def run_provenance(allow_dirty: bool = False) -> dict[str, Any]:
-    """Where a run was measured: the checkout's commit (None outside a git checkout), the
-    machine's cores and load averages, Python, and the date. From a work tree with
-    uncommitted changes, DirtyWorkTree unless `allow_dirty` (the commit is then `+dirty`)."""
-    return {
-        "measured_at_commit": measured_commit(Path.cwd(), allow_dirty=allow_dirty),
-        "machine": machine(),
-        "date": utc_now(),
-    }
+def run_provenance(measured_at_commit: str | None) -> dict[str, Any]:
+    """Where a run was measured: the commit it started at (None outside a git checkout), the
+    machine's cores and load averages, Python, and the date. A work tree that changed
+    during the run is warned of on stderr; the result keeps the commit it started at."""
+    warning = changed_during_run(Path.cwd(), measured_at_commit)
+    if warning is not None:
+        print(warning, file=sys.stderr)
+    return {"measured_at_commit": measured_at_commit, "machine": machine(), "date": utc_now()}
 
 
 def settings_snapshot(settings: Settings) -> dict[str, Any]:
@@ -238,8 +235,8 @@ async def bench_backends(settings: Settings, grid: BenchGrid) -> AsyncIterator[B
         yield BenchBackends(raw, embedder, cache, answer_llm, llm, reranker)
 
 
-def _write(results: dict[str, Any], output: Path, allow_dirty: bool) -> None:
-    results.update(run_provenance(allow_dirty))
+def _write(results: dict[str, Any], output: Path, measured_at_commit: str | None) -> None:
+    results.update(run_provenance(measured_at_commit))
     paths = write_outputs(results, output)
     print(markdown(results).split("## Every mode")[0])
     for kind, path in paths.items():
@@ -292,7 +289,7 @@ async def run_bench_command(
     }
     results["condense_llm"] = models.llm.model if models.llm is not None else None
     results["seconds_total"] = round(time.perf_counter() - started, 1)
-    _write(results, output or DEFAULT_RESULTS / dataset.name, grid.allow_dirty)
+    _write(results, output or DEFAULT_RESULTS / dataset.name, grid.measured_at_commit)
     return results
 
 
@@ -313,5 +310,6 @@ async def run_service_command(
             answers=grid.with_llm,
         )
     results["command"] = grid.command
-    _write(results, output or DEFAULT_RESULTS / f"{dataset.name}-service", grid.allow_dirty)
+    target = output or DEFAULT_RESULTS / f"{dataset.name}-service"
+    _write(results, target, grid.measured_at_commit)
     return results

@@ -36,6 +36,11 @@ from chatqna.upstream.types import Reply, ResponseTooLarge
 logger = logging.getLogger(__name__)
 
 
+def utc_now() -> datetime:
+    """The wall-clock time, aware (in UTC)."""
+    return datetime.now(UTC)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How many times an idempotent upstream call is tried, and how long to wait in between.
@@ -47,9 +52,10 @@ class RetryPolicy:
 
     An upstream's `Retry-After` lengthens the wait to what it asks for, up to
     `max_retry_after_seconds`: asked for more, or for a pause past the call's deadline,
-    the call fails at once rather than retry sooner than asked. `sleep`, `jitter` and
-    `clock` (the monotonic time deadlines are read on) are injectable so tests can record
-    the waits instead of taking them.
+    the call fails at once rather than retry sooner than asked. `sleep`, `jitter`, `clock`
+    (the monotonic time deadlines are read on) and `now` (the wall-clock time, an aware
+    one, that a `Retry-After` HTTP-date is counted from) are injectable so tests can
+    record the waits instead of taking them.
     """
 
     attempts: int = 1
@@ -61,6 +67,7 @@ class RetryPolicy:
     )
     jitter: Callable[[], float] = field(default=random.random, compare=False, repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
+    now: Callable[[], datetime] = field(default=utc_now, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -228,7 +235,7 @@ async def with_retries(
                     exc, backend=backend, what=what, attempts=number
                 ) from exc
             wait = retry.delay(number)
-            asked = retry_after_seconds(_retry_after(exc), datetime.now(UTC))
+            asked = retry_after_seconds(_retry_after(exc), retry.now())
             if asked is not None and asked > wait:
                 refusal = retry.refusal(asked, deadline)
                 if refusal is not None:

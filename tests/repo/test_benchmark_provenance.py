@@ -1,6 +1,7 @@
 """The benchmarks' result writer (`benchmarks/provenance.py`): every result file says which
-commit, command and machine it measured, and named configurations share one file. A result
-from a work tree with uncommitted changes is refused unless the operator opts in, and the
+commit, command and machine it measured, and named configurations share one file. A run
+from a work tree with uncommitted changes is refused when it starts unless the operator
+opts in; one whose work tree changes while it runs keeps the commit it started at; and the
 command recorded starts with the service settings it ran with.
 
 The rule for the committed results: each JSON file under `benchmarks/results/` (in every
@@ -13,6 +14,7 @@ not a measured one. Each script that writes a result has exactly one current fil
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -73,19 +75,24 @@ def git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture
-def changed_checkout(
-    provenance: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    """The writer pointed at a checkout whose one tracked file has changed since HEAD."""
+def clean_checkout(provenance: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The writer pointed at a checkout of one commit, no run of it started yet."""
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "bench.py").write_text("print('measure')\n")
     git(repo, "init", "--quiet")
     git(repo, "add", ".")
     git(repo, "commit", "--quiet", "-m", "one")
-    (repo / "bench.py").write_text("print('measure faster')\n")
     monkeypatch.setattr(provenance, "REPO", repo)
+    monkeypatch.setattr(provenance, "_started", {})
     return repo
+
+
+@pytest.fixture
+def changed_checkout(clean_checkout: Path) -> Path:
+    """The writer pointed at a checkout whose one tracked file has changed since HEAD."""
+    (clean_checkout / "bench.py").write_text("print('measure faster')\n")
+    return clean_checkout
 
 
 @pytest.mark.usefixtures("no_settings")
@@ -136,6 +143,36 @@ def test_with_the_opt_in_a_changed_work_tree_is_stamped_dirty(
     provenance.write_result(output, {"rows": [1]}, argv=["x.py"])
     head = git(changed_checkout, "rev-parse", "HEAD")
     assert json.loads(output.read_text())["measured_at_commit"] == f"{head}+dirty"
+
+
+@pytest.mark.usefixtures("no_settings")
+def test_a_run_from_a_changed_work_tree_is_refused_when_it_starts(
+    provenance: ModuleType, changed_checkout: Path
+) -> None:
+    with pytest.raises(DirtyWorkTree, match=r"bench\.py"):
+        provenance.start_run()
+
+
+@pytest.mark.usefixtures("no_settings")
+@pytest.mark.parametrize("change", ["edit", "commit"])
+def test_a_work_tree_changed_during_the_run_keeps_the_commit_it_started_at(
+    provenance: ModuleType,
+    clean_checkout: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: str,
+) -> None:
+    started = provenance.start_run()
+    assert started == git(clean_checkout, "rev-parse", "HEAD")
+    (clean_checkout / "bench.py").write_text("print('measure faster')\n")
+    if change == "commit":
+        git(clean_checkout, "commit", "--quiet", "-am", "two")
+    output = tmp_path / "turn_latency.json"
+    provenance.write_result(output, {"rows": [1]}, argv=["x.py"])
+    assert json.loads(output.read_text())["measured_at_commit"] == started
+    warning = capsys.readouterr().err
+    assert "the work tree changed during the run" in warning
+    assert ("HEAD moved" if change == "commit" else "bench.py") in warning
 
 
 def test_named_configurations_share_one_file(provenance: ModuleType, tmp_path: Path) -> None:
@@ -209,6 +246,40 @@ def benchmark_scripts() -> set[str]:
         for path in BENCHMARKS.glob("*.py")
         if path.name != "provenance.py" and "write_result(" in path.read_text()
     }
+
+
+def _reads_arguments(statement: ast.stmt) -> bool:
+    """Whether `statement` of a `main` only builds or reads its command line (or imports)."""
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return True
+    text = ast.unparse(statement)
+    return text.startswith(("parser = ", "parser.add_argument(", "args = ")) and (
+        "parse_args(" in text or "ArgumentParser(" in text or "add_argument(" in text
+    )
+
+
+def work_before_start(source: str) -> list[str] | None:
+    """What a script's `main` runs before `start_run()`, other than reading its arguments;
+    None when `main` never calls it."""
+    main = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "main"
+    )
+    for index, statement in enumerate(main.body):
+        if ast.unparse(statement) == "start_run()":
+            before = main.body[:index]
+            return [ast.unparse(s) for s in before if not _reads_arguments(s)]
+    return None
+
+
+def test_every_benchmark_script_takes_its_commit_before_it_measures() -> None:
+    """Checked when the run starts, the work tree refuses a run before hours are spent on
+    it, and the commit stamped is the one whose code the run loaded."""
+    late = {
+        script: work_before_start((REPO / script).read_text()) for script in benchmark_scripts()
+    }
+    assert {script: work for script, work in late.items() if work != []} == {}
 
 
 def test_every_benchmark_script_has_exactly_one_current_result() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from chatqna.api.schemas import ChatQnARequest
 from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import (
     HashingEmbedder,
@@ -108,3 +109,10 @@ async def test_the_schema_s_absolute_bound_is_still_a_422(client_for: ClientFact
     response = await client.post("/v1/chatqna", json={"messages": "hi", "max_tokens": 32769})
     assert response.status_code == 422
     assert response.json()["details"][0]["field"] == "max_tokens"
+
+
+def test_the_schema_names_the_setting_and_its_default_not_a_fixed_limit() -> None:
+    """An operator may change the limit; the published schema cannot know to what."""
+    schema = ChatQnARequest.model_json_schema()["properties"]["max_tokens"]
+    default = Settings.model_fields["llm_max_tokens_limit"].default
+    assert f"at most LLM_MAX_TOKENS_LIMIT ({default} by default)" in schema["description"]

@@ -145,14 +145,32 @@ def test_a_missing_dataset_directory_is_named(
 
 
 def test_a_run_records_where_it_was_measured(
-    checkout: Path, monkeypatch: pytest.MonkeyPatch
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(checkout)
-    stamp = run_provenance()
-    assert stamp["measured_at_commit"] == git(checkout, "rev-parse", "HEAD")
+    head = git(checkout, "rev-parse", "HEAD")
+    stamp = run_provenance(head)
+    assert stamp["measured_at_commit"] == head
     assert stamp["machine"]["cores"] == os.cpu_count()
     assert len(stamp["machine"]["load_average_1_5_15_min"]) == 3
     assert stamp["date"].endswith("Z")
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("change", ["edit", "commit"])
+def test_a_work_tree_changed_during_the_run_keeps_the_commit_it_started_at(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], change: str
+) -> None:
+    monkeypatch.chdir(checkout)
+    started = git(checkout, "rev-parse", "HEAD")
+    (checkout / "bench.py").write_text("print('measure faster')\n")
+    if change == "commit":
+        git(checkout, "commit", "--quiet", "-am", "two")
+    assert run_provenance(started)["measured_at_commit"] == started
+    warning = capsys.readouterr().err
+    assert "the work tree changed during the run" in warning
+    assert ("HEAD moved" if change == "commit" else "bench.py") in warning
+    assert f"stamped {started[:12]}, the commit the run started from" in warning
 
 
 def test_a_run_from_a_changed_checkout_is_refused_before_any_model_is_built(
@@ -184,7 +202,7 @@ def test_with_the_opt_in_a_changed_checkout_is_measured_as_dirty(
     result = CliRunner().invoke(app, ["bench", "--dataset", dataset])
     assert result.exit_code == 0, result.output
     (grid,) = seen
-    assert grid.allow_dirty
-    assert run_provenance(grid.allow_dirty)["measured_at_commit"].endswith("+dirty")
+    assert grid.measured_at_commit == git(checkout, "rev-parse", "HEAD") + "+dirty"
+    assert run_provenance(grid.measured_at_commit)["measured_at_commit"].endswith("+dirty")
     settings, _, arguments = grid.command.partition("chatqna bench ")
     assert "MULTI_TURN_BLEND_ALPHA=0.6" in settings.split() and arguments

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from chatqna.evaluation.provenance import (
+    HIDDEN,
     DirtyWorkTree,
     measured_commit,
     recordable_environment,
@@ -45,6 +46,15 @@ def test_a_new_file_git_does_not_ignore_is_a_change(checkout: Path) -> None:
     (checkout / "helper.py").write_text("SPEED = 2\n")
     with pytest.raises(DirtyWorkTree, match=r"helper\.py"):
         measured_commit(checkout, allow_dirty=False, opt_in=OPT_IN)
+
+
+def test_the_whole_work_tree_counts_when_run_from_a_subdirectory(checkout: Path) -> None:
+    (checkout / "helper.py").write_text("SPEED = 2\n")
+    (checkout / "benchmarks" / "probe.py").write_text("print('probe')\n")
+    (checkout / "benchmarks" / "results" / "bench.json").write_text('{"rows": [1]}\n')
+    with pytest.raises(DirtyWorkTree) as refused:
+        measured_commit(checkout / "benchmarks", allow_dirty=False, opt_in=OPT_IN)
+    assert sorted(refused.value.changes) == ["benchmarks/probe.py", "helper.py"]
 
 
 def test_ignored_files_and_earlier_results_are_no_change(checkout: Path) -> None:
@@ -97,3 +107,29 @@ def test_no_secret_is_recorded() -> None:
         "TEI_EMBEDDING_ENDPOINT": "http://tei:80",
     }
     assert "secret" not in recorded_command("python x.py", environ)
+
+
+@pytest.mark.parametrize(
+    ("value", "recorded"),
+    [
+        # A password holding what ends an authority to a URL parser: `/`, `#`, `?`.
+        ("redis://:s3cr/et@redis:6379", "redis://redis:6379"),
+        ("http://bob:pa#ss@proxy:3128", "http://proxy:3128"),
+        ("http://bob:p@ss@proxy:3128", "http://proxy:3128"),
+        # Query parameters named like a signature or an authorisation are secrets too.
+        ("http://llm:8000/v1?auth=abc", "http://llm:8000/v1"),
+        ("https://store/x?X-Amz-Signature=abc&part=2", "https://store/x?part=2"),
+        ("http://llm:8000/v1?sig=abc&model=m", "http://llm:8000/v1?model=m"),
+        # Nothing to take out: the value as it was set.
+        ("http://tei:80/embed?model=bge", "http://tei:80/embed?model=bge"),
+        ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+        # Cannot be parsed, so cannot be cleaned: hidden whole.
+        ("http://u:pw@[::1:8080/", HIDDEN),
+        ("http://[::1:8080/", HIDDEN),
+        # An `@` after a `?`: a password, or a query value whose tail would pass as the host.
+        ("http://bob:pa?ss@proxy:3128/v1", HIDDEN),
+        ("http://llm:8000/v1?token=ab@cd", HIDDEN),
+    ],
+)
+def test_credentials_are_taken_out_of_any_url(value: str, recorded: str) -> None:
+    assert recordable_environment({"LLM_ENDPOINT": value}) == {"LLM_ENDPOINT": recorded}

@@ -349,6 +349,23 @@ async def test_a_retry_after_given_as_an_http_date_is_waited_out() -> None:
     assert len(waits.seconds) == 1 and 18.0 < waits.seconds[0] <= 20.0  # whole seconds
 
 
+async def test_a_retry_after_http_date_is_counted_from_the_policy_s_wall_clock() -> None:
+    """The wall clock moves with the waits taken: a second 429 naming the same date has
+    nothing left to ask for, and the backoff applies."""
+    clock = Clock()
+    retry = RetryPolicy(
+        attempts=3,
+        sleep=clock.sleep,
+        clock=clock,
+        now=lambda: NOW + timedelta(seconds=clock.now),
+        jitter=lambda: 1.0,
+    )
+    when = format_datetime(NOW + timedelta(seconds=20), usegmt=True)
+    script = Script(busy(429, when), busy(429, when), httpx.Response(200, json=EMBEDDINGS))
+    assert await post(script, retry, timeout=30) == EMBEDDINGS
+    assert clock.waits == [20.0, pytest.approx(0.4)]
+
+
 @pytest.mark.parametrize("header", ["0", "soon", "-3", "1.5", "Tomorrow, 25:00"])
 async def test_a_short_or_unreadable_retry_after_leaves_the_backoff(header: str) -> None:
     script = Script(busy(503, header), httpx.Response(200, json=EMBEDDINGS))
