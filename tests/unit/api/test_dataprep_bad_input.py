@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -162,14 +162,22 @@ async def test_a_file_name_with_control_characters_is_400(
 
 
 @pytest.mark.parametrize("piece", [3, 1 << 20])
+@pytest.mark.parametrize(
+    "spelling",
+    [str, str.title, lambda t: t.replace(";", " ;")],
+    ids=["lowercase", "title-case", "space-before-semicolon"],
+)
 async def test_an_upload_cut_short_before_its_closing_boundary_is_400(
-    client_for: ClientFactory, piece: int
+    client_for: ClientFactory, piece: int, spelling: Callable[[str], str]
 ) -> None:
     # The form parser drops an unfinished last part silently: the file before it would be
-    # ingested alone.
+    # ingested alone. It reads `Multipart/Form-Data` (or a space before the `;`) as an
+    # upload too: media types are case-insensitive.
     client = await client_for()
     before = await _sources(client)
-    body, content_type = multipart([GOOD, ("second.md", b"# Second\n\nall of it")])
+    body, form_type = multipart([GOOD, ("second.md", b"# Second\n\nall of it")])
+    kind, boundary = form_type.split(";", 1)
+    content_type = spelling(kind + ";") + boundary
 
     async def in_pieces(data: bytes) -> AsyncIterator[bytes]:
         for start in range(0, len(data), piece):  # the delimiter split across reads
