@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from chatqna.ingest.dataprep import IngestFile
+from chatqna.ingest.links import LinkFetcher
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
 from tests.unit.ingest.office_files import (
@@ -197,3 +199,25 @@ async def test_an_upload_cut_short_before_its_closing_boundary_is_400(
     )
     assert whole.status_code == 200, whole.text
     assert [f["name"] for f in whole.json()["files"]] == [GOOD[0], "second.md"]
+
+
+@pytest.mark.parametrize(
+    "urls",
+    [["https://pages.test/a.html", "https://pages.test/a.html"], ["https://pages.test/\u202ea"]],
+    ids=["given-twice", "control-character"],
+)
+async def test_links_whose_names_are_refused_are_never_fetched(
+    client_for: ClientFactory, monkeypatch: pytest.MonkeyPatch, urls: list[str]
+) -> None:
+    fetched: list[str] = []
+
+    async def fetch_all(self: LinkFetcher, links: list[str]) -> list[Any]:
+        fetched.extend(links)
+        return [IngestFile(url, b"<p>page</p>", kind="html") for url in links]
+
+    monkeypatch.setattr(LinkFetcher, "fetch_all", fetch_all)
+    client = await client_for()
+    response = await client.post("/v1/dataprep/ingest", data={"link_list": json.dumps(urls)})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "invalid_request"
+    assert fetched == []
