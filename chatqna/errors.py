@@ -19,6 +19,7 @@
     +-- CondenseFailed            503 the follow-up rewrite failed; the turn fails closed
     +-- NotSupported              501 not possible with this configuration
     +-- IndexUnavailable          503 the index cannot be read or written
+    +-- ServiceUnavailable        503 the service is shutting down; retry on another instance
 
 Clients and backends raise these (translating library exceptions with `raise ... from exc`);
 `chatqna.api.errors` renders them, and only them, as
@@ -220,3 +221,12 @@ class IndexUnavailable(ChatQnAError):
 
     status_code = 503
     code = "index_unavailable"
+
+
+class ServiceUnavailable(ChatQnAError):
+    """The service is shutting down: work that reaches it after its pools have closed (a
+    request still in flight when the process was told to stop) is refused, not failed with
+    a 500."""
+
+    status_code = 503
+    code = "service_unavailable"

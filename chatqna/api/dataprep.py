@@ -2,8 +2,10 @@
 
 - `POST /v1/dataprep/ingest`: multipart form with `files` (repeated) and/or `link_list`
   (a JSON list of URLs); optional `chunk_size`, `chunk_overlap`. Re-uploading a file or
-  re-sending a link replaces its chunks. The uploads' names and types are checked first,
-  then links are fetched, then everything is ingested in one all-or-nothing step.
+  re-sending a link replaces its chunks. The request first takes its place in the parse
+  pool (429 when it and its queue are full), then the uploads' names and types and the
+  links' names are checked, links are fetched, and everything is ingested in one
+  all-or-nothing step.
 - `POST /v1/dataprep/get`: the ingested sources.
 - `POST /v1/dataprep/delete`: `{"file_path": "<source>"}` or `{"file_path": "all"}`; a
   name that is neither listed nor has chunks is 404.
@@ -81,18 +83,22 @@ async def ingest(
     overlap = chunk_overlap if chunk_overlap is not None else settings.chunk_overlap
     if overlap >= size:
         raise InvalidRequest("chunk_overlap must be smaller than chunk_size")
-    uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files or []]
-    check_files(uploads)  # a bad upload fails the request before any link is fetched
-    pages = await fetcher.fetch_all(urls)
-    results = await ingest_files(
-        [*uploads, *pages],
-        state.backends.embedder,
-        state.backends.retriever,
-        chunk_size=size,
-        chunk_overlap=overlap,
-        limits=load_limits(settings),
-        parse_pool=state.parse_pool,
-    )
+    # Admitted before anything is read or fetched: a request the parse pool refuses (429)
+    # has cost nothing, and the admitted ones hold their uploads in memory in turn.
+    async with state.parse_pool.admit() as parse_slot:
+        uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files or []]
+        check_files(uploads, urls)  # a bad name fails the request before any link is fetched
+        pages = await fetcher.fetch_all(urls)
+        results = await ingest_files(
+            [*uploads, *pages],
+            state.backends.embedder,
+            state.backends.retriever,
+            chunk_size=size,
+            chunk_overlap=overlap,
+            limits=load_limits(settings),
+            parse_slot=parse_slot,
+            checked=True,
+        )
     return {
         "status": 200,
         "message": "Data preparation succeeded",

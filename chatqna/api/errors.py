@@ -53,7 +53,10 @@ _DESCRIPTIONS = {
     ),
     501: "Not possible in this configuration (`not_supported`)",
     502: "A backend failed or answered with an unusable body (`upstream_error`, ...)",
-    503: "The index is unavailable, or the follow-up rewrite failed (`condense_failed`)",
+    503: (
+        "The index is unavailable, the follow-up rewrite failed (`condense_failed`), or "
+        "the service is shutting down (`service_unavailable`)"
+    ),
     504: "A backend did not answer in time (`upstream_timeout`)",
 }
 

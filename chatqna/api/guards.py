@@ -104,6 +104,18 @@ class ApiKeyGuard:
 
 
 UPLOAD_PATH = "/v1/dataprep/ingest"
+FORM_DATA = b"multipart/form-data"
+
+
+def multipart_form(headers: Headers) -> tuple[bool, bytes | None]:
+    """Whether the body is `multipart/form-data`, and its boundary if it names one.
+
+    Media types are case-insensitive (RFC 9110, 8.3.1): the form parser Starlette reads an
+    upload with lowercases the type before comparing it, so `Multipart/Form-Data` is an
+    upload too, and the guards must see it as one.
+    """
+    media_type, options = parse_options_header(headers.get("content-type", ""))
+    return media_type.lower() == FORM_DATA, options.get(b"boundary")
 
 
 class BodySizeLimit:
@@ -128,8 +140,7 @@ class BodySizeLimit:
 
     def _limit(self, scope: Scope, headers: Headers) -> tuple[int, str]:
         """The limit on this request's body and the variable that sets it."""
-        content_type = headers.get("content-type", "")
-        if route_path(scope) == UPLOAD_PATH and content_type.startswith("multipart/form-data"):
+        if route_path(scope) == UPLOAD_PATH and multipart_form(headers)[0]:
             return self.max_upload_bytes, "CHATQNA_MAX_UPLOAD_REQUEST_BYTES"
         return self.max_bytes, "CHATQNA_MAX_REQUEST_BYTES"
 
@@ -177,9 +188,8 @@ class UploadEndCheck:
         if scope["type"] != "http" or route_path(scope) != UPLOAD_PATH:
             await self.app(scope, receive, send)
             return
-        content_type = Headers(scope=scope).get("content-type", "")
-        boundary = parse_options_header(content_type)[1].get(b"boundary")
-        if not content_type.startswith("multipart/form-data") or not boundary:
+        is_form, boundary = multipart_form(Headers(scope=scope))
+        if not is_form or not boundary:
             await self.app(scope, receive, send)
             return
         close = b"\r\n--" + boundary + b"--"

@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import os
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
 from chatqna.errors import InvalidRequest, UnsupportedFileType
 from chatqna.ingest.chunking import chunk_document
 from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, format_of, load_document
-from chatqna.ingest.parse_pool import ParsePool
+from chatqna.ingest.parse_pool import ParseSlot
 from chatqna.settings import Settings
 
 ProgressCallback = Callable[[int], None]
@@ -138,13 +139,20 @@ def collect_files(paths: Sequence[Path], skipped: list[Path] | None = None) -> l
     return files
 
 
-def check_files(files: Sequence[IngestFile]) -> None:
+def check_files(files: Sequence[IngestFile], links: Sequence[str] = ()) -> None:
     """Refuse, before any work, a name given twice, a name `check_source_name` refuses, and
-    a file whose type neither its name nor its `kind` tells."""
-    names = [item.source for item in files]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    a file whose type neither its name nor its `kind` tells.
+
+    `links` are URLs not fetched yet: each will be named by itself and typed by what its
+    server answers, so their names are checked with the files' before anything is fetched.
+    """
+    names = [*(item.source for item in files), *links]
+    counts = Counter(names)
+    duplicates = sorted(name for name, count in counts.items() if count > 1)
     if duplicates:
         raise InvalidRequest(f"files given more than once: {', '.join(duplicates)}")
+    for link in links:
+        check_source_name(link)
     for item in files:
         check_source_name(item.source)
         if item.kind is None and format_of(item.source) is None:
@@ -193,18 +201,21 @@ async def ingest_files(
     limits: LoadLimits | None = None,
     on_chunks_embedded: ProgressCallback | None = None,
     on_plan: Callable[[int], None] | None = None,
-    parse_pool: ParsePool | None = None,
+    parse_slot: ParseSlot | None = None,
+    checked: bool = False,
 ) -> list[IngestResult]:
     """Ingest `files` into `retriever`; returns one result per file, in input order.
 
-    The service parses on its `parse_pool`, so uploads never take the threads other
-    requests need; without one (the CLI), on asyncio's default pool.
+    The service parses on the slot its parse pool admitted the request to, so uploads
+    never take the threads other requests need; without one (the CLI), on asyncio's
+    default pool. `checked` says the caller has run `check_files` on `files` already.
     """
-    check_files(files)
+    if not checked:
+        check_files(files)
     known = {info.source: info.content_hash for info in await retriever.list_sources()}
     # Hashing, parsing (a PDF can take seconds) and chunking are CPU-bound: a worker thread
     # does them, so other requests keep being served meanwhile.
-    run = parse_pool.run if parse_pool is not None else asyncio.to_thread
+    run = parse_slot.run if parse_slot is not None else asyncio.to_thread
     pending, results = await run(
         _load_and_chunk,
         files,

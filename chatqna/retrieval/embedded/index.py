@@ -13,8 +13,8 @@ The vectors are also held in memory (`vectors`): exact search (an int8 scan resc
 float32) up to `exact_max` live chunks, an HNSW graph built in the background beyond it
 (`vector_graph`); the modules named are this package's. A hybrid search fuses the best
 `max(k, rrf_candidates)` passages of each leg by weighted reciprocal rank fusion and keeps
-the best `k`. Searches run on threads of their own, so work queued on asyncio's default
-pool (a burst of uploads, say) never delays one.
+the best `k`. Searches run on threads of their own, in their caller's context, so work
+queued on asyncio's default pool never delays one; closing waits for the running ones.
 
 Several processes may open one directory. Each search first reads the store's generation
 counter (one indexed SQLite read); when another process has committed since, it loads just
@@ -25,6 +25,7 @@ visible to every process's next search once the writing request has returned.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import sqlite3
@@ -304,8 +305,8 @@ class EmbeddedHybridIndex:
 
     # --- reads ------------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
-        run = asyncio.get_running_loop().run_in_executor
-        return await run(self._search_threads, self.search_sync, query)
+        run, context = asyncio.get_running_loop().run_in_executor, contextvars.copy_context()
+        return await run(self._search_threads, context.run, self.search_sync, query)
 
     def search_sync(
         self, query: SearchQuery, *, candidates: int | None = None
@@ -395,5 +396,5 @@ class EmbeddedHybridIndex:
         }
 
     async def aclose(self) -> None:
-        self._search_threads.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self._search_threads.shutdown, wait=True, cancel_futures=True)
         self.store.close()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
+from chatqna.ingest.dataprep import IngestFile
+from chatqna.ingest.links import LinkFetcher
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
 from tests.unit.ingest.office_files import (
@@ -162,14 +164,22 @@ async def test_a_file_name_with_control_characters_is_400(
 
 
 @pytest.mark.parametrize("piece", [3, 1 << 20])
+@pytest.mark.parametrize(
+    "spelling",
+    [str, str.title, lambda t: t.replace(";", " ;")],
+    ids=["lowercase", "title-case", "space-before-semicolon"],
+)
 async def test_an_upload_cut_short_before_its_closing_boundary_is_400(
-    client_for: ClientFactory, piece: int
+    client_for: ClientFactory, piece: int, spelling: Callable[[str], str]
 ) -> None:
     # The form parser drops an unfinished last part silently: the file before it would be
-    # ingested alone.
+    # ingested alone. It reads `Multipart/Form-Data` (or a space before the `;`) as an
+    # upload too: media types are case-insensitive.
     client = await client_for()
     before = await _sources(client)
-    body, content_type = multipart([GOOD, ("second.md", b"# Second\n\nall of it")])
+    body, form_type = multipart([GOOD, ("second.md", b"# Second\n\nall of it")])
+    kind, boundary = form_type.split(";", 1)
+    content_type = spelling(kind + ";") + boundary
 
     async def in_pieces(data: bytes) -> AsyncIterator[bytes]:
         for start in range(0, len(data), piece):  # the delimiter split across reads
@@ -189,3 +199,25 @@ async def test_an_upload_cut_short_before_its_closing_boundary_is_400(
     )
     assert whole.status_code == 200, whole.text
     assert [f["name"] for f in whole.json()["files"]] == [GOOD[0], "second.md"]
+
+
+@pytest.mark.parametrize(
+    "urls",
+    [["https://pages.test/a.html", "https://pages.test/a.html"], ["https://pages.test/\u202ea"]],
+    ids=["given-twice", "control-character"],
+)
+async def test_links_whose_names_are_refused_are_never_fetched(
+    client_for: ClientFactory, monkeypatch: pytest.MonkeyPatch, urls: list[str]
+) -> None:
+    fetched: list[str] = []
+
+    async def fetch_all(self: LinkFetcher, links: list[str]) -> list[Any]:
+        fetched.extend(links)
+        return [IngestFile(url, b"<p>page</p>", kind="html") for url in links]
+
+    monkeypatch.setattr(LinkFetcher, "fetch_all", fetch_all)
+    client = await client_for()
+    response = await client.post("/v1/dataprep/ingest", data={"link_list": json.dumps(urls)})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "invalid_request"
+    assert fetched == []

@@ -1,15 +1,18 @@
 """Uploads under load: parsing has threads of its own and a bounded queue, so slow uploads
-never hold up a chat, and one upload too many is 429 with the envelope."""
+never hold up a chat, and one upload too many is 429 with the envelope, before any of its
+links is fetched."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
 import pytest
 
 from chatqna.ingest import dataprep
+from chatqna.ingest.links import LinkFetcher
 from chatqna.ingest.parse_pool import PARSE_QUEUE, PARSE_WORKERS
 from tests.unit.api.conftest import ClientFactory
 
@@ -29,6 +32,13 @@ async def test_slow_uploads_leave_chats_answering_and_one_too_many_is_429(
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(dataprep, "load_document", slow_load)
+    fetched: list[str] = []
+
+    async def fetch_all(self: LinkFetcher, urls: list[str]) -> list[Any]:
+        fetched.extend(urls)
+        return []
+
+    monkeypatch.setattr(LinkFetcher, "fetch_all", fetch_all)
     admitted = PARSE_WORKERS + PARSE_QUEUE
     uploads = [
         asyncio.create_task(
@@ -49,9 +59,14 @@ async def test_slow_uploads_leave_chats_answering_and_one_too_many_is_429(
         assert refused.headers["retry-after"] == "1"
         assert refused.json() == {
             "error": "too_many_requests",
-            "message": f"The service is parsing {PARSE_WORKERS} uploads with {PARSE_QUEUE} "
+            "message": f"The service is ingesting {PARSE_WORKERS} requests with {PARSE_QUEUE} "
             "more waiting; retry shortly.",
         }
+        # A request with links is refused before any of them is fetched.
+        link_list = json.dumps(["https://pages.test/guide.html"])
+        with_links = await client.post("/v1/dataprep/ingest", data={"link_list": link_list})
+        assert with_links.status_code == 429
+        assert fetched == []
         async with asyncio.timeout(10):  # not behind the parsing: the search has its threads
             answer = await client.post(
                 "/v1/chatqna", json={"messages": "How do I export?", "stream": False}

@@ -186,6 +186,26 @@ async def test_uploads_have_their_own_limit_on_the_whole_body(
     assert sorted(entry["name"] for entry in listed.json()) == sorted([*before, "invoices.md"])
 
 
+async def test_an_upload_s_media_type_is_matched_whatever_its_case(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    # Starlette parses `Multipart/Form-Data` as the upload it is: it gets the upload limit.
+    limits = {"chatqna_max_request_bytes": 1024, "chatqna_max_upload_request_bytes": 6000}
+    client = await client_for(settings_=settings.model_copy(update=limits))
+    text = ("Invoices are sent by email on the first day of the month. " * 40).encode()
+    request = client.build_request(
+        "POST", "/v1/dataprep/ingest", files=[("files", ("cased.md", text, "text/markdown"))]
+    )
+    kind, boundary = request.headers["content-type"].split(";", 1)
+    response = await client.post(
+        "/v1/dataprep/ingest",
+        content=request.read(),
+        headers={"content-type": kind.title() + ";" + boundary},
+    )
+    assert response.status_code == 200, response.text
+    assert [f["name"] for f in response.json()["files"]] == ["cased.md"]
+
+
 async def test_a_chunked_upload_stops_at_the_upload_limit(
     client_for: ClientFactory, settings: Settings
 ) -> None:

@@ -146,6 +146,35 @@ def with_parts(like: bytes, parts: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
+def renamed_part(like: bytes, old: str, new: str) -> bytes:
+    """The zip `like` with its part `old` (and that part's relationships) stored as `new`,
+    and every relationship and content type that named it pointing at the new name: the
+    same package to an Office reader, which finds parts by relationship."""
+    buffer = io.BytesIO()
+    old_rels, new_rels = (
+        f"{n.rpartition('/')[0]}/_rels/{n.rpartition('/')[2]}.rels" for n in (old, new)
+    )
+    with (
+        zipfile.ZipFile(io.BytesIO(like)) as source,
+        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
+        for item in source.infolist():
+            body = source.read(item)
+            if item.filename.endswith((".rels", "[Content_Types].xml")):
+                body = body.replace(old.encode(), new.encode())
+            name = {old: new, old_rels: new_rels}.get(item.filename, item.filename)
+            target.writestr(name, body)
+    return buffer.getvalue()
+
+
+def declared_part(like: bytes, part: str, content_type: str, body: str) -> bytes:
+    """The zip `like` with `part` holding `body`, declared of `content_type` by an Override."""
+    types = _part(like, "[Content_Types].xml").replace(
+        "</Types>", f'<Override PartName="/{part}" ContentType="{content_type}"/></Types>'
+    )
+    return with_parts(like, {part: body, "[Content_Types].xml": types})
+
+
 def _part(data: bytes, name: str) -> str:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return archive.read(name).decode()

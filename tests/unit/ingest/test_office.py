@@ -13,6 +13,8 @@ from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.loaders import LoadLimits, load_document
 from chatqna.ingest.tables import TextCounter, table_rows
 from tests.unit.ingest.office_files import (
+    SHEET_NS,
+    declared_part,
     empty_paragraphs_docx,
     far_row_xlsx,
     handbook_docx,
@@ -20,6 +22,7 @@ from tests.unit.ingest.office_files import (
     ole_file,
     onboarding_pptx,
     price_list_xlsx,
+    renamed_part,
     shared_string_xlsx,
     table_docx,
     word_cell,
@@ -136,6 +139,43 @@ def test_the_xml_part_bound_leaves_media_and_spreadsheet_rows_to_the_total() -> 
     assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
 
 
+def test_an_xml_part_is_bounded_by_its_content_type_not_its_name() -> None:
+    # The main document stored as `word/document.bin`: python-docx finds it through the
+    # package's relationships and reads it as XML all the same.
+    main = ("word/document.xml", "word/document.bin")
+    assert (
+        load_document("h.docx", renamed_part(handbook_docx(), *main)).title == "Employee Handbook"
+    )
+    renamed = renamed_part(empty_paragraphs_docx(200_000), *main)
+    with pytest.raises(PayloadTooLarge, match=r"word/document\.bin unpacks to") as info:
+        load_document("renamed.docx", renamed, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+    assert info.value.details["part"] == "word/document.bin"
+
+
+STYLES_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"
+WORKSHEET_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"
+
+
+def test_only_worksheets_and_shared_strings_are_exempt_by_their_content_type() -> None:
+    limits = LoadLimits(max_xml_part_bytes=1 << 20)
+    big = f'<styleSheet xmlns="{SHEET_NS}">' + "<x/>" * 300_000 + "</styleSheet>"
+    # Named like a sheet, declared as styles: bounded.
+    styles = declared_part(price_list_xlsx(), "xl/worksheets/sheet9.xml", STYLES_TYPE, big)
+    with pytest.raises(PayloadTooLarge, match=r"xl/worksheets/sheet9\.xml unpacks to"):
+        load_document("styles.xlsx", styles, limits=limits)
+    # Declared a worksheet, but openpyxl opens `xl/styles.xml` by name as the styles: bounded.
+    disguised = declared_part(price_list_xlsx(), "xl/styles.xml", WORKSHEET_TYPE, big)
+    with pytest.raises(PayloadTooLarge, match=r"xl/styles\.xml unpacks to"):
+        load_document("disguised.xlsx", disguised, limits=limits)
+    # A sheet stored under another name is still a sheet, read row by row.
+    rows = renamed_part(
+        million_cell_xlsx(rows=20_000, columns=5),
+        "xl/worksheets/sheet1.xml",
+        "xl/worksheets/data.bin",
+    )
+    assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
+
+
 def test_pptx_slides_keep_titles_notes_and_tables() -> None:
     doc = load_document("onboarding.pptx", onboarding_pptx())
     assert doc.title == "Onboarding"
@@ -220,8 +260,9 @@ def test_a_zip_without_the_office_parts_is_unreadable() -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("hello.txt", "hi")
-    with pytest.raises(DocumentLoadError, match="not a readable Word file"):
+    with pytest.raises(DocumentLoadError, match=r"it has no \[Content_Types\]\.xml") as info:
         load_document("empty.docx", buffer.getvalue())
+    assert info.value.reason == "corrupt"
 
 
 def test_password_protected_office_file_is_named_as_such() -> None:

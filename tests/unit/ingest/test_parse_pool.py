@@ -1,13 +1,15 @@
-"""The parse pool: its own threads, a bounded queue, 429 beyond it, slots held to the end."""
+"""The parse pool: its own threads, a bounded queue, 429 beyond it, slots held to the end,
+admission before any work, 503 once closed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 
 import pytest
 
-from chatqna.errors import TooManyRequests
+from chatqna.errors import ServiceUnavailable, TooManyRequests
 from chatqna.ingest.parse_pool import ParsePool
 
 pytestmark = pytest.mark.anyio
@@ -54,7 +56,7 @@ async def test_beyond_the_workers_and_the_queue_a_request_is_refused_with_429() 
             await pool.run(gate.job, 3)
         assert refused.value.status_code == 429
         assert refused.value.envelope()["error"] == "too_many_requests"
-        assert "parsing 1 uploads with 1 more waiting" in refused.value.message
+        assert "ingesting 1 requests with 1 more waiting" in refused.value.message
         gate.release.set()
         assert await asyncio.gather(running, waiting) == [1, 2]
         assert await pool.run(gate.job, 4) == 4  # the queue has emptied
@@ -89,3 +91,120 @@ async def test_a_cancelled_request_holds_its_slot_until_its_thread_is_done() -> 
 def test_a_pool_needs_a_worker() -> None:
     with pytest.raises(ValueError, match="workers"):
         ParsePool(workers=0)
+
+
+async def test_a_request_refused_at_admission_does_no_work() -> None:
+    pool, gate = ParsePool(workers=1, queue=0), Gate()
+    worked: list[str] = []
+    try:
+        running = asyncio.create_task(pool.run(gate.job, 1))
+        await gate.wait_started(1)
+        with pytest.raises(TooManyRequests):
+            async with pool.admit():
+                worked.append("fetched links")  # never reached
+        assert worked == []
+        gate.release.set()
+        assert await running == 1
+        async with pool.admit() as slot:  # admitted: it may do its work, then parse
+            worked.append("fetched links")
+            assert await slot.run(lambda: 5) == 5
+        assert worked == ["fetched links"]
+    finally:
+        gate.release.set()
+        pool.close()
+
+
+async def test_a_request_cancelled_in_the_queue_leaves_it() -> None:
+    pool, gate = ParsePool(workers=1, queue=1), Gate()
+    try:
+        running = asyncio.create_task(pool.run(gate.job, 1))
+        await gate.wait_started(1)
+        queued = asyncio.create_task(pool.run(gate.job, 2))
+        await asyncio.sleep(0.05)
+        queued.cancel()  # its client left while it waited
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        # Its place in the queue is free again: another request may wait there.
+        waiting = asyncio.create_task(pool.run(gate.job, 3))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        gate.release.set()
+        assert await asyncio.gather(running, waiting) == [1, 3]
+    finally:
+        gate.release.set()
+        pool.close()
+
+
+async def test_a_waiter_woken_then_cancelled_passes_its_slot_on() -> None:
+    pool, gate = ParsePool(workers=1, queue=2), Gate()
+    try:
+        admitted = pool.admit()
+        await admitted.__aenter__()
+        woken = asyncio.create_task(pool.run(gate.job, 1))
+        next_in_line = asyncio.create_task(pool.run(gate.job, 2))
+        await asyncio.sleep(0.05)
+        await admitted.__aexit__(None, None, None)  # wakes `woken`...
+        woken.cancel()  # ...which is cancelled before it runs
+        with pytest.raises(asyncio.CancelledError):
+            await woken
+        await gate.wait_started(1)  # the slot went on to the next request
+        gate.release.set()
+        async with asyncio.timeout(10):
+            assert await next_in_line == 2
+        assert await pool.run(gate.job, 3) == 3  # and came back once it was done
+    finally:
+        gate.release.set()
+        pool.close()
+
+
+async def test_a_request_that_leaves_keeps_its_slot_until_its_thread_is_done() -> None:
+    pool, gate = ParsePool(workers=1, queue=0), Gate()
+
+    async def request() -> int:
+        async with pool.admit() as slot:
+            return await slot.run(gate.job, 1)
+
+    try:
+        cancelled = asyncio.create_task(request())
+        await gate.wait_started(1)
+        cancelled.cancel()  # the request leaves its admission; its thread parses on
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        with pytest.raises(TooManyRequests):
+            await pool.run(gate.job, 2)
+        gate.release.set()
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    assert await pool.run(gate.job, 3) == 3
+                    break
+                except TooManyRequests:
+                    await asyncio.sleep(0.01)
+    finally:
+        gate.release.set()
+        pool.close()
+
+
+TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="")
+
+
+async def test_jobs_run_in_a_copy_of_the_caller_s_context() -> None:
+    pool = ParsePool(workers=1, queue=0)
+    try:
+        TAG.set("request-7")
+        assert await pool.run(TAG.get) == "request-7"
+    finally:
+        pool.close()
+
+
+async def test_a_closed_pool_refuses_with_503_and_keeps_its_slots() -> None:
+    pool = ParsePool(workers=1, queue=0)
+    async with pool.admit() as slot:
+        pool.close()  # the service stops while a request holds a slot
+        with pytest.raises(ServiceUnavailable) as refused:
+            await slot.run(lambda: 1)
+    assert refused.value.status_code == 503
+    assert refused.value.envelope()["error"] == "service_unavailable"
+    with pytest.raises(ServiceUnavailable):
+        await pool.run(lambda: 1)
+    assert not pool._slots.locked()

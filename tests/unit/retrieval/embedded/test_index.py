@@ -4,6 +4,7 @@ and two instances over one directory."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import sqlite3
 import threading
@@ -421,3 +422,47 @@ async def test_a_search_does_not_wait_for_asyncio_s_default_threads(
     finally:
         release.set()
         await asyncio.gather(*busy)
+
+
+# --- closing ---------------------------------------------------------------------------
+async def test_closing_waits_for_a_running_search_before_it_closes_the_store(
+    index: EmbeddedHybridIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    real_chunks = index.store.chunks
+
+    def slow_chunks(rows: object) -> object:
+        started.set()
+        release.wait(10)  # the search is between its reads when the service stops
+        return real_chunks(rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(index.store, "chunks", slow_chunks)
+    search = asyncio.create_task(index.search(query("password reset login")))
+    assert await asyncio.to_thread(started.wait, 10)
+    closing = asyncio.create_task(index.aclose())
+    await asyncio.sleep(0.1)
+    assert not closing.done()  # the store stays open while the search reads it
+    release.set()
+    async with asyncio.timeout(10):
+        assert texts(await search)[0] == POLICIES[2]
+        await closing
+    assert index.store._opened == []  # every connection closed, none opened after
+
+
+SEARCH_TAG: contextvars.ContextVar[str] = contextvars.ContextVar("search_tag", default="")
+
+
+async def test_a_search_runs_in_its_caller_s_context(
+    index: EmbeddedHybridIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    real_search = index.search_sync
+
+    def tagged(probe: SearchQuery) -> object:
+        seen.append(SEARCH_TAG.get())
+        return real_search(probe)
+
+    monkeypatch.setattr(index, "search_sync", tagged)
+    SEARCH_TAG.set("request-7")
+    await index.search(query("refund"))
+    assert seen == ["request-7"]
