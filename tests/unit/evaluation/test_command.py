@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,8 @@ def test_with_the_opt_in_a_changed_checkout_is_measured_as_dirty(
     dataset = str(write_dataset(tmp_path / "tiny"))
     (checkout / "bench.py").write_text("print('measure faster')\n")
     monkeypatch.chdir(checkout)
+    # the recorded command is the process's own argv, as a shell started it
+    monkeypatch.setattr(sys, "argv", ["chatqna", "bench", "--dataset", dataset])
     result = CliRunner().invoke(app, ["bench", "--dataset", dataset])
     assert result.exit_code == 0, result.output
     (grid,) = seen
