@@ -1,13 +1,15 @@
-"""What one upstream call costs the caller's CPU: httpx, httpx over aiohttp, aiohttp.
+"""What one upstream call costs the caller's CPU: httpx, httpx2, httpx over aiohttp, aiohttp.
 
-    .venv/bin/pip install -c constraints.txt -e '.[bench]'   # httpx-aiohttp, a candidate
+    .venv/bin/pip install -c constraints.txt -e '.[bench]'   # httpx2, httpx-aiohttp: candidates
     .venv/bin/python benchmarks/http_client_cost.py [--calls 2000] [--rounds 3]
+        [--concurrency 8 [64 ...]]
 
 Starts the stand-in upstreams (`python -m tests.standins.servers`, their own process) and,
 in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON body in, a
 64-float vector out, as the service makes them) and a quarter as many streamed chat calls
-(20 SSE chunks read line by line) with each client, at `--concurrency` calls in flight, over
-a keep-alive pool. The candidates: httpx on its own transport, httpx over the
+(20 SSE chunks read line by line) with each client, at each `--concurrency` (calls in flight), over
+a keep-alive pool. The candidates: httpx on its own transport (httpcore's pool), httpx2 on
+its own (httpcore2's pool; the maintained continuation of httpx), httpx over the
 `httpx-aiohttp` package's transport, and aiohttp directly; then the service's
 `UpstreamClient` (`chatqna.upstream.client`, on httpx's own transport, reading bodies in
 chunks up to its limit, with the SSE decoder the LLM client uses), and the overhead
@@ -35,6 +37,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import httpx2
 import load_client
 from httpx_aiohttp import AiohttpTransport
 from load_chats import free_port, load_average, standin_argv, start_process
@@ -56,7 +59,7 @@ CHAT = {
 Call = Callable[[], Awaitable[None]]
 
 
-def httpx_calls(client: httpx.AsyncClient) -> tuple[Call, Call]:
+def httpx_calls(client: httpx.AsyncClient | httpx2.AsyncClient) -> tuple[Call, Call]:
     async def embed() -> None:
         response = await client.post("/v1/embeddings", json=EMBED)
         response.raise_for_status()
@@ -137,10 +140,17 @@ async def run(call: Call, calls: int, concurrency: int) -> dict[str, float]:
     return {"cpu_us_per_call": round(cpu / calls * 1e6, 1), "calls_per_s": round(calls / wall, 1)}
 
 
-async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
+async def measure(base: str, args: argparse.Namespace, concurrency: int) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=3)
     timeout = httpx.Timeout(30, connect=5)
     plain = httpx.AsyncClient(base_url=base, limits=limits, timeout=timeout)
+    successor = httpx2.AsyncClient(
+        base_url=base,
+        limits=httpx2.Limits(
+            max_connections=100, max_keepalive_connections=100, keepalive_expiry=3
+        ),
+        timeout=httpx2.Timeout(30, connect=5),
+    )
     ours = UpstreamClient(base, timeout_seconds=30, connect_timeout_seconds=5)
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=3),
@@ -151,11 +161,17 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     clients = {
         "httpx (default transport)": httpx_calls(plain),
+        "httpx2 (default transport)": httpx_calls(successor),
         "httpx over aiohttp (httpx-aiohttp package)": httpx_calls(packaged),
         "aiohttp directly": aiohttp_calls(session, base),
         "the service's UpstreamClient (httpx)": upstream_calls(ours),
     }
-    others: list[httpx.AsyncClient | UpstreamClient] = [plain, ours, packaged]
+    others: list[httpx.AsyncClient | httpx2.AsyncClient | UpstreamClient] = [
+        plain,
+        successor,
+        ours,
+        packaged,
+    ]
     load = load_client.LoadSession(base, timeout=30)
     clients["the benchmarks' load generator (load_client.py)"] = load_client_calls(load)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
@@ -163,15 +179,15 @@ async def measure(base: str, args: argparse.Namespace) -> dict[str, Any]:
     }
     try:
         for embed, chat in clients.values():  # warm-up: pools, first-call paths
-            await run(embed, 50, args.concurrency)
-            await run(chat, 50, args.concurrency)
+            await run(embed, 50, concurrency)
+            await run(chat, 50, concurrency)
         for round_number in range(args.rounds):
             order = list(clients.items())
             if round_number % 2:
                 order.reverse()
             for name, (embed, chat) in order:
-                results[name]["embed"].append(await run(embed, args.calls, args.concurrency))
-                results[name]["chat"].append(await run(chat, args.calls // 4, args.concurrency))
+                results[name]["embed"].append(await run(embed, args.calls, concurrency))
+                results[name]["chat"].append(await run(chat, args.calls // 4, concurrency))
     finally:
         for client in others:
             await client.aclose()
@@ -194,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     start_run()
@@ -210,18 +226,22 @@ def main(argv: list[str] | None = None) -> int:
             ready_path="/health",
         )
         try:
-            summary = asyncio.run(measure(upstreams.url, args))
+            summaries = {
+                str(concurrency): asyncio.run(measure(upstreams.url, args, concurrency))
+                for concurrency in args.concurrency
+            }
         finally:
             upstreams.stop()
-    print(f"CPU per call in the caller, {args.concurrency} in flight, medians of {args.rounds}:")
-    print("| client | embeddings call, µs CPU | calls/s | streamed chat (20 chunks), µs CPU |")
-    print("|---|---|---|---|")
-    for name, kinds in summary.items():
-        embed, chat = kinds["embed"], kinds["chat"]
-        print(
-            f"| {name} | {embed['cpu_us_per_call']:.0f} | {embed['calls_per_s']:.0f} "
-            f"| {chat['cpu_us_per_call']:.0f} |"
-        )
+    for concurrency, summary in summaries.items():
+        print(f"CPU per call in the caller, {concurrency} in flight, medians of {args.rounds}:")
+        print("| client | embeddings call, µs CPU | calls/s | streamed chat (20 chunks), µs CPU |")
+        print("|---|---|---|---|")
+        for name, kinds in summary.items():
+            embed, chat = kinds["embed"], kinds["chat"]
+            print(
+                f"| {name} | {embed['cpu_us_per_call']:.0f} | {embed['calls_per_s']:.0f} "
+                f"| {chat['cpu_us_per_call']:.0f} |"
+            )
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
     ).stdout.strip()
@@ -233,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": args.concurrency,
         "load_average_before": load_before,
         "load_average_after": load_average(),
-        "summary": summary,
+        "summary": summaries,
     }
     write_result(args.output, report)
     print(f"wrote {args.output}")
