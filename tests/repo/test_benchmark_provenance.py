@@ -18,7 +18,6 @@ import ast
 import importlib.util
 import json
 import re
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +27,7 @@ import pytest
 
 from chatqna.evaluation.provenance import DirtyWorkTree
 from chatqna.settings import variables_set
+from tests.unit.evaluation.conftest import git
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
@@ -61,17 +61,6 @@ def no_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in variables_set():
         monkeypatch.delenv(name)
     monkeypatch.delenv("CHATQNA_BENCH_ALLOW_DIRTY", raising=False)
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 @pytest.fixture
