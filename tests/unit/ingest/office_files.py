@@ -66,6 +66,21 @@ def empty_paragraphs_docx(count: int, *, in_cell: bool = False) -> bytes:
     return with_parts(buffer.getvalue(), {"word/document.xml": filled})
 
 
+def one_paragraph_docx(inner: str, *, in_cell: bool = False) -> bytes:
+    """A Word document of a "Hello" paragraph and one more paragraph holding `inner` (runs,
+    hyperlinks), in the body or in a table cell."""
+    document = docx.Document()
+    buffer = io.BytesIO()
+    document.save(buffer)
+    body = _part(buffer.getvalue(), "word/document.xml")
+    paragraph = f"<w:p>{inner}</w:p>"
+    if in_cell:
+        paragraph = f"<w:tbl><w:tr><w:tc>{paragraph}</w:tc></w:tr></w:tbl>"
+    start = body.index("<w:body>") + len("<w:body>")
+    filled = body[:start] + "<w:p><w:r><w:t>Hello</w:t></w:r></w:p>" + paragraph + body[start:]
+    return with_parts(buffer.getvalue(), {"word/document.xml": filled})
+
+
 def onboarding_pptx() -> bytes:
     """A deck: a title slide, a bulleted slide with speaker notes, a slide with a table."""
     deck = pptx.Presentation()

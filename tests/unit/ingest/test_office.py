@@ -8,6 +8,7 @@ import zipfile
 
 import docx
 import pytest
+from docx.oxml.text.run import CT_R
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.loaders import LoadLimits, load_document
@@ -21,6 +22,7 @@ from tests.unit.ingest.office_files import (
     million_cell_xlsx,
     ole_file,
     onboarding_pptx,
+    one_paragraph_docx,
     price_list_xlsx,
     renamed_part,
     shared_string_xlsx,
@@ -102,7 +104,7 @@ def test_a_docx_cell_spanning_many_columns_stops_at_the_text_limit() -> None:
 @pytest.mark.parametrize("in_cell", [False, True])
 def test_a_docx_of_empty_paragraphs_is_refused_at_the_cell_limit(in_cell: bool) -> None:
     # Each paragraph costs its text's look-up even when empty: counted before it is read.
-    with pytest.raises(PayloadTooLarge, match="more than 1000 cells and paragraphs") as info:
+    with pytest.raises(PayloadTooLarge, match="more than 1000 cells, paragraphs and runs") as info:
         load_document(
             "empty.docx",
             empty_paragraphs_docx(50_000, in_cell=in_cell),
@@ -115,6 +117,55 @@ def test_a_docx_of_empty_paragraphs_is_refused_at_the_cell_limit(in_cell: bool) 
 def test_a_docx_within_the_cell_limit_still_reads_its_paragraphs() -> None:
     doc = load_document("few.docx", empty_paragraphs_docx(900), limits=LoadLimits(max_cells=1000))
     assert doc.sections[0][1] == "Hello"
+
+
+class RunReads:
+    """Counts the runs whose text python-docx reads (`CT_R.text`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        read = CT_R.text.fget
+
+        def counted(run: CT_R) -> str:
+            self.count += 1
+            return read(run)  # type: ignore[no-any-return,misc]
+
+        monkeypatch.setattr(CT_R, "text", property(counted))
+
+
+@pytest.mark.parametrize("in_cell", [False, True])
+def test_a_paragraph_of_empty_runs_is_refused_before_a_run_is_read(
+    in_cell: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 250,000 `<w:r/>`: 1.5 MB of XML, under the part bound, and past the default budget
+    # of 200,000 cells, paragraphs and runs. Read one by one they cost seconds.
+    reads = RunReads(monkeypatch)
+    data = one_paragraph_docx("<w:r/>" * 250_000, in_cell=in_cell)
+    with pytest.raises(PayloadTooLarge, match="cells, paragraphs and runs") as info:
+        load_document("runs.docx", data)
+    assert info.value.status_code == 413
+    assert "CHATQNA_DATAPREP_MAX_CELLS" in info.value.message
+    assert reads.count == 0  # refused before python-docx read the text of any run
+
+
+def test_the_runs_of_hyperlinks_count_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = RunReads(monkeypatch)
+    link = "<w:hyperlink>" + "<w:r/>" * 1200 + "</w:hyperlink>"
+    with pytest.raises(PayloadTooLarge, match="more than 1000 cells, paragraphs and runs"):
+        load_document("links.docx", one_paragraph_docx(link), limits=LoadLimits(max_cells=1000))
+    assert reads.count == 0
+
+
+def test_a_docx_of_many_runs_within_the_budget_is_read_in_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = RunReads(monkeypatch)
+    words = "".join(f'<w:r><w:t xml:space="preserve">w{i} </w:t></w:r>' for i in range(990))
+    data = one_paragraph_docx(words, in_cell=False)
+    # Two paragraphs and 991 runs: 993 of the 1,000.
+    doc = load_document("words.docx", data, limits=LoadLimits(max_cells=1000))
+    assert doc.sections[0][1] == "Hello\n\n" + " ".join(f"w{i}" for i in range(990))
+    assert reads.count == 991
 
 
 def test_an_xml_part_beyond_its_bound_is_refused_before_it_is_parsed() -> None:
