@@ -242,6 +242,42 @@ def shared_string_xlsx(rows: int, text: str) -> bytes:
     )
 
 
+RELATIONSHIPS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+
+
+def sheet_target_xlsx(
+    part: str, body: str, content_type: str, relationship: str, *, also_sheet: bool = False
+) -> bytes:
+    """`price_list_xlsx` with one more sheet, `part`, holding `body` and declared of
+    `content_type`: the target of a workbook relationship of type `relationship`
+    (`chartsheet`, `worksheet`...) that a `<sheet>` of the workbook names. With
+    `also_sheet`, the workbook's first worksheet relationship targets `part` too."""
+    like = price_list_xlsx()
+    rels = _part(like, "xl/_rels/workbook.xml.rels").replace(
+        "</Relationships>",
+        f'<Relationship Id="rId90" Target="/{part}" Type="{RELATIONSHIPS}/{relationship}"/>'
+        "</Relationships>",
+    )
+    if also_sheet:
+        rels = rels.replace('Target="/xl/worksheets/sheet1.xml"', f'Target="/{part}"')
+    workbook = _part(like, "xl/workbook.xml").replace(
+        "</sheets>",
+        f'<sheet xmlns:r="{RELATIONSHIPS}" name="Chart" sheetId="9" r:id="rId90"/></sheets>',
+    )
+    types = _part(like, "[Content_Types].xml").replace(
+        "</Types>", f'<Override PartName="/{part}" ContentType="{content_type}"/></Types>'
+    )
+    return with_parts(
+        like,
+        {
+            part: body,
+            "xl/_rels/workbook.xml.rels": rels,
+            "xl/workbook.xml": workbook,
+            "[Content_Types].xml": types,
+        },
+    )
+
+
 def far_row_xlsx(last_row: int) -> bytes:
     """A workbook whose first sheet holds two rows and then names only row `last_row`,
     empty: a few bytes that openpyxl reads as `last_row` rows."""
