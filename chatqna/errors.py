@@ -230,3 +230,8 @@ class ServiceUnavailable(ChatQnAError):
 
     status_code = 503
     code = "service_unavailable"
+
+    @classmethod
+    def closed(cls, what: str) -> ServiceUnavailable:
+        """The refusal of work that reaches `what` (an index, say) after it was closed."""
+        return cls(f"{what} is closed: the service is shutting down; retry on another instance.")

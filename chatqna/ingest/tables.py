@@ -34,8 +34,8 @@ class LoadLimits:
     `max_unpacked_bytes` bounds the declared size of every part of an Office file (a zip)
     together, `max_xml_part_bytes` that of each of its XML parts (a parser builds a tree of
     up to some 36 times an XML part's size in memory), `max_cells` the cells read from a
-    spreadsheet (and the paragraphs and table cells of a Word file), `max_text_chars` the
-    text any file may yield.
+    spreadsheet (and the paragraphs, table cells and runs of a Word file), `max_text_chars`
+    the text any file may yield.
     """
 
     max_unpacked_bytes: int = 100 * 1024 * 1024

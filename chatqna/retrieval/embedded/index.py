@@ -13,8 +13,8 @@ The vectors are also held in memory (`vectors`): exact search (an int8 scan resc
 float32) up to `exact_max` live chunks, an HNSW graph built in the background beyond it
 (`vector_graph`); the modules named are this package's. A hybrid search fuses the best
 `max(k, rrf_candidates)` passages of each leg by weighted reciprocal rank fusion and keeps
-the best `k`. Searches run on threads of their own, in their caller's context, so work
-queued on asyncio's default pool never delays one; closing waits for the running ones.
+the best `k`. Searches run on threads of their own (`threads`); closing waits for the
+running ones and a write in progress, and later work is refused with `ServiceUnavailable`.
 
 Several processes may open one directory. Each search first reads the store's generation
 counter (one indexed SQLite read); when another process has committed since, it loads just
@@ -25,14 +25,12 @@ visible to every process's next search once the writing request has returned.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from chatqna.retrieval.embedded.chunk_store import (
 )
 from chatqna.retrieval.embedded.lexical import LexicalIndex
 from chatqna.retrieval.embedded.lock import writer_lock, writer_lock_if_free
+from chatqna.retrieval.embedded.threads import IndexThreads
 from chatqna.retrieval.embedded.vector_graph import VectorGraph
 from chatqna.retrieval.embedded.vectors import VectorSet, scan_candidates, single_threaded_blas
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
@@ -98,7 +97,7 @@ class EmbeddedHybridIndex:
         self._lexical_seen = -1
         self._refresh_lock = threading.Lock()
         self._write_lock = asyncio.Lock()
-        self._search_threads = ThreadPoolExecutor(thread_name_prefix="chatqna-search")
+        self._threads = IndexThreads(f"the index at {directory}")
 
     @classmethod
     async def open(
@@ -237,15 +236,9 @@ class EmbeddedHybridIndex:
             snapshot.live,
             self.exact_max,
         )
-        graph = VectorGraph(self.dimension, threads=self.graph_threads)
-        keep = np.flatnonzero(snapshot.alive)
-        graph.add(snapshot.rows[keep], snapshot.matrix[keep])
+        graph = VectorGraph.over(snapshot, threads=self.graph_threads)
         with self._refresh_lock:
-            current = self._vectors
-            newer = np.flatnonzero(current.rows > snapshot.last_row)
-            newer = newer[current.alive[newer]]
-            graph.add(current.rows[newer], current.matrix[newer])
-            graph.remove(snapshot.rows[keep][current.positions(snapshot.rows[keep]) < 0])
+            graph.catch_up(snapshot, self._vectors)
             self._graph = graph
         log.info(
             "vector graph ready: %d chunks in %.1f s, %.0f MiB",
@@ -272,6 +265,7 @@ class EmbeddedHybridIndex:
         if not batches:
             return
         async with self._write_lock:
+            self._threads.check()
             await asyncio.to_thread(self._replace, batches)
 
     def _replace(self, batches: Sequence[SourceBatch]) -> None:
@@ -284,6 +278,7 @@ class EmbeddedHybridIndex:
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         async with self._write_lock:
+            self._threads.check()
             return await asyncio.to_thread(self._delete, sources)
 
     def _delete(self, sources: Sequence[str] | None) -> int:
@@ -305,8 +300,7 @@ class EmbeddedHybridIndex:
 
     # --- reads ------------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
-        run, context = asyncio.get_running_loop().run_in_executor, contextvars.copy_context()
-        return await run(self._search_threads, context.run, self.search_sync, query)
+        return await self._threads.run(self.search_sync, query)
 
     def search_sync(
         self, query: SearchQuery, *, candidates: int | None = None
@@ -375,20 +369,21 @@ class EmbeddedHybridIndex:
         return results
 
     async def list_sources(self) -> list[SourceInfo]:
-        return await asyncio.to_thread(self.store.sources)
+        return await self._threads.run(self.store.sources)
 
     def content_hash(self, source: str) -> str | None:
+        self._threads.check()
         return self.store.content_hash(source)
 
     async def describe(self) -> dict[str, Any]:
-        await asyncio.to_thread(self._refresh)
+        await self._threads.run(self._refresh)
         return {
             "kind": "embedded",
             "engine": "sqlite + tantivy + " + self.describe_engine(),
             "exact_max_chunks": self.exact_max,
             "path": str(self.directory),
             "chunks": self._vectors.live,
-            "sources": await asyncio.to_thread(self.store.source_count),
+            "sources": await self._threads.run(self.store.source_count),
             "dimension": self.dimension,
             "generation": self._generation,
             "loaded_from_disk": self.loaded_from_disk,
@@ -396,5 +391,7 @@ class EmbeddedHybridIndex:
         }
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self._search_threads.shutdown, wait=True, cancel_futures=True)
-        self.store.close()
+        """Refuse new work, let the running reads and a write in progress end, close the store."""
+        await self._threads.close()
+        async with self._write_lock:
+            self.store.close()

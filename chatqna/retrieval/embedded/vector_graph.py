@@ -23,6 +23,8 @@ import threading
 import numpy as np
 from usearch.index import Index
 
+from chatqna.retrieval.embedded.vectors import VectorSet
+
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 64
@@ -43,6 +45,23 @@ class VectorGraph:
         )
         self._threads = threads
         self._lock = threading.Lock()
+
+    @classmethod
+    def over(cls, snapshot: VectorSet, *, threads: int = 1) -> VectorGraph:
+        """A graph of the live rows of `snapshot`."""
+        graph = cls(snapshot.matrix.shape[1], threads=threads)
+        keep = np.flatnonzero(snapshot.alive)
+        graph.add(snapshot.rows[keep], snapshot.matrix[keep])
+        return graph
+
+    def catch_up(self, snapshot: VectorSet, current: VectorSet) -> None:
+        """Bring a graph built `over(snapshot)` up to `current`, a later state of the
+        same vectors: add the live rows written since, remove those deleted since."""
+        newer = np.flatnonzero(current.rows > snapshot.last_row)
+        newer = newer[current.alive[newer]]
+        self.add(current.rows[newer], current.matrix[newer])
+        kept = snapshot.rows[snapshot.alive]
+        self.remove(kept[current.positions(kept) < 0])
 
     def __len__(self) -> int:
         return len(self._index)

@@ -119,6 +119,7 @@ class RedisClusterHybridIndex:
         self.topology = ClusterTopology(url, self.schema, timeout_seconds)
         self.writer = ClusterWriter(self.topology, self.layout)
         self._write_lock = asyncio.Lock()
+        self._closed = False
 
     @classmethod
     async def open(
@@ -164,7 +165,7 @@ class RedisClusterHybridIndex:
         return index
 
     def _redis(self, action: str) -> Any:
-        return unavailable_on_error(self.index_name, self.location, action)
+        return unavailable_on_error(self.index_name, self.location, action, lambda: self._closed)
 
     async def ensure_index(self) -> None:
         """Check the meta and build (or check) the index on every primary, then write the
@@ -342,5 +343,8 @@ class RedisClusterHybridIndex:
             return await self.writer.delete_sources(sources)
 
     async def aclose(self) -> None:
-        await self.topology.aclose()
-        await self.cluster.aclose()
+        """Refuse new work, let a write in progress end, then close every client."""
+        self._closed = True
+        async with self._write_lock:
+            await self.topology.aclose()
+            await self.cluster.aclose()

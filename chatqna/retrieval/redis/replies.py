@@ -16,7 +16,7 @@ import numpy as np
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from chatqna.documents import Chunk, ScoredChunk
-from chatqna.errors import IndexUnavailable, QueryNotSearchable
+from chatqna.errors import IndexUnavailable, QueryNotSearchable, ServiceUnavailable
 from chatqna.retrieval.redis.query import RETURNED
 from chatqna.retrieval.redis.schema import pairs, text
 
@@ -112,12 +112,22 @@ def is_query_syntax_error(exc: BaseException) -> bool:
 
 
 @asynccontextmanager
-async def unavailable_on_error(index: str, location: str, action: str) -> AsyncIterator[None]:
+async def unavailable_on_error(
+    index: str, location: str, action: str, closed: Callable[[], bool] | None = None
+) -> AsyncIterator[None]:
     """Any Redis failure inside becomes `IndexUnavailable` (HTTP 503) naming the index,
-    except, in a search, a query RediSearch cannot parse: `QueryNotSearchable` (HTTP 500)."""
+    except, in a search, a query RediSearch cannot parse: `QueryNotSearchable` (HTTP 500).
+
+    Once `closed()` holds (the store was closed), work is refused with `ServiceUnavailable`
+    before it starts (a closed redis-py client would open new connections), and a failure
+    of work already under way is that refusal too: closing the clients cut its connection."""
+    if closed is not None and closed():
+        raise ServiceUnavailable.closed(f"the Redis index {index!r}")
     try:
         yield
     except (RedisError, RedisClusterException) as exc:
+        if closed is not None and closed():
+            raise ServiceUnavailable.closed(f"the Redis index {index!r}") from exc
         where = f" at {location}" if location else ""
         if action == "search" and is_query_syntax_error(exc):
             # RediSearch's words only: redis-py's prefix repeats the whole query.

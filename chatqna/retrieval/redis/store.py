@@ -147,6 +147,7 @@ class RedisHybridIndex:
         )
         self._meta_key = f"{index_name}:meta"
         self._write_lock = asyncio.Lock()
+        self._closed = False
 
     @classmethod
     async def open(
@@ -186,7 +187,7 @@ class RedisHybridIndex:
         return index
 
     def _redis(self, action: str) -> Any:
-        return unavailable_on_error(self.index_name, self.location, action)
+        return unavailable_on_error(self.index_name, self.location, action, lambda: self._closed)
 
     async def ensure_index(self) -> None:
         """Create the index when missing; refuse one built for another embedder or size."""
@@ -301,5 +302,8 @@ class RedisHybridIndex:
         }
 
     async def aclose(self) -> None:
-        await self.client.aclose()
-        await self.writer.transactions.aclose()
+        """Refuse new work, let a write in progress end, then close both clients."""
+        self._closed = True
+        async with self._write_lock:
+            await self.client.aclose()
+            await self.writer.transactions.aclose()

@@ -66,6 +66,21 @@ def empty_paragraphs_docx(count: int, *, in_cell: bool = False) -> bytes:
     return with_parts(buffer.getvalue(), {"word/document.xml": filled})
 
 
+def one_paragraph_docx(inner: str, *, in_cell: bool = False) -> bytes:
+    """A Word document of a "Hello" paragraph and one more paragraph holding `inner` (runs,
+    hyperlinks), in the body or in a table cell."""
+    document = docx.Document()
+    buffer = io.BytesIO()
+    document.save(buffer)
+    body = _part(buffer.getvalue(), "word/document.xml")
+    paragraph = f"<w:p>{inner}</w:p>"
+    if in_cell:
+        paragraph = f"<w:tbl><w:tr><w:tc>{paragraph}</w:tc></w:tr></w:tbl>"
+    start = body.index("<w:body>") + len("<w:body>")
+    filled = body[:start] + "<w:p><w:r><w:t>Hello</w:t></w:r></w:p>" + paragraph + body[start:]
+    return with_parts(buffer.getvalue(), {"word/document.xml": filled})
+
+
 def onboarding_pptx() -> bytes:
     """A deck: a title slide, a bulleted slide with speaker notes, a slide with a table."""
     deck = pptx.Presentation()
@@ -222,6 +237,42 @@ def shared_string_xlsx(rows: int, text: str) -> bytes:
             "xl/worksheets/sheet1.xml": sheet,
             "xl/sharedStrings.xml": strings,
             "xl/_rels/workbook.xml.rels": rels,
+            "[Content_Types].xml": types,
+        },
+    )
+
+
+RELATIONSHIPS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+
+
+def sheet_target_xlsx(
+    part: str, body: str, content_type: str, relationship: str, *, also_sheet: bool = False
+) -> bytes:
+    """`price_list_xlsx` with one more sheet, `part`, holding `body` and declared of
+    `content_type`: the target of a workbook relationship of type `relationship`
+    (`chartsheet`, `worksheet`...) that a `<sheet>` of the workbook names. With
+    `also_sheet`, the workbook's first worksheet relationship targets `part` too."""
+    like = price_list_xlsx()
+    rels = _part(like, "xl/_rels/workbook.xml.rels").replace(
+        "</Relationships>",
+        f'<Relationship Id="rId90" Target="/{part}" Type="{RELATIONSHIPS}/{relationship}"/>'
+        "</Relationships>",
+    )
+    if also_sheet:
+        rels = rels.replace('Target="/xl/worksheets/sheet1.xml"', f'Target="/{part}"')
+    workbook = _part(like, "xl/workbook.xml").replace(
+        "</sheets>",
+        f'<sheet xmlns:r="{RELATIONSHIPS}" name="Chart" sheetId="9" r:id="rId90"/></sheets>',
+    )
+    types = _part(like, "[Content_Types].xml").replace(
+        "</Types>", f'<Override PartName="/{part}" ContentType="{content_type}"/></Types>'
+    )
+    return with_parts(
+        like,
+        {
+            part: body,
+            "xl/_rels/workbook.xml.rels": rels,
+            "xl/workbook.xml": workbook,
             "[Content_Types].xml": types,
         },
     )

@@ -8,21 +8,20 @@ import zipfile
 
 import docx
 import pytest
+from docx.oxml.text.run import CT_R
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.loaders import LoadLimits, load_document
 from chatqna.ingest.tables import TextCounter, table_rows
 from tests.unit.ingest.office_files import (
-    SHEET_NS,
-    declared_part,
     empty_paragraphs_docx,
     far_row_xlsx,
     handbook_docx,
     million_cell_xlsx,
     ole_file,
     onboarding_pptx,
+    one_paragraph_docx,
     price_list_xlsx,
-    renamed_part,
     shared_string_xlsx,
     table_docx,
     word_cell,
@@ -102,7 +101,7 @@ def test_a_docx_cell_spanning_many_columns_stops_at_the_text_limit() -> None:
 @pytest.mark.parametrize("in_cell", [False, True])
 def test_a_docx_of_empty_paragraphs_is_refused_at_the_cell_limit(in_cell: bool) -> None:
     # Each paragraph costs its text's look-up even when empty: counted before it is read.
-    with pytest.raises(PayloadTooLarge, match="more than 1000 cells and paragraphs") as info:
+    with pytest.raises(PayloadTooLarge, match="more than 1000 cells, paragraphs and runs") as info:
         load_document(
             "empty.docx",
             empty_paragraphs_docx(50_000, in_cell=in_cell),
@@ -117,63 +116,53 @@ def test_a_docx_within_the_cell_limit_still_reads_its_paragraphs() -> None:
     assert doc.sections[0][1] == "Hello"
 
 
-def test_an_xml_part_beyond_its_bound_is_refused_before_it_is_parsed() -> None:
-    bomb = empty_paragraphs_docx(200_000)  # 1.2 MB of XML that packs to a few KiB
-    tracemalloc.start()
-    try:
-        with pytest.raises(PayloadTooLarge, match=r"word/document\.xml unpacks to") as info:
-            load_document("bomb.docx", bomb, limits=LoadLimits(max_xml_part_bytes=1 << 20))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert info.value.details["part"] == "word/document.xml"
-    assert info.value.details["bytes"] > 1 << 20
-    assert peak < 5_000_000  # parsed, the tree would take some 40 MB
+class RunReads:
+    """Counts the runs whose text python-docx reads (`CT_R.text`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        read = CT_R.text.fget
+
+        def counted(run: CT_R) -> str:
+            self.count += 1
+            return read(run)  # type: ignore[no-any-return,misc]
+
+        monkeypatch.setattr(CT_R, "text", property(counted))
 
 
-def test_the_xml_part_bound_leaves_media_and_spreadsheet_rows_to_the_total() -> None:
-    limits = LoadLimits(max_xml_part_bytes=1 << 20)
-    picture = zip_bomb(handbook_docx(), "word/media/photo.png", 2 << 20)
-    assert load_document("photo.docx", picture, limits=limits).title == "Employee Handbook"
-    rows = million_cell_xlsx(rows=20_000, columns=5)  # a 1.6 MB sheet, read row by row
-    assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
+@pytest.mark.parametrize("in_cell", [False, True])
+def test_a_paragraph_of_empty_runs_is_refused_before_a_run_is_read(
+    in_cell: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 250,000 `<w:r/>`: 1.5 MB of XML, under the part bound, and past the default budget
+    # of 200,000 cells, paragraphs and runs. Read one by one they cost seconds.
+    reads = RunReads(monkeypatch)
+    data = one_paragraph_docx("<w:r/>" * 250_000, in_cell=in_cell)
+    with pytest.raises(PayloadTooLarge, match="cells, paragraphs and runs") as info:
+        load_document("runs.docx", data)
+    assert info.value.status_code == 413
+    assert "CHATQNA_DATAPREP_MAX_CELLS" in info.value.message
+    assert reads.count == 0  # refused before python-docx read the text of any run
 
 
-def test_an_xml_part_is_bounded_by_its_content_type_not_its_name() -> None:
-    # The main document stored as `word/document.bin`: python-docx finds it through the
-    # package's relationships and reads it as XML all the same.
-    main = ("word/document.xml", "word/document.bin")
-    assert (
-        load_document("h.docx", renamed_part(handbook_docx(), *main)).title == "Employee Handbook"
-    )
-    renamed = renamed_part(empty_paragraphs_docx(200_000), *main)
-    with pytest.raises(PayloadTooLarge, match=r"word/document\.bin unpacks to") as info:
-        load_document("renamed.docx", renamed, limits=LoadLimits(max_xml_part_bytes=1 << 20))
-    assert info.value.details["part"] == "word/document.bin"
+def test_the_runs_of_hyperlinks_count_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = RunReads(monkeypatch)
+    link = "<w:hyperlink>" + "<w:r/>" * 1200 + "</w:hyperlink>"
+    with pytest.raises(PayloadTooLarge, match="more than 1000 cells, paragraphs and runs"):
+        load_document("links.docx", one_paragraph_docx(link), limits=LoadLimits(max_cells=1000))
+    assert reads.count == 0
 
 
-STYLES_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"
-WORKSHEET_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"
-
-
-def test_only_worksheets_and_shared_strings_are_exempt_by_their_content_type() -> None:
-    limits = LoadLimits(max_xml_part_bytes=1 << 20)
-    big = f'<styleSheet xmlns="{SHEET_NS}">' + "<x/>" * 300_000 + "</styleSheet>"
-    # Named like a sheet, declared as styles: bounded.
-    styles = declared_part(price_list_xlsx(), "xl/worksheets/sheet9.xml", STYLES_TYPE, big)
-    with pytest.raises(PayloadTooLarge, match=r"xl/worksheets/sheet9\.xml unpacks to"):
-        load_document("styles.xlsx", styles, limits=limits)
-    # Declared a worksheet, but openpyxl opens `xl/styles.xml` by name as the styles: bounded.
-    disguised = declared_part(price_list_xlsx(), "xl/styles.xml", WORKSHEET_TYPE, big)
-    with pytest.raises(PayloadTooLarge, match=r"xl/styles\.xml unpacks to"):
-        load_document("disguised.xlsx", disguised, limits=limits)
-    # A sheet stored under another name is still a sheet, read row by row.
-    rows = renamed_part(
-        million_cell_xlsx(rows=20_000, columns=5),
-        "xl/worksheets/sheet1.xml",
-        "xl/worksheets/data.bin",
-    )
-    assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
+def test_a_docx_of_many_runs_within_the_budget_is_read_in_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = RunReads(monkeypatch)
+    words = "".join(f'<w:r><w:t xml:space="preserve">w{i} </w:t></w:r>' for i in range(990))
+    data = one_paragraph_docx(words, in_cell=False)
+    # Two paragraphs and 991 runs: 993 of the 1,000.
+    doc = load_document("words.docx", data, limits=LoadLimits(max_cells=1000))
+    assert doc.sections[0][1] == "Hello\n\n" + " ".join(f"w{i}" for i in range(990))
+    assert reads.count == 991
 
 
 def test_pptx_slides_keep_titles_notes_and_tables() -> None:

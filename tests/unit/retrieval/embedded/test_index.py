@@ -18,7 +18,7 @@ from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery, SourceBatch
 from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import Chunk, chunk_id_for
-from chatqna.errors import IndexUnavailable
+from chatqna.errors import IndexUnavailable, ServiceUnavailable
 from chatqna.ingest.dataprep import IngestFile, ingest_files
 from chatqna.retrieval.embedded import lexical
 from chatqna.retrieval.embedded.chunk_store import STORE_FILE
@@ -447,6 +447,52 @@ async def test_closing_waits_for_a_running_search_before_it_closes_the_store(
         assert texts(await search)[0] == POLICIES[2]
         await closing
     assert index.store._opened == []  # every connection closed, none opened after
+
+
+async def test_work_that_reaches_a_closed_index_is_refused_as_a_shutdown(
+    index: EmbeddedHybridIndex,
+) -> None:
+    await index.aclose()
+    work = {
+        "search": lambda: index.search(query("refund")),
+        "list_sources": index.list_sources,
+        "describe": index.describe,
+        "replace_sources": lambda: index.replace_sources([batch("new.md", HARDWARE)]),
+        "delete_sources": lambda: index.delete_sources(["policies.md"]),
+    }
+    for name, call in work.items():
+        with pytest.raises(ServiceUnavailable, match="shutting down") as refused:
+            await call()
+        assert refused.value.status_code == 503, name
+        assert refused.value.envelope()["error"] == "service_unavailable", name
+    with pytest.raises(ServiceUnavailable):
+        index.content_hash("policies.md")
+    assert index.store._opened == []  # refused before the store was touched again
+
+
+async def test_closing_lets_a_write_in_progress_finish_before_it_closes_the_store(
+    index: EmbeddedHybridIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    real_replace = index.store.replace
+
+    def slow_replace(batches: Sequence[SourceBatch]) -> object:
+        started.set()
+        release.wait(10)  # an upload being written when the service stops
+        return real_replace(batches)
+
+    monkeypatch.setattr(index.store, "replace", slow_replace)
+    write = asyncio.create_task(index.replace_sources([batch("new.md", ["Zebra stickers."])]))
+    assert await asyncio.to_thread(started.wait, 10)
+    closing = asyncio.create_task(index.aclose())
+    release.set()
+    async with asyncio.timeout(10):
+        await write
+        await closing
+    assert index.store._opened == []  # the write's connection closed too, none opened after
+    reopened = await open_index(tmp_path)
+    assert "new.md" in {s.source for s in await reopened.list_sources()}
+    await reopened.aclose()
 
 
 SEARCH_TAG: contextvars.ContextVar[str] = contextvars.ContextVar("search_tag", default="")

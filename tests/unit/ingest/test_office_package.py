@@ -1,0 +1,141 @@
+"""The checks of an Office zip before a parser sees it: the bound on each XML part, by
+content type and by what the relationships lead to."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+from openpyxl.chartsheet import Chartsheet
+
+from chatqna.errors import PayloadTooLarge
+from chatqna.ingest.loaders import LoadLimits, load_document
+from tests.unit.ingest.office_files import (
+    RELATIONSHIPS,
+    SHEET_NS,
+    declared_part,
+    empty_paragraphs_docx,
+    handbook_docx,
+    million_cell_xlsx,
+    price_list_xlsx,
+    renamed_part,
+    sheet_target_xlsx,
+    with_parts,
+    zip_bomb,
+)
+
+
+def test_an_xml_part_beyond_its_bound_is_refused_before_it_is_parsed() -> None:
+    bomb = empty_paragraphs_docx(200_000)  # 1.2 MB of XML that packs to a few KiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLarge, match=r"word/document\.xml unpacks to") as info:
+            load_document("bomb.docx", bomb, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.details["part"] == "word/document.xml"
+    assert info.value.details["bytes"] > 1 << 20
+    assert peak < 5_000_000  # parsed, the tree would take some 40 MB
+
+
+def test_the_xml_part_bound_leaves_media_and_spreadsheet_rows_to_the_total() -> None:
+    limits = LoadLimits(max_xml_part_bytes=1 << 20)
+    picture = zip_bomb(handbook_docx(), "word/media/photo.png", 2 << 20)
+    assert load_document("photo.docx", picture, limits=limits).title == "Employee Handbook"
+    rows = million_cell_xlsx(rows=20_000, columns=5)  # a 1.6 MB sheet, read row by row
+    assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
+
+
+def test_an_xml_part_is_bounded_by_its_content_type_not_its_name() -> None:
+    # The main document stored as `word/document.bin`: python-docx finds it through the
+    # package's relationships and reads it as XML all the same.
+    main = ("word/document.xml", "word/document.bin")
+    assert (
+        load_document("h.docx", renamed_part(handbook_docx(), *main)).title == "Employee Handbook"
+    )
+    renamed = renamed_part(empty_paragraphs_docx(200_000), *main)
+    with pytest.raises(PayloadTooLarge, match=r"word/document\.bin unpacks to") as info:
+        load_document("renamed.docx", renamed, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+    assert info.value.details["part"] == "word/document.bin"
+
+
+STYLES_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"
+WORKSHEET_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"
+
+
+def test_only_worksheets_and_shared_strings_are_exempt_by_their_content_type() -> None:
+    limits = LoadLimits(max_xml_part_bytes=1 << 20)
+    big = f'<styleSheet xmlns="{SHEET_NS}">' + "<x/>" * 300_000 + "</styleSheet>"
+    # Named like a sheet, declared as styles: bounded.
+    styles = declared_part(price_list_xlsx(), "xl/worksheets/sheet9.xml", STYLES_TYPE, big)
+    with pytest.raises(PayloadTooLarge, match=r"xl/worksheets/sheet9\.xml unpacks to"):
+        load_document("styles.xlsx", styles, limits=limits)
+    # Declared a worksheet, but openpyxl opens `xl/styles.xml` by name as the styles: bounded.
+    disguised = declared_part(price_list_xlsx(), "xl/styles.xml", WORKSHEET_TYPE, big)
+    with pytest.raises(PayloadTooLarge, match=r"xl/styles\.xml unpacks to"):
+        load_document("disguised.xlsx", disguised, limits=limits)
+    # A sheet stored under another name is still a sheet, read row by row.
+    rows = renamed_part(
+        million_cell_xlsx(rows=20_000, columns=5),
+        "xl/worksheets/sheet1.xml",
+        "xl/worksheets/data.bin",
+    )
+    assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
+
+
+class ChartsheetReads:
+    """Counts the chartsheets openpyxl builds from a parsed tree."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        build = Chartsheet.from_tree.__func__  # type: ignore[attr-defined]
+
+        def counted(cls: type[Chartsheet], node: object) -> Chartsheet:
+            self.count += 1
+            return build(cls, node)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(Chartsheet, "from_tree", classmethod(counted))
+
+
+@pytest.mark.parametrize("also_sheet", [False, True])
+def test_a_worksheet_part_reached_as_a_chartsheet_is_bounded(
+    also_sheet: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Declared a worksheet (read row by row, so exempt from the part bound), but the
+    # workbook's relationship makes it a chartsheet: openpyxl parses it whole.
+    reads = ChartsheetReads(monkeypatch)
+    big = f'<chartsheet xmlns="{SHEET_NS}">' + "<x/>" * 300_000 + "</chartsheet>"
+    data = sheet_target_xlsx(
+        "xl/worksheets/sheet9.xml", big, WORKSHEET_TYPE, "chartsheet", also_sheet=also_sheet
+    )
+    with pytest.raises(PayloadTooLarge, match=r"xl/worksheets/sheet9\.xml unpacks to") as info:
+        load_document("chart.xlsx", data, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+    assert info.value.details["part"] == "xl/worksheets/sheet9.xml"
+    assert reads.count == 0  # refused before openpyxl built a tree of it
+
+
+def test_a_worksheet_part_a_drawing_relationship_leads_to_is_bounded() -> None:
+    # The relationship is another part's (a chartsheet's drawing), its target relative to
+    # that part's folder: `../worksheets/sheet9.xml` from `xl/chartsheets/`.
+    big = f'<worksheet xmlns="{SHEET_NS}">' + "<x/>" * 300_000 + "</worksheet>"
+    rels = (
+        '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        f'<Relationship Id="rId1" Type="{RELATIONSHIPS}/drawing" '
+        'Target="../worksheets/sheet9.xml"/></Relationships>'
+    )
+    data = with_parts(
+        declared_part(price_list_xlsx(), "xl/worksheets/sheet9.xml", WORKSHEET_TYPE, big),
+        {"xl/chartsheets/_rels/sheet1.xml.rels": rels},
+    )
+    with pytest.raises(PayloadTooLarge, match=r"xl/worksheets/sheet9\.xml unpacks to"):
+        load_document("drawn.xlsx", data, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+
+
+def test_a_big_worksheet_reached_as_a_worksheet_is_still_read_row_by_row() -> None:
+    rows = "".join(f'<row r="{r}"><c r="A{r}"><v>{r}</v></c></row>' for r in range(1, 40_000))
+    big = f'<worksheet xmlns="{SHEET_NS}"><sheetData>{rows}</sheetData></worksheet>'
+    data = sheet_target_xlsx("xl/worksheets/sheet9.xml", big, WORKSHEET_TYPE, "worksheet")
+    doc = load_document("rows.xlsx", data, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+    assert doc.sections[-1][0] == "rows: Chart"
+    assert doc.sections[-1][1].count("\n\n") == 39_997  # every row after the header
