@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch
@@ -257,12 +258,36 @@ async def what_the_node_ran(node: RedisStackProcess) -> tuple[dict[str, int], in
     return seen
 
 
+def failed_over(cluster: RedisClusterProcesses, victim: RedisStackProcess) -> bool:
+    """Every other node marks `victim` failed and has every slot served again."""
+    for node in cluster.nodes:
+        if node is victim or not node.alive():
+            continue
+        with redis.Redis(port=node.port, decode_responses=True) as client:
+            state = str(client.execute_command("CLUSTER", "INFO"))
+            lines = str(client.execute_command("CLUSTER", "NODES")).splitlines()
+        line = next(line for line in lines if f":{victim.port}@" in line)
+        if "cluster_state:ok" not in state or "fail" not in line.split()[2].split(","):
+            return False
+    return True
+
+
+async def search_outcome(store: RedisClusterHybridIndex, rng: np.random.Generator) -> str:
+    try:
+        await store.search(SearchQuery("w1 w2", unit(rng), 10))
+    except IndexUnavailable:
+        return "503"
+    return "ok"
+
+
 async def test_a_hung_primary_fails_a_search_after_one_timeout(
     cluster: RedisClusterProcesses,
 ) -> None:
     """A primary that hangs fails searches and listings after the timeout once: a timeout is
     not retried (only a connection error is, at once). Resumed, the node runs what each call
-    sent it while it hung: once, not again on another connection."""
+    sent it while it hung: once, not again on another connection. Hung for good, it is
+    failed over, and the search that timed out makes the next one reread the topology:
+    searches succeed again instead of asking the old primary for ever."""
     rng = np.random.default_rng(5)
     store = await open_store(cluster, timeout_seconds=1.0)
     try:
@@ -283,5 +308,14 @@ async def test_a_hung_primary_fails_a_search_after_one_timeout(
         assert calls.get("FT.SEARCH") == 2, calls
         assert calls.get("eval", 0) <= 1, calls  # the listing's script, at most once
         assert accepted <= 2, accepted  # at most one new connection per call
+        with hung(victim):
+            for _ in range(300):  # node timeout 1 s: a few seconds
+                if failed_over(cluster, victim):
+                    break
+                await asyncio.sleep(0.1)
+            assert failed_over(cluster, victim), "the cluster did not fail the hung primary over"
+            # The first search may still ask the hung primary (and time out); no later one.
+            outcomes = [await search_outcome(store, rng) for _ in range(3)]
+        assert outcomes[1:] == ["ok", "ok"], outcomes
     finally:
         await store.aclose()

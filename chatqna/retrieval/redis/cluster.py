@@ -25,8 +25,8 @@ primaries' searches is found by the second round (it had to be on the source whe
 round read it, or on the destination when the second did). A primary that appears (or a new
 index name after resharding) gets its index, and its initial scan is awaited, before any
 search reads it; one that owns no slot yet but imports one is searched with `ASKING`. A
-primary that cannot be reached fails the search with `IndexUnavailable` (503) and the next
-search rereads the topology from any node: while its replica is being promoted (about
+primary that cannot be reached, or hangs past the timeout, fails the search with
+`IndexUnavailable` (503) and the next search rereads the topology from any node: while its replica is being promoted (about
 `cluster-node-timeout` plus a second of election), searches fail, then they succeed again.
 Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
 source (a request of several sources is applied source by source), and are acknowledged
@@ -227,7 +227,8 @@ class RedisClusterHybridIndex:
     ) -> tuple[list[Shard], Round]:
         """One round on the current primaries. An index name whose slot moved or is moving
         (`MOVED`, `ASK`, `TRYAGAIN`) or an index gone missing rereads the topology (and
-        builds what is missing) and tries again; a primary that is gone fails at once."""
+        builds what is missing) and tries again; a primary that is gone or hangs fails the
+        search at once and makes the next one reread the topology."""
         for attempt in range(ROUND_ATTEMPTS):
             shards = await self.topology.shards()
             last = attempt == ROUND_ATTEMPTS - 1
@@ -242,8 +243,10 @@ class RedisClusterHybridIndex:
                 if not missing or last:
                     raise
                 self.topology.forget_indexes()  # flushed or dropped: build it again
-            except (ConnectionError, OSError):
-                self.topology.stale = True  # the next search rereads the topology
+            except (ConnectionError, OSError, RedisTimeoutError):
+                # Gone or hung: either way the cluster may fail it over, so the next search
+                # rereads the topology instead of asking the old primary again.
+                self.topology.stale = True
                 raise
             self.topology.stale = True
         raise AssertionError("unreachable")

@@ -30,6 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from chatqna.retrieval.redis.replies import redact_url, unavailable_on_error
 from chatqna.retrieval.redis.schema import IndexSchema
@@ -319,8 +320,8 @@ class ClusterTopology:
             pipe.execute_command(*command)
         try:
             replies = await pipe.execute(raise_on_error=False)
-        except (ConnectionError, OSError):
-            self.stale = True  # the node is gone: reread the topology before the next call
+        except (ConnectionError, OSError, RedisTimeoutError):
+            self.stale = True  # gone or hung: reread the topology before the next call
             raise
         return list(replies[1::2] if asking else replies)
 
@@ -330,7 +331,8 @@ class ClusterTopology:
         return self.primaries
 
     async def _nodes_reply(self) -> bytes:
-        """`CLUSTER NODES` from the first node that answers: known nodes, then the URL's."""
+        """`CLUSTER NODES` from the first node that answers (one that hangs is passed over
+        after its timeout): known nodes, then the URL's."""
         parts = urlsplit(self.url)
         addresses = [node.address for node in self.nodes if not node.failed]
         addresses += [node.address for node in self.nodes if node.failed]
@@ -340,7 +342,7 @@ class ClusterTopology:
             try:
                 reply = await self.client(address).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
                 return cast(bytes, reply)
-            except (ConnectionError, OSError) as exc:
+            except (ConnectionError, OSError, RedisTimeoutError) as exc:
                 error = exc
         raise ConnectionError(f"no cluster node answers CLUSTER NODES: {error}")
 
