@@ -26,8 +26,9 @@ round read it, or on the destination when the second did). A primary that appear
 index name after resharding) gets its index, and its initial scan is awaited, before any
 search reads it; one that owns no slot yet but imports one is searched with `ASKING`. A
 primary that cannot be reached, or hangs past the timeout, fails the search with
-`IndexUnavailable` (503) and the next search rereads the topology from any node: while its replica is being promoted (about
-`cluster-node-timeout` plus a second of election), searches fail, then they succeed again.
+`IndexUnavailable` (503) and the next search rereads the topology from any node: while its
+replica is being promoted (about `cluster-node-timeout` plus a second of election),
+searches fail, then they succeed again.
 Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
 source (a request of several sources is applied source by source), and are acknowledged
 once a replica has them.
