@@ -742,3 +742,46 @@ async def test_unreachable_server_is_index_unavailable(embedder: CachingEmbedder
     url = f"redis://127.0.0.1:{free_port()}"
     with pytest.raises(IndexUnavailable, match=r"127\.0\.0\.1"):
         await RedisHybridIndex.open(url, embedder_name=embedder.name, dimension=384)
+
+
+# --- one node through faults ---------------------------------------------------------------
+@pytest.mark.parametrize("first", ["search", "describe"])
+async def test_a_dropped_index_is_built_again(
+    embedder: CachingEmbedder, redis_url: str, first: str
+) -> None:
+    """`FT.DROPINDEX` keeps the passages: a search or `describe()` builds the index again
+    over them instead of failing until the process restarts."""
+    index = await open_redis(embedder, redis_url)
+    try:
+        await ingest_files(collect_files([SAMPLE_CORPUS]), embedder, index)
+        chunks = (await index.describe())["chunks"]
+        before = await ask(index, embedder, QUESTIONS[0])
+        with redis.Redis.from_url(redis_url, protocol=2) as client:
+            client.execute_command("FT.DROPINDEX", "rag-redis")
+        if first == "describe":
+            assert (await index.describe())["chunks"] == chunks
+        assert await ask(index, embedder, QUESTIONS[0]) == before
+        assert (await index.describe())["chunks"] == chunks
+    finally:
+        await index.aclose()
+
+
+async def test_an_ingest_after_flushall_builds_the_index_again(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """Everything gone (`FLUSHALL`, or a restart without persistence): an ingest builds the
+    index (and its meta) before it writes, so what it writes is searchable."""
+    index = await open_redis(embedder, redis_url)
+    try:
+        files = collect_files([SAMPLE_CORPUS])
+        await ingest_files(files, embedder, index)
+        before = await ask(index, embedder, QUESTIONS[0])
+        with redis.Redis.from_url(redis_url, protocol=2) as client:
+            client.flushall()
+        await ingest_files(files, embedder, index, force=True)
+        with redis.Redis.from_url(redis_url, protocol=2) as client:
+            assert client.execute_command("FT._LIST") == [b"rag-redis"]
+            assert client.hget("rag-redis:meta", "embedder") == embedder.name.encode()
+        assert await ask(index, embedder, QUESTIONS[0]) == before
+    finally:
+        await index.aclose()

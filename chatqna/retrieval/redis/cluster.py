@@ -59,6 +59,7 @@ from chatqna.retrieval.redis.cluster_writes import ClusterWriter
 from chatqna.retrieval.redis.query import RETURNED, bm25_query
 from chatqna.retrieval.redis.replies import (
     hybrid_results,
+    is_missing_index,
     redact_url,
     scored_chunk,
     stored_fields,
@@ -240,8 +241,7 @@ class RedisClusterHybridIndex:
                     raise
                 await asyncio.sleep(0.02 * (attempt + 1))
             except ResponseError as exc:
-                missing = "no such index" in str(exc).lower() or "unknown index" in str(exc).lower()
-                if not missing or last:
+                if not is_missing_index(exc) or last:
                     raise
                 self.topology.forget_indexes()  # flushed or dropped: build it again
             except (ConnectionError, OSError, RedisTimeoutError):
