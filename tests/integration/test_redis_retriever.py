@@ -785,3 +785,52 @@ async def test_an_ingest_after_flushall_builds_the_index_again(
         assert await ask(index, embedder, QUESTIONS[0]) == before
     finally:
         await index.aclose()
+
+
+async def concurrent_searches(index: RedisHybridIndex, count: int) -> list[Any]:
+    query = SearchQuery("refund", np.ones(384, dtype=np.float32), 4)
+    return await asyncio.gather(
+        *(index.search(query) for _ in range(count)), return_exceptions=True
+    )
+
+
+async def test_searches_beyond_the_pool_wait_for_a_connection(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """While the server is paused, 150 searches are in flight at once: none fails with
+    "Too many connections" (redis-py's default pool caps at 100), and a pool of 4 makes
+    20 searches wait for a connection rather than fail."""
+    index = await open_redis(embedder, redis_url)
+    small = await RedisHybridIndex.open(
+        redis_url, embedder_name=embedder.name, dimension=384, vector=EXACT, max_connections=4
+    )
+    try:
+        async with aioredis.Redis.from_url(redis_url, protocol=2) as client:
+            await client.execute_command("CLIENT", "PAUSE", 300, "ALL")
+            outcomes = await concurrent_searches(index, 150)
+            assert [o for o in outcomes if isinstance(o, BaseException)] == []
+            clients = int((await client.info("clients"))["connected_clients"])
+            await client.execute_command("CLIENT", "PAUSE", 300, "ALL")
+            outcomes = await concurrent_searches(small, 20)
+            assert [o for o in outcomes if isinstance(o, BaseException)] == []
+            added = int((await client.info("clients"))["connected_clients"]) - clients
+        assert added <= 4
+    finally:
+        await index.aclose()
+        await small.aclose()
+
+
+async def test_a_burst_of_searches_after_a_restart_succeeds(
+    embedder: CachingEmbedder, redis_url: str, server: RedisStackProcess
+) -> None:
+    """Every pooled connection is closed by a restart: each search retries once, at once,
+    on a new connection (and builds the index again: the server kept no data)."""
+    index = await open_redis(embedder, redis_url)
+    try:
+        assert [o for o in await concurrent_searches(index, 20) if o != []] == []
+        server.stop()
+        server.start()
+        outcomes = await concurrent_searches(index, 20)
+        assert [o for o in outcomes if isinstance(o, BaseException)] == []
+    finally:
+        await index.aclose()

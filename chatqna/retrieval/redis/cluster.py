@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
+import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -73,13 +74,26 @@ from chatqna.retrieval.redis.schema import (
     index_info,
     text,
 )
-from chatqna.retrieval.redis.store import query_vector
+from chatqna.retrieval.redis.store import DEFAULT_MAX_CONNECTIONS, query_vector
 from chatqna.retrieval.redis.topology import ClusterTopology, Shard
 from chatqna.retrieval.redis.writes import check_batches
 
 logger = logging.getLogger(__name__)
 
 ROUND_ATTEMPTS = 4  # tries of one search round while an index name's slot moves
+
+
+async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
+    """Whether the server at `url` is a node of a Redis Cluster (`INFO cluster`)."""
+    client = aioredis.Redis.from_url(
+        url, protocol=2, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds
+    )
+    try:
+        async with unavailable_on_error("(probe)", redact_url(url), "INFO cluster"):
+            info = await client.info("cluster")
+    finally:
+        await client.aclose()
+    return str(info.get("cluster_enabled", 0)) == "1"
 
 
 class RedisClusterHybridIndex:
@@ -99,6 +113,7 @@ class RedisClusterHybridIndex:
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
         timeout_seconds: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         if min(dimension, rrf_k, rrf_candidates) < 1:
             raise ValueError("dimension, rrf_k and rrf_candidates must be at least 1")
@@ -118,7 +133,7 @@ class RedisClusterHybridIndex:
         self.schema = IndexSchema(
             index_name, self.layout.chunk_prefix, embedder_name, dimension, self.vector
         )
-        self.topology = ClusterTopology(url, self.schema, timeout_seconds)
+        self.topology = ClusterTopology(url, self.schema, timeout_seconds, max_connections)
         self.writer = ClusterWriter(self.topology, self.layout)
         self._write_lock = asyncio.Lock()
 
@@ -134,6 +149,7 @@ class RedisClusterHybridIndex:
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
         timeout_seconds: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> RedisClusterHybridIndex:
         """Connect to the cluster `url` names a node of, and build the index on every
         primary (checking an existing one fits)."""
@@ -157,6 +173,7 @@ class RedisClusterHybridIndex:
             rrf_k=rrf_k,
             rrf_candidates=rrf_candidates,
             timeout_seconds=timeout_seconds,
+            max_connections=max_connections,
         )
         try:
             await index.ensure_index()

@@ -43,7 +43,9 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError, ResponseError
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
@@ -82,6 +84,10 @@ from chatqna.retrieval.redis.writes import SingleNodeWriter, check_batches
 
 __all__ = ["DEFAULT_INDEX_NAME", "RedisHybridIndex", "VectorIndexParams", "bm25_query"]
 
+# Connections of one store's reading pool (per node on a cluster): the default of
+# `CHATQNA_MAX_CONCURRENT_CHATS`, which the composition root passes.
+DEFAULT_MAX_CONNECTIONS = 256
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -104,6 +110,24 @@ def connect(url: str, connect_timeout: float, *, socket_timeout: float | None) -
         socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
     )
+
+
+def connect_pooled(url: str, timeout_seconds: float, max_connections: int) -> aioredis.Redis:
+    """The reading client of `url`: at most `max_connections` connections, a caller waiting
+    up to `timeout_seconds` for a free one (redis-py's default pool fails at once past 100),
+    and a command sent again, at once, after a connection error (a pooled connection the
+    server closed by restarting), never after a timeout."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout_seconds,
+        protocol=2,
+        decode_responses=False,
+        socket_timeout=timeout_seconds,
+        socket_connect_timeout=timeout_seconds,
+        retry=Retry(NoBackoff(), 1, (ConnectionError,)),
+    )
+    return aioredis.Redis.from_pool(pool)
 
 
 class RedisHybridIndex:
@@ -169,9 +193,11 @@ class RedisHybridIndex:
         rrf_candidates: int = FUSION_CANDIDATES,
         write_batch: int = 500,
         timeout_seconds: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> RedisHybridIndex:
-        """Connect to `url` (RESP2), create the index if missing, and check it fits."""
-        client = connect(url, timeout_seconds, socket_timeout=timeout_seconds)
+        """Connect to `url` (RESP2), create the index if missing, and check it fits.
+        Searches share a pool of `max_connections`; writes have a connection of their own."""
+        client = connect_pooled(url, timeout_seconds, max_connections)
         transactions = connect(url, timeout_seconds, socket_timeout=None)
         index = cls(
             client,
