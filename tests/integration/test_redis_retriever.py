@@ -32,7 +32,7 @@ from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
 from chatqna.composition import build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
-from chatqna.errors import IndexUnavailable
+from chatqna.errors import EvictingIndexServer, IndexUnavailable
 from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.query import WeightedQuery
@@ -834,3 +834,14 @@ async def test_a_burst_of_searches_after_a_restart_succeeds(
         assert [o for o in outcomes if isinstance(o, BaseException)] == []
     finally:
         await index.aclose()
+
+
+async def test_open_refuses_a_server_that_evicts(embedder: CachingEmbedder, redis_url: str) -> None:
+    """With an evicting `maxmemory-policy`, Redis would drop passages silently: refused."""
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            with pytest.raises(EvictingIndexServer, match="noeviction"):
+                await open_redis(embedder, redis_url)
+        finally:
+            client.config_set("maxmemory-policy", "noeviction")

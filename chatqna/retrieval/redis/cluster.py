@@ -72,6 +72,7 @@ from chatqna.retrieval.redis.schema import (
     IndexSchema,
     VectorIndexParams,
     index_info,
+    refuse_eviction,
     text,
 )
 from chatqna.retrieval.redis.store import DEFAULT_MAX_CONNECTIONS, query_vector
@@ -194,6 +195,7 @@ class RedisClusterHybridIndex:
                 self.schema.check_meta(meta, FORMAT_VERSION)
             await self.topology.refresh()
             for shard in self.topology.primaries:
+                await refuse_eviction(self.topology.client(shard.address), shard.address)
                 info = await index_info(self.topology.client(shard.address), shard.index)
                 if info is not None:
                     self.schema.check_info(info, meta)

@@ -78,6 +78,7 @@ from chatqna.retrieval.redis.schema import (
     IndexSchema,
     VectorIndexParams,
     index_info,
+    refuse_eviction,
     text,
 )
 from chatqna.retrieval.redis.writes import SingleNodeWriter, check_batches
@@ -213,6 +214,8 @@ class RedisHybridIndex:
             location=redact_url(url),
         )
         try:
+            async with index._redis("opening the index"):
+                await refuse_eviction(client, index.location)
             await index.ensure_index()
         except BaseException:
             await index.aclose()
