@@ -104,9 +104,8 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
 async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder) -> Retriever:
     """Redis Stack at `url`: one node, or any node of a Redis Cluster (`INFO cluster` says
     which), served by the cluster store with an index on every primary."""
-    from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
+    from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex, cluster_enabled
     from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
-    from chatqna.retrieval.redis.topology import cluster_enabled
 
     timeout = settings.redis_timeout_seconds
     store = RedisClusterHybridIndex if await cluster_enabled(url, timeout) else RedisHybridIndex
@@ -123,6 +122,8 @@ async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder
         ),
         rrf_k=settings.rrf_k,
         timeout_seconds=timeout,
+        # A connection for every chat the service runs at once; others wait for one.
+        max_connections=settings.chatqna_max_concurrent_chats,
     )
     return opened
 

@@ -8,7 +8,7 @@
     |   +-- DocumentLoadError     422 a supported file that yields no usable text
     |   |   +-- LinkUnreadable    422 a link that cannot be fetched (timeout, HTTP error...)
     |   +-- LinkRefused           403 a link to an address that is not allowed
-    |   +-- QueryNotSearchable    422 the index cannot parse the search built from the text
+    +-- QueryNotSearchable        500 the index cannot parse the search the service built
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
     +-- TooManyRequests           429 every chat or parsing slot is taken; retry after `Retry-After`
@@ -19,6 +19,7 @@
     +-- CondenseFailed            503 the follow-up rewrite failed; the turn fails closed
     +-- NotSupported              501 not possible with this configuration
     +-- IndexUnavailable          503 the index cannot be read or written
+    |   +-- EvictingIndexServer   503 Redis may evict keys (maxmemory-policy not noeviction)
     +-- ServiceUnavailable        503 the service is shutting down; retry on another instance
 
 Clients and backends raise these (translating library exceptions with `raise ... from exc`);
@@ -221,6 +222,14 @@ class IndexUnavailable(ChatQnAError):
 
     status_code = 503
     code = "index_unavailable"
+
+
+class EvictingIndexServer(IndexUnavailable):
+    """Redis runs with a `maxmemory-policy` that evicts keys: under memory pressure it would
+    silently drop passages and their listings, leaving the index half-visible, so the store
+    refuses to open on it."""
+
+    code = "index_server_evicts"
 
 
 class ServiceUnavailable(ChatQnAError):

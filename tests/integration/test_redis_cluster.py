@@ -21,6 +21,7 @@ import redis
 from chatqna.backends.protocols import SearchQuery, SourceBatch
 from chatqna.composition import build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
+from chatqna.errors import EvictingIndexServer
 from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
 from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
@@ -333,6 +334,22 @@ async def test_a_primary_that_lost_its_index_gets_it_back(
     probe = (await embedder.embed(["refund"]))[0]
     results = await many.search(SearchQuery("refund", probe, total, False))
     assert len(results) == len({r.chunk.id for r in results}) == total
+
+
+async def test_open_refuses_a_primary_that_evicts(
+    cluster: RedisClusterProcesses, embedder: CachingEmbedder
+) -> None:
+    """One primary with an evicting `maxmemory-policy` is enough to refuse the cluster."""
+    node = cluster.primary_nodes()[-1]
+    with redis.Redis(port=node.port) as client:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            with pytest.raises(EvictingIndexServer, match=f"{node.port}.*allkeys-lru"):
+                await RedisClusterHybridIndex.open(
+                    cluster.url, embedder_name=embedder.name, dimension=embedder.dimension
+                )
+        finally:
+            client.config_set("maxmemory-policy", "noeviction")
 
 
 def test_cluster_script_starts_and_stops_a_cluster(tmp_path: Path) -> None:

@@ -19,12 +19,14 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch
 from chatqna.documents import Chunk, chunk_id_for
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
+from chatqna.retrieval.redis.cluster_layout import source_slot
 from chatqna.retrieval.redis.store import VectorIndexParams
 from tests.integration.redis_server import (
     CLUSTER_NODE_TIMEOUT_MS,
@@ -147,8 +149,52 @@ async def test_a_primary_killed_during_searches_fails_over(
         found = {r.chunk.source for r in everything}
         assert acknowledged <= found
         assert len(everything) == len({r.chunk.id for r in everything}) == described["chunks"]
+        await assert_writes_go_on_without_a_replica(cluster, store, rng)
     finally:
         await store.aclose()
+
+
+def marked_failed(cluster: RedisClusterProcesses, victim: RedisStackProcess) -> bool:
+    """Every other live node marks `victim` failed and has every slot served (a primary's
+    replica promoted)."""
+    for node in cluster.nodes:
+        if node is victim or not node.alive():
+            continue
+        with redis.Redis(port=node.port, decode_responses=True) as client:
+            state = str(client.execute_command("CLUSTER", "INFO"))
+            lines = str(client.execute_command("CLUSTER", "NODES")).splitlines()
+        line = next(line for line in lines if f":{victim.port}@" in line)
+        if "cluster_state:ok" not in state or "fail" not in line.split()[2].split(","):
+            return False
+    return True
+
+
+def replica_of(cluster: RedisClusterProcesses, port: int) -> RedisStackProcess:
+    for node in cluster.live():
+        if cluster.role(node) == "replica":
+            with redis.Redis(port=node.port, decode_responses=True) as client:
+                if int(client.info("replication")["master_port"]) == port:
+                    return node
+    raise AssertionError(f"the primary on port {port} has no live replica")
+
+
+async def assert_writes_go_on_without_a_replica(
+    cluster: RedisClusterProcesses, store: RedisClusterHybridIndex, rng: np.random.Generator
+) -> None:
+    """A primary whose only replica died takes writes, unconfirmed, once the cluster marks
+    the replica failed: the write that finds no replica acknowledging rereads the topology."""
+    primary = next(s for s in store.topology.primaries if s.replicas == 1)
+    replica = replica_of(cluster, primary.port)
+    replica.kill()
+    for _ in range(300):  # node timeout 1 s: a few seconds
+        if marked_failed(cluster, replica):
+            break
+        await asyncio.sleep(0.1)
+    names = [f"r{i:03d}.md" for i in range(400) if source_slot(f"r{i:03d}.md") in primary.slots]
+    for name in names[:2]:  # the first waits for WAIT's timeout, the second not at all
+        await store.replace_sources([source_batch(rng, name, 3)])
+    listed = {s.source for s in await store.list_sources()}
+    assert set(names[:2]) <= listed
 
 
 async def test_slot_migration_during_searches_never_duplicates_or_drops(
@@ -257,12 +303,22 @@ async def what_the_node_ran(node: RedisStackProcess) -> tuple[dict[str, int], in
     return seen
 
 
+async def search_outcome(store: RedisClusterHybridIndex, rng: np.random.Generator) -> str:
+    try:
+        await store.search(SearchQuery("w1 w2", unit(rng), 10))
+    except IndexUnavailable:
+        return "503"
+    return "ok"
+
+
 async def test_a_hung_primary_fails_a_search_after_one_timeout(
     cluster: RedisClusterProcesses,
 ) -> None:
     """A primary that hangs fails searches and listings after the timeout once: a timeout is
     not retried (only a connection error is, at once). Resumed, the node runs what each call
-    sent it while it hung: once, not again on another connection."""
+    sent it while it hung: once, not again on another connection. Hung for good, it is
+    failed over, and the search that timed out makes the next one reread the topology:
+    searches succeed again instead of asking the old primary for ever."""
     rng = np.random.default_rng(5)
     store = await open_store(cluster, timeout_seconds=1.0)
     try:
@@ -283,5 +339,14 @@ async def test_a_hung_primary_fails_a_search_after_one_timeout(
         assert calls.get("FT.SEARCH") == 2, calls
         assert calls.get("eval", 0) <= 1, calls  # the listing's script, at most once
         assert accepted <= 2, accepted  # at most one new connection per call
+        with hung(victim):
+            for _ in range(300):  # node timeout 1 s: a few seconds
+                if marked_failed(cluster, victim):
+                    break
+                await asyncio.sleep(0.1)
+            assert marked_failed(cluster, victim), "the cluster did not fail the hung primary over"
+            # The first search may still ask the hung primary (and time out); no later one.
+            outcomes = [await search_outcome(store, rng) for _ in range(3)]
+        assert outcomes[1:] == ["ok", "ok"], outcomes
     finally:
         await store.aclose()

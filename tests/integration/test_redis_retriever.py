@@ -32,7 +32,7 @@ from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
 from chatqna.composition import build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
-from chatqna.errors import IndexUnavailable
+from chatqna.errors import EvictingIndexServer, IndexUnavailable
 from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.query import WeightedQuery
@@ -742,3 +742,106 @@ async def test_unreachable_server_is_index_unavailable(embedder: CachingEmbedder
     url = f"redis://127.0.0.1:{free_port()}"
     with pytest.raises(IndexUnavailable, match=r"127\.0\.0\.1"):
         await RedisHybridIndex.open(url, embedder_name=embedder.name, dimension=384)
+
+
+# --- one node through faults ---------------------------------------------------------------
+@pytest.mark.parametrize("first", ["search", "describe"])
+async def test_a_dropped_index_is_built_again(
+    embedder: CachingEmbedder, redis_url: str, first: str
+) -> None:
+    """`FT.DROPINDEX` keeps the passages: a search or `describe()` builds the index again
+    over them instead of failing until the process restarts."""
+    index = await open_redis(embedder, redis_url)
+    try:
+        await ingest_files(collect_files([SAMPLE_CORPUS]), embedder, index)
+        chunks = (await index.describe())["chunks"]
+        before = await ask(index, embedder, QUESTIONS[0])
+        with redis.Redis.from_url(redis_url, protocol=2) as client:
+            client.execute_command("FT.DROPINDEX", "rag-redis")
+        if first == "describe":
+            assert (await index.describe())["chunks"] == chunks
+        assert await ask(index, embedder, QUESTIONS[0]) == before
+        assert (await index.describe())["chunks"] == chunks
+    finally:
+        await index.aclose()
+
+
+async def test_an_ingest_after_flushall_builds_the_index_again(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """Everything gone (`FLUSHALL`, or a restart without persistence): an ingest builds the
+    index (and its meta) before it writes, so what it writes is searchable."""
+    index = await open_redis(embedder, redis_url)
+    try:
+        files = collect_files([SAMPLE_CORPUS])
+        await ingest_files(files, embedder, index)
+        before = await ask(index, embedder, QUESTIONS[0])
+        with redis.Redis.from_url(redis_url, protocol=2) as client:
+            client.flushall()
+        await ingest_files(files, embedder, index, force=True)
+        with redis.Redis.from_url(redis_url, protocol=2) as client:
+            assert client.execute_command("FT._LIST") == [b"rag-redis"]
+            assert client.hget("rag-redis:meta", "embedder") == embedder.name.encode()
+        assert await ask(index, embedder, QUESTIONS[0]) == before
+    finally:
+        await index.aclose()
+
+
+async def concurrent_searches(index: RedisHybridIndex, count: int) -> list[Any]:
+    query = SearchQuery("refund", np.ones(384, dtype=np.float32), 4)
+    return await asyncio.gather(
+        *(index.search(query) for _ in range(count)), return_exceptions=True
+    )
+
+
+async def test_searches_beyond_the_pool_wait_for_a_connection(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """While the server is paused, 150 searches are in flight at once: none fails with
+    "Too many connections" (redis-py's default pool caps at 100), and a pool of 4 makes
+    20 searches wait for a connection rather than fail."""
+    index = await open_redis(embedder, redis_url)
+    small = await RedisHybridIndex.open(
+        redis_url, embedder_name=embedder.name, dimension=384, vector=EXACT, max_connections=4
+    )
+    try:
+        async with aioredis.Redis.from_url(redis_url, protocol=2) as client:
+            await client.execute_command("CLIENT", "PAUSE", 300, "ALL")
+            outcomes = await concurrent_searches(index, 150)
+            assert [o for o in outcomes if isinstance(o, BaseException)] == []
+            clients = int((await client.info("clients"))["connected_clients"])
+            await client.execute_command("CLIENT", "PAUSE", 300, "ALL")
+            outcomes = await concurrent_searches(small, 20)
+            assert [o for o in outcomes if isinstance(o, BaseException)] == []
+            added = int((await client.info("clients"))["connected_clients"]) - clients
+        assert added <= 4
+    finally:
+        await index.aclose()
+        await small.aclose()
+
+
+async def test_a_burst_of_searches_after_a_restart_succeeds(
+    embedder: CachingEmbedder, redis_url: str, server: RedisStackProcess
+) -> None:
+    """Every pooled connection is closed by a restart: each search retries once, at once,
+    on a new connection (and builds the index again: the server kept no data)."""
+    index = await open_redis(embedder, redis_url)
+    try:
+        assert [o for o in await concurrent_searches(index, 20) if o != []] == []
+        server.stop()
+        server.start()
+        outcomes = await concurrent_searches(index, 20)
+        assert [o for o in outcomes if isinstance(o, BaseException)] == []
+    finally:
+        await index.aclose()
+
+
+async def test_open_refuses_a_server_that_evicts(embedder: CachingEmbedder, redis_url: str) -> None:
+    """With an evicting `maxmemory-policy`, Redis would drop passages silently: refused."""
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            with pytest.raises(EvictingIndexServer, match="noeviction"):
+                await open_redis(embedder, redis_url)
+        finally:
+            client.config_set("maxmemory-policy", "noeviction")

@@ -25,9 +25,10 @@ primaries' searches is found by the second round (it had to be on the source whe
 round read it, or on the destination when the second did). A primary that appears (or a new
 index name after resharding) gets its index, and its initial scan is awaited, before any
 search reads it; one that owns no slot yet but imports one is searched with `ASKING`. A
-primary that cannot be reached fails the search with `IndexUnavailable` (503) and the next
-search rereads the topology from any node: while its replica is being promoted (about
-`cluster-node-timeout` plus a second of election), searches fail, then they succeed again.
+primary that cannot be reached, or hangs past the timeout, fails the search with
+`IndexUnavailable` (503) and the next search rereads the topology from any node: while its
+replica is being promoted (about `cluster-node-timeout` plus a second of election),
+searches fail, then they succeed again.
 Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
 source (a request of several sources is applied source by source), and are acknowledged
 once a replica has them.
@@ -41,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
+import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -58,6 +60,7 @@ from chatqna.retrieval.redis.cluster_writes import ClusterWriter
 from chatqna.retrieval.redis.query import RETURNED, bm25_query
 from chatqna.retrieval.redis.replies import (
     hybrid_results,
+    is_missing_index,
     redact_url,
     scored_chunk,
     stored_fields,
@@ -69,15 +72,29 @@ from chatqna.retrieval.redis.schema import (
     IndexSchema,
     VectorIndexParams,
     index_info,
+    refuse_eviction,
     text,
 )
-from chatqna.retrieval.redis.store import query_vector
+from chatqna.retrieval.redis.store import DEFAULT_MAX_CONNECTIONS, query_vector
 from chatqna.retrieval.redis.topology import ClusterTopology, Shard
 from chatqna.retrieval.redis.writes import check_batches
 
 logger = logging.getLogger(__name__)
 
 ROUND_ATTEMPTS = 4  # tries of one search round while an index name's slot moves
+
+
+async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
+    """Whether the server at `url` is a node of a Redis Cluster (`INFO cluster`)."""
+    client = aioredis.Redis.from_url(
+        url, protocol=2, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds
+    )
+    try:
+        async with unavailable_on_error("(probe)", redact_url(url), "INFO cluster"):
+            info = await client.info("cluster")
+    finally:
+        await client.aclose()
+    return str(info.get("cluster_enabled", 0)) == "1"
 
 
 class RedisClusterHybridIndex:
@@ -97,6 +114,7 @@ class RedisClusterHybridIndex:
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
         timeout_seconds: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         if min(dimension, rrf_k, rrf_candidates) < 1:
             raise ValueError("dimension, rrf_k and rrf_candidates must be at least 1")
@@ -116,7 +134,7 @@ class RedisClusterHybridIndex:
         self.schema = IndexSchema(
             index_name, self.layout.chunk_prefix, embedder_name, dimension, self.vector
         )
-        self.topology = ClusterTopology(url, self.schema, timeout_seconds)
+        self.topology = ClusterTopology(url, self.schema, timeout_seconds, max_connections)
         self.writer = ClusterWriter(self.topology, self.layout)
         self._write_lock = asyncio.Lock()
         self._closed = False
@@ -133,6 +151,7 @@ class RedisClusterHybridIndex:
         rrf_k: int = DEFAULT_RRF_K,
         rrf_candidates: int = FUSION_CANDIDATES,
         timeout_seconds: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> RedisClusterHybridIndex:
         """Connect to the cluster `url` names a node of, and build the index on every
         primary (checking an existing one fits)."""
@@ -156,6 +175,7 @@ class RedisClusterHybridIndex:
             rrf_k=rrf_k,
             rrf_candidates=rrf_candidates,
             timeout_seconds=timeout_seconds,
+            max_connections=max_connections,
         )
         try:
             await index.ensure_index()
@@ -176,6 +196,7 @@ class RedisClusterHybridIndex:
                 self.schema.check_meta(meta, FORMAT_VERSION)
             await self.topology.refresh()
             for shard in self.topology.primaries:
+                await refuse_eviction(self.topology.client(shard.address), shard.address)
                 info = await index_info(self.topology.client(shard.address), shard.index)
                 if info is not None:
                     self.schema.check_info(info, meta)
@@ -228,7 +249,8 @@ class RedisClusterHybridIndex:
     ) -> tuple[list[Shard], Round]:
         """One round on the current primaries. An index name whose slot moved or is moving
         (`MOVED`, `ASK`, `TRYAGAIN`) or an index gone missing rereads the topology (and
-        builds what is missing) and tries again; a primary that is gone fails at once."""
+        builds what is missing) and tries again; a primary that is gone or hangs fails the
+        search at once and makes the next one reread the topology."""
         for attempt in range(ROUND_ATTEMPTS):
             shards = await self.topology.shards()
             last = attempt == ROUND_ATTEMPTS - 1
@@ -239,12 +261,13 @@ class RedisClusterHybridIndex:
                     raise
                 await asyncio.sleep(0.02 * (attempt + 1))
             except ResponseError as exc:
-                missing = "no such index" in str(exc).lower() or "unknown index" in str(exc).lower()
-                if not missing or last:
+                if not is_missing_index(exc) or last:
                     raise
                 self.topology.forget_indexes()  # flushed or dropped: build it again
-            except (ConnectionError, OSError):
-                self.topology.stale = True  # the next search rereads the topology
+            except (ConnectionError, OSError, RedisTimeoutError):
+                # Gone or hung: either way the cluster may fail it over, so the next search
+                # rereads the topology instead of asking the old primary again.
+                self.topology.stale = True
                 raise
             self.topology.stale = True
         raise AssertionError("unreachable")

@@ -10,13 +10,15 @@ another process since it was read makes the script change nothing and the replac
 again (`CONFLICT_ATTEMPTS` times at most). The script runs on a connection of its own to
 the primary that owns the source's slot, followed by `WAIT 1` on that same connection when
 the primary has a live replica, so a write is acknowledged only once a replica holds it and
-a failover cannot lose it. That connection has no socket timeout: the primary indexes the
-chunks before it answers, so the script is waited for up to its `transaction_deadline`
-(the store's timeout plus an allowance per chunk key it writes or deletes), and the `WAIT`
-up to 2 s plus the same allowance, the replica indexing them too. A primary busy with a
-script answers no other client and no cluster gossip: one that outlasts
-`cluster-node-timeout` gets the primary failed over, and the write fails (seen with a 1 s
-node timeout and a 30,000-chunk script of 5 s: the replica took over without the write).
+a failover cannot lose it (a replica that does not acknowledge makes the store reread the
+topology: a primary left without a live replica takes writes unconfirmed). That connection
+has no socket timeout: the primary indexes the chunks before it answers, so the script is
+waited for up to its `transaction_deadline` (the store's timeout plus an allowance per
+chunk key it writes or deletes), and the `WAIT` up to 2 s plus the same allowance, the
+replica indexing them too. A primary busy with a script answers no other client and no
+cluster gossip: one that outlasts `cluster-node-timeout` gets the primary failed over, and
+the write fails (seen with a 1 s node timeout and a 30,000-chunk script of 5 s: the replica
+took over without the write).
 `MOVED` refreshes the slot map and `ASK`/`TRYAGAIN` (a slot in migration) retry, for at
 most `REDIRECT_ATTEMPTS`. Each source is atomic on its own: a request of several sources,
 on several primaries, is applied source by source.
@@ -34,6 +36,7 @@ listed (it came last) or wholly gone, never searchable but unlisted or listed bu
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -69,6 +72,8 @@ from chatqna.retrieval.redis.writes import (
     glob_prefix,
     transaction_deadline,
 )
+
+logger = logging.getLogger(__name__)
 
 REDIRECT_ATTEMPTS = 20
 CONFLICT_ATTEMPTS = 20  # tries of one replace while other processes rewrite its chunks
@@ -226,16 +231,30 @@ class ClusterWriter:
         self, writer: aioredis.Redis, owner: Shard | None, chunk_keys: int
     ) -> None:
         """`WAIT` for one replica of `owner` (none to wait for: no live replica known), which
-        indexes the write's `chunk_keys` chunk keys before it acknowledges them."""
-        replicas = 0 if owner is None else min(owner.replicas, 1)
-        if replicas == 0:
+        indexes the write's `chunk_keys` chunk keys before it acknowledges them. A replica
+        that does not acknowledge rereads the topology: when the primary has no live replica
+        left, the write is done (with a warning: a failover would now lose it, but no replica
+        could take over anyway); else it fails, applied on the primary but not confirmed."""
+        if owner is None or min(owner.replicas, 1) == 0:
             return
         wait_ms = round(1000 * transaction_deadline(REPLICA_WAIT_MS / 1000, chunk_keys))
         timeout = self.topology.timeout_seconds
         async with bounded(wait_ms / 1000 + timeout, timeout, "WAIT"):
-            acked = int(await writer.execute_command("WAIT", replicas, wait_ms))  # type: ignore[no-untyped-call]
-        if acked < replicas:
-            raise IndexUnavailable(
-                f"Redis index {self.layout.index_name!r}: a write was not confirmed by a "
-                f"replica within {wait_ms} ms and could be lost in a failover; retry it"
+            acked = int(await writer.execute_command("WAIT", 1, wait_ms))  # type: ignore[no-untyped-call]
+        if acked >= 1:
+            return
+        await self.topology.refresh()
+        now = next((s for s in self.topology.primaries if s.address == owner.address), None)
+        if now is not None and now.replicas == 0:
+            logger.warning(
+                "Redis index %r: primary %s has no live replica; writes to it are applied "
+                "without a replica's confirmation until one joins",
+                self.layout.index_name,
+                owner.address,
             )
+            return
+        raise IndexUnavailable(
+            f"Redis index {self.layout.index_name!r}: a write was applied on the primary "
+            f"{owner.address} but not confirmed by a replica within {wait_ms} ms, so a "
+            "failover could still lose it; retry it (writing it again is safe)"
+        )

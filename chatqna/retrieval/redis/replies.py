@@ -111,6 +111,14 @@ def is_query_syntax_error(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and any(e in message for e in _QUERY_SYNTAX_ERRORS)
 
 
+def is_missing_index(exc: BaseException) -> bool:
+    """Whether a Redis error says the index does not exist (a restart without persistence,
+    `FLUSHALL`, `FT.DROPINDEX`): the store can build it again."""
+    message = str(exc).lower()
+    missing = "no such index" in message or "unknown index name" in message
+    return isinstance(exc, ResponseError) and missing
+
+
 @asynccontextmanager
 async def unavailable_on_error(
     index: str, location: str, action: str, closed: Callable[[], bool] | None = None

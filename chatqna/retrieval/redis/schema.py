@@ -27,7 +27,7 @@ from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
-from chatqna.errors import IndexUnavailable
+from chatqna.errors import EvictingIndexServer, IndexUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -230,3 +230,35 @@ class IndexSchema:
             raise self.mismatch(embedder, info.vector_dimension)
         if not info.has_terms:
             raise self.outdated(text(meta.get(b"format", b"1")))
+
+
+async def eviction_policy(client: aioredis.Redis) -> str | None:
+    """The server's `maxmemory-policy`: `CONFIG GET`, or `INFO memory` where `CONFIG` is
+    renamed or disabled (managed services), or None when neither tells."""
+    try:
+        policy = (await client.config_get("maxmemory-policy")).get("maxmemory-policy")
+        if policy is not None:
+            return str(policy)
+    except ResponseError:
+        pass
+    try:
+        found = (await client.info("memory")).get("maxmemory_policy")
+    except ResponseError:
+        return None
+    return None if found is None else str(found)
+
+
+async def refuse_eviction(client: aioredis.Redis, where: str) -> None:
+    """Refuse a server that may evict the index's keys; warn when its policy is unknown."""
+    policy = await eviction_policy(client)
+    if policy is None:
+        logger.warning(
+            "Redis at %s does not tell its maxmemory-policy; it must be noeviction", where
+        )
+    elif policy != "noeviction":
+        raise EvictingIndexServer(
+            f"Redis at {where} runs with maxmemory-policy {policy}: under memory pressure it "
+            "would silently evict passages and leave the index half-visible. Start it with "
+            "`--maxmemory-policy noeviction` (or `CONFIG SET maxmemory-policy noeviction`, "
+            "on every node of a cluster); a full server then refuses writes instead."
+        )

@@ -26,7 +26,9 @@ rebuilt. A restart that replays `FT.CREATE` from the append-only file (no AOF re
 the index was created) indexes every passage twice, and BM25 scores shift for good; so does
 writing while `FT.CREATE` still scans the keyspace, which is why `ensure_index` waits for
 that scan. After a restart RediSearch may index in the background for a while (`describe()`
-reports `indexing`). Dense search is unaffected by all of this.
+reports `indexing`). Dense search is unaffected by all of this. An index that is gone (a
+restart without persistence, `FLUSHALL`, `FT.DROPINDEX`) is built again by the next
+search, `describe()` or write, over the passages still stored.
 
 A Redis Cluster is served by `chatqna.retrieval.redis.cluster.RedisClusterHybridIndex`,
 which shares the schema, the queries and the reply parsing.
@@ -35,11 +37,15 @@ which shares the schema, the queries and the reply parsing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, cast
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError, ResponseError
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
@@ -56,6 +62,7 @@ from chatqna.retrieval.redis.query import (
 from chatqna.retrieval.redis.replies import (
     aggregate_values,
     hybrid_results,
+    is_missing_index,
     knn_hits,
     redact_url,
     scored_chunk,
@@ -71,11 +78,19 @@ from chatqna.retrieval.redis.schema import (
     IndexSchema,
     VectorIndexParams,
     index_info,
+    refuse_eviction,
     text,
 )
 from chatqna.retrieval.redis.writes import SingleNodeWriter, check_batches
 
 __all__ = ["DEFAULT_INDEX_NAME", "RedisHybridIndex", "VectorIndexParams", "bm25_query"]
+
+# Connections of one store's reading pool (per node on a cluster): the default of
+# `CHATQNA_MAX_CONCURRENT_CHATS`, which the composition root passes.
+DEFAULT_MAX_CONNECTIONS = 256
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def query_vector(query: SearchQuery, dimension: int) -> np.ndarray:
@@ -96,6 +111,24 @@ def connect(url: str, connect_timeout: float, *, socket_timeout: float | None) -
         socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
     )
+
+
+def connect_pooled(url: str, timeout_seconds: float, max_connections: int) -> aioredis.Redis:
+    """The reading client of `url`: at most `max_connections` connections, a caller waiting
+    up to `timeout_seconds` for a free one (redis-py's default pool fails at once past 100),
+    and a command sent again, at once, after a connection error (a pooled connection the
+    server closed by restarting), never after a timeout."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout_seconds,
+        protocol=2,
+        decode_responses=False,
+        socket_timeout=timeout_seconds,
+        socket_connect_timeout=timeout_seconds,
+        retry=Retry(NoBackoff(), 1, (ConnectionError,)),
+    )
+    return aioredis.Redis.from_pool(pool)
 
 
 class RedisHybridIndex:
@@ -162,9 +195,11 @@ class RedisHybridIndex:
         rrf_candidates: int = FUSION_CANDIDATES,
         write_batch: int = 500,
         timeout_seconds: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> RedisHybridIndex:
-        """Connect to `url` (RESP2), create the index if missing, and check it fits."""
-        client = connect(url, timeout_seconds, socket_timeout=timeout_seconds)
+        """Connect to `url` (RESP2), create the index if missing, and check it fits.
+        Searches share a pool of `max_connections`; writes have a connection of their own."""
+        client = connect_pooled(url, timeout_seconds, max_connections)
         transactions = connect(url, timeout_seconds, socket_timeout=None)
         index = cls(
             client,
@@ -180,6 +215,8 @@ class RedisHybridIndex:
             location=redact_url(url),
         )
         try:
+            async with index._redis("opening the index"):
+                await refuse_eviction(client, index.location)
             await index.ensure_index()
         except BaseException:
             await index.aclose()
@@ -206,10 +243,34 @@ class RedisHybridIndex:
     async def _write_meta(self) -> None:
         await self.client.hset(self._meta_key, mapping=self.schema.meta())
 
+    async def _rebuilt_if_missing(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`; when it finds the index gone (a restart without persistence,
+        `FLUSHALL`, `FT.DROPINDEX`), build it again, under the write lock, and call once
+        more. `FT.CREATE` indexes the passages still stored."""
+        try:
+            return await call()
+        except ResponseError as exc:
+            if not is_missing_index(exc):
+                raise
+        async with self._write_lock:
+            await self._rebuild()
+        return await call()
+
+    async def _rebuild(self) -> None:
+        """Build the index again if it is still missing (the write lock held)."""
+        if await index_info(self.client, self.index_name) is None:
+            logger.warning(
+                "Redis index %r at %s no longer exists; building it again",
+                self.index_name,
+                self.location,
+            )
+            await self.ensure_index()
+
     # --- writes ------------------------------------------------------------------------------
     async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
         check_batches(batches, self.dimension)
         async with self._write_lock, self._redis("replacing sources"):
+            await self._rebuild()  # passages written without their index would stay unseen
             await self.writer.replace_sources(batches)
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
@@ -225,30 +286,33 @@ class RedisHybridIndex:
 
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
         vector = query_vector(query, self.dimension)
-        if not query.hybrid:
-            return await self._dense_only(vector, query.k)
+        async with self._redis("search"):
+            if not query.hybrid:
+                return await self._rebuilt_if_missing(lambda: self._dense_only(vector, query.k))
+            return await self._rebuilt_if_missing(lambda: self._hybrid(query, vector))
+
+    async def _hybrid(self, query: SearchQuery, vector: np.ndarray) -> list[ScoredChunk]:
         depth = max(query.k, self.rrf_candidates)
         lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
         text_query = bm25_query(lexical)
-        async with self._redis("search"):
-            pipe = self.client.pipeline(transaction=False)
-            self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False))
-            if text_query is not None:
-                self._queue(pipe, bm25_search(self.index_name, text_query, depth))
-            replies = await pipe.execute()
-            dense = {key: similarity for key, similarity, _ in knn_hits(replies[0])}
-            bm25: dict[str, float] = {}
-            if text_query is not None:
-                hits = scored_hits(replies[1])
-                exact = None
-                if straddles(hits, depth):
-                    args = bm25_aggregate(self.index_name, text_query, depth, "__key")
-                    exact = aggregate_values(await self._call(args), "__key")
-                bm25 = top_bm25(hits, depth, exact)
-            fused = reciprocal_rank_fusion(
-                [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
-            )[: query.k]
-            stored = await self._read([key for key, _ in fused])
+        pipe = self.client.pipeline(transaction=False)
+        self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False))
+        if text_query is not None:
+            self._queue(pipe, bm25_search(self.index_name, text_query, depth))
+        replies = await pipe.execute()
+        dense = {key: similarity for key, similarity, _ in knn_hits(replies[0])}
+        bm25: dict[str, float] = {}
+        if text_query is not None:
+            hits = scored_hits(replies[1])
+            exact = None
+            if straddles(hits, depth):
+                args = bm25_aggregate(self.index_name, text_query, depth, "__key")
+                exact = aggregate_values(await self._call(args), "__key")
+            bm25 = top_bm25(hits, depth, exact)
+        fused = reciprocal_rank_fusion(
+            [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
+        )[: query.k]
+        stored = await self._read([key for key, _ in fused])
         return hybrid_results(fused, dense, bm25, stored, vector)
 
     async def _read(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
@@ -261,8 +325,7 @@ class RedisHybridIndex:
         return stored_fields(await pipe.execute())
 
     async def _dense_only(self, vector: np.ndarray, k: int) -> list[ScoredChunk]:
-        async with self._redis("search"):
-            reply = await self._call(knn_search(self.index_name, vector, k, fields=True))
+        reply = await self._call(knn_search(self.index_name, vector, k, fields=True))
         return [
             scored_chunk(fields, {"dense": similarity}, "dense")
             for _, similarity, fields in knn_hits(reply)
@@ -284,6 +347,10 @@ class RedisHybridIndex:
     async def describe(self) -> dict[str, Any]:
         async with self._redis("describe"):
             info = await index_info(self.client, self.index_name)
+            if info is None:
+                async with self._write_lock:
+                    await self._rebuild()
+                info = await index_info(self.client, self.index_name)
             sources = int(await self.client.scard(self.writer.sources_key))
         if info is None:
             raise IndexUnavailable(f"the Redis index {self.index_name!r} no longer exists")

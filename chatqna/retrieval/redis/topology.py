@@ -30,27 +30,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from chatqna.retrieval.redis.replies import redact_url, unavailable_on_error
 from chatqna.retrieval.redis.schema import IndexSchema
 
 logger = logging.getLogger(__name__)
 
 REDIRECTS = 5  # how many ASK, MOVED or TRYAGAIN a keyed read follows
 _REDIRECTS = (AskError, MovedError, TryAgainError)
-
-
-async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
-    """Whether the server at `url` is a node of a Redis Cluster (`INFO cluster`)."""
-    client = aioredis.Redis.from_url(
-        url, protocol=2, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds
-    )
-    try:
-        async with unavailable_on_error("(probe)", redact_url(url), "INFO cluster"):
-            info = await client.info("cluster")
-    finally:
-        await client.aclose()
-    return str(info.get("cluster_enabled", 0)) == "1"
 
 
 @dataclass(frozen=True)
@@ -199,8 +186,11 @@ class ClusterTopology:
     scan, before that primary is searched. `stale` makes the next `shards()` reread.
     """
 
-    def __init__(self, url: str, schema: IndexSchema, timeout_seconds: float) -> None:
+    def __init__(
+        self, url: str, schema: IndexSchema, timeout_seconds: float, max_connections: int = 256
+    ) -> None:
         self.url = url
+        self.max_connections = max_connections
         self.schema = schema
         self.timeout_seconds = timeout_seconds
         self.nodes: list[ClusterNode] = []
@@ -211,30 +201,39 @@ class ClusterTopology:
         self._writers: dict[str, aioredis.Redis] = {}
         self._lock = asyncio.Lock()
 
+    def _options(self, address: str) -> dict[str, Any]:
+        host, _, port = address.rpartition(":")
+        parts = urlsplit(self.url)
+        return {
+            "host": host,
+            "port": int(port),
+            "username": parts.username,
+            "password": parts.password,
+            "protocol": 2,
+            "decode_responses": False,
+            "socket_connect_timeout": self.timeout_seconds,
+            "socket_timeout": self.timeout_seconds,
+        }
+
     def connect(
         self, address: str, kind: type[aioredis.Redis] = aioredis.Redis, **extra: Any
     ) -> aioredis.Redis:
-        host, _, port = address.rpartition(":")
-        parts = urlsplit(self.url)
-        options: dict[str, Any] = {"socket_timeout": self.timeout_seconds, **extra}
-        return kind(
-            host=host,
-            port=int(port),
-            username=parts.username,
-            password=parts.password,
-            protocol=2,
-            decode_responses=False,
-            socket_connect_timeout=self.timeout_seconds,
-            **options,
-        )
+        return kind(**{**self._options(address), **extra})
 
     def client(self, address: str) -> aioredis.Redis:
-        """The search connection pool of one node: one immediate retry on a connection error
+        """The search connection pool of one node: at most `max_connections`, a caller
+        waiting up to the timeout for a free one; one immediate retry on a connection error
         (a pooled connection the node closed), no backoff, so a primary that is gone fails
         the search at once; none on a timeout, so one that hangs fails it after one."""
         client = self._clients.get(address)
         if client is None:
-            client = self.connect(address, retry=Retry(NoBackoff(), 1, (ConnectionError,)))
+            pool = aioredis.BlockingConnectionPool(
+                max_connections=self.max_connections,
+                timeout=self.timeout_seconds,
+                retry=Retry(NoBackoff(), 1, (ConnectionError,)),
+                **self._options(address),
+            )
+            client = aioredis.Redis.from_pool(pool)
             self._clients[address] = client
         return client
 
@@ -319,8 +318,8 @@ class ClusterTopology:
             pipe.execute_command(*command)
         try:
             replies = await pipe.execute(raise_on_error=False)
-        except (ConnectionError, OSError):
-            self.stale = True  # the node is gone: reread the topology before the next call
+        except (ConnectionError, OSError, RedisTimeoutError):
+            self.stale = True  # gone or hung: reread the topology before the next call
             raise
         return list(replies[1::2] if asking else replies)
 
@@ -330,7 +329,8 @@ class ClusterTopology:
         return self.primaries
 
     async def _nodes_reply(self) -> bytes:
-        """`CLUSTER NODES` from the first node that answers: known nodes, then the URL's."""
+        """`CLUSTER NODES` from the first node that answers (one that hangs is passed over
+        after its timeout): known nodes, then the URL's."""
         parts = urlsplit(self.url)
         addresses = [node.address for node in self.nodes if not node.failed]
         addresses += [node.address for node in self.nodes if node.failed]
@@ -340,7 +340,7 @@ class ClusterTopology:
             try:
                 reply = await self.client(address).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
                 return cast(bytes, reply)
-            except (ConnectionError, OSError) as exc:
+            except (ConnectionError, OSError, RedisTimeoutError) as exc:
                 error = exc
         raise ConnectionError(f"no cluster node answers CLUSTER NODES: {error}")
 

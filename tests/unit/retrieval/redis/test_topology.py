@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from redis.asyncio import BlockingConnectionPool
 from redis.crc import key_slot
 
+from chatqna.retrieval.redis.schema import IndexSchema, VectorIndexParams
 from chatqna.retrieval.redis.topology import (
+    ClusterTopology,
     own_view,
     parse_cluster_nodes,
     shard_index_name,
@@ -61,3 +64,15 @@ def test_index_names_are_the_smallest_tag_in_an_owned_slot() -> None:
     assert key_slot(name.encode()) == 1234
     with pytest.raises(ValueError, match="without slots"):
         shard_index_name("rag", frozenset())
+
+
+@pytest.mark.anyio
+async def test_each_nodes_search_pool_waits_for_a_connection_up_to_the_timeout() -> None:
+    """redis-py's default pool fails at once past 100 connections; a node's search pool
+    holds `max_connections` and makes the next caller wait up to the timeout."""
+    schema = IndexSchema("rag", "rag:chunk:", "e", 8, VectorIndexParams())
+    topology = ClusterTopology("redis://127.0.0.1:7000", schema, 2.5, max_connections=7)
+    pool = topology.client("127.0.0.1:7001").connection_pool
+    assert isinstance(pool, BlockingConnectionPool)
+    assert (pool.max_connections, pool.timeout) == (7, 2.5)
+    await topology.aclose()

@@ -1,0 +1,55 @@
+"""What the Redis stores ask of the server: a `maxmemory-policy` that never evicts."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from redis.exceptions import ResponseError
+
+from chatqna.errors import EvictingIndexServer, IndexUnavailable
+from chatqna.retrieval.redis.schema import refuse_eviction
+
+pytestmark = pytest.mark.anyio
+
+
+class Server:
+    """A client whose `CONFIG GET` and `INFO memory` answer `config` and `info`, or refuse
+    (None: the command is renamed or disabled, as on managed services)."""
+
+    def __init__(self, config: str | None, info: str | None) -> None:
+        self.config, self.info_policy = config, info
+
+    async def config_get(self, pattern: str) -> dict[str, Any]:
+        if self.config is None:
+            raise ResponseError("unknown command 'CONFIG'")
+        return {pattern: self.config}
+
+    async def info(self, section: str) -> dict[str, Any]:
+        if self.info_policy is None:
+            raise ResponseError("unknown command 'INFO'")
+        return {"used_memory": 1, "maxmemory_policy": self.info_policy}
+
+
+async def test_noeviction_is_accepted() -> None:
+    await refuse_eviction(Server("noeviction", None), "here")  # type: ignore[arg-type]
+    await refuse_eviction(Server(None, "noeviction"), "here")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config, info", [("allkeys-lru", None), (None, "volatile-lfu")])
+async def test_an_evicting_policy_is_refused_with_the_way_out(
+    config: str | None, info: str | None
+) -> None:
+    with pytest.raises(EvictingIndexServer) as caught:
+        await refuse_eviction(Server(config, info), "redis://node:6379")  # type: ignore[arg-type]
+    assert isinstance(caught.value, IndexUnavailable)
+    message = caught.value.message
+    assert "redis://node:6379" in message and (config or info) in message
+    assert "--maxmemory-policy noeviction" in message
+
+
+async def test_an_unknown_policy_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        await refuse_eviction(Server(None, None), "here")  # type: ignore[arg-type]
+    assert "maxmemory-policy" in caplog.text
