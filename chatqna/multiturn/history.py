@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Where a message was shortened (its start kept) to fit a limit.
+CUT_MARK = " [...]"
+
 
 @dataclass(frozen=True)
 class Message:
@@ -34,6 +37,15 @@ class Conversation:
         if turns <= 0:
             return ()
         return self.history[-turns:]
+
+
+def shortened(message: Message, limit: int) -> Message:
+    """`message` cut to at most `limit` characters on a word boundary, the cut marked."""
+    if len(message.content) <= limit:
+        return message
+    start = message.content[: max(limit - len(CUT_MARK), 0)]
+    start = start.rsplit(" ", 1)[0] if " " in start else start
+    return Message(message.role, start.rstrip() + CUT_MARK)
 
 
 def split_conversation(messages: Sequence[Message]) -> Conversation:

@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from chatqna.documents import ScoredChunk
-from chatqna.multiturn.history import Conversation, Message
+from chatqna.multiturn.history import Conversation, Message, shortened
 
-# Where a history message was shortened to fit the answer prompt.
-CUT_MARK = " [...]"
 # A shortened older message keeps at least this much, or is left out.
 MIN_KEPT_CHARS = 200
 
@@ -34,15 +32,6 @@ def format_passages(sources: Sequence[ScoredChunk]) -> str:
         heading = f"[{number}] {chunk.source}" + (f" - {chunk.title}" if chunk.title else "")
         blocks.append(f"{heading}\n{chunk.text.strip()}")
     return "\n\n".join(blocks)
-
-
-def shortened(message: Message, limit: int) -> Message:
-    """`message` cut to at most `limit` characters on a word boundary, the cut marked."""
-    if len(message.content) <= limit:
-        return message
-    start = message.content[: max(limit - len(CUT_MARK), 0)]
-    start = start.rsplit(" ", 1)[0] if " " in start else start
-    return Message(message.role, start.rstrip() + CUT_MARK)
 
 
 def _last_question(history: Sequence[Message]) -> int | None:

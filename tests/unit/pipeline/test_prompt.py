@@ -1,13 +1,8 @@
 """The answer prompt: passages numbered with their source, the history bounded, the raw question."""
 
 from chatqna.documents import Chunk, ScoredChunk
-from chatqna.multiturn.history import Conversation, Message
-from chatqna.pipeline.prompt import (
-    CUT_MARK,
-    bounded_history,
-    build_answer_prompt,
-    format_passages,
-)
+from chatqna.multiturn.history import CUT_MARK, Conversation, Message
+from chatqna.pipeline.prompt import bounded_history, build_answer_prompt, format_passages
 
 
 def test_passages_history_and_the_users_own_words() -> None:
