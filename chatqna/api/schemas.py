@@ -1,8 +1,9 @@
 """Wire models: OPEA's ChatCompletionRequest for `/v1/chatqna`, OpenAI's for `/v1/chat/completions`.
 
 `messages` is a string (a single user turn) or a list of `{role, content}`; content may be
-a string or OpenAI's list of `{"type": "text", "text": ...}` parts. `k` is the retrieval
-depth and `top_n` the number of chunks kept after reranking; `top_k` is LLM sampling.
+a string or OpenAI's list of `{"type": "text", "text": ...}` parts, joined one per line.
+`k` is the retrieval depth and `top_n` the number of chunks kept after reranking; `top_k`
+is LLM sampling.
 Unknown fields are ignored, as OPEA's gateway does, so existing clients keep working.
 
 The response models document the OpenAPI schema (`/openapi.json`), which the test suite
@@ -66,7 +67,8 @@ class ChatMessage(BaseModel):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        # One part per line, as vLLM joins them: "How do I export" + "my data?" stays two words.
+        return "\n".join(part.text for part in self.content)
 
 
 # Documented as "holds a non-space character"; the validator below enforces it with a
