@@ -13,7 +13,8 @@ History text: the last `MULTI_TURN_HISTORY_TURNS` messages of the chosen roles b
 query (`MULTI_TURN_HISTORY_ROLES`: user and assistant, or the user's only), normalised to
 English, one message per line, most recent first or oldest first
 (`MULTI_TURN_HISTORY_ORDER`). When the blend cannot run (the flag is off, there is no
-history, or the window is 0) the turn takes the baseline path: one single-string embedding
+history, the history holds no user question (a UI's greeting), or the window is 0) the
+turn takes the baseline path: one single-string embedding
 call, and a log line says why.
 
 A blended follow-up's BM25 leg may also hear the conversation: `earlier_questions` gives the
@@ -149,11 +150,15 @@ def question_similarity(query: np.ndarray, question: np.ndarray) -> float:
     return float(pair[0] @ pair[1])
 
 
-def _skip_reason(enabled: bool, history_turns: int, window: Sequence[Message]) -> str | None:
+def _skip_reason(
+    enabled: bool, history_turns: int, window: Sequence[Message], follows_up: bool
+) -> str | None:
     if not enabled:
         logger.debug("blend not run: MULTI_TURN_BLEND_ENABLED is false")
         return SKIP_DISABLED
-    skip = SKIP_WINDOW_ZERO if history_turns == 0 else SKIP_NO_HISTORY if not window else None
+    # A greeting alone (assistant messages, no earlier question) is no history either.
+    no_history = not window or not follows_up
+    skip = SKIP_WINDOW_ZERO if history_turns == 0 else SKIP_NO_HISTORY if no_history else None
     if skip is not None:
         logger.info("blend not run (%s): one single-string embedding call", skip)
     return skip
@@ -192,7 +197,7 @@ async def blend_query(
     `assistant_weight` into the history vector. With `self_contained` above 0 the call also
     embeds the previous user question; a query at least that alike to it is not blended."""
     window = history_window(conversation, history_turns, roles)
-    skip = _skip_reason(enabled, history_turns, window)
+    skip = _skip_reason(enabled, history_turns, window, conversation.follows_up)
     outcome = TranslationOutcome(tuple(window))
     if skip is None and translator is not None:
         outcome = await translator.normalise(window)

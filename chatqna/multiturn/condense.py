@@ -1,8 +1,9 @@
 """Condense mode: an LLM rewrites a follow-up into a standalone question, and fails closed.
 
-With an empty history window no LLM call is made: the raw message is the retrieval query
-(status `skipped_no_history`). Otherwise one chat call asks for JSON
-`{"standalone_query": "..."}` (as a JSON-schema response format) from a prompt that says:
+With an empty history window, or a history with no user message (a UI's greeting), no LLM
+call is made: the raw message is the retrieval query (status `skipped_no_history`).
+Otherwise one chat call asks for JSON `{"standalone_query": "..."}` (as a JSON-schema
+response format) from a prompt that says:
 reformulate the latest message so it stands alone, return it unchanged if it already does,
 never answer it. The rewrite then drives the dense leg, the BM25 leg and the reranker; the
 answer prompt keeps the user's raw words.
@@ -267,7 +268,7 @@ async def condense_follow_up(
 ) -> CondenseOutcome:
     """Rewrite the turn's query into a standalone question, or raise `CondenseFailed`."""
     window = conversation.window(history_turns)
-    if not window:
+    if not window or not conversation.follows_up:  # a greeting alone is no history
         return CondenseOutcome(STATUS_SKIPPED, conversation.query, conversation.query, 0)
     prompt = [
         {"role": "system", "content": SYSTEM_PROMPT},

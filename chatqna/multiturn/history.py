@@ -1,7 +1,8 @@
 """Splitting a chat into the query (the last user message) and the history before it.
 
 The history window is the last `MULTI_TURN_HISTORY_TURNS` user/assistant messages before
-the query; system messages never count as history.
+the query; system messages never count as history, and a history without a user message
+(a UI's greeting) counts as none.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ class Conversation:
     query: str
     history: tuple[Message, ...]
     system: tuple[str, ...] = ()
+
+    @property
+    def follows_up(self) -> bool:
+        """Whether the user asked something before the query. A history of assistant
+        messages only (a UI's greeting) is no conversation yet: the query is a first turn."""
+        return any(message.role == "user" for message in self.history)
 
     def window(self, turns: int) -> tuple[Message, ...]:
         """The last `turns` user/assistant messages before the query."""

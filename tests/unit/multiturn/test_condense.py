@@ -124,6 +124,15 @@ async def test_no_history_makes_no_call() -> None:
     assert llm.prompts == []
 
 
+async def test_a_greeting_alone_is_no_history() -> None:
+    llm = ScriptedLLM('{"standalone_query": "never used"}')
+    greeting = (Message("assistant", "Hi! Ask me anything about your account."),)
+    conversation = Conversation("How do I export?", greeting)
+    outcome = await condense_follow_up(conversation, llm, history_turns=6, timeout_seconds=1)
+    assert outcome.status == STATUS_SKIPPED and outcome.query == "How do I export?"
+    assert llm.prompts == []
+
+
 async def test_follow_up_is_rewritten_with_the_window() -> None:
     llm = ScriptedLLM('{"standalone_query": "Can I export my data after I cancel?"}')
     outcome = await condense_follow_up(FOLLOW_UP, llm, history_turns=6, timeout_seconds=1)

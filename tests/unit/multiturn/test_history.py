@@ -41,3 +41,9 @@ def test_shortened_keeps_the_start_and_marks_the_cut() -> None:
     assert short.role == "assistant" and len(short.content) <= 50
     assert short.content == "Open Settings and choose Export. Open" + CUT_MARK
     assert shortened(answer, 1000) is answer
+
+
+def test_a_greeting_alone_does_not_make_a_follow_up() -> None:
+    greeting = Message("assistant", "Hi! How can I help?")
+    assert not Conversation("How do I export?", (greeting,)).follows_up
+    assert Conversation("And then?", (Message("user", "How do I export?"), greeting)).follows_up
