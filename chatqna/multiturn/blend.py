@@ -132,6 +132,13 @@ class BlendResult:
     order: str = "chronological"
     roles: str = "user_assistant"
     question_similarity: float | None = None
+    # (original, English) for each window message the translator changed, so that the BM25
+    # leg and the reranker hear the history in the same words as the embedding.
+    english: tuple[tuple[str, str], ...] = ()
+
+    def in_english(self, text: str) -> str:
+        """`text` as the blend embedded it: its translation when the window held it."""
+        return dict(self.english).get(text.strip(), text)
 
 
 def previous_question(conversation: Conversation, window: Sequence[Message]) -> str:
@@ -142,6 +149,17 @@ def previous_question(conversation: Conversation, window: Sequence[Message]) -> 
         if asked:
             return asked[-1]
     return ""
+
+
+def translated_pairs(
+    window: Sequence[Message], normalised: Sequence[Message]
+) -> tuple[tuple[str, str], ...]:
+    """(original, English) for each window message that translation changed."""
+    return tuple(
+        (before.content.strip(), after.content.strip())
+        for before, after in zip(window, normalised, strict=True)
+        if before.content != after.content
+    )
 
 
 def question_similarity(query: np.ndarray, question: np.ndarray) -> float:
@@ -190,9 +208,8 @@ async def blend_query(
     assistant_weight: float = 0.5,
     self_contained: float = 0.0,
 ) -> BlendResult:
-    """Embed the turn's query, blended with its history when the blend can run.
-
-    With `roles="separate"` the user's and the assistant's messages are two inputs of the
+    """Embed the turn's query, blended with its history when the blend can run. With
+    `roles="separate"` the user's and the assistant's messages are two inputs of the
     same batched call (`[query, user messages, assistant messages]`), mixed by
     `assistant_weight` into the history vector. With `self_contained` above 0 the call also
     embeds the previous user question; a query at least that alike to it is not blended."""
@@ -236,4 +253,5 @@ async def blend_query(
         order=order,
         roles=roles,
         question_similarity=similarity,
+        english=translated_pairs(window, outcome.messages),
     )

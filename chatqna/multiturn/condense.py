@@ -14,7 +14,7 @@ Any failure fails the turn with `CondenseFailed` (HTTP 503); there is no fallbac
 |-----------------|----------------------------------------------------------------------|
 | `timeout`       | no reply within `CONDENSE_TIMEOUT_SECONDS`                           |
 | `http_error`    | the LLM server answered with an HTTP error or could not be reached   |
-| `bad_body`      | the reply is not a JSON object, or fails the output guard below      |
+| `bad_body`      | not a JSON object, control characters, or fails the output guard     |
 | `missing_field` | the JSON object has no `standalone_query`                            |
 | `empty_query`   | `standalone_query` is blank after clean-up                           |
 
@@ -108,6 +108,8 @@ _META = re.compile(
 _YES_NO = re.compile(r"^(yes|no|sure|certainly)\b\s*[,.!]", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
 _YES_NO_WORD = re.compile(r"^(yes|no|sure|certainly)\b", re.IGNORECASE)
+# NUL and the like: never in a question, and some stores and servers refuse them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _STATEMENT_END = re.compile(r"[.!](?:\s+|$)")
 _QUOTES = "\"'`“”‘’«»"
 MAX_WORDS = 60
@@ -234,6 +236,8 @@ def parse_reply(content: str, max_chars: int, latest: str = "") -> str:
     query = clean_rewrite(value, rewrite_chars(latest, max_chars))
     if not query:
         raise CondenseFailed("empty_query", "standalone_query is blank")
+    if _CONTROL.search(query):
+        raise CondenseFailed("bad_body", "standalone_query holds control characters")
     violation = guard_violation(query, latest)
     if violation is not None:
         raise CondenseFailed("bad_body", f"rejected by the output guard: {violation}")

@@ -90,6 +90,8 @@ def test_guard_rejects_meta_text_and_answers(text: str, why: str) -> None:
         ('{"standalone_query": null}', "empty_query"),
         ('{"standalone_query": 42}', "bad_body"),
         ('{"standalone_query": "Yes, you can."}', "bad_body"),
+        ('{"standalone_query": "export\\u0000data after cancel?"}', "bad_body"),
+        ('{"standalone_query": "export\\u007fdata after cancel?"}', "bad_body"),
     ],
 )
 def test_parse_reply_failures(content: str, reason: str) -> None:
