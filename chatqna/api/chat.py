@@ -35,7 +35,7 @@ from chatqna.api.schemas import (
 )
 from chatqna.backends.protocols import GenerationParams
 from chatqna.errors import ChatQnAError, InvalidRequest, PayloadTooLarge
-from chatqna.multiturn.history import Message
+from chatqna.multiturn.history import Message, shortened
 from chatqna.pipeline.turn import Turn, TurnOptions
 from chatqna.settings import Settings
 
@@ -53,19 +53,30 @@ INTERNAL_ERROR = {"error": "internal_error", "message": "An unexpected error occ
 
 def _checked_messages(body: ChatQnARequest, settings: Settings) -> list[Message]:
     """The request's conversation, within `CHATQNA_MAX_MESSAGES` and
-    `CHATQNA_MAX_MESSAGE_CHARS`."""
+    `CHATQNA_MAX_MESSAGE_CHARS`.
+
+    The character limit refuses what a user (or a client's system prompt) wrote. An
+    assistant message over it is one of this service's own answers sent back as history (an
+    answer of `LLM_MAX_TOKENS_LIMIT` tokens can be longer): refusing it would fail every
+    later turn of the chat, and history only needs an answer's start, so it is shortened.
+    The whole body stays bounded by `CHATQNA_MAX_REQUEST_BYTES`."""
     messages = body.chat_messages()
+    limit = settings.chatqna_max_message_chars
     if len(messages) > settings.chatqna_max_messages:
         raise PayloadTooLarge(
             f"{len(messages)} messages exceed the limit of {settings.chatqna_max_messages} "
             "(CHATQNA_MAX_MESSAGES)"
         )
     for position, message in enumerate(messages):
-        if len(message.content) > settings.chatqna_max_message_chars:
-            raise PayloadTooLarge(
-                f"message {position} has {len(message.content)} characters, beyond the limit "
-                f"of {settings.chatqna_max_message_chars} (CHATQNA_MAX_MESSAGE_CHARS)"
-            )
+        if len(message.content) <= limit:
+            continue
+        if message.role == "assistant":
+            messages[position] = shortened(message, limit)
+            continue
+        raise PayloadTooLarge(
+            f"message {position} has {len(message.content)} characters, beyond the limit "
+            f"of {limit} (CHATQNA_MAX_MESSAGE_CHARS)"
+        )
     return messages
 
 

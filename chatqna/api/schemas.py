@@ -1,8 +1,9 @@
 """Wire models: OPEA's ChatCompletionRequest for `/v1/chatqna`, OpenAI's for `/v1/chat/completions`.
 
 `messages` is a string (a single user turn) or a list of `{role, content}`; content may be
-a string or OpenAI's list of `{"type": "text", "text": ...}` parts. `k` is the retrieval
-depth and `top_n` the number of chunks kept after reranking; `top_k` is LLM sampling.
+a string or OpenAI's list of `{"type": "text", "text": ...}` parts, joined one per line.
+`k` is the retrieval depth and `top_n` the number of chunks kept after reranking; `top_k`
+is LLM sampling.
 Unknown fields are ignored, as OPEA's gateway does, so existing clients keep working.
 
 The response models document the OpenAPI schema (`/openapi.json`), which the test suite
@@ -13,7 +14,7 @@ Optional multipart form fields are documented without `null`, which a form canno
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import File, Form, UploadFile
 from pydantic import (
@@ -30,6 +31,7 @@ from chatqna.backends.protocols import GenerationParams
 from chatqna.multiturn.history import Message
 
 Role = Literal["system", "user", "assistant"]
+ROLES = get_args(Role)
 
 
 def _encodable(value: str) -> str:
@@ -66,7 +68,34 @@ class ChatMessage(BaseModel):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        # One part per line, as vLLM joins them: "How do I export" + "my data?" stays two words.
+        return "\n".join(part.text for part in self.content)
+
+
+def _supported_message(position: int, item: object) -> object:
+    """`item` as a `ChatMessage` can read it, or one error that names the message and what
+    is not supported (rather than pydantic's account of every branch of the union).
+    `developer` is OpenAI's newer name for `system`, which its SDKs send."""
+    if not isinstance(item, dict):
+        raise ValueError(f"messages[{position}] must be an object with a role and content")
+    role = item.get("role")
+    if role == "developer":
+        item = {**item, "role": "system"}
+    elif role not in ROLES:
+        allowed = ", ".join(ROLES)
+        raise ValueError(f"messages[{position}]: role {role!r} is not supported ({allowed})")
+    content = item.get("content")
+    if content is None or isinstance(content, str):
+        return item
+    if not isinstance(content, list):
+        raise ValueError(f"messages[{position}]: content must be a string or a list of parts")
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind != "text":
+            raise ValueError(
+                f"messages[{position}]: content part {kind!r} is not supported (text only)"
+            )
+    return item
 
 
 # Documented as "holds a non-space character"; the validator below enforces it with a
@@ -102,6 +131,15 @@ class ChatQnARequest(BaseModel):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     k: int | None = Field(None, ge=1, le=100, description="retrieval depth")
     top_n: int | None = Field(None, ge=1, le=100, description="chunks kept after reranking")
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _supported(cls, value: object) -> object:
+        if not isinstance(value, list):
+            return value
+        if not value:
+            raise ValueError("messages must not be empty")
+        return [_supported_message(position, item) for position, item in enumerate(value)]
 
     @field_validator("messages")
     @classmethod

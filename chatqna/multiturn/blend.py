@@ -13,7 +13,8 @@ History text: the last `MULTI_TURN_HISTORY_TURNS` messages of the chosen roles b
 query (`MULTI_TURN_HISTORY_ROLES`: user and assistant, or the user's only), normalised to
 English, one message per line, most recent first or oldest first
 (`MULTI_TURN_HISTORY_ORDER`). When the blend cannot run (the flag is off, there is no
-history, or the window is 0) the turn takes the baseline path: one single-string embedding
+history, the history holds no user question (a UI's greeting), or the window is 0) the
+turn takes the baseline path: one single-string embedding
 call, and a log line says why.
 
 A blended follow-up's BM25 leg may also hear the conversation: `earlier_questions` gives the
@@ -131,6 +132,13 @@ class BlendResult:
     order: str = "chronological"
     roles: str = "user_assistant"
     question_similarity: float | None = None
+    # (original, English) for each window message the translator changed, so that the BM25
+    # leg and the reranker hear the history in the same words as the embedding.
+    english: tuple[tuple[str, str], ...] = ()
+
+    def in_english(self, text: str) -> str:
+        """`text` as the blend embedded it: its translation when the window held it."""
+        return dict(self.english).get(text.strip(), text)
 
 
 def previous_question(conversation: Conversation, window: Sequence[Message]) -> str:
@@ -143,17 +151,32 @@ def previous_question(conversation: Conversation, window: Sequence[Message]) -> 
     return ""
 
 
+def translated_pairs(
+    window: Sequence[Message], normalised: Sequence[Message]
+) -> tuple[tuple[str, str], ...]:
+    """(original, English) for each window message that translation changed."""
+    return tuple(
+        (before.content.strip(), after.content.strip())
+        for before, after in zip(window, normalised, strict=True)
+        if before.content != after.content
+    )
+
+
 def question_similarity(query: np.ndarray, question: np.ndarray) -> float:
     """The cosine of the query's and the previous question's embeddings."""
     pair = l2_normalise(np.asarray([query, question], dtype=np.float32))
     return float(pair[0] @ pair[1])
 
 
-def _skip_reason(enabled: bool, history_turns: int, window: Sequence[Message]) -> str | None:
+def _skip_reason(
+    enabled: bool, history_turns: int, window: Sequence[Message], follows_up: bool
+) -> str | None:
     if not enabled:
         logger.debug("blend not run: MULTI_TURN_BLEND_ENABLED is false")
         return SKIP_DISABLED
-    skip = SKIP_WINDOW_ZERO if history_turns == 0 else SKIP_NO_HISTORY if not window else None
+    # A greeting alone (assistant messages, no earlier question) is no history either.
+    no_history = not window or not follows_up
+    skip = SKIP_WINDOW_ZERO if history_turns == 0 else SKIP_NO_HISTORY if no_history else None
     if skip is not None:
         logger.info("blend not run (%s): one single-string embedding call", skip)
     return skip
@@ -185,14 +208,13 @@ async def blend_query(
     assistant_weight: float = 0.5,
     self_contained: float = 0.0,
 ) -> BlendResult:
-    """Embed the turn's query, blended with its history when the blend can run.
-
-    With `roles="separate"` the user's and the assistant's messages are two inputs of the
+    """Embed the turn's query, blended with its history when the blend can run. With
+    `roles="separate"` the user's and the assistant's messages are two inputs of the
     same batched call (`[query, user messages, assistant messages]`), mixed by
     `assistant_weight` into the history vector. With `self_contained` above 0 the call also
     embeds the previous user question; a query at least that alike to it is not blended."""
     window = history_window(conversation, history_turns, roles)
-    skip = _skip_reason(enabled, history_turns, window)
+    skip = _skip_reason(enabled, history_turns, window, conversation.follows_up)
     outcome = TranslationOutcome(tuple(window))
     if skip is None and translator is not None:
         outcome = await translator.normalise(window)
@@ -231,4 +253,5 @@ async def blend_query(
         order=order,
         roles=roles,
         question_similarity=similarity,
+        english=translated_pairs(window, outcome.messages),
     )

@@ -1,8 +1,9 @@
 """Condense mode: an LLM rewrites a follow-up into a standalone question, and fails closed.
 
-With an empty history window no LLM call is made: the raw message is the retrieval query
-(status `skipped_no_history`). Otherwise one chat call asks for JSON
-`{"standalone_query": "..."}` (as a JSON-schema response format) from a prompt that says:
+With an empty history window, or a history with no user message (a UI's greeting), no LLM
+call is made: the raw message is the retrieval query (status `skipped_no_history`).
+Otherwise one chat call asks for JSON `{"standalone_query": "..."}` (as a JSON-schema
+response format) from a prompt that says:
 reformulate the latest message so it stands alone, return it unchanged if it already does,
 never answer it. The rewrite then drives the dense leg, the BM25 leg and the reranker; the
 answer prompt keeps the user's raw words.
@@ -13,18 +14,23 @@ Any failure fails the turn with `CondenseFailed` (HTTP 503); there is no fallbac
 |-----------------|----------------------------------------------------------------------|
 | `timeout`       | no reply within `CONDENSE_TIMEOUT_SECONDS`                           |
 | `http_error`    | the LLM server answered with an HTTP error or could not be reached   |
-| `bad_body`      | the reply is not a JSON object, or fails the output guard below      |
+| `bad_body`      | not a JSON object, control characters, or fails the output guard     |
 | `missing_field` | the JSON object has no `standalone_query`                            |
 | `empty_query`   | `standalone_query` is blank after clean-up                           |
 
 Output guard (`clean_rewrite`): surrounding quotes and labels such as "Standalone question:"
-are stripped and whitespace collapsed; the text is cut at `max_chars` on a word boundary.
-A reply is rejected as `bad_body` when it is meta-text (talks about the task: "here is",
-"rewritten", "as an AI", "I cannot"...) or answer-shaped: it opens with yes/no, or it
-holds two or more sentences and does not end with a question mark, or it is longer than
-60 words, or the latest message is a question (ends with "?") and the rewrite is not.
-The prompt shows each history message cut to its first 400 characters, and the reply may
-use at most 64 tokens.
+are stripped and whitespace collapsed; the text is cut on a word boundary at `max_chars`,
+or at twice the latest message's length when that is more. A reply is rejected as
+`bad_body` when it is meta-text (talks about the task: "here is", "rewritten", "as an AI",
+"I cannot"...) or answer-shaped: it opens with yes/no, or it holds two or more sentences
+and does not end with a question mark, or it has more than 60 words (or twice the latest
+message's words, when that is more), or the latest message is a question (ends with "?")
+and the rewrite is not. Words the user wrote in the latest message do not count as
+meta-text or as a yes/no opening ("No, I meant after I cancel?"), and a rewrite that is
+the latest message, or contains it and adds no answer, is accepted: temperature 0 gives
+the same reply on every retry, so refusing the user's own words would fail that question
+for good. The prompt shows each history message cut to its first 400 characters; the
+reply may use 64 tokens, more for a long latest message (`reply_tokens`).
 """
 
 from __future__ import annotations
@@ -101,8 +107,13 @@ _META = re.compile(
 )
 _YES_NO = re.compile(r"^(yes|no|sure|certainly)\b\s*[,.!]", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
+_YES_NO_WORD = re.compile(r"^(yes|no|sure|certainly)\b", re.IGNORECASE)
+# NUL and the like: never in a question, and some stores and servers refuse them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_STATEMENT_END = re.compile(r"[.!](?:\s+|$)")
 _QUOTES = "\"'`“”‘’«»"
 MAX_WORDS = 60
+MAX_TOKENS = 64
 # The subject of a follow-up sits in the first words of a message; long answers are cut here
 # to keep the rewrite prompt (and its latency) small.
 HISTORY_MESSAGE_CHARS = 400
@@ -119,14 +130,66 @@ def clean_rewrite(text: str, max_chars: int) -> str:
     return cleaned
 
 
+def rewrite_chars(latest: str, max_chars: int) -> int:
+    """Where a rewrite is cut: `max_chars`, or twice the latest message when that is longer
+    (a rewrite restates the message and adds its subject)."""
+    return max(max_chars, 2 * len(latest.strip()))
+
+
+def rewrite_words(latest: str) -> int:
+    """The most words a rewrite may have: `MAX_WORDS`, or twice the latest message's."""
+    return max(MAX_WORDS, 2 * len(latest.split()))
+
+
+def reply_tokens(latest: str) -> int:
+    """The rewrite call's `max_tokens`: `MAX_TOKENS`, or enough for a long latest message
+    restated in the JSON reply (a token per two characters, and room for the subject)."""
+    return max(MAX_TOKENS, len(latest.strip()) // 2 + 32)
+
+
+def _plain(text: str) -> str:
+    """Lower case, straight apostrophes, collapsed whitespace: for comparing wordings."""
+    return " ".join(text.replace("’", "'").lower().split())
+
+
+def _said(phrase: str, latest: str) -> bool:
+    """Whether the user wrote `phrase` (as whole words) in the latest message."""
+    return re.search(rf"(?<!\w){re.escape(_plain(phrase))}(?!\w)", _plain(latest)) is not None
+
+
+def _meta_text(text: str, latest: str) -> bool:
+    return any(not _said(match.group(0), latest) for match in _META.finditer(text))
+
+
+def _opens_with_yes_no(text: str, latest: str) -> bool:
+    opening = _YES_NO.match(text)
+    return opening is not None and not _said(opening.group(1), latest)
+
+
+def _added_answer(text: str, latest: str) -> str | None:
+    """For a rewrite that contains the latest message: why what it adds is an answer."""
+    rest = _plain(text).replace(_plain(latest), " ", 1).strip(" ,;:-")
+    if _meta_text(rest, latest):
+        return "meta-text"
+    reply = _YES_NO_WORD.match(rest)
+    if reply is not None and not _said(reply.group(1), latest):
+        return "answer-shaped (adds yes/no to the message)"
+    if _STATEMENT_END.search(rest):
+        return "answer-shaped (adds a statement to the message)"
+    return None
+
+
 def guard_violation(text: str, latest: str = "") -> str | None:
     """Why a cleaned rewrite is unusable (meta-text or answer-shaped), or None if it is fine."""
-    if _META.search(text):
+    limit = rewrite_words(latest)
+    if len(text.split()) > limit:
+        return f"answer-shaped (more than {limit} words)"
+    if latest.strip() and _said(latest, text):
+        return _added_answer(text, latest)
+    if _meta_text(text, latest):
         return "meta-text"
-    if _YES_NO.match(text):
+    if _opens_with_yes_no(text, latest):
         return "answer-shaped (opens with yes/no)"
-    if len(text.split()) > MAX_WORDS:
-        return f"answer-shaped (more than {MAX_WORDS} words)"
     sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
     if len(sentences) >= 2 and not text.endswith("?"):
         return "answer-shaped (several sentences, no question)"
@@ -170,9 +233,11 @@ def parse_reply(content: str, max_chars: int, latest: str = "") -> str:
         raise CondenseFailed("empty_query", "standalone_query is null")
     if not isinstance(value, str):
         raise CondenseFailed("bad_body", "standalone_query is not a string")
-    query = clean_rewrite(value, max_chars)
+    query = clean_rewrite(value, rewrite_chars(latest, max_chars))
     if not query:
         raise CondenseFailed("empty_query", "standalone_query is blank")
+    if _CONTROL.search(query):
+        raise CondenseFailed("bad_body", "standalone_query holds control characters")
     violation = guard_violation(query, latest)
     if violation is not None:
         raise CondenseFailed("bad_body", f"rejected by the output guard: {violation}")
@@ -207,13 +272,17 @@ async def condense_follow_up(
 ) -> CondenseOutcome:
     """Rewrite the turn's query into a standalone question, or raise `CondenseFailed`."""
     window = conversation.window(history_turns)
-    if not window:
+    if not window or not conversation.follows_up:  # a greeting alone is no history
         return CondenseOutcome(STATUS_SKIPPED, conversation.query, conversation.query, 0)
     prompt = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": transcript(window, conversation.query)},
     ]
-    params = GenerationParams(max_tokens=64, temperature=0.0, response_format=RESPONSE_FORMAT)
+    params = GenerationParams(
+        max_tokens=reply_tokens(conversation.query),
+        temperature=0.0,
+        response_format=RESPONSE_FORMAT,
+    )
     started = time.perf_counter()
     try:
         completion = await asyncio.wait_for(llm.complete(prompt, params), timeout_seconds)

@@ -1,13 +1,17 @@
 """Splitting a chat into the query (the last user message) and the history before it.
 
 The history window is the last `MULTI_TURN_HISTORY_TURNS` user/assistant messages before
-the query; system messages never count as history.
+the query; system messages never count as history, and a history without a user message
+(a UI's greeting) counts as none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+# Where a message was shortened (its start kept) to fit a limit.
+CUT_MARK = " [...]"
 
 
 @dataclass(frozen=True)
@@ -29,11 +33,26 @@ class Conversation:
     history: tuple[Message, ...]
     system: tuple[str, ...] = ()
 
+    @property
+    def follows_up(self) -> bool:
+        """Whether the user asked something before the query. A history of assistant
+        messages only (a UI's greeting) is no conversation yet: the query is a first turn."""
+        return any(message.role == "user" for message in self.history)
+
     def window(self, turns: int) -> tuple[Message, ...]:
         """The last `turns` user/assistant messages before the query."""
         if turns <= 0:
             return ()
         return self.history[-turns:]
+
+
+def shortened(message: Message, limit: int) -> Message:
+    """`message` cut to at most `limit` characters on a word boundary, the cut marked."""
+    if len(message.content) <= limit:
+        return message
+    start = message.content[: max(limit - len(CUT_MARK), 0)]
+    start = start.rsplit(" ", 1)[0] if " " in start else start
+    return Message(message.role, start.rstrip() + CUT_MARK)
 
 
 def split_conversation(messages: Sequence[Message]) -> Conversation:

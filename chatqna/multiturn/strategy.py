@@ -179,7 +179,12 @@ class BlendStrategy:
         # The history-aware BM25 leg and the conversation's rerank query run only when the
         # blend ran, so a first turn keeps exactly the stateless ranking. The OPEA retriever
         # API has no field for earlier questions: such a retriever keeps BM25 plain.
-        asked = earlier_questions(conversation) if blend.executed else ()
+        # Where the history was translated, they hear it as the embedding did, in English.
+        asked = (
+            tuple(blend.in_english(q) for q in earlier_questions(conversation))
+            if blend.executed
+            else ()
+        )
         weight = config.bm25_history_weight
         ran = bool(asked) and weight > 0.0 and self.bm25_history_supported
         if blend.executed and config.rerank_query == KIND_CONVERSATION:

@@ -35,6 +35,7 @@ CHAT = [
     {"role": "user", "content": FOLLOW_UP},
 ]
 HASHER = HashingEmbedder()
+GREETING = {"role": "assistant", "content": "Hi! Ask me anything about your account."}
 
 
 def tei_handler(request: httpx.Request) -> httpx.Response:
@@ -171,6 +172,9 @@ async def test_a_follow_up_alike_to_the_previous_question_is_searched_on_its_own
     [
         ({"multi_turn_blend_enabled": False}, CHAT, "disabled"),
         ({"multi_turn_blend_enabled": True}, [CHAT[-1]], "no_history"),
+        # A UI's greeting before the first question is no history: a stateless first turn.
+        ({"multi_turn_blend_enabled": True}, [GREETING, CHAT[-1]], "no_history"),
+        ({"multi_turn_blend_enabled": True}, [GREETING, GREETING, CHAT[-1]], "no_history"),
         (
             {"multi_turn_blend_enabled": True, "multi_turn_history_turns": 0},
             CHAT,

@@ -197,3 +197,40 @@ async def test_openai_route_fails_closed_too(
             "/v1/chat/completions", json={"messages": CHAT, "stream": True}
         )
     assert response.status_code == 503 and response.json()["reason"] == "http_error"
+
+
+LONG_QUESTION = (
+    "I am on the annual plan, my workspace has about forty members, we use single sign-on "
+    "through our identity provider, and our legal team needs every file, comment and audit "
+    "log kept for seven years, so before we decide anything I would like to know whether "
+    "that export still works for us once the subscription has been cancelled and the "
+    "workspace is closed?"
+)
+
+
+@pytest.mark.parametrize(
+    "follow_up",
+    [
+        "I can't find that button, where is it?",
+        "No, I meant after I cancel?",
+        "Sure, and what about comments?",
+        "Is the rewritten invoice included in it?",
+        LONG_QUESTION,
+    ],
+)
+async def test_ordinary_follow_ups_pass_the_output_guard(
+    client_for: ClientFactory, condense_settings: Settings, follow_up: str
+) -> None:
+    rewrite = follow_up.rstrip("?") + " when exporting my data?"
+    chat = [*CHAT[:2], {"role": "user", "content": follow_up}]
+    probe = Probe()
+    with upstream_mock() as router:
+        route = router.post(f"{LLM}/v1/chat/completions").mock(
+            return_value=completion(json.dumps({"standalone_query": rewrite}))
+        )
+        client = await _client(client_for, condense_settings, probe)
+        response = await client.post("/v1/chatqna", json={"messages": chat, "stream": False})
+    assert response.status_code == 200, response.text
+    assert response.json()["metadata"]["retrieval"]["query"] == rewrite
+    sent = json.loads(route.calls[0].request.content)
+    assert sent["max_tokens"] >= len(follow_up) // 2

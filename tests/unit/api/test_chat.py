@@ -215,6 +215,28 @@ async def test_oversized_message_is_413(client_for: ClientFactory, settings: Set
     assert (await client.post("/v1/chatqna", json={"messages": "x" * 50})).status_code == 200
 
 
+async def test_a_long_answer_sent_back_as_history_is_shortened_not_refused(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    small = settings.model_copy(update={"chatqna_max_message_chars": 50})
+    llm = ScriptedLLM()
+    client = await client_for(await make_backends(small, llm=llm), small)
+    chat = [
+        {"role": "user", "content": "How do I export?"},
+        {"role": "assistant", "content": "Open Settings and choose Export. " * 10},
+        {"role": "user", "content": "After I cancel?"},
+    ]
+    response = await client.post("/v1/chatqna", json={"messages": chat, "stream": False})
+    assert response.status_code == 200
+    answer = llm.prompts[-1][-2]
+    assert answer["role"] == "assistant" and len(answer["content"]) <= 50
+    assert answer["content"].startswith("Open Settings and choose Export.")
+    for role in ("user", "system"):
+        too_long = [{"role": role, "content": "x " * 30}, chat[-1]]
+        response = await client.post("/v1/chatqna", json={"messages": too_long})
+        assert response.status_code == 413, role
+
+
 async def test_too_many_messages_is_413(client_for: ClientFactory, settings: Settings) -> None:
     small = settings.model_copy(update={"chatqna_max_messages": 2})
     client = await client_for(await make_backends(small), small)

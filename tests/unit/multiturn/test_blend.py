@@ -81,6 +81,7 @@ async def test_executed_blend_uses_one_batch_of_two() -> None:
     [
         (False, 6, HISTORY, "disabled", logging.DEBUG),
         (True, 6, (), "no_history", logging.INFO),
+        (True, 6, (Message("assistant", "Hi! How can I help?"),), "no_history", logging.INFO),
         (True, 0, HISTORY, "history_turns_zero", logging.INFO),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from chatqna.backends.fakes import ScriptedLLM
@@ -19,6 +21,7 @@ from chatqna.multiturn.condense import (
     condense_follow_up,
     guard_violation,
     parse_reply,
+    reply_tokens,
     transcript,
 )
 from chatqna.multiturn.history import Conversation, Message
@@ -87,6 +90,8 @@ def test_guard_rejects_meta_text_and_answers(text: str, why: str) -> None:
         ('{"standalone_query": null}', "empty_query"),
         ('{"standalone_query": 42}', "bad_body"),
         ('{"standalone_query": "Yes, you can."}', "bad_body"),
+        ('{"standalone_query": "export\\u0000data after cancel?"}', "bad_body"),
+        ('{"standalone_query": "export\\u007fdata after cancel?"}', "bad_body"),
     ],
 )
 def test_parse_reply_failures(content: str, reason: str) -> None:
@@ -117,6 +122,15 @@ async def test_no_history_makes_no_call() -> None:
     outcome = await condense_follow_up(
         Conversation("How do I export?", ()), llm, history_turns=6, timeout_seconds=1
     )
+    assert outcome.status == STATUS_SKIPPED and outcome.query == "How do I export?"
+    assert llm.prompts == []
+
+
+async def test_a_greeting_alone_is_no_history() -> None:
+    llm = ScriptedLLM('{"standalone_query": "never used"}')
+    greeting = (Message("assistant", "Hi! Ask me anything about your account."),)
+    conversation = Conversation("How do I export?", greeting)
+    outcome = await condense_follow_up(conversation, llm, history_turns=6, timeout_seconds=1)
     assert outcome.status == STATUS_SKIPPED and outcome.query == "How do I export?"
     assert llm.prompts == []
 
@@ -181,3 +195,107 @@ def test_transcript_shortens_long_messages() -> None:
     long_answer = Message("assistant", "word " * 300)
     text = transcript([long_answer], "And then?", message_chars=40)
     assert "Assistant: word word word word word word word word ..." in text
+
+
+LONG_FOLLOW_UP = (
+    "I am on the annual plan, my workspace has about forty members, we use single sign-on "
+    "through our identity provider, and our legal team needs every file, comment and audit "
+    "log kept for seven years, so before we decide anything I would like to know whether "
+    "that export still works for us once the subscription has been cancelled and the "
+    "workspace is closed?"
+)
+VERY_LONG_FOLLOW_UP = "x" * 10 + " " + ("please tell me more " * 30).strip() + "?"
+
+
+@pytest.mark.parametrize(
+    "latest",
+    [
+        "I can't find that button, where is it?",
+        "I cannot see the Export option, is it hidden after I cancel?",
+        "No, I meant after I cancel?",
+        "Yes, and is that possible after I cancel?",
+        "Sure, and what about comments?",
+        "Is the rewritten invoice included in it?",
+        LONG_FOLLOW_UP,
+        VERY_LONG_FOLLOW_UP,
+    ],
+)
+def test_the_users_own_words_pass_the_guard(latest: str) -> None:
+    with_subject = latest.rstrip("?") + " when I export my data?"
+    for rewrite in (latest, with_subject):
+        reply = json.dumps({"standalone_query": rewrite})
+        assert parse_reply(reply, 500, latest) == rewrite
+
+
+def test_a_rewrite_containing_the_message_is_accepted() -> None:
+    latest = "I need the invoice. And the receipt."
+    rewrite = "For my annual plan: I need the invoice. And the receipt."
+    assert guard_violation(latest, latest) is None
+    assert guard_violation(rewrite, latest) is None
+
+
+@pytest.mark.parametrize(
+    ("latest", "accepted", "refused", "why"),
+    [
+        (
+            "No, I meant after I cancel?",
+            "No, I meant exporting my data after I cancel?",
+            "Yes, you can export after cancelling.",
+            "yes/no",
+        ),
+        (
+            "I can't find that button, where is it?",
+            "I can't find the Export button, where is it?",
+            "I cannot rewrite this message.",
+            "meta-text",
+        ),
+        (
+            "Is the rewritten invoice included in it?",
+            "Is the rewritten invoice included in the data export?",
+            "Here is the rewritten question: Is the invoice included?",
+            "meta-text",
+        ),
+        (
+            "Is that possible after I cancel?",
+            "Is that possible after I cancel? (exporting my data)",
+            "Is that possible after I cancel? Yes, you can.",
+            "yes/no",
+        ),
+        (
+            "Is that possible after I cancel?",
+            "Regarding data export: is that possible after I cancel?",
+            "Is that possible after I cancel? You can export for 30 days.",
+            "statement",
+        ),
+        (
+            LONG_FOLLOW_UP,
+            LONG_FOLLOW_UP.replace("that export", "the data export"),
+            " ".join(["word"] * 127),
+            "126 words",
+        ),
+    ],
+)
+def test_the_guard_refuses_only_what_the_user_did_not_write(
+    latest: str, accepted: str, refused: str, why: str
+) -> None:
+    assert guard_violation(accepted, latest) is None
+    violation = guard_violation(refused, latest)
+    assert violation is not None and why in violation
+
+
+def test_a_long_follow_up_gets_room_to_be_restated() -> None:
+    assert reply_tokens("Is that possible after I cancel?") == 64
+    assert reply_tokens(VERY_LONG_FOLLOW_UP) >= len(VERY_LONG_FOLLOW_UP) // 2
+    reply = json.dumps({"standalone_query": VERY_LONG_FOLLOW_UP})
+    assert parse_reply(reply, 500, VERY_LONG_FOLLOW_UP).endswith("?")
+
+
+async def test_the_rewrite_call_scales_max_tokens_with_the_message() -> None:
+    llm = ScriptedLLM(json.dumps({"standalone_query": LONG_FOLLOW_UP}))
+    conversation = Conversation(LONG_FOLLOW_UP, HISTORY)
+    outcome = await condense_follow_up(conversation, llm, history_turns=6, timeout_seconds=1)
+    assert outcome.query == LONG_FOLLOW_UP
+    assert llm.params[0].max_tokens > len(LONG_FOLLOW_UP) // 2
+    short = ScriptedLLM('{"standalone_query": "Can I export my data after I cancel?"}')
+    await condense_follow_up(FOLLOW_UP, short, history_turns=6, timeout_seconds=1)
+    assert short.params[0].max_tokens == 64

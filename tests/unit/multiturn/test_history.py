@@ -2,7 +2,13 @@
 
 import pytest
 
-from chatqna.multiturn.history import Conversation, Message, split_conversation
+from chatqna.multiturn.history import (
+    CUT_MARK,
+    Conversation,
+    Message,
+    shortened,
+    split_conversation,
+)
 
 
 def test_query_history_and_system_are_split() -> None:
@@ -27,3 +33,17 @@ def test_the_last_message_must_be_the_users() -> None:
     with pytest.raises(ValueError):
         split_conversation([])
     assert Conversation("q", ()).window(3) == ()
+
+
+def test_shortened_keeps_the_start_and_marks_the_cut() -> None:
+    answer = Message("assistant", "Open Settings and choose Export. " * 10)
+    short = shortened(answer, 50)
+    assert short.role == "assistant" and len(short.content) <= 50
+    assert short.content == "Open Settings and choose Export. Open" + CUT_MARK
+    assert shortened(answer, 1000) is answer
+
+
+def test_a_greeting_alone_does_not_make_a_follow_up() -> None:
+    greeting = Message("assistant", "Hi! How can I help?")
+    assert not Conversation("How do I export?", (greeting,)).follows_up
+    assert Conversation("And then?", (Message("user", "How do I export?"), greeting)).follows_up

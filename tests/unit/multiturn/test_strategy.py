@@ -20,6 +20,7 @@ from chatqna.multiturn.strategy import (
     QueryPlan,
     build_strategy,
 )
+from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.retrieval.remote import RemoteRetriever
 from chatqna.settings import Settings
 
@@ -97,6 +98,20 @@ async def test_follow_up_bm25_hears_all_earlier_questions_not_only_the_window() 
         "answer 2\nHow long?\nanswer 1\nRefund policy?",
         "How long?",
     ]
+
+
+async def test_bm25_and_the_reranker_hear_the_translated_history_like_the_embedding() -> None:
+    spanish = "¿Cómo puedo exportar mis datos después de cancelar la suscripción?"
+    english = "How can I export my data after cancelling the subscription?"
+    translator = HistoryTranslator(ScriptedLLM(english), cache_size=8)
+    config = MultiTurnConfig.from_settings(blend_settings(multi_turn_self_contained_similarity=0))
+    strategy = build_strategy(config, embedder=HashingEmbedder(), translator=translator)
+    history = (Message("user", spanish), Message("assistant", "Open Settings > Export."))
+    plan = await strategy.plan(Conversation("And how long do I have?", history))
+    assert plan.strategy == "blend" and plan.blend is not None
+    assert english in plan.blend.history
+    assert plan.history_leg is not None and plan.history_leg.questions == english
+    assert plan.rerank.text == f"And how long do I have?\n{english}"
 
 
 async def test_history_leg_off_at_weight_zero_and_when_the_blend_is_off() -> None:

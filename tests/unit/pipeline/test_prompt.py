@@ -1,7 +1,7 @@
 """The answer prompt: passages numbered with their source, the history bounded, the raw question."""
 
 from chatqna.documents import Chunk, ScoredChunk
-from chatqna.multiturn.history import Conversation, Message
+from chatqna.multiturn.history import CUT_MARK, Conversation, Message
 from chatqna.pipeline.prompt import bounded_history, build_answer_prompt, format_passages
 
 
@@ -31,4 +31,27 @@ def test_passages_history_and_the_users_own_words() -> None:
 def test_history_is_cut_from_the_oldest_end() -> None:
     history = [Message("user", "a" * 10), Message("assistant", "b" * 10), Message("user", "c" * 10)]
     assert bounded_history(history, 25) == history[1:]
-    assert bounded_history(history, 5) == []
+
+
+def test_the_previous_question_is_kept_however_small_the_budget() -> None:
+    history = [Message("user", "a" * 10), Message("assistant", "b" * 10), Message("user", "c" * 10)]
+    assert bounded_history(history, 5) == history[2:]
+
+
+def test_a_long_last_answer_is_shortened_not_the_end_of_the_history() -> None:
+    question = Message("user", "How do I export my data?")
+    answer = Message("assistant", "You can export. " * 400)  # 6,400 characters
+    kept = bounded_history([Message("assistant", "Hello! " * 20), question, answer], 6000)
+    assert kept[0] == question and kept[1].role == "assistant"
+    assert kept[1].content.startswith("You can export. You can")
+    assert kept[1].content.endswith(CUT_MARK)
+    assert sum(len(m.content) for m in kept) <= 6000
+
+
+def test_the_older_message_that_overflows_is_shortened() -> None:
+    older = Message("assistant", "word " * 1000)
+    recent = [Message("user", "q" * 20), Message("assistant", "a" * 20)]
+    kept = bounded_history([Message("user", "first"), older, *recent], 1000)
+    assert kept[1:] == recent
+    assert kept[0].content.startswith("word word") and kept[0].content.endswith(CUT_MARK)
+    assert len(kept[0].content) <= 960

@@ -1,0 +1,98 @@
+"""Request models: how messages are read from the wire, and how unsupported ones are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatqna.api.schemas import ChatQnARequest
+from chatqna.backends.fakes import ScriptedLLM
+from chatqna.multiturn.history import Message
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends
+
+pytestmark = pytest.mark.anyio
+
+
+def test_text_parts_are_joined_one_per_line() -> None:
+    parts = [{"type": "text", "text": "How do I export"}, {"type": "text", "text": "my data?"}]
+    body = ChatQnARequest.model_validate({"messages": [{"role": "user", "content": parts}]})
+    assert body.chat_messages() == [Message("user", "How do I export\nmy data?")]
+
+
+async def test_the_query_of_a_multi_part_message_keeps_its_words_apart(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    llm = ScriptedLLM()
+    client = await client_for(await make_backends(settings, llm=llm), settings)
+    parts = [{"type": "text", "text": "How do I export"}, {"type": "text", "text": "my data?"}]
+    message = {"role": "user", "content": parts}
+    response = await client.post("/v1/chatqna", json={"messages": [message], "stream": False})
+    assert response.status_code == 200
+    assert response.json()["metadata"]["retrieval"]["query"] == "How do I export\nmy data?"
+    assert llm.prompts[-1][-1]["content"] == "How do I export\nmy data?"
+
+
+TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+ASK = {"role": "user", "content": "How do I export my data?"}
+FOLLOW_UP = {"role": "user", "content": "And after I cancel?"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "error"),
+    [
+        (
+            [
+                ASK,
+                {"role": "assistant", "tool_calls": [TOOL_CALL]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                FOLLOW_UP,
+            ],
+            "messages[2]: role 'tool' is not supported",
+        ),
+        (
+            [ASK, {"role": "function", "name": "f", "content": "x"}, FOLLOW_UP],
+            "messages[1]: role 'function' is not supported",
+        ),
+        (
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What is this?"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    ],
+                }
+            ],
+            "messages[0]: content part 'image_url' is not supported",
+        ),
+        (
+            [ASK, {"role": "assistant", "content": 42}, FOLLOW_UP],
+            "messages[1]: content must be a string or a list of parts",
+        ),
+        ([{"role": "user", "content": {"text": "x"}}, FOLLOW_UP], "messages[0]: content must"),
+        ([], "messages must not be empty"),
+    ],
+)
+async def test_unsupported_messages_get_one_error_that_names_them(
+    client_for: ClientFactory, messages: list[object], error: str
+) -> None:
+    client = await client_for()
+    response = await client.post("/v1/chatqna", json={"messages": messages})
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "invalid_request"
+    assert len(body["details"]) == 1
+    assert body["details"][0]["field"] == "messages"
+    assert error in body["details"][0]["message"]
+
+
+async def test_the_developer_role_is_a_system_message(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    llm = ScriptedLLM()
+    client = await client_for(await make_backends(settings, llm=llm), settings)
+    messages = [{"role": "developer", "content": "Answer in French."}, ASK]
+    response = await client.post("/v1/chatqna", json={"messages": messages, "stream": False})
+    assert response.status_code == 200
+    system = llm.prompts[-1][0]
+    assert system["role"] == "system" and system["content"].startswith("Answer in French.")
