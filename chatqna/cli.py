@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from chatqna.settings import Settings, describe_validation_error
+from chatqna.settings import Settings, describe_validation_error, usable_cores
 
 if TYPE_CHECKING:
     from chatqna.evaluation.command import BenchGrid
@@ -99,7 +99,7 @@ def serve(
     }
     settings = load_settings(**overrides)
     configure_logging(settings)
-    count = settings.worker_count(len(os.sched_getaffinity(0)))
+    count = settings.worker_count(usable_cores())
     common: dict[str, Any] = {
         "host": settings.chatqna_host,
         "port": settings.mega_service_port,

@@ -392,6 +392,25 @@ class Settings(BaseSettings):
         return warnings
 
 
+# The cgroup v2 CPU limit of this process's container: `max`, or `<quota> <period>` in µs.
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cores(cpu_max: Path | None = None) -> int:
+    """The cores `CHATQNA_WORKERS=auto` counts: those this process may run on, capped by a
+    cgroup v2 CPU quota (a container's CPU limit; `cpu_max` is its file) rounded down, at
+    least 1."""
+    if cpu_max is None:
+        cpu_max = CGROUP_CPU_MAX
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cpu_max.read_text().split()
+        limit = cores if quota == "max" else int(quota) // int(period)
+    except (OSError, ValueError):  # no cgroup v2 file here, or not one we can read
+        return cores
+    return max(1, min(cores, limit))
+
+
 def dirty_results_allowed(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the operator lets a benchmark record results of uncommitted code
     (`CHATQNA_BENCH_ALLOW_DIRTY=1`): no setting of the service, so no field."""

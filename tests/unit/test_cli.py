@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chatqna import cli
+from chatqna import settings as settings_module
 from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.settings import Settings
@@ -159,3 +160,18 @@ def test_render_of_a_missing_or_foreign_file_is_one_line_and_exit_2(tmp_path: Pa
         assert result.exit_code == 2, result.output
         assert f"--render {path}: cannot render it" in result.output
         assert "Traceback" not in result.output
+
+
+def test_serve_counts_auto_workers_under_the_cgroup_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    limit = tmp_path / "cpu.max"
+    limit.write_text("100000 100000\n")
+    monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", limit)
+    ran: dict[str, Any] = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **options: ran.update(options))
+    monkeypatch.setattr(cli, "serve_workers", lambda count, options: ran.update(count=count))
+    monkeypatch.setenv("CHATQNA_WORKERS", "auto")
+    result = CliRunner().invoke(cli.app, ["serve", "--port", "18999"])
+    assert result.exit_code == 0, result.output
+    assert "count" not in ran and ran["port"] == 18999  # one process: no supervisor

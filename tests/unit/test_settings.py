@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -9,6 +12,7 @@ from chatqna.settings import (
     Settings,
     describe_validation_error,
     dirty_results_allowed,
+    usable_cores,
     variables_set,
 )
 
@@ -310,3 +314,25 @@ def test_results_of_uncommitted_code_are_allowed_only_when_asked(
 ) -> None:
     environ = {} if value is None else {"CHATQNA_BENCH_ALLOW_DIRTY": value}
     assert dirty_results_allowed(environ) is allowed
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [
+        ("max 100000\n", "all"),  # no CPU limit
+        ("100000 100000\n", 1),  # a limit of 1 CPU
+        ("150000 100000\n", 1),  # 1.5 CPUs: rounded down
+        ("50000 100000\n", 1),  # below one CPU: still one worker
+        ("6400000 100000\n", "all"),  # more CPUs than this process may run on
+        ("garbage\n", "all"),
+        (None, "all"),  # no cgroup v2 file (cgroup v1, or not Linux containers)
+    ],
+)
+def test_auto_workers_count_the_cgroup_cpu_limit(
+    tmp_path: Path, cpu_max: str | None, expected: int | str
+) -> None:
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cores(path) == (affinity if expected == "all" else expected)
