@@ -129,9 +129,11 @@ async def open_retriever(settings: Settings, embedder: Embedder) -> Retriever:
         return await build_redis_retriever(settings, settings.redis_url, embedder)
     from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
+    # The directory is made if missing; a file where it (or a parent) should be is named.
     data_dir = settings.chatqna_data_dir
-    if data_dir.exists() and not data_dir.is_dir():
-        raise StartupFailed(f"CHATQNA_DATA_DIR must be a directory: {data_dir} is a file")
+    existing = next(path for path in (data_dir, *data_dir.parents) if path.exists())
+    if not existing.is_dir():
+        raise StartupFailed(f"CHATQNA_DATA_DIR must be a directory: {existing} is a file")
     return await EmbeddedHybridIndex.open(
         settings.index_dir,
         embedder_name=embedder.name,

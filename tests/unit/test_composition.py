@@ -407,6 +407,11 @@ async def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path: Path) -> Non
     with pytest.raises(StartupFailed) as raised:
         await composition.build_retriever(Settings(chatqna_data_dir=afile), HashingEmbedder())
     assert str(raised.value) == f"CHATQNA_DATA_DIR must be a directory: {afile} is a file"
+    # `chatqna ingest --rebuild` builds in a directory inside it: the file is still named.
+    with pytest.raises(StartupFailed) as raised:
+        settings = Settings(chatqna_data_dir=afile / ".rebuild")
+        await composition.build_retriever(settings, HashingEmbedder())
+    assert str(raised.value) == f"CHATQNA_DATA_DIR must be a directory: {afile} is a file"
 
 
 async def test_an_unreachable_redis_is_named_by_its_variable(
