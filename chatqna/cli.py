@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from chatqna.evaluation.command import BenchGrid
     from chatqna.evaluation.dataset import Dataset
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode="markdown"
+)
 
 
 async def open_backends(settings: Settings) -> tuple[Any, Any]:

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     # --- service -----------------------------------------------------------------------
     mega_service_port: int = Field(8888, ge=1, le=65535)
     chatqna_host: str = "127.0.0.1"
-    chatqna_root_path: str | None = Field(None, pattern=r"^(/[^/\s]+)+$")  # /chat, no trailing /
+    chatqna_root_path: str | None = None  # /chat: a leading /, no trailing one
     chatqna_data_dir: Path = Path("data")
     chatqna_api_key: SecretStr | None = None
     chatqna_max_message_chars: int = Field(8000, ge=1)
@@ -333,6 +333,21 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return value.strip().lower() == "true"
         return value
+
+    @field_validator("chatqna_root_path")
+    @classmethod
+    def _path_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"(/[^/\s]+)+", value):
+            raise ValueError(
+                "must start with / and not end with /, e.g. /chatqna (no spaces, no //), "
+                f"got {value[:60]!r}"
+            )
+        return value
+
+    @field_validator("chatqna_log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("chatqna_workers", mode="before")
     @classmethod

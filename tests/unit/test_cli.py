@@ -175,3 +175,13 @@ def test_serve_counts_auto_workers_under_the_cgroup_limit(
     result = CliRunner().invoke(cli.app, ["serve", "--port", "18999"])
     assert result.exit_code == 0, result.output
     assert "count" not in ran and ran["port"] == 18999  # one process: no supervisor
+
+
+def test_the_help_rewraps_the_docstrings_to_the_terminal() -> None:
+    result = CliRunner().invoke(cli.app, ["--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    lines = [" ".join(line.strip(" │").split()) for line in result.output.splitlines()]
+    assert (
+        "serve runs the chat service, retriever the retriever service, ingest indexes files, "
+        "ask streams an answer from a running service, and bench scores retrieval on a dataset."
+    ) in lines
+    assert any(line.endswith("files into the index, with a progress bar.") for line in lines)

@@ -317,11 +317,20 @@ def test_otel_sdk_disabled_is_the_specification_s_boolean(
     assert Settings().otel_sdk_disabled is disabled
 
 
-@pytest.mark.parametrize("value", ["chat", "/chat/", "/a//b"])
+@pytest.mark.parametrize("value", ["chat", "chat/", "/chat/", "/a//b", "/a b"])
 def test_a_root_path_must_be_a_path_without_a_trailing_slash(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    assert "CHATQNA_ROOT_PATH" in _error_for(monkeypatch, CHATQNA_ROOT_PATH=value)
+    assert _error_for(monkeypatch, CHATQNA_ROOT_PATH=value).splitlines()[1].strip() == (
+        "CHATQNA_ROOT_PATH: must start with / and not end with /, e.g. /chatqna "
+        f"(no spaces, no //), got {value!r}"
+    )
+
+
+@pytest.mark.parametrize("value", ["debug", "Info", " warning "])
+def test_the_log_level_is_read_in_any_case(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("CHATQNA_LOG_LEVEL", value)
+    assert Settings().chatqna_log_level == value.strip().upper()
 
 
 def test_a_root_path_is_kept_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
