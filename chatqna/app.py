@@ -1,7 +1,8 @@
 """`create_app(settings, backends=None)`: the FastAPI application.
 
 The lifespan builds the backends once (unless a test passes its own) and closes them at
-shutdown; start-up warnings from the settings are logged once.
+shutdown; start-up warnings from the settings are logged once. `serve_workers` runs the app
+in several processes on one port (`chatqna serve --workers N`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -211,3 +212,17 @@ def app_from_environment() -> FastAPI:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     return create_app(settings)
+
+
+def serve_workers(count: int, options: dict[str, Any]) -> bool:
+    """`uvicorn.run` with `count` workers, except that a worker failing to start is told
+    apart from a shutdown (uvicorn's supervisor stops and returns normally in both cases):
+    False when one did, so the command can exit non-zero."""
+    from uvicorn import Config
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    config = Config("chatqna.app:app_from_environment", factory=True, workers=count, **options)
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    return all(process.exitcode != STARTUP_FAILURE for process in supervisor.processes)

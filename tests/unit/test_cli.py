@@ -170,7 +170,7 @@ def test_serve_counts_auto_workers_under_the_cgroup_limit(
     monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", limit)
     ran: dict[str, Any] = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **options: ran.update(options))
-    monkeypatch.setattr(cli, "serve_workers", lambda count, options: ran.update(count=count))
+    monkeypatch.setattr("chatqna.app.serve_workers", lambda count, options: ran.update(count=count))
     monkeypatch.setenv("CHATQNA_WORKERS", "auto")
     result = CliRunner().invoke(cli.app, ["serve", "--port", "18999"])
     assert result.exit_code == 0, result.output
@@ -185,3 +185,32 @@ def test_the_help_rewraps_the_docstrings_to_the_terminal() -> None:
         "ask streams an answer from a running service, and bench scores retrieval on a dataset."
     ) in lines
     assert any(line.endswith("files into the index, with a progress bar.") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "sent"),
+    [
+        (["--api-key", "opt-key"], {}, "Bearer opt-key"),
+        ([], {"CHATQNA_API_KEY": "env-key"}, "Bearer env-key"),
+        (["--api-key", "opt-key"], {"CHATQNA_API_KEY": "env-key"}, "Bearer opt-key"),
+        ([], {}, None),
+    ],
+)
+def test_ask_sends_the_api_key_as_a_bearer_token(
+    monkeypatch: pytest.MonkeyPatch, options: list[str], env: dict[str, str], sent: str | None
+) -> None:
+    monkeypatch.delenv("CHATQNA_API_KEY", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    headers: list[str | None] = []
+
+    def service(request: httpx.Request) -> httpx.Response:
+        headers.append(request.headers.get("authorization"))
+        return answering(data(ChunkWriter("m").chunk(ChunkDelta(content="ok"), "stop")) + DONE)(
+            request
+        )
+
+    serve_with(monkeypatch, service)
+    result = CliRunner().invoke(cli.app, ["ask", *options, "question?"])
+    assert result.exit_code == 0, result.output
+    assert headers == [sent]
