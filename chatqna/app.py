@@ -1,22 +1,24 @@
 """`create_app(settings, backends=None)`: the FastAPI application.
 
 The lifespan builds the backends once (unless a test passes its own) and closes them at
-shutdown; start-up warnings from the settings are logged once.
+shutdown; start-up warnings from the settings are logged once. `serve_workers` runs the app
+in several processes on one port (`chatqna serve --workers N`).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 from opentelemetry.trace import TracerProvider
-from starlette.types import Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna import __version__
 from chatqna.api import chat, dataprep, health, observability, retrieval, ui
@@ -32,6 +34,7 @@ from chatqna.api.guards import (
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
+from chatqna.errors import StartupFailed
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import configure_propagation, configure_tracing
@@ -61,6 +64,28 @@ def fastapi_telemetry(tracer_provider: TracerProvider | None) -> TelemetryConfig
         "auto_configure": False,
         "exclude": untraced,
     }
+
+
+class StartupFailureReport:
+    """Tells the server a start-up that failed with `StartupFailed` by its one line, which
+    names the variable to fix. Starlette reports a failed lifespan with the whole traceback
+    (uvicorn logs it), which buries that line; any other failure keeps its traceback."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def report(message: Message) -> None:
+            failure = sys.exception()  # Starlette sends the failure while it handles it
+            if message["type"] == "lifespan.startup.failed" and isinstance(failure, StartupFailed):
+                message = {**message, "message": str(failure)}
+            await send(message)
+
+        await self.app(scope, receive, report)
 
 
 def install_guards(app: FastAPI, settings: Settings) -> None:
@@ -161,6 +186,7 @@ def create_app(
     app.state.metrics = ServiceMetrics()
     install_error_handlers(app)
     install_guards(app, settings)
+    app.add_middleware(StartupFailureReport)
     include_routers(app, role)
     return app
 
@@ -186,3 +212,17 @@ def app_from_environment() -> FastAPI:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     return create_app(settings)
+
+
+def serve_workers(count: int, options: dict[str, Any]) -> bool:
+    """`uvicorn.run` with `count` workers, except that a worker failing to start is told
+    apart from a shutdown (uvicorn's supervisor stops and returns normally in both cases):
+    False when one did, so the command can exit non-zero."""
+    from uvicorn import Config
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    config = Config("chatqna.app:app_from_environment", factory=True, workers=count, **options)
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    return all(process.exitcode != STARTUP_FAILURE for process in supervisor.processes)

@@ -93,9 +93,12 @@ def _refusal(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
-def stream_answer(url: str, questions: list[str], printer: AnswerPrinter) -> None:
-    """POST the turns to `{url}/v1/chatqna` and print the streamed answer (straight to a
-    service on loopback, whatever proxy the environment names)."""
+def stream_answer(
+    url: str, questions: list[str], printer: AnswerPrinter, api_key: str | None = None
+) -> None:
+    """POST the turns to `{url}/v1/chatqna`, with `api_key` as a Bearer token when given, and
+    print the streamed answer (straight to a service on loopback, whatever proxy the
+    environment names)."""
     endpoint = f"{url.rstrip('/')}/v1/chatqna"
     messages = [{"role": "user", "content": text} for text in questions]
     try:
@@ -103,6 +106,7 @@ def stream_answer(url: str, questions: list[str], printer: AnswerPrinter) -> Non
             "POST",
             endpoint,
             json={"messages": messages, "stream": True},
+            headers=None if api_key is None else {"Authorization": f"Bearer {api_key}"},
             timeout=TIMEOUT,
             trust_env=trust_env_for(url),
         ) as response:

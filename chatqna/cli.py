@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from chatqna.settings import Settings, describe_validation_error
+from chatqna.settings import Settings, describe_validation_error, usable_cores
 
 if TYPE_CHECKING:
     from chatqna.evaluation.command import BenchGrid
     from chatqna.evaluation.dataset import Dataset
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode="markdown"
+)
 
 
 async def open_backends(settings: Settings) -> tuple[Any, Any]:
@@ -99,7 +101,7 @@ def serve(
     }
     settings = load_settings(**overrides)
     configure_logging(settings)
-    count = settings.worker_count(len(os.sched_getaffinity(0)))
+    count = settings.worker_count(usable_cores())
     common: dict[str, Any] = {
         "host": settings.chatqna_host,
         "port": settings.mega_service_port,
@@ -117,23 +119,11 @@ def serve(
     with tempfile.TemporaryDirectory(prefix="chatqna-metrics-") as metrics_dir:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # one scrape sums every worker
         typer.echo(f"serving with {count} worker processes", err=True)
+        from chatqna.app import serve_workers
+
         if not serve_workers(count, common):
             typer.echo("a worker failed to start (see its error above)", err=True)
             raise typer.Exit(3)
-
-
-def serve_workers(count: int, options: dict[str, Any]) -> bool:
-    """`uvicorn.run` with `count` workers, except that a worker failing to start is told
-    apart from a shutdown (uvicorn's supervisor stops and returns normally in both cases):
-    False when one did, so the command can exit non-zero."""
-    from uvicorn import Config
-    from uvicorn.config import STARTUP_FAILURE
-    from uvicorn.supervisors import Multiprocess
-
-    config = Config("chatqna.app:app_from_environment", factory=True, workers=count, **options)
-    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
-    supervisor.run()
-    return all(process.exitcode != STARTUP_FAILURE for process in supervisor.processes)
 
 
 @app.command()
@@ -197,6 +187,9 @@ def ask(
     url: Annotated[
         str, typer.Option(help="Base URL of a running service")
     ] = "http://127.0.0.1:8888",
+    api_key: Annotated[
+        str | None, typer.Option(help="The service's API key (CHATQNA_API_KEY)")
+    ] = None,
 ) -> None:
     """Ask a running service a question (earlier arguments are earlier user turns).
 
@@ -206,9 +199,10 @@ def ask(
     if not url.startswith(("http://", "https://")):
         typer.echo(f"--url must be an http:// or https:// URL, got {url!r}", err=True)
         raise typer.Exit(2)
+    key = load_settings(chatqna_api_key=api_key).chatqna_api_key
     printer = AnswerPrinter()
     try:
-        stream_answer(url, question, printer)
+        stream_answer(url, question, printer, None if key is None else key.get_secret_value())
     except AskFailed as exc:
         if printer.wrote_text:
             typer.echo()  # end the partial answer's line

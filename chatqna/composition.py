@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from chatqna.backends.bundle import Backends
@@ -28,7 +29,7 @@ from chatqna.backends.protocols import (
     Retriever,
     embedding_dimension,
 )
-from chatqna.errors import NotSupported
+from chatqna.errors import ChatQnAError, NotSupported, StartupFailed
 from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.settings import Settings
 from chatqna.upstream.policy import RetryPolicy
@@ -44,6 +45,20 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     )
 
 
+@contextlib.contextmanager
+def configured_by(variable: str) -> Iterator[None]:
+    """A start-up failure of what `variable` configures, as one `StartupFailed` line that
+    starts with its name: our own errors and the OS's (a missing file, a refused
+    connection). Anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except StartupFailed:
+        raise
+    except (ChatQnAError, OSError) as exc:
+        text = str(exc)
+        raise StartupFailed(text if text.startswith(variable) else f"{variable}: {text}") from exc
+
+
 async def build_embedder(settings: Settings) -> Embedder:
     if settings.tei_embedding_endpoint is not None:
         from chatqna.backends.tei import TEIEmbedder
@@ -57,18 +72,28 @@ async def build_embedder(settings: Settings) -> Embedder:
         )
     from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 
-    return await asyncio.to_thread(OnnxMiniLMEmbedder, max_batch=settings.tei_embedding_max_batch)
+    with configured_by("the embedded embedder (TEI_EMBEDDING_ENDPOINT unset)"):
+        return await asyncio.to_thread(
+            OnnxMiniLMEmbedder, max_batch=settings.tei_embedding_max_batch
+        )
 
 
-async def index_dimension(embedder: Embedder) -> int:
+async def index_dimension(settings: Settings, embedder: Embedder) -> int:
     """The width the index is opened at: the embedder's, measured by one call when it has
     none. A TEI embedder is then held to it, so a reply of another width fails alone."""
     from chatqna.backends.tei import TEIEmbedder
 
-    dimension = await embedding_dimension(embedder)
-    if isinstance(embedder, TEIEmbedder):
-        embedder.dimension = dimension
-    return dimension
+    if not isinstance(embedder, TEIEmbedder):
+        return await embedding_dimension(embedder)
+    logger.info(
+        "start-up: waiting for TEI_EMBEDDING_ENDPOINT to embed a probe, %d tries of up to %gs "
+        "(UPSTREAM_RETRY_ATTEMPTS, EMBEDDING_TIMEOUT_SECONDS)",
+        settings.upstream_retry_attempts,
+        settings.embedding_timeout_seconds,
+    )
+    with configured_by("TEI_EMBEDDING_ENDPOINT"):
+        embedder.dimension = await embedding_dimension(embedder)
+    return embedder.dimension
 
 
 def uses_embedded_index(settings: Settings) -> bool:
@@ -76,7 +101,19 @@ def uses_embedded_index(settings: Settings) -> bool:
     return settings.retriever_endpoint is None and settings.redis_url is None
 
 
+def retriever_variable(settings: Settings) -> str:
+    """The variable that chose the index: start-up errors of the index name it."""
+    if settings.retriever_endpoint is not None:
+        return "RETRIEVER_ENDPOINT"
+    return "CHATQNA_DATA_DIR" if settings.redis_url is None else "REDIS_URL"
+
+
 async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
+    with configured_by(retriever_variable(settings)):
+        return await open_retriever(settings, embedder)
+
+
+async def open_retriever(settings: Settings, embedder: Embedder) -> Retriever:
     if settings.retriever_endpoint is not None:
         from chatqna.retrieval.remote import RemoteRetriever
 
@@ -92,10 +129,15 @@ async def build_retriever(settings: Settings, embedder: Embedder) -> Retriever:
         return await build_redis_retriever(settings, settings.redis_url, embedder)
     from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
+    # The directory is made if missing; a file where it (or a parent) should be is named.
+    data_dir = settings.chatqna_data_dir
+    existing = next(path for path in (data_dir, *data_dir.parents) if path.exists())
+    if not existing.is_dir():
+        raise StartupFailed(f"CHATQNA_DATA_DIR must be a directory: {existing} is a file")
     return await EmbeddedHybridIndex.open(
         settings.index_dir,
         embedder_name=embedder.name,
-        dimension=await index_dimension(embedder),
+        dimension=await index_dimension(settings, embedder),
         rrf_k=settings.rrf_k,
         exact_max=settings.chatqna_embedded_exact_max_chunks,
     )
@@ -108,11 +150,12 @@ async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder
     from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
 
     timeout = settings.redis_timeout_seconds
+    logger.info("start-up: connecting to REDIS_URL, up to %gs (REDIS_TIMEOUT_SECONDS)", timeout)
     store = RedisClusterHybridIndex if await cluster_enabled(url, timeout) else RedisHybridIndex
     opened: Retriever = await store.open(
         url,
         embedder_name=embedder.name,
-        dimension=await index_dimension(embedder),
+        dimension=await index_dimension(settings, embedder),
         index_name=settings.index_name,
         vector=VectorIndexParams(
             algorithm=settings.redis_vector_algorithm,
@@ -168,15 +211,16 @@ async def start_embedded_llm(settings: Settings, *, backend: str) -> ChatLLM:
     """One in-process llama.cpp server on the configured GGUF, context and threads."""
     from chatqna.backends.local_llm import LlamaCppLLM
 
-    return await LlamaCppLLM.start(
-        settings.embedded_gguf(),
-        context=settings.chatqna_llm_context,
-        threads=settings.chatqna_llm_threads,
-        timeout_seconds=settings.llm_timeout_seconds,
-        connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
-        generation_timeout_seconds=settings.llm_generation_timeout_seconds,
-        backend=backend,
-    )
+    with configured_by("CHATQNA_LLM_GGUF"):
+        return await LlamaCppLLM.start(
+            settings.embedded_gguf(),
+            context=settings.chatqna_llm_context,
+            threads=settings.chatqna_llm_threads,
+            timeout_seconds=settings.llm_timeout_seconds,
+            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+            generation_timeout_seconds=settings.llm_generation_timeout_seconds,
+            backend=backend,
+        )
 
 
 def rewrites_on_embedded_llm(settings: Settings) -> bool:

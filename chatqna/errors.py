@@ -21,6 +21,7 @@
     +-- IndexUnavailable          503 the index cannot be read or written
     |   +-- EvictingIndexServer   503 Redis may evict keys (maxmemory-policy not noeviction)
     +-- ServiceUnavailable        503 the service is shutting down; retry on another instance
+    +-- StartupFailed             a backend could not be built at start-up (never a response)
 
 Clients and backends raise these (translating library exceptions with `raise ... from exc`);
 `chatqna.api.errors` renders them, and only them, as
@@ -244,3 +245,13 @@ class ServiceUnavailable(ChatQnAError):
     def closed(cls, what: str) -> ServiceUnavailable:
         """The refusal of work that reaches `what` (an index, say) after it was closed."""
         return cls(f"{what} is closed: the service is shutting down; retry on another instance.")
+
+
+class StartupFailed(ChatQnAError):
+    """A backend could not be built when the service started: an endpoint that does not
+    answer, a model file that cannot be loaded, an index that cannot be opened. The message
+    starts with the variable that configures it (`REDIS_URL: ...`), so the operator sees one
+    line to act on instead of a traceback."""
+
+    status_code = 503
+    code = "startup_failed"

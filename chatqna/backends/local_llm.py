@@ -25,6 +25,7 @@ from typing import Any
 
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import Completion, Delta, GenerationParams
+from chatqna.errors import StartupFailed
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,10 @@ def _start_server(gguf: Path, context: int, threads: int | None, api_key: str) -
     count = threads if threads is not None else max(1, os.cpu_count() or 1)
     params.cpuparams.n_threads = count
     params.cpuparams_batch.n_threads = count
-    return xllamacpp.Server(params)
+    try:
+        return xllamacpp.Server(params)
+    except RuntimeError as exc:  # xllamacpp says only "Failed to init server"
+        raise StartupFailed(f"CHATQNA_LLM_GGUF: {gguf} is not a loadable GGUF file") from exc
 
 
 def _drop(holder: list[Any]) -> None:

@@ -39,12 +39,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from chatqna import __version__
-from chatqna.settings import Settings
+from chatqna.settings import TRACES_EXPORTER_GROUP, Settings
 
 logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
 DEFAULT_SERVICE_NAME = "chatqna"
-EXPORTER_GROUP = "opentelemetry_traces_exporter"
+EXPORTER_GROUP = TRACES_EXPORTER_GROUP
 OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 
 

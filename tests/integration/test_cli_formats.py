@@ -79,3 +79,15 @@ def test_a_directory_without_supported_files_is_an_error_that_names_the_skipped(
     (tools / "notes.md").write_text("# Notes\n\nSome notes.")
     done = ingest_cli(tmp_path / "data", tools)
     assert "1 file(s) ingested" in done.stdout and "2 file(s) skipped" in done.stderr
+
+
+@pytest.mark.parametrize("rebuild", [False, True])
+def test_a_data_dir_that_is_a_file_is_named_as_one(tmp_path: Path, rebuild: bool) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    (tmp_path / "doc.md").write_text("# Doc\n\ntext")
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        ingest_cli(afile, tmp_path / "doc.md", rebuild=rebuild)
+    assert info.value.stderr.strip().splitlines() == [
+        f"ingest failed: CHATQNA_DATA_DIR must be a directory: {afile} is a file"
+    ]

@@ -9,6 +9,7 @@ of the chat UI test); `helm template` is offline and takes a fraction of a secon
 from __future__ import annotations
 
 import copy
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -265,6 +266,48 @@ def test_settings_from_values_reach_every_chatqna_container(helm: Path) -> None:
     for component in ("backend", "retriever"):
         settings = settings_of(docs, "Deployment", component)
         assert settings.multi_turn_mode == "condense" and settings.rrf_k == 30
+
+
+def image_environment() -> dict[str, str]:
+    """The ENV of the Dockerfile's last stage: what a pod sees unless the chart sets it."""
+    from tests.deploy_checks import parse_dockerfile
+
+    instructions = parse_dockerfile((REPO / "Dockerfile").read_text(encoding="utf-8"))
+    last = max(i.stage for i in instructions)
+    env: dict[str, str] = {}
+    for instruction in instructions:
+        if instruction.keyword == "ENV" and instruction.stage == last:
+            env.update(word.split("=", 1) for word in shlex.split(instruction.args))
+    return env
+
+
+@pytest.mark.parametrize(
+    ("values", "sets", "workers"),
+    [
+        ((), {}, 1),
+        (("values-embedded.yaml",), {}, 1),
+        ((), {"config.CHATQNA_WORKERS": "3"}, 3),
+    ],
+)
+def test_the_backend_runs_the_configured_workers_not_one_per_node_core(
+    helm: Path, values: tuple[str, ...], sets: dict[str, str], workers: int
+) -> None:
+    # The image says CHATQNA_WORKERS=auto: one embedded worker per core of the node, as a pod
+    # without a CPU limit sees them, would outgrow the pod's memory limit.
+    assert image_environment()["CHATQNA_WORKERS"] == "auto"
+    docs = checks.render(helm, [CHART / name for name in values], sets=sets)
+    workload = find(docs, "Deployment", "backend")
+    env = {
+        **image_environment(),
+        **checks.environment(docs, workload, checks.containers(workload)[0]),
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for key in Settings.model_fields:
+            patch.delenv(key.upper(), raising=False)
+        for key, value in env.items():
+            if value is not None:
+                patch.setenv(key, value)
+        assert Settings().worker_count(cores=64) == workers
 
 
 def test_the_backend_can_search_through_the_retriever_service(helm: Path) -> None:

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
-from chatqna.app import freeze_startup_objects
+import pytest
+from fastapi import FastAPI
+from starlette.types import Message
+
+from chatqna import app as app_module
+from chatqna.app import create_app, freeze_startup_objects
+from chatqna.errors import StartupFailed
+from chatqna.settings import Settings
 
 
 def test_freezing_moves_start_up_objects_out_of_the_collectors_reach() -> None:
@@ -17,3 +25,43 @@ def test_freezing_moves_start_up_objects_out_of_the_collectors_reach() -> None:
     finally:
         gc.unfreeze()
     assert gc.get_freeze_count() == 0
+
+
+async def startup_failure(app: FastAPI) -> str:
+    """Run the app's lifespan start-up as a server does; the failure message it reports."""
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    with pytest.raises(Exception):  # noqa: B017 (the server sees it; the message is checked)
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+    (failed,) = sent
+    assert failed["type"] == "lifespan.startup.failed"
+    return str(failed["message"])
+
+
+@pytest.mark.anyio
+async def test_a_startup_failure_is_reported_by_its_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def refused(settings: Settings) -> Any:
+        raise StartupFailed("REDIS_URL: connection refused")
+
+    monkeypatch.setattr(app_module, "build_backends", refused)
+    assert await startup_failure(create_app(Settings())) == "REDIS_URL: connection refused"
+
+
+@pytest.mark.anyio
+async def test_any_other_startup_error_keeps_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def bug(settings: Settings) -> Any:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(app_module, "build_backends", bug)
+    message = await startup_failure(create_app(Settings()))
+    assert message.startswith("Traceback") and "KeyError: 'a bug'" in message

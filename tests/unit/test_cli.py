@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chatqna import cli
+from chatqna import settings as settings_module
 from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.settings import Settings
@@ -159,3 +160,57 @@ def test_render_of_a_missing_or_foreign_file_is_one_line_and_exit_2(tmp_path: Pa
         assert result.exit_code == 2, result.output
         assert f"--render {path}: cannot render it" in result.output
         assert "Traceback" not in result.output
+
+
+def test_serve_counts_auto_workers_under_the_cgroup_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    limit = tmp_path / "cpu.max"
+    limit.write_text("100000 100000\n")
+    monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", limit)
+    ran: dict[str, Any] = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **options: ran.update(options))
+    monkeypatch.setattr("chatqna.app.serve_workers", lambda count, options: ran.update(count=count))
+    monkeypatch.setenv("CHATQNA_WORKERS", "auto")
+    result = CliRunner().invoke(cli.app, ["serve", "--port", "18999"])
+    assert result.exit_code == 0, result.output
+    assert "count" not in ran and ran["port"] == 18999  # one process: no supervisor
+
+
+def test_the_help_rewraps_the_docstrings_to_the_terminal() -> None:
+    result = CliRunner().invoke(cli.app, ["--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    lines = [" ".join(line.strip(" │").split()) for line in result.output.splitlines()]
+    assert (
+        "serve runs the chat service, retriever the retriever service, ingest indexes files, "
+        "ask streams an answer from a running service, and bench scores retrieval on a dataset."
+    ) in lines
+    assert any(line.endswith("files into the index, with a progress bar.") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "sent"),
+    [
+        (["--api-key", "opt-key"], {}, "Bearer opt-key"),
+        ([], {"CHATQNA_API_KEY": "env-key"}, "Bearer env-key"),
+        (["--api-key", "opt-key"], {"CHATQNA_API_KEY": "env-key"}, "Bearer opt-key"),
+        ([], {}, None),
+    ],
+)
+def test_ask_sends_the_api_key_as_a_bearer_token(
+    monkeypatch: pytest.MonkeyPatch, options: list[str], env: dict[str, str], sent: str | None
+) -> None:
+    monkeypatch.delenv("CHATQNA_API_KEY", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    headers: list[str | None] = []
+
+    def service(request: httpx.Request) -> httpx.Response:
+        headers.append(request.headers.get("authorization"))
+        return answering(data(ChunkWriter("m").chunk(ChunkDelta(content="ok"), "stop")) + DONE)(
+            request
+        )
+
+    serve_with(monkeypatch, service)
+    result = CliRunner().invoke(cli.app, ["ask", *options, "question?"])
+    assert result.exit_code == 0, result.output
+    assert headers == [sent]

@@ -16,7 +16,7 @@ from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.tei import TEIEmbedder, TEIReranker
 from chatqna.composition import build_reranker
-from chatqna.errors import BadUpstreamResponse
+from chatqna.errors import BadUpstreamResponse, IndexUnavailable, StartupFailed
 from chatqna.multiturn.history import Message
 from chatqna.settings import Settings
 
@@ -396,3 +396,66 @@ async def test_a_remote_llm_also_rewrites_and_translates(monkeypatch: pytest.Mon
     assert await composition.build_rewrite_llm(settings, llm) is llm
     assert composition.build_condense_llm(settings, llm) is llm
     await llm.aclose()
+
+
+# --- start-up failures: one line that names the variable ------------------------------------
+
+
+async def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    with pytest.raises(StartupFailed) as raised:
+        await composition.build_retriever(Settings(chatqna_data_dir=afile), HashingEmbedder())
+    assert str(raised.value) == f"CHATQNA_DATA_DIR must be a directory: {afile} is a file"
+    # `chatqna ingest --rebuild` builds in a directory inside it: the file is still named.
+    with pytest.raises(StartupFailed) as raised:
+        settings = Settings(chatqna_data_dir=afile / ".rebuild")
+        await composition.build_retriever(settings, HashingEmbedder())
+    assert str(raised.value) == f"CHATQNA_DATA_DIR must be a directory: {afile} is a file"
+
+
+async def test_an_unreachable_redis_is_named_by_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def refused(url: str, timeout_seconds: float = 10.0) -> bool:
+        raise IndexUnavailable(f"Redis index '(probe)' at {url}: connection refused")
+
+    monkeypatch.setattr("chatqna.retrieval.redis.topology.cluster_enabled", refused)
+    settings = Settings(redis_url="redis://redis.test:6379")
+    with pytest.raises(StartupFailed, match=r"^REDIS_URL: Redis index .* connection refused$"):
+        await composition.build_retriever(settings, HashingEmbedder())
+
+
+async def test_a_tei_embedder_failing_its_probe_is_named_and_announced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(
+        tei_embedding_endpoint="http://tei.test",
+        chatqna_data_dir=tmp_path,
+        upstream_retry_attempts=1,
+        embedding_timeout_seconds=7,
+    )
+    embedder = await composition.build_embedder(settings)
+    caplog.set_level("INFO", logger="chatqna.composition")
+    with respx.mock(using="httpx") as router:
+        router.post("http://tei.test/v1/embeddings").respond(503)
+        with pytest.raises(StartupFailed, match=r"^TEI_EMBEDDING_ENDPOINT: embedder: "):
+            await composition.build_retriever(settings, embedder)
+    await embedder.aclose()
+    (waiting,) = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert "TEI_EMBEDDING_ENDPOINT" in waiting and "1 tries of up to 7s" in waiting
+
+
+async def test_a_missing_gguf_is_one_line_naming_its_variable(tmp_path: Path) -> None:
+    settings = Settings(chatqna_llm_gguf=tmp_path / "absent.gguf")
+    with pytest.raises(StartupFailed) as raised:
+        await composition.build_llm(settings)
+    assert str(raised.value) == f"CHATQNA_LLM_GGUF: no such file: {tmp_path / 'absent.gguf'}"
+
+
+async def test_an_os_error_is_prefixed_with_the_variable_and_a_bug_is_left_alone() -> None:
+    refused = r"^REDIS_URL: \[Errno 111\] refused$"
+    with pytest.raises(StartupFailed, match=refused), composition.configured_by("REDIS_URL"):
+        raise ConnectionRefusedError(111, "refused")
+    with pytest.raises(KeyError), composition.configured_by("REDIS_URL"):
+        raise KeyError("a bug")

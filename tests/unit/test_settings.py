@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -9,6 +12,7 @@ from chatqna.settings import (
     Settings,
     describe_validation_error,
     dirty_results_allowed,
+    usable_cores,
     variables_set,
 )
 
@@ -171,6 +175,61 @@ def test_the_traces_exporter_list_is_comma_separated(monkeypatch: pytest.MonkeyP
     assert Settings().otel_traces_exporter is None
 
 
+def test_an_exporter_name_nothing_installed_registers_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp,jaeger")
+    message = _error_for(monkeypatch)
+    line = message.splitlines()[1].strip()
+    assert line.startswith("OTEL_TRACES_EXPORTER: no span exporter named 'jaeger' is installed")
+    assert "(installed: console, otlp, otlp_proto_grpc, otlp_proto_http" in line
+    assert len(message.splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "victoriatraces:10428"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4318/v1/traces",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            },
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://victoriatraces:10428"}, None),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://collector/v1/traces"}, None),
+        # gRPC takes what its client does: a scheme-less host:port too.
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            },
+            None,
+        ),
+    ],
+)
+def test_an_otlp_http_endpoint_must_be_an_http_url(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], refused: str | None
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if refused is None:
+        Settings()
+        return
+    message = _error_for(monkeypatch)
+    assert f"{refused} must be an http:// or https:// URL" in message
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in message
+
+
 def test_an_unsupported_otlp_protocol_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
     with pytest.raises(ValidationError) as failure:
@@ -258,11 +317,20 @@ def test_otel_sdk_disabled_is_the_specification_s_boolean(
     assert Settings().otel_sdk_disabled is disabled
 
 
-@pytest.mark.parametrize("value", ["chat", "/chat/", "/a//b"])
+@pytest.mark.parametrize("value", ["chat", "chat/", "/chat/", "/a//b", "/a b"])
 def test_a_root_path_must_be_a_path_without_a_trailing_slash(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    assert "CHATQNA_ROOT_PATH" in _error_for(monkeypatch, CHATQNA_ROOT_PATH=value)
+    assert _error_for(monkeypatch, CHATQNA_ROOT_PATH=value).splitlines()[1].strip() == (
+        "CHATQNA_ROOT_PATH: must start with / and not end with /, e.g. /chatqna "
+        f"(no spaces, no //), got {value!r}"
+    )
+
+
+@pytest.mark.parametrize("value", ["debug", "Info", " warning "])
+def test_the_log_level_is_read_in_any_case(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("CHATQNA_LOG_LEVEL", value)
+    assert Settings().chatqna_log_level == value.strip().upper()
 
 
 def test_a_root_path_is_kept_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -310,3 +378,25 @@ def test_results_of_uncommitted_code_are_allowed_only_when_asked(
 ) -> None:
     environ = {} if value is None else {"CHATQNA_BENCH_ALLOW_DIRTY": value}
     assert dirty_results_allowed(environ) is allowed
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [
+        ("max 100000\n", "all"),  # no CPU limit
+        ("100000 100000\n", 1),  # a limit of 1 CPU
+        ("150000 100000\n", 1),  # 1.5 CPUs: rounded down
+        ("50000 100000\n", 1),  # below one CPU: still one worker
+        ("6400000 100000\n", "all"),  # more CPUs than this process may run on
+        ("garbage\n", "all"),
+        (None, "all"),  # no cgroup v2 file (cgroup v1, or not Linux containers)
+    ],
+)
+def test_auto_workers_count_the_cgroup_cpu_limit(
+    tmp_path: Path, cpu_max: str | None, expected: int | str
+) -> None:
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cores(path) == (affinity if expected == "all" else expected)

@@ -20,6 +20,7 @@ from chatqna.backends import local_llm
 from chatqna.backends.local_llm import LlamaCppLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import ChatLLM, GenerationParams
+from chatqna.errors import StartupFailed
 
 pytestmark = pytest.mark.anyio
 
@@ -182,3 +183,20 @@ def test_a_missing_gguf_fails_before_llama_cpp_starts(
     with pytest.raises(FileNotFoundError, match="CHATQNA_LLM_GGUF"):
         local_llm._start_server(tmp_path / "absent.gguf", 1024, None, "key")
     assert servers == []
+
+
+def test_a_file_llama_cpp_cannot_load_is_named_with_its_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = fake_xllamacpp([])
+
+    def refuse(params: Any) -> Any:
+        raise RuntimeError("Failed to init server, please check the input params.")
+
+    module.Server = refuse  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "xllamacpp", module)
+    notes = tmp_path / "README.md"
+    notes.write_text("# not a model")
+    with pytest.raises(StartupFailed) as raised:
+        local_llm._start_server(notes, 1024, None, "key")
+    assert str(raised.value) == f"CHATQNA_LLM_GGUF: {notes} is not a loadable GGUF file"
