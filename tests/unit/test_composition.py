@@ -420,7 +420,7 @@ async def test_an_unreachable_redis_is_named_by_its_variable(
     async def refused(url: str, timeout_seconds: float = 10.0) -> bool:
         raise IndexUnavailable(f"Redis index '(probe)' at {url}: connection refused")
 
-    monkeypatch.setattr("chatqna.retrieval.redis.topology.cluster_enabled", refused)
+    monkeypatch.setattr("chatqna.retrieval.redis.cluster.cluster_enabled", refused)
     settings = Settings(redis_url="redis://redis.test:6379")
     with pytest.raises(StartupFailed, match=r"^REDIS_URL: Redis index .* connection refused$"):
         await composition.build_retriever(settings, HashingEmbedder())
