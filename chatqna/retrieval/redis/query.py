@@ -16,8 +16,9 @@ from redis.commands.search.query import Query
 from chatqna.retrieval.query import TermUnion, WeightedQuery, query_tree
 from chatqna.retrieval.redis.schema import BM25_SCORER
 
-# The stored fields a search hit is built from (`embedding` as raw float32 bytes).
-RETURNED = ("chunk_id", "content", "source", "title", "chunk_index", "embedding")
+# The stored fields a search hit is built from (`embedding` as raw float32 bytes), and the
+# digest of the version they belong to (`chatqna.retrieval.redis.consistency`).
+RETURNED = ("chunk_id", "content", "source", "title", "chunk_index", "embedding", "digest")
 DIALECT = 2  # KNN needs dialect 2
 _QUERY_SPECIAL = re.compile(r"[^0-9A-Za-z\u0080-\U0010ffff]")
 
@@ -50,10 +51,13 @@ def bm25_query(query: WeightedQuery) -> str | None:
     return None if tree is None else "@terms:" + _render(tree)
 
 
-def knn_search(index: str, vector: np.ndarray, depth: int, *, fields: bool) -> Args:
+def knn_search(
+    index: str, vector: np.ndarray, depth: int, *, fields: bool, digest: bool = False
+) -> Args:
     """`FT.SEARCH` for the `depth` nearest passages by cosine distance (`dist`), nearest
-    first; with `fields`, every stored field of `RETURNED` comes back too."""
-    returned = [*RETURNED, "dist"] if fields else ["dist"]
+    first; with `fields`, every stored field of `RETURNED` comes back too, with `digest`
+    the `digest` field alone (a cluster node returns no stored field: ask for none)."""
+    returned = [*RETURNED, "dist"] if fields else ["dist", "digest"] if digest else ["dist"]
     query = (
         Query(f"*=>[KNN {depth} @embedding $vec AS dist]")
         .sort_by("dist")
@@ -65,27 +69,23 @@ def knn_search(index: str, vector: np.ndarray, depth: int, *, fields: bool) -> A
     return ["FT.SEARCH", index, *query.get_args(), *params]
 
 
-def bm25_search(index: str, text_query: str, depth: int) -> Args:
-    """`FT.SEARCH` for the best `depth + 1` BM25 hits (ids and scores): one more than
-    needed tells whether a tie straddles the cut."""
-    query = (
-        Query(text_query)
-        .verbatim()
-        .scorer(BM25_SCORER)
-        .with_scores()
-        .no_content()
-        .paging(0, depth + 1)
-        .dialect(DIALECT)
-    )
-    return ["FT.SEARCH", index, *query.get_args()]
+def bm25_search(index: str, text_query: str, depth: int, *, digest: bool = False) -> Args:
+    """`FT.SEARCH` for the best `depth + 1` BM25 hits (ids and scores, with `digest` each
+    hit's `digest` field too): one more than needed tells whether a tie straddles the cut."""
+    query = Query(text_query).verbatim().scorer(BM25_SCORER).with_scores()
+    query = query.return_fields("digest") if digest else query.no_content()
+    return ["FT.SEARCH", index, *query.paging(0, depth + 1).dialect(DIALECT).get_args()]
 
 
-def bm25_aggregate(index: str, text_query: str, depth: int, tie_field: str) -> Args:
+def bm25_aggregate(
+    index: str, text_query: str, depth: int, tie_field: str, *, digest: bool = False
+) -> Args:
     """`FT.AGGREGATE` for the best `depth` BM25 hits with ties ordered by `tie_field`
-    (`__key` or `chunk_id`), sorted on the server, each row with its `__key`: asked only
-    when a tie straddles the cut, as FT.SEARCH orders ties by insertion. Scores come back
-    printed to 12 digits."""
+    (`__key` or `chunk_id`), sorted on the server, each row with its `__key` (and with
+    `digest` its `digest`): asked only when a tie straddles the cut, as FT.SEARCH orders
+    ties by insertion. Scores come back printed to 12 digits."""
     loaded = ["@__key"] if tie_field == "__key" else ["@__key", f"@{tie_field}"]
+    loaded += ["@digest"] if digest else []
     return [
         "FT.AGGREGATE", index, text_query, "VERBATIM", "SCORER", BM25_SCORER, "ADDSCORES",
         "LOAD", len(loaded), *loaded, "SORTBY", 4, "@__score", "DESC", f"@{tie_field}", "ASC",

@@ -35,9 +35,26 @@ def scored_hits(reply: Sequence[Any]) -> list[tuple[str, float]]:
     return [(text(reply[at]), float(text(reply[at + 1]))) for at in range(1, len(reply), 2)]
 
 
+def digest_hits(reply: Sequence[Any]) -> tuple[list[tuple[str, float]], dict[str, Any]]:
+    """`(key, score)` of a `WITHSCORES RETURN 1 digest` `FT.SEARCH`, in the server's order,
+    and each hit's `digest` (None when the hash has none)."""
+    hits, digests = [], {}
+    for at in range(1, len(reply), 3):
+        key = text(reply[at])
+        hits.append((key, float(text(reply[at + 1]))))
+        digests[key] = pairs(reply[at + 2] or []).get("digest")
+    return hits, digests
+
+
 def aggregate_values(reply: Sequence[Any], field: str) -> list[str]:
     """One loaded field of each `FT.AGGREGATE` row, in order."""
     return [text(pairs(row)[field]) for row in reply[1:]]
+
+
+def aggregate_digests(reply: Sequence[Any]) -> dict[str, Any]:
+    """The `digest` loaded with each `FT.AGGREGATE` row, by its `__key`."""
+    rows = [pairs(row) for row in reply[1:]]
+    return {text(row["__key"]): row.get("digest") for row in rows}
 
 
 def top_bm25(
@@ -156,8 +173,9 @@ def hybrid_results(
     stored: Sequence[dict[str, Any] | None],
     vector: np.ndarray,
 ) -> list[ScoredChunk]:
-    """The fused passages with their three scores; a passage deleted since the search is
-    skipped, and one only BM25 found gets its cosine from its stored vector."""
+    """The fused passages with their three scores; a passage without fields (deleted, or
+    dropped by `consistency.current_rows`) is skipped, and one only BM25 found gets its
+    cosine from its stored vector."""
     results = []
     for (key, score), fields in zip(fused, stored, strict=True):
         if fields is None:

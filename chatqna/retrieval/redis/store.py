@@ -10,12 +10,14 @@ indexes then see the same tokens (`chatqna.retrieval.query`) and the same query 
 the tests check the server's scores against a reference model of RediSearch's formula.
 
 A hybrid search sends the KNN and the BM25 query in one pipelined round trip, each for its
-best `max(k, rrf_candidates)` passages (ids and scores only), fuses the two rankings in the
-client with `reciprocal_rank_fusion`, exactly as `EmbeddedHybridIndex` does, and then reads
-the `k` fused passages in a second round trip; a Redis 8.4+ server-side fusion (`FT.HYBRID`)
-can replace the fusion later. BM25 ties are ordered by passage id in both indexes:
-RediSearch orders them by insertion, so the client re-sorts, and when a tie straddles the
-cut it asks `FT.AGGREGATE` for the exact order instead.
+best `max(k, rrf_candidates)` passages (ids, scores and digests), fuses the two rankings in
+the client with `reciprocal_rank_fusion`, exactly as `EmbeddedHybridIndex` does, and then
+reads the `k` fused passages in a second round trip, checking each against the digest it
+was ranked at (`consistency`: a write in between makes it rank once more); a Redis 8.4+
+server-side fusion (`FT.HYBRID`) can replace the fusion later. A dense-only search is one
+`FT.SEARCH` that returns the passages' fields itself. BM25 ties are ordered by passage id
+in both indexes: RediSearch orders them by insertion, so the client re-sorts, and when a
+tie straddles the cut it asks `FT.AGGREGATE` for the exact order (and digests) instead.
 
 RediSearch's BM25 statistics lag behind deletes and overwrites: a replaced or deleted
 passage keeps counting in its document frequencies until the GC cleans it (every 30 s once
@@ -52,6 +54,7 @@ from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.consistency import Ranking, read_ranked, seen_digests
 from chatqna.retrieval.redis.query import (
     RETURNED,
     bm25_aggregate,
@@ -60,13 +63,13 @@ from chatqna.retrieval.redis.query import (
     knn_search,
 )
 from chatqna.retrieval.redis.replies import (
-    aggregate_values,
+    aggregate_digests,
+    digest_hits,
     hybrid_results,
     is_missing_index,
     knn_hits,
     redact_url,
     scored_chunk,
-    scored_hits,
     stored_fields,
     straddles,
     top_bm25,
@@ -292,28 +295,37 @@ class RedisHybridIndex:
             return await self._rebuilt_if_missing(lambda: self._hybrid(query, vector))
 
     async def _hybrid(self, query: SearchQuery, vector: np.ndarray) -> list[ScoredChunk]:
+        ranking, stored = await read_ranked(lambda: self._rank(query, vector), self._read)
+        return hybrid_results(ranking.fused, ranking.dense, ranking.bm25, stored, vector)
+
+    async def _rank(self, query: SearchQuery, vector: np.ndarray) -> Ranking:
+        """The fused top `k` of the KNN and BM25 legs, with the digests they saw."""
         depth = max(query.k, self.rrf_candidates)
         lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
         text_query = bm25_query(lexical)
         pipe = self.client.pipeline(transaction=False)
-        self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False))
+        self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False, digest=True))
         if text_query is not None:
-            self._queue(pipe, bm25_search(self.index_name, text_query, depth))
+            self._queue(pipe, bm25_search(self.index_name, text_query, depth, digest=True))
         replies = await pipe.execute()
-        dense = {key: similarity for key, similarity, _ in knn_hits(replies[0])}
+        knn = knn_hits(replies[0])
+        dense = {key: similarity for key, similarity, _ in knn}
+        legs = [{key: fields.get("digest") for key, _, fields in knn}]
         bm25: dict[str, float] = {}
         if text_query is not None:
-            hits = scored_hits(replies[1])
-            exact = None
+            hits, digests = digest_hits(replies[1])
+            legs.append(digests)
+            exact: list[str] | None = None
             if straddles(hits, depth):
-                args = bm25_aggregate(self.index_name, text_query, depth, "__key")
-                exact = aggregate_values(await self._call(args), "__key")
+                args = bm25_aggregate(self.index_name, text_query, depth, "__key", digest=True)
+                ordered = aggregate_digests(await self._call(args))
+                legs.append(ordered)
+                exact = list(ordered)
             bm25 = top_bm25(hits, depth, exact)
         fused = reciprocal_rank_fusion(
             [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
         )[: query.k]
-        stored = await self._read([key for key, _ in fused])
-        return hybrid_results(fused, dense, bm25, stored, vector)
+        return Ranking(fused, dense, bm25, seen_digests(*legs))
 
     async def _read(self, keys: Sequence[str]) -> list[dict[str, Any] | None]:
         """The stored fields of each key (None for a key that no longer exists)."""

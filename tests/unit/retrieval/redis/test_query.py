@@ -30,7 +30,11 @@ def test_knn_search_asks_for_distances_or_every_field() -> None:
     assert args[args.index("LIMIT") + 1 : args.index("LIMIT") + 3] == [0, 7]
     assert args[-1] == np.ones(4, dtype=np.float32).tobytes()  # float32 whatever came in
     full = knn_search("idx", vector, 7, fields=True)
-    assert full[full.index("RETURN") + 1] == 7 and "embedding" in full
+    assert full[full.index("RETURN") + 1] == 8 and {"embedding", "digest"} <= set(full)
+    checked = knn_search("idx", vector, 7, fields=False, digest=True)
+    assert checked[checked.index("RETURN") : checked.index("RETURN") + 4] == [
+        "RETURN", 2, "dist", "digest",
+    ]  # fmt: skip
 
 
 def test_bm25_search_and_its_tie_breaker() -> None:
@@ -40,8 +44,14 @@ def test_bm25_search_and_its_tie_breaker() -> None:
     assert {"VERBATIM", "WITHSCORES", "NOCONTENT"} <= set(map(str, args))
     assert args[args.index("SCORER") + 1] == "BM25STD"
     assert args[args.index("LIMIT") + 2] == 51  # one more: does a tie straddle the cut?
+    checked = bm25_search("idx", query, 50, digest=True)
+    assert "NOCONTENT" not in checked and "WITHSCORES" in checked
+    assert checked[checked.index("RETURN") : checked.index("RETURN") + 3] == ["RETURN", 1, "digest"]
     by_key = bm25_aggregate("idx", query, 50, "__key")
     assert by_key[by_key.index("LOAD") : by_key.index("LOAD") + 3] == ["LOAD", 1, "@__key"]
+    with_digest = bm25_aggregate("idx", query, 50, "__key", digest=True)
+    at = with_digest.index("LOAD")
+    assert with_digest[at : at + 4] == ["LOAD", 2, "@__key", "@digest"]
     by_id = bm25_aggregate("idx", query, 50, "chunk_id")
     assert by_id[by_id.index("LOAD") + 1 : by_id.index("LOAD") + 4] == [2, "@__key", "@chunk_id"]
     assert by_id[by_id.index("SORTBY") + 1 : by_id.index("SORTBY") + 6] == [
