@@ -22,6 +22,30 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from chatqna.evaluation.options import (
+    SERVED_FUSION_CANDIDATES,
+    Alphas,
+    AssistantWeights,
+    Bm25HistoryWeights,
+    Bm25Weights,
+    CacheDir,
+    Datasets,
+    EmbeddedReranker,
+    FusionCandidates,
+    History,
+    HistoryOrder,
+    HistoryRoles,
+    HistoryTurns,
+    Ingest,
+    OutputDir,
+    PassageContext,
+    Render,
+    RerankerEndpoint,
+    Samples,
+    SelfContained,
+    ServiceUrl,
+    WithLlm,
+)
 from chatqna.settings import Settings, describe_validation_error, usable_cores
 
 if TYPE_CHECKING:
@@ -211,85 +235,14 @@ def ask(
     typer.echo()
 
 
-# `chatqna bench` options. Grids are comma-separated lists; every value is tried.
-Datasets = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--dataset", help="Dataset directory (corpus + conversations); repeat for several"
-    ),
-]
-OutputDir = Annotated[Path | None, typer.Option(help="Where results go")]
-Alphas = Annotated[str, typer.Option(help="Blend alphas to try")]
-HistoryTurns = Annotated[str, typer.Option(help="Blend history windows")]
-WithLlm = Annotated[
-    bool,
-    typer.Option(
-        "--llm/--no-llm",
-        help="Run condense with the LLM, as MULTI_TURN_MODE=condense serves it; own history "
-        "holds the LLM's answers (with --service, the service's), not the top passage",
-    ),
-]
-Samples = Annotated[int, typer.Option(help="Bootstrap samples")]
-CacheDir = Annotated[Path | None, typer.Option(help="Embedding cache")]
-ServiceUrl = Annotated[str | None, typer.Option(help="Score a running service instead")]
-Ingest = Annotated[bool, typer.Option(help="With --service: upload the corpus first")]
-HistoryOrder = Annotated[
-    str, typer.Option(help="Blend history orders: chronological, newest_first or both")
-]
-Bm25Weights = Annotated[str, typer.Option(help="BM25 fusion weights for hybrid")]
-Bm25HistoryWeights = Annotated[
-    str, typer.Option(help="Blend: weights of the history-aware BM25 leg (0 = off)")
-]
-HistoryRoles = Annotated[
-    str,
-    typer.Option(
-        help="Blend history roles, comma-separated: user_assistant, user, separate "
-        "(both = user_assistant,user)"
-    ),
-]
-AssistantWeights = Annotated[
-    str, typer.Option(help="Separate roles: the assistant messages' shares to try")
-]
-History = Annotated[
-    str,
-    typer.Option(
-        help="Assistant turns in the history: reference (the dataset's), own (the "
-        "system's own answers, replayed turn by turn) or both"
-    ),
-]
-PassageContext = Annotated[
-    str, typer.Option(help="What each passage's legs see besides its text: title or none")
-]
-SelfContained = Annotated[
-    str,
-    typer.Option(
-        help="Blend: similarities to the previous question at which a follow-up is "
-        "searched on its own (0 = never)"
-    ),
-]
-FusionCandidates = Annotated[
-    str, typer.Option(help="Hybrid: passages per leg fused by RRF (at least the depth)")
-]
-Render = Annotated[
-    Path | None, typer.Option(help="Only redraw tables and chart from a results.json")
-]
-RerankerEndpoint = Annotated[
-    str | None,
-    typer.Option(help="Rerank with this TEI-compatible /rerank server (TEI_RERANKING_ENDPOINT)"),
-]
-EmbeddedReranker = Annotated[
-    str | None,
-    typer.Option(help="Without an endpoint: none or similarity (CHATQNA_EMBEDDED_RERANKER)"),
-]
-
-
-def bench_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
-    """The grid and the datasets of a `bench` run, every option and file (and the work tree)
-    checked before any model is built; a bad one exits 2 with one line naming it."""
+def bench_inputs(options: dict[str, Any], settings: Settings) -> tuple[BenchGrid, list[Dataset]]:
+    """The grid and the datasets of a `bench` run, a grid option not given at the service's
+    setting, every option and file (and the work tree) checked before any model is built;
+    a bad one exits 2 with one line naming it."""
     from chatqna.evaluation.command import checked_inputs
 
     try:
-        return checked_inputs(options)
+        return checked_inputs(options, settings)
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
@@ -335,29 +288,31 @@ def run_bench(
 def bench(
     dataset: Datasets = None,
     output: OutputDir = None,
-    alphas: Alphas = "0.5,0.6,0.7,0.75,0.8,0.9",
-    history_turns: HistoryTurns = "2,4,6",
+    alphas: Alphas = None,
+    history_turns: HistoryTurns = None,
     llm: WithLlm = True,
     samples: Samples = 1000,
     cache_dir: CacheDir = None,
     service: ServiceUrl = None,
     ingest: Ingest = False,
-    history_order: HistoryOrder = "chronological",
-    bm25_weights: Bm25Weights = "1.0",
-    bm25_history_weights: Bm25HistoryWeights = "0",
-    history_roles: HistoryRoles = "user_assistant",
-    assistant_weights: AssistantWeights = "0.5",
-    self_contained_similarities: SelfContained = "0",
+    history_order: HistoryOrder = None,
+    bm25_weights: Bm25Weights = None,
+    bm25_history_weights: Bm25HistoryWeights = None,
+    history_roles: HistoryRoles = None,
+    assistant_weights: AssistantWeights = None,
+    self_contained_similarities: SelfContained = None,
     history: History = "both",
     passage_context: PassageContext = "title",
-    fusion_candidates: FusionCandidates = "50",
+    fusion_candidates: FusionCandidates = SERVED_FUSION_CANDIDATES,
     render: Render = None,
     reranker_endpoint: RerankerEndpoint = None,
     embedded_reranker: EmbeddedReranker = None,
 ) -> None:
     """Per-turn retrieval quality of every multi-turn mode on a dataset (turn 1 vs follow-ups).
 
-    Progress goes to stderr: bars on a terminal, a line every 30 s per task elsewhere."""
+    A grid option not given takes the service's setting: a bare run measures what
+    `chatqna serve` would run. Progress goes to stderr: bars on a terminal, a line every
+    30 s per task elsewhere."""
     if render is not None:
         render_bench(render)
         return
@@ -379,10 +334,10 @@ def bench(
         "fusion_candidates": fusion_candidates,
         "command": "chatqna bench " + shlex.join(sys.argv[2:]),
     }
-    grid, datasets = bench_inputs(options)
     settings = load_settings(
         tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
     )
+    grid, datasets = bench_inputs(options, settings)
     configure_logging(settings)
     run_bench(settings, datasets, grid, output, service=service, ingest=ingest)
 

@@ -23,7 +23,8 @@ from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.compare import condense_strategy, shipped_references
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import llm_answerer
-from chatqna.evaluation.modes import default_strategies
+from chatqna.evaluation.modes import QueryStrategy, default_strategies
+from chatqna.evaluation.options import with_service_defaults
 from chatqna.evaluation.progress import stderr_progress, turn_logs_at_debug
 from chatqna.evaluation.provenance import (
     DirtyWorkTree,
@@ -36,7 +37,6 @@ from chatqna.evaluation.provenance import (
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.pipeline.turn import TurnOptions
-from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings, dirty_results_allowed
 
 DEFAULT_RESULTS = Path("benchmarks/results")
@@ -97,22 +97,23 @@ def _choices(
 class BenchGrid:
     """What one `chatqna bench` run varies: the blend grid, the retrieval switches, the
     history kinds and the passage context, with the run's sampling and cache, and where it
-    is measured (the commit the run starts at, `+dirty` by the operator's opt-in)."""
+    is measured (the commit the run starts at, `+dirty` by the operator's opt-in). Built by
+    `from_options`, where a grid option not given is the service's setting."""
 
-    alphas: tuple[float, ...] = (0.7,)
-    history_turns: tuple[int, ...] = (2,)
-    with_llm: bool = True
-    samples: int = 1000
-    cache_dir: Path | None = None
-    orders: tuple[str, ...] = ("chronological",)
-    bm25_weights: tuple[float, ...] = (1.0,)
-    bm25_history_weights: tuple[float, ...] = (0.0,)
-    roles: tuple[str, ...] = ("user_assistant",)
-    candidates: tuple[int, ...] = (FUSION_CANDIDATES,)
-    histories: tuple[str, ...] = ("reference",)
-    passage_context: str = "title"
-    assistant_weights: tuple[float, ...] = (0.5,)
-    self_contained: tuple[float, ...] = (0.0,)
+    alphas: tuple[float, ...]
+    history_turns: tuple[int, ...]
+    with_llm: bool
+    samples: int
+    cache_dir: Path | None
+    orders: tuple[str, ...]
+    bm25_weights: tuple[float, ...]
+    bm25_history_weights: tuple[float, ...]
+    roles: tuple[str, ...]
+    candidates: tuple[int, ...]
+    histories: tuple[str, ...]
+    passage_context: str
+    assistant_weights: tuple[float, ...]
+    self_contained: tuple[float, ...]
     command: str = field(default="", compare=False)
     measured_at_commit: str | None = field(default=None, compare=False)
 
@@ -144,6 +145,26 @@ class BenchGrid:
             command=options.get("command", ""),
         )
 
+    def swept(self) -> dict[str, str]:
+        """The blend grid and retrieval switches the run swept, by option, as they would be
+        typed: the command a run records shows only the options given, the others being
+        the service's settings."""
+
+        def joined(values: tuple[object, ...]) -> str:
+            return ",".join(str(value) for value in values)
+
+        return {
+            "alphas": joined(self.alphas),
+            "history_turns": joined(self.history_turns),
+            "history_order": joined(self.orders),
+            "history_roles": joined(self.roles),
+            "assistant_weights": joined(self.assistant_weights),
+            "bm25_weights": joined(self.bm25_weights),
+            "bm25_history_weights": joined(self.bm25_history_weights),
+            "self_contained_similarities": joined(self.self_contained),
+            "fusion_candidates": joined(self.candidates),
+        }
+
 
 def load_datasets(directories: list[Path]) -> list[Dataset]:
     """Every dataset of the run, read before any model is built; a missing or unreadable
@@ -157,16 +178,21 @@ def load_datasets(directories: list[Path]) -> list[Dataset]:
     return datasets
 
 
-def checked_inputs(options: dict[str, Any]) -> tuple[BenchGrid, list[Dataset]]:
+def checked_inputs(options: dict[str, Any], settings: Settings) -> tuple[BenchGrid, list[Dataset]]:
     """The grid and the datasets of a run, every option and file checked, and the work tree
     too: a work tree with uncommitted changes is refused before the run, unless
-    `CHATQNA_BENCH_ALLOW_DIRTY=1`; a ValueError names what is wrong. The grid's command is
-    the typed one after the settings it runs with, its commit the one the run measures."""
+    `CHATQNA_BENCH_ALLOW_DIRTY=1`; a ValueError names what is wrong. A grid option not
+    given (None) is the service's setting in `settings`. The grid's command is the typed
+    one after the settings it runs with (which reproduce those defaults), its commit the
+    one the run measures."""
     if not options["dataset"]:
         raise ValueError(
             "--dataset is required: a directory with corpus.jsonl and conversations.jsonl"
         )
-    typed = {**options, "command": recorded_command(options["command"])}
+    typed = {
+        **with_service_defaults(options, settings),
+        "command": recorded_command(options["command"]),
+    }
     grid, datasets = BenchGrid.from_options(typed), load_datasets(options["dataset"])
     try:
         commit = measured_commit(Path.cwd(), allow_dirty=dirty_results_allowed())
@@ -243,6 +269,23 @@ def _write(results: dict[str, Any], output: Path, measured_at_commit: str | None
         print(f"{kind}: {path}", file=sys.stderr)
 
 
+def grid_strategies(settings: Settings, grid: BenchGrid) -> list[QueryStrategy]:
+    """The strategies of a run: every blend of the grid, reranking against the query the
+    service would (`MULTI_TURN_RERANK_QUERY`), beside stateless, append, the gold rewrite
+    and, with an LLM, condense as the service serves it."""
+    return default_strategies(
+        alphas=grid.alphas,
+        history_turns=grid.history_turns,
+        condense=condense_strategy(settings) if grid.with_llm else None,
+        orders=grid.orders,
+        bm25_history_weights=grid.bm25_history_weights,
+        roles=grid.roles,
+        assistant_weights=grid.assistant_weights,
+        self_contained=grid.self_contained,
+        rerank_query=settings.multi_turn_rerank_query,
+    )
+
+
 async def run_bench_command(
     settings: Settings, dataset: Dataset, output: Path | None, grid: BenchGrid
 ) -> dict[str, Any]:
@@ -252,16 +295,7 @@ async def run_bench_command(
         answer = None
         if models.answer_llm is not None:
             answer = llm_answerer(models.answer_llm, served_answer_options(settings))
-        strategies = default_strategies(
-            alphas=grid.alphas,
-            history_turns=grid.history_turns,
-            condense=condense_strategy(settings) if grid.with_llm else None,
-            orders=grid.orders,
-            bm25_history_weights=grid.bm25_history_weights,
-            roles=grid.roles,
-            assistant_weights=grid.assistant_weights,
-            self_contained=grid.self_contained,
-        )
+        strategies = grid_strategies(settings, grid)
         with turn_logs_at_debug():
             results = await run_benchmark(
                 dataset,
@@ -279,8 +313,10 @@ async def run_bench_command(
                 histories=grid.histories,
                 answer=answer,
                 passage_context=grid.passage_context,
+                dense_weight=settings.rrf_dense_weight,
             )
     results["command"] = grid.command
+    results["grid"] = grid.swept()
     results["settings"] = settings_snapshot(settings)
     results["embedder"] = {
         "name": models.raw.name,

@@ -365,12 +365,13 @@ def default_strategies(
     roles: tuple[str, ...] = ("user_assistant",),
     assistant_weights: tuple[float, ...] = (0.5,),
     self_contained: tuple[float, ...] = (0.0,),
+    rerank_query: str = "conversation",
 ) -> list[QueryStrategy]:
-    """Stateless, append, every blend of the grid, `condense` (the condense row of a run
-    with an LLM) and the gold rewrite."""
+    """Stateless, append, every blend of the grid (each reranking against `rerank_query`),
+    `condense` (the condense row of a run with an LLM) and the gold rewrite."""
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
     strategies += [
-        QueryStrategy("blend", a, n, order, role, w, assistant_weight=share, self_contained=gate)
+        QueryStrategy("blend", a, n, order, role, w, rerank_query, share, self_contained=gate)
         for gate in self_contained
         for w in bm25_history_weights
         for role in roles

@@ -68,6 +68,16 @@ def follow_up_rank(mode: dict[str, Any]) -> tuple[float, float]:
     return (round(recall["mean"], 9), ndcg["mean"])
 
 
+def swept_grid(results: dict[str, Any]) -> list[str]:
+    """The grid the run swept, as options, when the results record it: the options the
+    command does not give are the service's settings, which it does not show."""
+    grid = results.get("grid")
+    if not grid:
+        return []
+    options = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in grid.items())
+    return ["", f"Grid: `{options}`"]
+
+
 def markdown(results: dict[str, Any]) -> str:
     dataset = results["dataset"]
     lines = [
@@ -79,6 +89,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['bootstrap_samples']} cluster-bootstrap samples over conversations.",
         "",
         f"Command: `{results.get('command', '')}`",
+        *swept_grid(results),
         "",
         "## Headline",
         "",

@@ -223,19 +223,19 @@ class Ranker:
 async def rank_every_mode(
     ranker: Ranker,
     strategies: Sequence[QueryStrategy],
-    switches: Sequence[tuple[bool, float, int]],
+    switches: Sequence[tuple[bool, float, int, float]],
     histories: Sequence[str],
     latency: dict[str, float],
     samples: int,
 ) -> list[dict[str, Any]]:
-    """Every strategy under every switch (hybrid, BM25 weight, per-leg depth), with the
-    reranker and without, for every history kind."""
+    """Every strategy under every switch (hybrid, BM25 weight, per-leg depth, dense weight),
+    with the reranker and without, for every history kind."""
     modes = []
     for kind in histories:
         for strategy in strategies:
-            for hybrid, weight, legs in switches:
+            for hybrid, weight, legs, dense in switches:
                 for rerank in (True, False):
-                    mode = Mode(strategy, hybrid, rerank, weight, legs, history=kind)
+                    mode = Mode(strategy, hybrid, rerank, weight, legs, dense, history=kind)
                     ranked, used = await ranker.rank(mode)
                     described = describe_mode(ranked, ranker.turns, used, latency, samples)
                     modes.append({**described, "history": kind})
@@ -271,27 +271,24 @@ async def run_benchmark(
     histories: Sequence[str] = ("reference",),
     answer: Answerer | None = None,
     passage_context: str = "title",
+    dense_weight: float = 1.0,
 ) -> dict[str, Any]:
-    """Every strategy under every switch (hybrid at each BM25 weight and per-leg depth, dense
-    only; with `reranker` and without) and history kind (`reference`, `own`: earlier answers
-    replaced by `answer`'s, see `chatqna.evaluation.live`), and `references` against the
-    configuration under test; returns the results document. `exact_max` 0 ranks with the
-    HNSW graph; `passage_context` is what each passage's legs see besides its text."""
-    switches = [(True, float(w), int(c)) for w in bm25_weights for c in candidates]
-    switches.append((False, 1.0, FUSION_CANDIDATES))
+    """Every strategy under every switch (hybrid at each BM25 weight, per-leg depth and
+    `dense_weight`, dense only; with `reranker` and without) and history kind (`reference`,
+    `own`: earlier answers replaced by `answer`'s, see `chatqna.evaluation.live`), and
+    `references` against the configuration under test; returns the results document.
+    `exact_max` 0 ranks with the HNSW graph; `passage_context`: what passages' legs see."""
+    switches = [(True, float(w), int(c), dense_weight) for w in bm25_weights for c in candidates]
+    switches.append((False, 1.0, FUSION_CANDIDATES, 1.0))
     turns = dataset.scored_turns
     started = time.perf_counter()
     if answer is None:
         answer = passage_answerer({p.id: p.text for p in dataset.passages})
     own = OwnHistory(dialogues(dataset, turns), answer, embedder, llm, progress)
     with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory)
         index = await build_index(
-            dataset,
-            embedder,
-            Path(directory),
-            progress,
-            exact_max=exact_max,
-            context=passage_context,
+            dataset, embedder, path, progress, exact_max=exact_max, context=passage_context
         )
         planned = list(dict.fromkeys([*strategies, *(r.mode.query for r in references)]))
         plans = {s.label: await plan_all(turns, s, embedder, llm, progress) for s in planned}

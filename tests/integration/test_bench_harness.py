@@ -15,6 +15,18 @@ from tests.standins.servers import create_standin_app, serve_in_thread
 pytestmark = pytest.mark.slow
 
 LAB = REPO / "benchmarks" / "datasets" / "handbook-lab"
+# The grid of a bare run, at the shipped settings (`Settings`' defaults).
+SHIPPED_GRID = {
+    "alphas": "0.7",
+    "history_turns": "2",
+    "history_order": "newest_first",
+    "history_roles": "user_assistant",
+    "assistant_weights": "0.5",
+    "bm25_weights": "0.2",
+    "bm25_history_weights": "0.3",
+    "self_contained_similarities": "0.4",
+    "fusion_candidates": "50",
+}
 
 
 def bench(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -48,7 +60,7 @@ def follow_up(mode: dict[str, object], metric: str) -> float:
 
 def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    quick = ("--no-llm", "--alphas", "0.7", "--history-turns", "6", "--output", str(out))
+    quick = ("--no-llm", "--output", str(out))  # the grid: the service's settings
     run = bench(*quick, tmp_path=tmp_path)
     assert "## Headline" in run.stdout
     # stderr is a pipe here: progress shows as lines, and no turn is logged at INFO.
@@ -77,6 +89,16 @@ def test_harness_smoke_on_the_handbook_lab(tmp_path: Path) -> None:
     assert comparison["turn_1_identical"] == {"no rerank": True, "rerank": True}
     rows = {row["name"]: row for row in comparison["rows"]}
     assert {"default blend", "stateless", "seed blend", "gold rewrite"} <= set(rows)
+    # A bare run's one blend is the service's: the default blend row, ranked alike.
+    for name in ("default blend", "default blend, rerank"):
+        swept = by_label[rows[name]["label"]]
+        assert follow_up(swept, "R@5") == rows[name]["follow_ups"]["R@5"]["mean"]
+    assert results["grid"] == SHIPPED_GRID
+    # The command shows no grid option, so the report shows the grid it swept.
+    assert (
+        "Grid: `--alphas 0.7 --history-turns 2 --history-order newest_first"
+        in (out / "results.md").read_text()
+    )
     versus = rows["stateless"]["default_minus_this"]["follow_ups"]["R@5"]
     assert versus["low"] <= versus["mean"] <= versus["high"]
     # The embedded default keeps the fused order: its "rerank" rows are the retrieval's.

@@ -13,7 +13,10 @@ from typer.testing import CliRunner
 
 from chatqna import cli
 from chatqna.cli import app
-from chatqna.evaluation.command import BenchGrid, run_provenance
+from chatqna.evaluation.command import BenchGrid, grid_strategies, run_provenance
+from chatqna.evaluation.compare import default_strategy
+from chatqna.evaluation.options import SERVICE_DEFAULTS
+from chatqna.settings import Settings
 from tests.unit.evaluation.conftest import git
 from tests.unit.evaluation.test_dataset import write_dataset
 
@@ -96,10 +99,10 @@ def test_the_command_exits_2_without_a_dataset_or_with_a_bad_choice(tmp_path: Pa
 
 
 def _refuse_to_build_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fail(**overrides: object) -> None:
-        raise AssertionError("settings were loaded, so models would have been built")
+    def fail(*arguments: object, **keywords: object) -> None:
+        raise AssertionError("the run started, so models would have been built")
 
-    monkeypatch.setattr(cli, "load_settings", fail)
+    monkeypatch.setattr(cli, "run_bench", fail)
 
 
 def test_a_bad_range_exits_2_before_any_model_is_built(
@@ -192,7 +195,6 @@ def test_with_the_opt_in_a_changed_checkout_is_measured_as_dirty(
     checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[BenchGrid] = []
-    monkeypatch.setattr(cli, "load_settings", lambda **_: None)
     monkeypatch.setattr(cli, "configure_logging", lambda _: None)
     monkeypatch.setattr(cli, "run_bench", lambda _s, _d, grid, *_a, **_k: seen.append(grid))
     monkeypatch.setenv("CHATQNA_BENCH_ALLOW_DIRTY", "1")
@@ -209,3 +211,85 @@ def test_with_the_opt_in_a_changed_checkout_is_measured_as_dirty(
     assert run_provenance(grid.measured_at_commit)["measured_at_commit"].endswith("+dirty")
     settings, _, arguments = grid.command.partition("chatqna bench ")
     assert "MULTI_TURN_BLEND_ALPHA=0.6" in settings.split() and arguments
+
+
+def _bare_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]
+) -> tuple[BenchGrid, Settings]:
+    """The grid and the settings of `chatqna bench --dataset DIR --no-llm` in `environ`."""
+    for variable in (*SERVICE_DEFAULTS.values(), "multi_turn_rerank_query"):
+        monkeypatch.delenv(variable.upper(), raising=False)
+    for variable, value in environ.items():
+        monkeypatch.setenv(variable, value)
+    seen: list[tuple[BenchGrid, Settings]] = []
+    monkeypatch.setattr(cli, "configure_logging", lambda _: None)
+    monkeypatch.setattr(cli, "run_bench", lambda s, _d, grid, *_a, **_k: seen.append((grid, s)))
+    dataset = str(write_dataset(tmp_path / "tiny"))
+    monkeypatch.chdir(tmp_path)  # no checkout: nothing to refuse
+    result = CliRunner().invoke(app, ["bench", "--dataset", dataset, "--no-llm"])
+    assert result.exit_code == 0, result.output
+    ((grid, settings),) = seen
+    return grid, settings
+
+
+SERVICE_ENVIRONMENTS = [
+    {},
+    {"MULTI_TURN_BLEND_ALPHA": "0.6"},
+    {
+        "MULTI_TURN_HISTORY_TURNS": "4",
+        "MULTI_TURN_HISTORY_ORDER": "chronological",
+        "MULTI_TURN_HISTORY_ROLES": "separate",
+        "MULTI_TURN_ASSISTANT_WEIGHT": "0.25",
+        "MULTI_TURN_BM25_HISTORY_WEIGHT": "0",
+        "MULTI_TURN_SELF_CONTAINED_SIMILARITY": "0.5",
+        "MULTI_TURN_RERANK_QUERY": "message",
+        "RRF_BM25_WEIGHT": "0.5",
+    },
+]
+
+
+@pytest.mark.parametrize("environ", SERVICE_ENVIRONMENTS, ids=["shipped", "alpha", "every-knob"])
+def test_a_bare_run_measures_the_blend_the_service_would_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]
+) -> None:
+    grid, settings = _bare_run(tmp_path, monkeypatch, environ)
+    served = default_strategy(settings)
+    assert grid.alphas == (served.alpha,) and grid.history_turns == (served.history_turns,)
+    assert grid.orders == (served.order,) and grid.roles == (served.roles,)
+    assert grid.bm25_history_weights == (served.bm25_history_weight,)
+    assert grid.self_contained == (served.self_contained,)
+    assert grid.bm25_weights == (settings.rrf_bm25_weight,)
+    blends = [s for s in grid_strategies(settings, grid) if s.strategy == "blend"]
+    assert blends == [served]
+
+
+def test_an_environment_variable_moves_a_bare_run_as_it_moves_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped, _ = _bare_run(tmp_path / "a", monkeypatch, {})
+    assert shipped.alphas == (0.7,) and shipped.orders == ("newest_first",)
+    assert shipped.bm25_weights == (0.2,) and shipped.bm25_history_weights == (0.3,)
+    assert shipped.self_contained == (0.4,) and shipped.history_turns == (2,)
+    moved, _ = _bare_run(tmp_path / "b", monkeypatch, {"MULTI_TURN_BLEND_ALPHA": "0.6"})
+    assert moved.alphas == (0.6,)
+    # The recorded command reproduces the run: the variable that moved it comes first.
+    assert moved.command.startswith("MULTI_TURN_BLEND_ALPHA=0.6 chatqna bench ")
+
+
+def test_a_grid_option_given_is_the_grid_it_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[BenchGrid] = []
+    monkeypatch.setattr(cli, "configure_logging", lambda _: None)
+    monkeypatch.setattr(cli, "run_bench", lambda _s, _d, grid, *_a, **_k: seen.append(grid))
+    monkeypatch.setenv("MULTI_TURN_BLEND_ALPHA", "0.6")
+    dataset = str(write_dataset(tmp_path / "tiny"))
+    monkeypatch.chdir(tmp_path)
+    given = ["--alphas", "0.5,0.9", "--history-order", "both", "--bm25-weights", "1"]
+    result = CliRunner().invoke(app, ["bench", "--dataset", dataset, *given])
+    assert result.exit_code == 0, result.output
+    (grid,) = seen
+    assert grid.alphas == (0.5, 0.9) and grid.orders == ("chronological", "newest_first")
+    assert grid.bm25_weights == (1.0,) and grid.history_turns == (2,)
+    assert grid.swept()["alphas"] == "0.5,0.9"
+    assert grid.swept()["history_order"] == "chronological,newest_first"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chatqna.evaluation.report import render_from, write_outputs
+from chatqna.evaluation.report import markdown, render_from, write_outputs
 
 # A real results document: the committed handbook-lab run.
 RESULTS: dict[str, Any] = json.loads(
@@ -41,3 +41,10 @@ def test_without_matplotlib_the_figures_are_written_and_the_chart_explained(
 def test_with_matplotlib_the_chart_is_drawn(tmp_path: Path) -> None:
     paths = write_outputs(RESULTS, tmp_path)
     assert paths["chart"].read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_report_shows_the_grid_a_run_swept() -> None:
+    assert "Grid: `" not in markdown(RESULTS)  # recorded before runs kept their grid
+    grid = {"alphas": "0.7", "history_order": "newest_first", "bm25_weights": "0.2"}
+    shown = markdown({**RESULTS, "command": "chatqna bench --dataset lab", "grid": grid})
+    assert "Grid: `--alphas 0.7 --history-order newest_first --bm25-weights 0.2`" in shown

@@ -37,3 +37,21 @@ async def test_run_benchmark_on_the_tiny_dataset(tmp_path: Path) -> None:
     # p-missing is not in the corpus: recall tops out at 1/2.
     assert follow["R@10"]["mean"] == 0.5
     assert gold["splits"]["turn_1"]["metrics"]["R@1"]["mean"] == 1.0
+
+
+async def test_hybrid_modes_fuse_at_the_dense_weight_given(tmp_path: Path) -> None:
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+    results = await run_benchmark(
+        dataset,
+        [QueryStrategy("stateless")],
+        embedder,
+        embedder,
+        None,
+        samples=20,
+        bm25_weights=(0.2,),
+        dense_weight=0.5,
+    )
+    labels = {mode["label"] for mode in results["modes"]}
+    assert "stateless (hybrid dense=0.5 bm25=0.2 x50, no rerank)" in labels
+    assert "stateless (dense, no rerank)" in labels  # dense only has no fusion weight
