@@ -17,12 +17,12 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 
-from chatqna.settings import Settings, describe_validation_error, usable_cores
+from chatqna.settings import ClientSettings, Settings, describe_validation_error, usable_cores
 
 if TYPE_CHECKING:
     from chatqna.evaluation.command import BenchGrid
@@ -33,6 +33,9 @@ app = typer.Typer(
 )
 
 
+SettingsT = TypeVar("SettingsT", Settings, ClientSettings)
+
+
 async def open_backends(settings: Settings) -> tuple[Any, Any]:
     """The configured embedder and retriever, for `chatqna ingest`."""
     from chatqna.composition import build_retrieval_backends
@@ -41,10 +44,11 @@ async def open_backends(settings: Settings) -> tuple[Any, Any]:
     return backends.embedder, backends.retriever
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment plus CLI overrides; exits with a clear message if bad."""
+def load_settings(model: type[SettingsT], **overrides: Any) -> SettingsT:
+    """`model` from the environment plus CLI overrides; exits with a clear message if bad.
+    A client command loads `ClientSettings`, so no server-side setting can stop it."""
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return model(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         typer.echo(describe_validation_error(exc), err=True)
         raise typer.Exit(2) from exc
@@ -99,7 +103,7 @@ def serve(
         "chatqna_data_dir": data_dir,
         "chatqna_workers": workers,
     }
-    settings = load_settings(**overrides)
+    settings = load_settings(Settings, **overrides)
     configure_logging(settings)
     count = settings.worker_count(usable_cores())
     common: dict[str, Any] = {
@@ -138,7 +142,7 @@ def retriever(
     from chatqna.app import create_app
 
     settings = load_settings(
-        chatqna_host=host, retriever_service_port=port, chatqna_data_dir=data_dir
+        Settings, chatqna_host=host, retriever_service_port=port, chatqna_data_dir=data_dir
     )
     configure_logging(settings)
     uvicorn.run(
@@ -166,7 +170,7 @@ def ingest(
     with a progress bar."""
     from chatqna.ingest.command import run_ingest_command
 
-    settings = load_settings(chatqna_data_dir=data_dir)
+    settings = load_settings(Settings, chatqna_data_dir=data_dir)
     configure_logging(settings)
     if rebuild:
         from chatqna.composition import uses_embedded_index
@@ -199,7 +203,7 @@ def ask(
     if not url.startswith(("http://", "https://")):
         typer.echo(f"--url must be an http:// or https:// URL, got {url!r}", err=True)
         raise typer.Exit(2)
-    key = load_settings(chatqna_api_key=api_key).chatqna_api_key
+    key = load_settings(ClientSettings, chatqna_api_key=api_key).chatqna_api_key
     printer = AnswerPrinter()
     try:
         stream_answer(url, question, printer, None if key is None else key.get_secret_value())
@@ -381,7 +385,9 @@ def bench(
     }
     grid, datasets = bench_inputs(options)
     settings = load_settings(
-        tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
+        Settings,
+        tei_reranking_endpoint=reranker_endpoint,
+        chatqna_embedded_reranker=embedded_reranker,
     )
     configure_logging(settings)
     run_bench(settings, datasets, grid, output, service=service, ingest=ingest)

@@ -96,7 +96,7 @@ def test_the_command_exits_2_without_a_dataset_or_with_a_bad_choice(tmp_path: Pa
 
 
 def _refuse_to_build_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fail(**overrides: object) -> None:
+    def fail(*args: object, **overrides: object) -> None:
         raise AssertionError("settings were loaded, so models would have been built")
 
     monkeypatch.setattr(cli, "load_settings", fail)
@@ -192,7 +192,7 @@ def test_with_the_opt_in_a_changed_checkout_is_measured_as_dirty(
     checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[BenchGrid] = []
-    monkeypatch.setattr(cli, "load_settings", lambda **_: None)
+    monkeypatch.setattr(cli, "load_settings", lambda *_, **__: None)
     monkeypatch.setattr(cli, "configure_logging", lambda _: None)
     monkeypatch.setattr(cli, "run_bench", lambda _s, _d, grid, *_a, **_k: seen.append(grid))
     monkeypatch.setenv("CHATQNA_BENCH_ALLOW_DIRTY", "1")
