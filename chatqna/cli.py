@@ -17,7 +17,7 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -46,7 +46,7 @@ from chatqna.evaluation.options import (
     ServiceUrl,
     WithLlm,
 )
-from chatqna.settings import Settings, describe_validation_error, usable_cores
+from chatqna.settings import ClientSettings, Settings, describe_validation_error, usable_cores
 
 if TYPE_CHECKING:
     from chatqna.evaluation.command import BenchGrid
@@ -57,6 +57,9 @@ app = typer.Typer(
 )
 
 
+SettingsT = TypeVar("SettingsT", Settings, ClientSettings)
+
+
 async def open_backends(settings: Settings) -> tuple[Any, Any]:
     """The configured embedder and retriever, for `chatqna ingest`."""
     from chatqna.composition import build_retrieval_backends
@@ -65,10 +68,11 @@ async def open_backends(settings: Settings) -> tuple[Any, Any]:
     return backends.embedder, backends.retriever
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment plus CLI overrides; exits with a clear message if bad."""
+def load_settings(model: type[SettingsT], **overrides: Any) -> SettingsT:
+    """`model` from the environment plus CLI overrides; exits with a clear message if bad.
+    A client command loads `ClientSettings`, so no server-side setting can stop it."""
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return model(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         typer.echo(describe_validation_error(exc), err=True)
         raise typer.Exit(2) from exc
@@ -123,7 +127,7 @@ def serve(
         "chatqna_data_dir": data_dir,
         "chatqna_workers": workers,
     }
-    settings = load_settings(**overrides)
+    settings = load_settings(Settings, **overrides)
     configure_logging(settings)
     count = settings.worker_count(usable_cores())
     common: dict[str, Any] = {
@@ -162,7 +166,7 @@ def retriever(
     from chatqna.app import create_app
 
     settings = load_settings(
-        chatqna_host=host, retriever_service_port=port, chatqna_data_dir=data_dir
+        Settings, chatqna_host=host, retriever_service_port=port, chatqna_data_dir=data_dir
     )
     configure_logging(settings)
     uvicorn.run(
@@ -190,7 +194,7 @@ def ingest(
     with a progress bar."""
     from chatqna.ingest.command import run_ingest_command
 
-    settings = load_settings(chatqna_data_dir=data_dir)
+    settings = load_settings(Settings, chatqna_data_dir=data_dir)
     configure_logging(settings)
     if rebuild:
         from chatqna.composition import uses_embedded_index
@@ -223,7 +227,7 @@ def ask(
     if not url.startswith(("http://", "https://")):
         typer.echo(f"--url must be an http:// or https:// URL, got {url!r}", err=True)
         raise typer.Exit(2)
-    key = load_settings(chatqna_api_key=api_key).chatqna_api_key
+    key = load_settings(ClientSettings, chatqna_api_key=api_key).chatqna_api_key
     printer = AnswerPrinter()
     try:
         stream_answer(url, question, printer, None if key is None else key.get_secret_value())
@@ -335,7 +339,9 @@ def bench(
         "command": "chatqna bench " + shlex.join(sys.argv[2:]),
     }
     settings = load_settings(
-        tei_reranking_endpoint=reranker_endpoint, chatqna_embedded_reranker=embedded_reranker
+        Settings,
+        tei_reranking_endpoint=reranker_endpoint,
+        chatqna_embedded_reranker=embedded_reranker,
     )
     grid, datasets = bench_inputs(options, settings)
     configure_logging(settings)

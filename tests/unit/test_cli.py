@@ -214,3 +214,31 @@ def test_ask_sends_the_api_key_as_a_bearer_token(
     result = CliRunner().invoke(cli.app, ["ask", *options, "question?"])
     assert result.exit_code == 0, result.output
     assert headers == [sent]
+
+
+@pytest.mark.parametrize(
+    "server_side",
+    [
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "victoriatraces:4317"},
+        {"LLM_ENDPOINT": "vllm:8000"},
+        {"CHATQNA_WORKERS": "many"},
+    ],
+)
+def test_ask_reads_only_the_api_key(
+    monkeypatch: pytest.MonkeyPatch, server_side: dict[str, str]
+) -> None:
+    monkeypatch.setenv("CHATQNA_API_KEY", "env-key")
+    for name, value in server_side.items():
+        monkeypatch.setenv(name, value)
+    headers: list[str | None] = []
+
+    def service(request: httpx.Request) -> httpx.Response:
+        headers.append(request.headers.get("authorization"))
+        return answering(data(ChunkWriter("m").chunk(ChunkDelta(content="ok"), "stop")) + DONE)(
+            request
+        )
+
+    serve_with(monkeypatch, service)
+    result = CliRunner().invoke(cli.app, ["ask", "question?"])
+    assert result.exit_code == 0, result.output
+    assert headers == ["Bearer env-key"]

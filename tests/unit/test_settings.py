@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from chatqna.settings import (
+    ClientSettings,
     Settings,
     describe_validation_error,
     dirty_results_allowed,
@@ -205,6 +206,13 @@ def test_an_exporter_name_nothing_installed_registers_is_refused(
             },
             "OTEL_EXPORTER_OTLP_ENDPOINT",
         ),
+        (
+            {
+                "OTEL_TRACES_EXPORTER": "otlp_proto_grpc,otlp_proto_http",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+            },
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://victoriatraces:10428"}, None),
         ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://collector/v1/traces"}, None),
         # gRPC takes what its client does: a scheme-less host:port too.
@@ -228,6 +236,39 @@ def test_an_otlp_http_endpoint_must_be_an_http_url(
     message = _error_for(monkeypatch)
     assert f"{refused} must be an http:// or https:// URL" in message
     assert "OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in message
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {
+            "OTEL_TRACES_EXPORTER": "otlp_proto_grpc",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317",
+        },
+        {"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"},
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"},
+        {"OTEL_TRACES_EXPORTER": "console", "OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"},
+    ],
+)
+def test_an_endpoint_no_otlp_http_exporter_uses_is_not_checked(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    Settings()
+
+
+def test_client_settings_read_the_api_key_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "victoriatraces:4317")
+    monkeypatch.setenv("CHATQNA_API_KEY", " ")
+    assert ClientSettings().chatqna_api_key is None
+    assert set(ClientSettings.model_fields) == {"chatqna_api_key"}
+    monkeypatch.setenv("CHATQNA_API_KEY", "key\r\nX-Injected: yes")
+    with pytest.raises(ValidationError) as caught:
+        ClientSettings()
+    assert "CHATQNA_API_KEY: contains a line break" in describe_validation_error(caught.value)
 
 
 def test_an_unsupported_otlp_protocol_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,11 +4,14 @@ content type and by what the relationships lead to."""
 from __future__ import annotations
 
 import tracemalloc
+import zipfile
+from collections.abc import Iterator
 
 import pytest
 from openpyxl.chartsheet import Chartsheet
 
 from chatqna.errors import PayloadTooLarge
+from chatqna.ingest import office_package
 from chatqna.ingest.loaders import LoadLimits, load_document
 from tests.unit.ingest.office_files import (
     RELATIONSHIPS,
@@ -139,3 +142,28 @@ def test_a_big_worksheet_reached_as_a_worksheet_is_still_read_row_by_row() -> No
     doc = load_document("rows.xlsx", data, limits=LoadLimits(max_xml_part_bytes=1 << 20))
     assert doc.sections[-1][0] == "rows: Chart"
     assert doc.sections[-1][1].count("\n\n") == 39_997  # every row after the header
+
+
+def test_an_oversized_relationships_part_is_refused_before_any_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The exemption of worksheets hangs on the relationships, but a `.rels` part's own
+    # bound does not: a huge one is refused before any relationship is parsed.
+    parsed: list[str] = []
+    read = office_package._relationships
+
+    def counted(source: str, archive: zipfile.ZipFile, rels: str) -> Iterator[tuple[str, str]]:
+        parsed.append(rels)
+        return read(source, archive, rels)
+
+    monkeypatch.setattr(office_package, "_relationships", counted)
+    many = "".join(
+        f'<Relationship Id="r{i}" Type="{RELATIONSHIPS}/image" Target="p/{i}"/>'
+        for i in range(30_000)
+    )
+    package = "http://schemas.openxmlformats.org/package/2006/relationships"
+    rels = f'<Relationships xmlns="{package}">{many}</Relationships>'
+    data = with_parts(price_list_xlsx(), {"xl/_rels/workbook.xml.rels": rels})
+    with pytest.raises(PayloadTooLarge, match=r"xl/_rels/workbook\.xml\.rels unpacks to"):
+        load_document("rels.xlsx", data, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+    assert parsed == []

@@ -24,7 +24,7 @@ from chatqna.multiturn.condense import (
     reply_tokens,
     transcript,
 )
-from chatqna.multiturn.history import Conversation, Message
+from chatqna.multiturn.history import CUT_MARK, Conversation, Message
 
 pytestmark = pytest.mark.anyio
 
@@ -194,7 +194,9 @@ def test_a_question_rewritten_as_a_statement_is_an_answer() -> None:
 def test_transcript_shortens_long_messages() -> None:
     long_answer = Message("assistant", "word " * 300)
     text = transcript([long_answer], "And then?", message_chars=40)
-    assert "Assistant: word word word word word word word word ..." in text
+    line = text.splitlines()[1]
+    assert line == "Assistant: word word word word word word word" + CUT_MARK
+    assert len(line.removeprefix("Assistant: ")) <= 40
 
 
 LONG_FOLLOW_UP = (
@@ -257,15 +259,15 @@ def test_a_rewrite_containing_the_message_is_accepted() -> None:
         ),
         (
             "Is that possible after I cancel?",
-            "Is that possible after I cancel? (exporting my data)",
+            "Is that possible after I cancel (exporting my data)?",
             "Is that possible after I cancel? Yes, you can.",
-            "yes/no",
+            "after the question",
         ),
         (
             "Is that possible after I cancel?",
             "Regarding data export: is that possible after I cancel?",
             "Is that possible after I cancel? You can export for 30 days.",
-            "statement",
+            "after the question",
         ),
         (
             LONG_FOLLOW_UP,
@@ -281,6 +283,46 @@ def test_the_guard_refuses_only_what_the_user_did_not_write(
     assert guard_violation(accepted, latest) is None
     violation = guard_violation(refused, latest)
     assert violation is not None and why in violation
+
+
+@pytest.mark.parametrize(
+    ("latest", "rewrite"),
+    [
+        ("Why?", "Why? Because exports are limited to 10 MB"),
+        ("How much?", "How much? The Enterprise plan costs 40 dollars per user"),
+        (
+            "What about the price?",
+            "What about the price? The Enterprise plan costs 40 dollars per user per month",
+        ),
+        ("I cannot log in after the update", "I cannot rewrite this message"),
+        ("no", "No, the Enterprise plan does not include it"),
+        ("How much?", "The Enterprise plan costs 40 dollars. How much?"),
+        ("How much?", "How much? How much does the Enterprise plan cost?"),
+        ("I need the invoice", "I need the invoice, it is under Billing"),
+        ("I need the invoice", "I need the invoice for 2023. It is under Billing."),
+        ("Is that possible after I cancel?", "Yes, is that possible after I cancel?"),
+        ("I cannot log in, what now?", "What now? I cannot log in. I cannot help with that."),
+    ],
+)
+def test_an_answer_or_a_refusal_around_the_message_is_refused(latest: str, rewrite: str) -> None:
+    with pytest.raises(CondenseFailed) as caught:
+        parse_reply(json.dumps({"standalone_query": rewrite}), 500, latest)
+    assert caught.value.reason == "bad_body"
+
+
+@pytest.mark.parametrize(
+    ("latest", "rewrite"),
+    [
+        ("Is it possible after I cancel?", "Is it possible after I cancel my Enterprise plan?"),
+        ("I need the invoice", "I need the invoice for my annual plan"),
+        ("I need the invoice", "I need the invoice."),
+        ("How much?", "Regarding the Enterprise plan: how much?"),
+        ("no", "no"),
+        ("I cannot log in after the update", "I cannot log in to ChatQnA after the update"),
+    ],
+)
+def test_a_qualifier_inside_the_message_is_accepted(latest: str, rewrite: str) -> None:
+    assert parse_reply(json.dumps({"standalone_query": rewrite}), 500, latest) == rewrite
 
 
 def test_a_long_follow_up_gets_room_to_be_restated() -> None:

@@ -6,6 +6,7 @@ from chatqna.multiturn.history import (
     CUT_MARK,
     Conversation,
     Message,
+    cut_on_word,
     shortened,
     split_conversation,
 )
@@ -41,6 +42,13 @@ def test_shortened_keeps_the_start_and_marks_the_cut() -> None:
     assert short.role == "assistant" and len(short.content) <= 50
     assert short.content == "Open Settings and choose Export. Open" + CUT_MARK
     assert shortened(answer, 1000) is answer
+
+
+def test_a_cut_between_words_keeps_the_last_whole_word() -> None:
+    assert cut_on_word("alpha beta gamma", 10) == "alpha beta"
+    assert cut_on_word("alpha beta gamma", 12) == "alpha beta"
+    assert cut_on_word("alphabetagamma", 5) == "alpha"
+    assert shortened(Message("user", "word " * 20), 16).content == "word word" + CUT_MARK
 
 
 def test_a_greeting_alone_does_not_make_a_follow_up() -> None:

@@ -35,7 +35,29 @@ def test_history_is_cut_from_the_oldest_end() -> None:
 
 def test_the_previous_question_is_kept_however_small_the_budget() -> None:
     history = [Message("user", "a" * 10), Message("assistant", "b" * 10), Message("user", "c" * 10)]
-    assert bounded_history(history, 5) == history[2:]
+    assert bounded_history(history, 10) == history[2:]
+    question = Message("user", "How do I export my data?")
+    assert bounded_history([question], 12) == [Message("user", "How do" + CUT_MARK)]
+
+
+def test_many_answers_after_the_question_stay_within_the_budget() -> None:
+    question = Message("user", "Which plans include single sign-on?")
+    answers = [Message("assistant", ("word " * 1600).strip()) for _ in range(197)]
+    kept = bounded_history([question, *answers], 6000)
+    assert kept[0] == question and kept[-1].content.startswith("word word")
+    assert len(kept) == 2
+    assert sum(len(m.content) for m in kept) <= 6000
+
+
+def test_answers_between_the_question_and_the_latest_share_what_is_left() -> None:
+    question = Message("user", "q " * 1000)  # 2,000 characters
+    middle = [Message("assistant", "m " * 400) for _ in range(10)]  # 800 each
+    latest = Message("assistant", "a " * 1000)
+    kept = bounded_history([Message("user", "first"), question, *middle, latest], 6000)
+    assert kept[0].content == question.content and kept[-1] == latest
+    assert sum(len(m.content) for m in kept) <= 6000
+    assert kept[1].content.endswith(CUT_MARK) and kept[2:4] == middle[-2:]
+    assert len(kept) == 5
 
 
 def test_a_long_last_answer_is_shortened_not_the_end_of_the_history() -> None:

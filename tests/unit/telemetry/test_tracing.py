@@ -38,7 +38,6 @@ from chatqna.telemetry.tracing import (
     configure_tracing,
     current_trace_id,
     dropped,
-    exporter_names,
     inert,
     service_resource,
     tracer,
@@ -74,7 +73,7 @@ COLLECTOR = "http://collector.test:4318"
 def test_exporters_follow_the_specifications_variables(
     values: dict[str, str], names: list[str]
 ) -> None:
-    assert exporter_names(Settings(**values)) == names  # type: ignore[arg-type]
+    assert Settings(**values).span_exporter_names() == names  # type: ignore[arg-type]
 
 
 def test_http_json_is_refused_when_settings_load() -> None:
