@@ -249,16 +249,19 @@ async def eviction_policy(client: aioredis.Redis) -> str | None:
 
 
 async def refuse_eviction(client: aioredis.Redis, where: str) -> None:
-    """Refuse a server that may evict the index's keys; warn when its policy is unknown."""
+    """Refuse a server that may evict the index's keys; warn when its policy is unknown.
+    A `volatile-*` policy evicts only keys with a time to live, which the index never sets,
+    so it is as safe as `noeviction` (a Redis shared with a cache may well run one)."""
     policy = await eviction_policy(client)
     if policy is None:
         logger.warning(
             "Redis at %s does not tell its maxmemory-policy; it must be noeviction", where
         )
-    elif policy != "noeviction":
+    elif policy != "noeviction" and not policy.startswith("volatile-"):
         raise EvictingIndexServer(
             f"Redis at {where} runs with maxmemory-policy {policy}: under memory pressure it "
             "would silently evict passages and leave the index half-visible. Start it with "
             "`--maxmemory-policy noeviction` (or `CONFIG SET maxmemory-policy noeviction`, "
-            "on every node of a cluster); a full server then refuses writes instead."
+            "on every node of a cluster; a volatile-* policy also does); a full server then "
+            "refuses writes instead."
         )

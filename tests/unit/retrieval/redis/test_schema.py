@@ -37,7 +37,17 @@ async def test_noeviction_is_accepted() -> None:
     await refuse_eviction(Server(None, "noeviction"), "here")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("config, info", [("allkeys-lru", None), (None, "volatile-lfu")])
+@pytest.mark.parametrize("config, info", [("volatile-lru", None), (None, "volatile-ttl")])
+async def test_a_policy_that_evicts_only_keys_with_a_ttl_is_accepted(
+    config: str | None, info: str | None
+) -> None:
+    # The index sets no time to live on any key, so these never evict its passages.
+    await refuse_eviction(Server(config, info), "here")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "config, info", [("allkeys-lru", None), (None, "allkeys-lfu"), ("allkeys-random", None)]
+)
 async def test_an_evicting_policy_is_refused_with_the_way_out(
     config: str | None, info: str | None
 ) -> None:
