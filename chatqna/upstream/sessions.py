@@ -87,8 +87,9 @@ async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     return bytes(body)
 
 
-async def drop_if_bytes_trail(response: httpx.Response) -> None:
-    """Close the connection under `response` if bytes followed the response on it.
+def refuse_reuse_if_bytes_trail(stream: httpx.AsyncByteStream) -> None:
+    """Mark the connection under a body `stream` just read to its end as not to be reused,
+    if bytes followed the body on it.
 
     httpcore's pool already drops an idle connection whose socket turns readable. But bytes
     that arrived in the same read as the end of a response stay in h11's buffer, and
@@ -97,16 +98,38 @@ async def drop_if_bytes_trail(response: httpx.Response) -> None:
     httpcore's private attributes reach h11's public `trailing_data`, so they are read here
     and nowhere else, defensively: httpcore is pinned in `constraints.txt`, and
     `tests/integration/test_hostile_upstreams.py` fails if this stops finding them.
-    Closing the connection before the response is released makes the pool discard it.
+
+    This runs before the response is closed, while the connection is still this
+    response's: once closed, it is back in the pool and may carry the next request, whose
+    own unread bytes a later look would take for trailing ones
+    (`tests/integration/test_pooled_connections.py`). The mark is h11's `send_failed()`:
+    with h11 in `ERROR`, httpcore closes the connection when the response is closed,
+    instead of pooling it.
     """
     # httpx's bound stream, its httpcore stream, the pool's stream, the connection's.
-    stream: object = response.stream
+    inner: object = stream
     for name in ("_stream", "_httpcore_stream", "_stream"):
-        stream = getattr(stream, name, None)
-    connection = getattr(stream, "_connection", None)
+        inner = getattr(inner, name, None)
+    connection = getattr(inner, "_connection", None)
     h11_state = getattr(connection, "_h11_state", None)
-    if connection is not None and h11_state is not None and h11_state.trailing_data[0]:
-        await connection.aclose()
+    if h11_state is not None and h11_state.trailing_data[0]:
+        h11_state.send_failed()
+
+
+class _EndCheckedStream(httpx.AsyncByteStream):
+    """A response's body stream that, at the body's end, checks for bytes after it
+    (`refuse_reuse_if_bytes_trail`) before httpx closes the response."""
+
+    def __init__(self, stream: httpx.AsyncByteStream) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+        refuse_reuse_if_bytes_trail(self._stream)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 class _HttpxStream:
@@ -141,9 +164,7 @@ class _HttpxStream:
 
     async def aclose(self) -> None:
         # Back to the pool when the body was read to its end and nothing followed it,
-        # closed otherwise.
-        if self._response.is_stream_consumed:
-            await drop_if_bytes_trail(self._response)
+        # closed otherwise (httpcore's rule, and `refuse_reuse_if_bytes_trail`'s mark).
         await self._response.aclose()
 
 
@@ -204,7 +225,12 @@ class HttpxSession:
     ) -> _HttpxStream:
         """The response once its status and headers are in; the body is read by the caller."""
         request = self._client.build_request(method, url, headers=headers, content=body)
-        return _HttpxStream(await self._client.send(request, stream=True), self._limit)
+        response = await self._client.send(request, stream=True)
+        # httpx reads a body through `response.stream` and closes the response (giving the
+        # connection back) as soon as that stream ends; the wrapper checks the end first.
+        if isinstance(response.stream, httpx.AsyncByteStream):  # always, from AsyncClient
+            response.stream = _EndCheckedStream(response.stream)
+        return _HttpxStream(response, self._limit)
 
     async def aclose(self) -> None:
         await self._client.aclose()
