@@ -29,9 +29,7 @@ from chatqna.settings import Settings
 from tests.integration.conftest import SAMPLE_CORPUS
 from tests.integration.redis_server import (
     RedisClusterProcesses,
-    RedisStackProcess,
     redis_cluster,
-    redis_stack_server,
 )
 from tests.integration.test_redis_retriever import (
     FOLLOW_UPS,
@@ -76,22 +74,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterPr
         yield running
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisStackProcess]:
-    with redis_stack_server(tmp_path_factory.mktemp("single")) as running:
-        yield running
-
-
 @pytest.fixture
 async def stores(
-    cluster: RedisClusterProcesses, single: RedisStackProcess, embedder: CachingEmbedder
+    cluster: RedisClusterProcesses, redis_url: str, embedder: CachingEmbedder
 ) -> AsyncIterator[tuple[RedisHybridIndex, RedisClusterHybridIndex]]:
     """One node and the cluster, both emptied (data and indexes), FLAT."""
     cluster.flushall()
-    with redis.Redis.from_url(single.url) as client:
-        client.flushall()
     one = await RedisHybridIndex.open(
-        single.url, embedder_name=embedder.name, dimension=embedder.dimension, vector=EXACT
+        redis_url, embedder_name=embedder.name, dimension=embedder.dimension, vector=EXACT
     )
     many = await RedisClusterHybridIndex.open(
         cluster.url, embedder_name=embedder.name, dimension=embedder.dimension, vector=EXACT

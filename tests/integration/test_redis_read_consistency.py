@@ -8,17 +8,15 @@ before every read, and a delete of ranked passages.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
-import redis
 
 from chatqna.backends.protocols import SearchQuery
 from chatqna.documents import ScoredChunk
 from chatqna.retrieval.redis.store import RedisHybridIndex
-from tests.integration.redis_server import RedisStackProcess, redis_stack_server
 from tests.integration.test_redis_write_atomicity import DIM, open_single, version
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -27,19 +25,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisStackProcess]:
-    with redis_stack_server(tmp_path_factory.mktemp("redis")) as running:
-        yield running
-
-
-@pytest.fixture
-def url(server: RedisStackProcess) -> str:
-    with redis.Redis.from_url(server.url, protocol=2) as client:
-        client.flushall()
-    return server.url
 
 
 def between_rounds(
@@ -67,8 +52,8 @@ def zebraone() -> SearchQuery:
     return SearchQuery("zebraone", np.ones(DIM, np.float32), 4)
 
 
-async def test_a_replace_between_ranking_and_reading_ranks_again(url: str) -> None:
-    writer, reader = await open_single(url), await open_single(url)
+async def test_a_replace_between_ranking_and_reading_ranks_again(redis_url: str) -> None:
+    writer, reader = await open_single(redis_url), await open_single(redis_url)
     try:
         await writer.replace_sources([version("a.md", 8, "one")])
 
@@ -89,8 +74,8 @@ async def test_a_replace_between_ranking_and_reading_ranks_again(url: str) -> No
         await reader.aclose()
 
 
-async def test_passages_changed_again_before_the_second_read_are_dropped(url: str) -> None:
-    writer, reader = await open_single(url), await open_single(url)
+async def test_passages_changed_again_before_the_second_read_are_dropped(redis_url: str) -> None:
+    writer, reader = await open_single(redis_url), await open_single(redis_url)
     try:
         await writer.replace_sources([version("a.md", 8, "one")])
 
@@ -108,8 +93,10 @@ async def test_passages_changed_again_before_the_second_read_are_dropped(url: st
         await reader.aclose()
 
 
-async def test_a_delete_between_ranking_and_reading_still_answers_k_passages(url: str) -> None:
-    writer, reader = await open_single(url), await open_single(url)
+async def test_a_delete_between_ranking_and_reading_still_answers_k_passages(
+    redis_url: str,
+) -> None:
+    writer, reader = await open_single(redis_url), await open_single(redis_url)
     try:
         a, b = version("a.md", 4, "one"), version("b.md", 6, "one")
         await writer.replace_sources([a, b])
