@@ -702,6 +702,54 @@ async def test_open_refuses_an_index_of_the_earlier_format(
         await open_redis(embedder, redis_url)
 
 
+def create_format_2_index(client: Any, name: str, prefix: str, dimension: int) -> None:
+    """The index format 2 created (`digest` stored in each passage, not in the index)."""
+    client.execute_command(
+        "FT.CREATE", name, "ON", "HASH", "PREFIX", 1, prefix, "STOPWORDS", 0, "SCHEMA",
+        "terms", "TEXT", "NOSTEM", "chunk_id", "TAG", "source", "TAG",
+        "chunk_index", "NUMERIC", "embedding", "VECTOR", "FLAT", 6, "TYPE", "FLOAT32",
+        "DIM", dimension, "DISTANCE_METRIC", "COSINE",
+    )  # fmt: skip
+
+
+def some_passages(dimension: int, count: int = 12) -> SourceBatch:
+    rng = np.random.default_rng(5)
+    chunks = [Chunk(f"c{i:03d}", f"passage {i} about refunds", "a.md", "", i) for i in range(count)]
+    vectors = rng.standard_normal((count, dimension)).astype(np.float32)
+    return SourceBatch("a.md", chunks, vectors, "h")
+
+
+async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """Format 2 held `digest` in the passages alone, where a search on a cluster node cannot
+    read it; its passages hold every field, so the way out rebuilds the index, not them."""
+    batch = some_passages(embedder.dimension)
+    index = await open_redis(embedder, redis_url)
+    await index.replace_sources([batch])
+    await index.aclose()
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.execute_command("FT.DROPINDEX", "rag-redis")  # its passages stay
+        create_format_2_index(client, "rag-redis", "rag-redis:chunk:", embedder.dimension)
+        client.hset("rag-redis:meta", "format", "2")
+    way_out = r"format 2; .*needs format 3.*FT\.DROPINDEX rag-redis;.*delete rag-redis:meta"
+    with pytest.raises(IndexUnavailable, match=way_out):
+        await open_redis(embedder, redis_url)
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.delete("rag-redis:meta")
+    with pytest.raises(IndexUnavailable, match=way_out):  # the index's fields tell its format
+        await open_redis(embedder, redis_url)
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.execute_command("FT.DROPINDEX", "rag-redis")
+    index = await open_redis(embedder, redis_url)
+    try:
+        assert (await index.describe())["chunks"] == len(batch.chunks)
+        results = await index.search(SearchQuery("refunds", batch.embeddings[3], 4))
+        assert results[0].chunk == batch.chunks[3] and results[0].scores["bm25"] > 0
+    finally:
+        await index.aclose()
+
+
 async def test_writes_wait_for_the_initial_scan(embedder: CachingEmbedder, redis_url: str) -> None:
     """`FT.CREATE` scans the existing keys in the background; a passage written meanwhile is
     indexed twice and skews BM25 for good. Opening waits for the scan to end."""
