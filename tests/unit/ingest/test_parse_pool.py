@@ -9,6 +9,8 @@ import contextvars
 import threading
 from collections.abc import AsyncIterator
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from chatqna.errors import ServiceUnavailable, TooManyRequests
@@ -58,13 +60,32 @@ async def once_a_slot_is_back(pool: ParsePool, gate: Gate) -> int:
                 await asyncio.sleep(0.01)
 
 
-async def test_jobs_run_on_the_pool_s_own_threads() -> None:
+async def test_jobs_run_off_the_event_loop_s_thread() -> None:
     pool = ParsePool(workers=2, queue=0)
     try:
         assert await pool.run(lambda a, b: a + b, 2, 3) == 5
         assert await pool.run(threading.current_thread) is not threading.current_thread()
-        assert (await pool.run(threading.current_thread)).name.startswith("chatqna-parse")
     finally:
+        pool.close()
+
+
+async def test_a_parsing_job_leaves_the_other_threads_free() -> None:
+    pool, gate = ParsePool(workers=1, queue=0), Gate()
+    shared = anyio.to_thread.current_default_thread_limiter()
+    try:
+        parsing = asyncio.create_task(pool.run(gate.job, 1))
+        await gate.wait_started(1)
+        # The parse takes none of the shared limiter's tokens, and other callers still get
+        # a thread of anyio's and of asyncio's default pool while it parses.
+        assert shared.borrowed_tokens == 0
+        assert pool.limiter.borrowed_tokens == 1
+        assert await anyio.to_thread.run_sync(lambda: 7) == 7
+        assert await asyncio.to_thread(lambda: 8) == 8
+        assert not parsing.done()
+        gate.release.set()
+        assert await parsing == 1
+    finally:
+        gate.release.set()
         pool.close()
 
 
