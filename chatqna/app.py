@@ -10,14 +10,15 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 from opentelemetry.trace import TracerProvider
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna import __version__
@@ -88,12 +89,13 @@ class StartupFailureReport:
         await self.app(scope, receive, report)
 
 
-def install_guards(app: FastAPI, settings: Settings) -> None:
+def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]) -> None:
     """Middleware, innermost first: chat concurrency, an upload's end, body size, API key,
     metrics, CORS.
 
-    Metrics sit outside the guards so refusals are counted; CORS sits outermost so a
-    browser can read a refusal and a preflight needs no key. CORS is off with no origins.
+    Metrics sit outside the guards so refusals are counted, under the route of `routes`
+    that the refused path names; CORS sits outermost so a browser can read a refusal and a
+    preflight needs no key. CORS is off with no origins.
     """
     app.add_middleware(
         ChatConcurrencyLimit,
@@ -108,7 +110,7 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
         max_upload_bytes=settings.chatqna_max_upload_request_bytes,
     )
     app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key)
-    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics, routes=routes)
     if settings.chatqna_cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -185,23 +187,25 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = ServiceMetrics()
     install_error_handlers(app)
-    install_guards(app, settings)
+    routers = include_routers(app, role)
+    routes = [*app.router.routes, *(route for router in routers for route in router.routes)]
+    install_guards(app, settings, routes)
     app.add_middleware(StartupFailureReport)
-    include_routers(app, role)
     return app
 
 
-def include_routers(app: FastAPI, role: Literal["megaservice", "retriever"]) -> None:
+def include_routers(app: FastAPI, role: Literal["megaservice", "retriever"]) -> list[APIRouter]:
     """The endpoints of `role`: chat and the UI for the megaservice, `/v1/retrieval` for the
-    retriever; health, dataprep and observability for both."""
-    app.include_router(health.router)
+    retriever; health, dataprep and observability for both. Returns the routers included."""
+    routers = [health.router]
     if role == "megaservice":
-        app.include_router(chat.router)
-        app.include_router(ui.router)
+        routers += [chat.router, ui.router]
     else:
-        app.include_router(retrieval.router)
-    app.include_router(dataprep.router)
-    app.include_router(observability.router)
+        routers.append(retrieval.router)
+    routers += [dataprep.router, observability.router]
+    for router in routers:
+        app.include_router(router)
+    return routers
 
 
 def app_from_environment() -> FastAPI:

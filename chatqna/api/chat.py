@@ -8,7 +8,8 @@ field of the completion (or of the first chunk), which OpenAI clients ignore.
 How many chats run at once is bounded by `chatqna.api.guards` (on `CHAT_PATHS`); a client
 that disconnects mid-stream closes the answer's generators, which cancels the upstream call;
 one that disconnects before its stream starts, or while a completion that is not streamed is
-generated, has its turn cancelled (`chatqna.api.disconnects`) and is counted as 499.
+generated, has its turn cancelled (`chatqna.api.disconnects`). Either way the request is
+counted as 499, and a turn stopped for it ends its spans as one its client left, not failed.
 """
 
 from __future__ import annotations
@@ -164,8 +165,9 @@ async def _respond(
                 _event_stream(turn, writer, metadata_event),
                 headers=STREAM_HEADERS,
                 on_close=turn.close,
+                on_client_left=turn.client_left,
             )
-        completion = await while_connected(receive, _answer(turn))
+        completion = await while_connected(receive, _answer(turn), on_leave=turn.client_left)
     except ClientDisconnected:
         logger.info("the client left before its answer was ready: the turn was stopped")
         return Response(status_code=CLIENT_CLOSED_REQUEST)

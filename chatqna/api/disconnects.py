@@ -6,16 +6,20 @@ default of `/v1/chat/completions`), or one still condensing, retrieving or waiti
 LLM's first token, would otherwise run to its end for nobody, holding an LLM slot and a
 place among the chats in flight. `while_connected` runs such work beside a listener on the
 request's ASGI `receive` and cancels it when the client disconnects first.
+
+`ClientPresence` notes that a client has left while something else listens (Starlette's
+streaming response) or sends: the request metrics count such a request as 499, and a turn
+told so ends its spans as one its client left rather than as failed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import anyio
-from starlette.types import Receive
+from starlette.types import Message, Receive, Send
 
 T = TypeVar("T")
 
@@ -33,13 +37,53 @@ async def _disconnect(receive: Receive) -> None:
         pass
 
 
-async def while_connected(receive: Receive, work: Awaitable[T]) -> T:
-    """`work`'s result, unless the client disconnects first: then `work` is cancelled (and
-    waited for) and `ClientDisconnected` is raised."""
+class ClientPresence:
+    """Whether the client of one request has left, seen on the way through its `receive`
+    and `send`: an `http.disconnect` came, or a send failed with `OSError` (an ASGI 2.4
+    server's way to say the client has gone; an older one drops the send and leaves the
+    news to `receive`). `on_leave` runs once, as soon as the departure is seen, before the
+    listener that saw it acts on it (Starlette cancels the stream it was sending)."""
+
+    def __init__(
+        self, receive: Receive, send: Send, on_leave: Callable[[], None] | None = None
+    ) -> None:
+        self._receive = receive
+        self._send = send
+        self._on_leave = on_leave
+        self.left = False
+
+    def leave(self) -> None:
+        if self.left:
+            return
+        self.left = True
+        if self._on_leave is not None:
+            self._on_leave()
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            self.leave()
+        return message
+
+    async def send(self, message: Message) -> None:
+        try:
+            await self._send(message)
+        except OSError:
+            self.leave()
+            raise
+
+
+async def while_connected(
+    receive: Receive, work: Awaitable[T], on_leave: Callable[[], None] | None = None
+) -> T:
+    """`work`'s result, unless the client disconnects first: then `on_leave` runs, `work` is
+    cancelled (and waited for) and `ClientDisconnected` is raised."""
     task = asyncio.ensure_future(work)
     listener = asyncio.ensure_future(_disconnect(receive))
     try:
         await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
+        if listener.done() and not task.done() and on_leave is not None:
+            on_leave()
     finally:  # when this handler is cancelled too: neither task outlives it
         listener.cancel()
         if not task.done():

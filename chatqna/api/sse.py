@@ -44,6 +44,7 @@ from chatqna.api.chat_models import (
     Usage,
     wire,
 )
+from chatqna.api.disconnects import ClientPresence
 from chatqna.backends.protocols import Completion
 
 DONE = b"data: [DONE]\n\n"
@@ -127,7 +128,8 @@ class EventStreamResponse(StreamingResponse):
     When the client disconnects, Starlette cancels the sending task. If the cancellation
     lands while the generator waits at a `yield` (a send was in progress), the generator is
     left suspended until the garbage collector finds it; closing it here instead runs its
-    `finally` blocks at once, and those close the upstream LLM stream.
+    `finally` blocks at once, and those close the upstream LLM stream. `on_client_left`
+    runs as soon as the departure is seen, before anything is cancelled or closed.
     """
 
     def __init__(
@@ -135,14 +137,17 @@ class EventStreamResponse(StreamingResponse):
         content: AsyncIterator[bytes],
         headers: Mapping[str, str] | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        on_client_left: Callable[[], None] | None = None,
     ):
         super().__init__(content, media_type="text/event-stream", headers=headers)
         self._events = content
         self._on_close = on_close
+        self._on_client_left = on_client_left
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        presence = ClientPresence(receive, send, self._on_client_left)
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, presence.receive, presence.send)
         finally:
             await close_quietly(self._events)
             # When the first send fails, the generator never started: what it would have

@@ -4,6 +4,10 @@
 whole answer: the span ends when the `async with` block ends, with an ERROR status when
 the block or the answer failed. Inside, `stream()` (or `complete()`) generates the answer
 in its `chatqna.generate` span, which ends with the stream.
+
+A turn stopped because its client left (`client_left()`, called before the answer is
+cancelled or closed) failed nowhere: both spans end without an error status and carry
+`chatqna.client_disconnected=true`. An upstream error is still a failure, client or not.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class Turn:
     prompt: list[dict[str, str]] = field(default_factory=list)
     error: BaseException | None = None
     ended: bool = False
+    left_by_client: bool = False
 
     def record(self) -> TurnRecord:
         """The turn's record as of now (the metadata event is sent before generation)."""
@@ -112,9 +117,21 @@ class Turn:
             return
         self.ended = True
         error = exc if exc is not None else self.error
-        if error is not None:
+        if self._stopped_for_client(error):
+            self.span.set_attribute(names.CLIENT_DISCONNECTED, True)
+        elif error is not None:
             self.span.set_status(Status(StatusCode.ERROR, type(error).__name__))
         self.span.end()
+
+    def client_left(self) -> None:
+        """The client has gone: the cancellation or close that follows is not a failure."""
+        self.left_by_client = True
+
+    def _stopped_for_client(self, error: BaseException | None) -> bool:
+        """Whether the turn ends (with `error`, if any) after its client left: nothing, a
+        cancellation or a generator's close (no `Exception`s) is how it was stopped. An
+        upstream error raised meanwhile is still the turn's failure."""
+        return self.left_by_client and not isinstance(error, Exception)
 
     async def close(self) -> None:
         """End the turn's span if nothing has (a response that never started streaming)."""
@@ -168,8 +185,12 @@ class Turn:
         self.clock.stages["total"] = self.clock.total_ms()
 
     def _generation_failed(self, span: Span, started: float, exc: BaseException) -> None:
-        self.error = exc
         self._stop_clock(started)
+        if self._stopped_for_client(exc):
+            span.set_attribute(names.CLIENT_DISCONNECTED, True)
+            span.end()
+            return
+        self.error = exc
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
         span.end()

@@ -21,6 +21,9 @@ CONDENSE_LATENCY_MS = "chatqna.condense.latency_ms"
 CONDENSE_HISTORY_SIZE = "chatqna.condense.history_size"
 CONDENSE_STANDALONE_QUERY = "chatqna.condense.standalone_query"  # content: opt-in
 
+# orchestrate and generate: the turn stopped because its client left (not a failure)
+CLIENT_DISCONNECTED = "chatqna.client_disconnected"
+
 # orchestrate
 MULTI_TURN_MODE = "chatqna.multi_turn.mode"
 RETRIEVAL_STRATEGY = "chatqna.retrieval.strategy"

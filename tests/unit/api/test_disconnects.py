@@ -1,4 +1,5 @@
-"""`while_connected`: work that runs only while its client is there."""
+"""`while_connected`: work that runs only while its client is there; `ClientPresence`:
+whether a client has left, seen on its way through `receive` and `send`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chatqna.api.disconnects import ClientDisconnected, while_connected
+from chatqna.api.disconnects import ClientDisconnected, ClientPresence, while_connected
 
 pytestmark = pytest.mark.anyio
 
@@ -55,12 +56,67 @@ async def test_work_done_while_the_client_stays_returns_its_result() -> None:
 
 async def test_a_client_gone_first_cancels_the_work() -> None:
     client, work = Client(), Work()
-    pending = asyncio.ensure_future(while_connected(client.receive, work.run()))
+    seen: list[bool] = []
+
+    def leave() -> None:
+        seen.append(work.cancelled)
+
+    pending = asyncio.ensure_future(while_connected(client.receive, work.run(), leave))
     await work.started.wait()
     client.gone.set()
     with pytest.raises(ClientDisconnected):
         await pending
     assert work.cancelled
+    assert seen == [False], "told once, before the work is cancelled"
+
+
+async def test_work_done_first_is_no_departure() -> None:
+    client, work = Client(), Work()
+    work.release.set()
+    seen: list[str] = []
+    assert await while_connected(client.receive, work.run(), lambda: seen.append("left"))
+    assert seen == []
+
+
+async def test_presence_sees_a_disconnect_on_receive_once() -> None:
+    client = Client({"type": "http.request", "body": b"", "more_body": False})
+    seen: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    presence = ClientPresence(client.receive, send, lambda: seen.append("left"))
+    assert (await presence.receive())["type"] == "http.request"
+    assert not presence.left and seen == []
+    client.gone.set()
+    for _ in range(2):
+        assert (await presence.receive())["type"] == "http.disconnect"
+    assert presence.left and seen == ["left"]
+
+
+async def test_presence_sees_a_send_that_fails_with_os_error() -> None:
+    seen: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            raise OSError("the client is gone")
+
+    presence = ClientPresence(Client().receive, send, lambda: seen.append("left"))
+    await presence.send({"type": "http.response.start", "status": 200})
+    assert not presence.left
+    with pytest.raises(OSError, match="gone"):
+        await presence.send({"type": "http.response.body", "body": b"x"})
+    assert presence.left and seen == ["left"]
+
+
+async def test_presence_does_not_take_other_send_errors_for_a_departure() -> None:
+    async def send(message: dict[str, Any]) -> None:
+        raise RuntimeError("a bug")
+
+    presence = ClientPresence(Client().receive, send)
+    with pytest.raises(RuntimeError):
+        await presence.send({"type": "http.response.start", "status": 200})
+    assert not presence.left
 
 
 async def test_messages_other_than_a_disconnect_are_not_one() -> None:

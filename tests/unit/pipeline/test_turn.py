@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,13 @@ CHAT = [
     Message("user", "How long is data kept after cancellation?"),
 ]
 OPTIONS = TurnOptions(k=4, top_n=2, params=GenerationParams(max_tokens=32))
+
+
+class HeldLLM(ScriptedLLM):
+    """A completion that never comes (until cancelled)."""
+
+    async def complete(self, messages: Sequence[dict[str, str]], params: GenerationParams) -> Any:
+        await asyncio.Event().wait()
 
 
 class Recorder:
@@ -124,6 +133,77 @@ async def test_a_failed_answer_ends_the_turn_span_with_an_error(
     orchestrate = finished(spans, names.SPAN_ORCHESTRATE)
     assert orchestrate.status.status_code == StatusCode.ERROR
     assert finished(spans, names.SPAN_GENERATE).status.status_code == StatusCode.ERROR
+
+
+async def test_a_turn_whose_client_left_mid_stream_ends_without_an_error(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    observer = Recorder()
+    pipeline = Pipeline.build(settings, await backends_for(settings), observer)
+    turn = await pipeline.prepare(CHAT, OPTIONS)
+    async with turn:
+        stream = turn.stream()
+        await anext(stream)
+        turn.client_left()  # as the response learns it, before it closes the answer
+        await stream.aclose()
+    assert "failed" not in observer.names() and "answered" not in observer.names()
+    for name in (names.SPAN_GENERATE, names.SPAN_ORCHESTRATE):
+        span = finished(spans, name)
+        assert span.status.status_code == StatusCode.UNSET, name
+        assert span.attributes[names.CLIENT_DISCONNECTED] is True, name
+        assert not [event for event in span.events if event.name == "exception"], name
+
+
+async def test_a_cancelled_non_streamed_answer_whose_client_left_is_no_error(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    pipeline = Pipeline.build(settings, await backends_for(settings, HeldLLM()), Recorder())
+    turn = await pipeline.prepare(CHAT, OPTIONS)
+
+    async def answer() -> None:
+        async with turn:
+            await turn.complete()
+
+    task = asyncio.ensure_future(answer())
+    await asyncio.sleep(0)  # the completion is awaited
+    turn.client_left()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for name in (names.SPAN_GENERATE, names.SPAN_ORCHESTRATE):
+        span = finished(spans, name)
+        assert span.status.status_code == StatusCode.UNSET, name
+        assert span.attributes[names.CLIENT_DISCONNECTED] is True, name
+
+
+async def test_an_upstream_failure_after_the_client_left_is_still_an_error(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    llm = ScriptedLLM(fail_after=1, error=UpstreamError("cut", backend="llm"))
+    pipeline = Pipeline.build(settings, await backends_for(settings, llm), Recorder())
+    turn = await pipeline.prepare(CHAT, OPTIONS)
+    with pytest.raises(UpstreamError):
+        async with turn:
+            turn.client_left()
+            async for _delta in turn.stream():
+                pass
+    for name in (names.SPAN_GENERATE, names.SPAN_ORCHESTRATE):
+        span = finished(spans, name)
+        assert span.status.status_code == StatusCode.ERROR, name
+        assert names.CLIENT_DISCONNECTED not in span.attributes, name
+
+
+async def test_a_cancelled_turn_whose_client_stayed_is_an_error(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    pipeline = Pipeline.build(settings, await backends_for(settings), Recorder())
+    turn = await pipeline.prepare(CHAT, OPTIONS)
+    async with turn:
+        stream = turn.stream()
+        await anext(stream)
+        await stream.aclose()
+    for name in (names.SPAN_GENERATE, names.SPAN_ORCHESTRATE):
+        assert finished(spans, name).status.status_code == StatusCode.ERROR, name
 
 
 async def test_a_non_streamed_answer(settings: Settings, spans: InMemorySpanExporter) -> None:
