@@ -11,6 +11,7 @@ across re-ingestion.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from chatqna.documents import Chunk, LoadedDocument, chunk_id_for
 
@@ -22,6 +23,9 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’)\]])\s+|(?<=[。！？])")
 _WHITESPACE = re.compile(r"\s")
 _NON_SPACE = re.compile(r"\S")
+# Each regular-expression call scans at most about this many characters: a scan holds the GIL
+# from start to end, so one over a paragraph of megabytes would stall the server's event loop.
+_SCAN_CHARS = 64 * 1024
 
 # A unit is an unbreakable run of text plus the separator that joins it to the previous one.
 _Unit = tuple[str, str]
@@ -83,7 +87,7 @@ def _split(text: str, max_chars: int, overlap_chars: int) -> list[str]:
 def _units(text: str, limit: int) -> list[_Unit]:
     """Break `text` into pieces of at most `limit` chars, as coarsely as possible."""
     units: list[_Unit] = []
-    for paragraph in _PARAGRAPH_BREAK.split(text):
+    for paragraph in _paragraphs(text):
         paragraph = paragraph.strip()
         if not paragraph:
             continue
@@ -105,17 +109,58 @@ def _units(text: str, limit: int) -> list[_Unit]:
     return units
 
 
+def _paragraphs(text: str) -> Iterator[str]:
+    """`_PARAGRAPH_BREAK.split(text)`, scanned a window at a time.
+
+    A window ends before a non-space character, which no break contains or reads past, so
+    each window finds exactly the breaks a scan of the whole text finds there. (A window is
+    longer across a long run of white space, which this pattern crosses at memory speed.)
+    """
+    piece, window, size = 0, 0, len(text)
+    while window < size:
+        stop = _next_non_space(text, window + _SCAN_CHARS)
+        for match in _PARAGRAPH_BREAK.finditer(text, window, stop):
+            yield text[piece : match.start()]
+            piece = match.end()
+        window = stop
+    yield text[piece:]
+
+
+def _sentence_breaks(paragraph: str) -> Iterator[tuple[int, int]]:
+    """The spans of `_SENTENCE_BREAK.finditer(paragraph)`, scanned a window at a time.
+
+    A break is a run of whitespace, or empty, and only looks behind it, so a window finds the
+    breaks a whole scan finds, except that one reaching the window's end may go on past it:
+    a run of whitespace is followed to its end, and an empty break is left to the next window.
+    """
+    start, size = 0, len(paragraph)
+    while True:
+        stop = min(start + _SCAN_CHARS, size)
+        following = stop
+        for match in _SENTENCE_BREAK.finditer(paragraph, start, stop):
+            begin, end = match.span()
+            if end == stop < size:
+                if begin < end:
+                    following = _next_non_space(paragraph, end)
+                    yield begin, following
+                break
+            yield begin, end
+        if stop == size:
+            return
+        start = following
+
+
 def _sentences(paragraph: str) -> list[_Unit]:
     sentences: list[_Unit] = []
     start = 0
     separator = ""
-    for match in _SENTENCE_BREAK.finditer(paragraph):
-        sentence = paragraph[start : match.start()].strip()
+    for begin, end in _sentence_breaks(paragraph):
+        sentence = paragraph[start:begin].strip()
         if sentence:
             sentences.append((separator, sentence))
             # Keep "" after a CJK full stop; any run of whitespace reads the same as one space.
-            separator = " " if match.group() else ""
-        start = match.end()
+            separator = " " if end > begin else ""
+        start = end
     if paragraph[start:].strip():
         sentences.append((separator, paragraph[start:].strip()))
     return sentences
@@ -146,8 +191,13 @@ def _hard_split(sentence: str, limit: int) -> list[_Unit]:
 
 def _next_non_space(text: str, start: int) -> int:
     """Where `text[start:].lstrip()` begins (`\\S` is exactly what `str.isspace` is not)."""
-    match = _NON_SPACE.search(text, start)
-    return match.start() if match is not None else len(text)
+    size = len(text)
+    while start < size:
+        match = _NON_SPACE.search(text, start, start + _SCAN_CHARS)
+        if match is not None:
+            return match.start()
+        start += _SCAN_CHARS
+    return size
 
 
 def _tail(text: str, size: int) -> str:

@@ -60,10 +60,26 @@ def tokenize(text: str) -> list[str]:
     ]
 
 
-@functools.lru_cache(maxsize=4096)
-def _line_terms(text: str) -> tuple[str, ...]:
-    """The distinct tokens of a query-side text, in first-seen order (cached)."""
-    return tuple(dict.fromkeys(tokenize(text)))
+# Texts up to this many characters (a question, a line of an earlier one) have their terms
+# remembered, in an LRU cache of `_CACHED_TEXTS` entries. An entry holds the text and its terms
+# joined into one string, so each stays under about 2.5 KiB whatever the characters and the
+# whole cache under about 10 MiB; a longer text is tokenised on each turn.
+_CACHED_TEXT_CHARS = 256
+_CACHED_TEXTS = 4096
+
+
+@functools.lru_cache(maxsize=_CACHED_TEXTS)
+def _joined_terms(text: str) -> str:
+    # Tokens are runs of word characters, so a space separates them unambiguously.
+    return " ".join(dict.fromkeys(tokenize(text)))
+
+
+def _line_terms(text: str) -> list[str]:
+    """The distinct tokens of a query-side text, in first-seen order (cached when short)."""
+    if len(text) > _CACHED_TEXT_CHARS:
+        return list(dict.fromkeys(tokenize(text)))
+    joined = _joined_terms(text)
+    return joined.split(" ") if joined else []
 
 
 def informative_terms(

@@ -6,7 +6,7 @@ import itertools
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from chatqna.documents import LoadedDocument, chunk_id_for
@@ -191,3 +191,54 @@ def test_a_long_text_of_short_lines_is_cut_like_the_reference() -> None:
         patch.setattr(chunking, "_hard_split", _hard_split_by_slicing)
         assert chunks == [c.text for c in chunk_document(doc, 100, 10)]
     assert len(chunks) == 1112 and all(len(c) <= 100 for c in chunks)
+
+
+# Every kind of sentence and paragraph break, and the characters around them, in short runs:
+# with windows of a few characters, breaks straddle window edges in every way.
+BREAKY_TEXT = st.lists(
+    st.sampled_from(
+        ["a", "wo", ".", "!", "?", ")", "”", "'", "。", "！", " ", "\t", "\n", "\u3000", "\x1c"]
+    ),
+    max_size=60,
+).map("".join)
+
+
+@given(BREAKY_TEXT, st.integers(min_value=1, max_value=9))
+@example("ab\n \ncd", 3)  # a paragraph break across a window edge
+@example("ab.   cd", 4)  # a sentence break's whitespace across a window edge
+@example("ab。cd", 3)  # an empty sentence break on a window edge
+@example("a.)  b\x1c", 4)  # a break looking behind across a window edge
+def test_windowed_scans_find_what_a_whole_scan_finds(text: str, window: int) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "_SCAN_CHARS", window)
+        paragraphs = list(chunking._paragraphs(text))
+        breaks = list(chunking._sentence_breaks(text))
+        starts = [chunking._next_non_space(text, i) for i in range(len(text) + 2)]
+    assert paragraphs == chunking._PARAGRAPH_BREAK.split(text)
+    assert breaks == [m.span() for m in chunking._SENTENCE_BREAK.finditer(text)]
+    assert starts == [len(text) - len(text[i:].lstrip()) for i in range(len(text) + 2)]
+
+
+@given(BREAKY_TEXT, st.integers(min_value=1, max_value=9), st.integers(2, 30), st.data())
+def test_chunks_do_not_depend_on_the_scan_window(
+    text: str, window: int, max_chars: int, data: st.DataObject
+) -> None:
+    overlap = data.draw(st.integers(min_value=0, max_value=max_chars - 1))
+    doc = LoadedDocument("w.txt", "W", [("W", text)])
+    whole = [c.text for c in chunk_document(doc, max_chars, overlap)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "_SCAN_CHARS", window)
+        assert [c.text for c in chunk_document(doc, max_chars, overlap)] == whole
+
+
+def test_a_paragraph_longer_than_the_scan_window_is_cut_as_by_one_scan() -> None:
+    edge = chunking._SCAN_CHARS
+    # Breaks placed on and around the window edges, and a stretch with no break at all.
+    text = ("lorem ipsum " * 20_000)[: edge - 2] + ".  \t Next" + "x" * (edge - 3) + "。Then"
+    text += ' "quoted."\n\n\n  ' + ("dolor " * 30_000) + "end!" + " " * (edge + 5) + "Last"
+    doc = LoadedDocument("long.txt", "long", [("long", text)])
+    chunks = [c.text for c in chunk_document(doc, 1200, 150)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunking, "_SCAN_CHARS", len(text) + 1)  # one scan of the whole text
+        assert chunks == [c.text for c in chunk_document(doc, 1200, 150)]
+    assert chunks[-1].endswith("end! Last")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from chatqna.retrieval import query as query_module
 from chatqna.retrieval.query import (
     FANOUT,
     MAX_QUERY_TERMS,
@@ -140,3 +141,31 @@ def test_the_tree_of_any_accepted_message_stays_shallow() -> None:
 
 def _distinct(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(tokenize(text)))
+
+
+def test_remembered_terms_are_the_terms_of_the_text() -> None:
+    texts = [
+        "How long do I have to return it?",
+        "",
+        "the and of",
+        "Refund refund REFUND policy",
+        "İstanbul straße ΣΊΣΥΦΟΣ 中文 \U00020000 e-mail_x v2.0",
+        "x" * (MAX_TOKEN_BYTES + 1) + " kept",
+    ]
+    long_text = longest_message(600)
+    for text in [*texts, long_text, long_text + "\n" + texts[0]]:
+        query_module._joined_terms.cache_clear()
+        cold = query_module._line_terms(text)
+        assert cold == list(_distinct(text))
+        assert query_module._line_terms(text) == cold  # a second time, from the cache if short
+
+
+def test_only_short_texts_are_remembered() -> None:
+    query_module._joined_terms.cache_clear()
+    limit = query_module._CACHED_TEXT_CHARS
+    words = "return policy " * limit
+    short, long = "refund policy", words[: limit + 1]
+    q(long, f"{short}\n{long}", 0.5)
+    assert query_module._joined_terms.cache_info().currsize == 1
+    q(words[:limit])
+    assert query_module._joined_terms.cache_info().currsize == 2
