@@ -28,6 +28,7 @@ from chatqna.api.guards import (
     ApiKeyGuard,
     BodySizeLimit,
     ChatConcurrencyLimit,
+    IngestAdmission,
     UploadEndCheck,
     route_path,
 )
@@ -89,8 +90,8 @@ class StartupFailureReport:
 
 
 def install_guards(app: FastAPI, settings: Settings) -> None:
-    """Middleware, innermost first: chat concurrency, an upload's end, body size, API key,
-    metrics, CORS.
+    """Middleware, innermost first: chat concurrency, an upload's admission, an upload's
+    end, body size, API key, metrics, CORS.
 
     Metrics sit outside the guards so refusals are counted; CORS sits outermost so a
     browser can read a refusal and a preflight needs no key. CORS is off with no origins.
@@ -100,7 +101,9 @@ def install_guards(app: FastAPI, settings: Settings) -> None:
         paths=chat.CHAT_PATHS,
         limit=settings.chatqna_max_concurrent_chats,
         queue_timeout_seconds=settings.chatqna_queue_timeout_seconds,
+        body_timeout_seconds=settings.chatqna_body_timeout_seconds,
     )
+    app.add_middleware(IngestAdmission, parse_pool=lambda: app.state.service.parse_pool)
     app.add_middleware(UploadEndCheck)
     app.add_middleware(
         BodySizeLimit,
