@@ -29,6 +29,7 @@ from chatqna.api.guards import (
     ApiKeyGuard,
     BodySizeLimit,
     ChatConcurrencyLimit,
+    IngestAdmission,
     UploadEndCheck,
     route_path,
 )
@@ -90,8 +91,8 @@ class StartupFailureReport:
 
 
 def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]) -> None:
-    """Middleware, innermost first: chat concurrency, an upload's end, body size, API key,
-    metrics, CORS.
+    """Middleware, innermost first: chat concurrency, an upload's admission, an upload's
+    end, body size, API key, metrics, CORS.
 
     Metrics sit outside the guards so refusals are counted, under the route of `routes`
     that the refused path names; CORS sits outermost so a browser can read a refusal and a
@@ -102,7 +103,9 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
         paths=chat.CHAT_PATHS,
         limit=settings.chatqna_max_concurrent_chats,
         queue_timeout_seconds=settings.chatqna_queue_timeout_seconds,
+        body_timeout_seconds=settings.chatqna_body_timeout_seconds,
     )
+    app.add_middleware(IngestAdmission, parse_pool=lambda: app.state.service.parse_pool)
     app.add_middleware(UploadEndCheck)
     app.add_middleware(
         BodySizeLimit,

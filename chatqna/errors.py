@@ -8,6 +8,7 @@
     |   +-- DocumentLoadError     422 a supported file that yields no usable text
     |   |   +-- LinkUnreadable    422 a link that cannot be fetched (timeout, HTTP error...)
     |   +-- LinkRefused           403 a link to an address that is not allowed
+    |   +-- RequestTimeout        408 a request body that did not arrive in time
     +-- QueryNotSearchable        500 the index cannot parse the search the service built
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
@@ -116,6 +117,16 @@ class LinkRefused(InvalidRequest):
 
     status_code = 403
     code = "link_refused"
+
+
+class RequestTimeout(InvalidRequest):
+    """A request's body did not arrive in full within its deadline
+    (`CHATQNA_BODY_TIMEOUT_SECONDS`): a client too slow, or one holding its connection open
+    without sending. Answered with `Connection: close`, since the rest of the body may
+    still be on its way."""
+
+    status_code = 408
+    code = "request_timeout"
 
 
 class QueryNotSearchable(ChatQnAError):

@@ -45,7 +45,7 @@ router = APIRouter(
     dependencies=[Depends(require_api_key)], tags=["chat"], responses=error_responses(401, 500)
 )
 # What a chat turn can answer besides the router-wide 401 and 500.
-CHAT_RESPONSES = {200: CHAT_RESPONSE, **error_responses(400, 413, 422, 429, 502, 503, 504)}
+CHAT_RESPONSES = {200: CHAT_RESPONSE, **error_responses(400, 408, 413, 422, 429, 502, 503, 504)}
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CHAT_PATHS = frozenset({"/v1/chatqna", "/v1/chat/completions"})

@@ -2,10 +2,10 @@
 
 - `POST /v1/dataprep/ingest`: multipart form with `files` (repeated) and/or `link_list`
   (a JSON list of URLs); optional `chunk_size`, `chunk_overlap`. Re-uploading a file or
-  re-sending a link replaces its chunks. The request first takes its place in the parse
-  pool (429 when it and its queue are full), then the uploads' names and types and the
-  links' names are checked, links are fetched, and everything is ingested in one
-  all-or-nothing step.
+  re-sending a link replaces its chunks. The request takes its place in the parse pool
+  before its body is read (`chatqna.api.guards.IngestAdmission`: 429 when the pool and its
+  queue are full), then the uploads' names and types and the links' names are checked,
+  links are fetched, and everything is ingested in one all-or-nothing step.
 - `POST /v1/dataprep/get`: the ingested sources.
 - `POST /v1/dataprep/delete`: `{"file_path": "<source>"}` or `{"file_path": "all"}`; a
   name that is neither listed nor has chunks is 404.
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, UploadFile
+from fastapi import APIRouter, Depends, Request, UploadFile
 
 from chatqna.api.deps import State, require_api_key
 from chatqna.api.errors import error_responses
+from chatqna.api.guards import PARSE_SLOT
 from chatqna.api.schemas import (
     ChunkOverlap,
     ChunkSize,
@@ -32,6 +33,7 @@ from chatqna.api.schemas import (
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
 from chatqna.ingest.dataprep import IngestFile, check_files, ingest_files, load_limits
 from chatqna.ingest.links import LinkFetcher, parse_link_list
+from chatqna.ingest.parse_pool import ParseSlot
 
 router = APIRouter(
     dependencies=[Depends(require_api_key)],
@@ -46,6 +48,15 @@ async def link_fetcher(state: State) -> LinkFetcher:
 
 
 Fetcher = Annotated[LinkFetcher, Depends(link_fetcher)]
+
+
+async def parse_slot(request: Request) -> ParseSlot:
+    """The request's place in the parse pool, taken before its body was read."""
+    slot: ParseSlot = request.scope[PARSE_SLOT]
+    return slot
+
+
+Admitted = Annotated[ParseSlot, Depends(parse_slot)]
 
 
 async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
@@ -67,6 +78,7 @@ async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
 async def ingest(
     state: State,
     fetcher: Fetcher,
+    slot: Admitted,
     files: IngestFiles = None,
     link_list: LinkList = None,
     chunk_size: ChunkSize = None,
@@ -83,22 +95,21 @@ async def ingest(
     overlap = chunk_overlap if chunk_overlap is not None else settings.chunk_overlap
     if overlap >= size:
         raise InvalidRequest("chunk_overlap must be smaller than chunk_size")
-    # Admitted before anything is read or fetched: a request the parse pool refuses (429)
-    # has cost nothing, and the admitted ones hold their uploads in memory in turn.
-    async with state.parse_pool.admit() as parse_slot:
-        uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files or []]
-        check_files(uploads, urls)  # a bad name fails the request before any link is fetched
-        pages = await fetcher.fetch_all(urls)
-        results = await ingest_files(
-            [*uploads, *pages],
-            state.backends.embedder,
-            state.backends.retriever,
-            chunk_size=size,
-            chunk_overlap=overlap,
-            limits=load_limits(settings),
-            parse_slot=parse_slot,
-            checked=True,
-        )
+    # Admitted before the body was read: the admitted requests hold their uploads in memory
+    # in turn, and a request the parse pool refused (429) cost nothing.
+    uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files or []]
+    check_files(uploads, urls)  # a bad name fails the request before any link is fetched
+    pages = await fetcher.fetch_all(urls)
+    results = await ingest_files(
+        [*uploads, *pages],
+        state.backends.embedder,
+        state.backends.retriever,
+        chunk_size=size,
+        chunk_overlap=overlap,
+        limits=load_limits(settings),
+        parse_slot=slot,
+        checked=True,
+    )
     return {
         "status": 200,
         "message": "Data preparation succeeded",

@@ -1,21 +1,24 @@
 """Request guards in front of every route: the API key, the body size (and an upload's
-end), and chat concurrency.
+end), chat concurrency and the admission of uploads.
 
 They are plain ASGI middleware rather than route dependencies, for three reasons: a route
 added later is guarded without having to remember it (the API key also covers `/docs` and
-`/openapi.json`); a body is refused before anything parses it; and a chat slot is held for
-the whole life of a streamed answer, which outlives the route handler.
+`/openapi.json`); a body is refused before anything parses it, and an upload before its
+body is read; and a chat slot (or an upload's place in the parse pool) is held for the
+whole life of the request, which for a streamed answer outlives the route handler.
 
 `create_app` installs them inside the request-metrics middleware (so refusals are counted)
 and inside CORS (so a browser can read a refusal): API key, then body size, then an
-upload's closing boundary, then concurrency.
+upload's closing boundary, then the upload's admission and chat concurrency.
 Each refusal is the usual error envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections import deque
+from collections.abc import Callable, Iterable
 
 from pydantic import SecretStr
 from python_multipart.multipart import parse_options_header
@@ -25,7 +28,14 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna.api.deps import API_KEY_REQUIRED, SAFE_METHODS, request_has_key
-from chatqna.errors import ChatQnAError, PayloadTooLarge, TooManyRequests, Unauthorized
+from chatqna.errors import (
+    ChatQnAError,
+    PayloadTooLarge,
+    RequestTimeout,
+    TooManyRequests,
+    Unauthorized,
+)
+from chatqna.ingest.parse_pool import ParsePool
 
 # Open without the key: only the health checks (probes carry no credentials).
 PUBLIC_PATHS = frozenset({"/v1/health_check", "/v1/ready"})
@@ -36,7 +46,6 @@ UI_PATHS = frozenset({"/"})
 UI_PREFIXES = ("/ui/",)
 BASIC_CHALLENGE = 'Basic realm="ChatQnA", charset="UTF-8"'
 SIGN_IN = "A valid API key is required: sign in with any user name and the key as the password."
-RETRY_AFTER_SECONDS = TooManyRequests.retry_after_seconds
 
 
 def route_path(scope: Scope) -> str:
@@ -72,6 +81,8 @@ async def refuse(
     error: ChatQnAError, scope: Scope, receive: Receive, send: Send, **headers: str
 ) -> None:
     response = JSONResponse(status_code=error.status_code, content=error.envelope())
+    if isinstance(error, TooManyRequests):
+        response.headers["Retry-After"] = str(error.retry_after_seconds)
     response.headers.update(headers)
     await response(scope, receive, send)
 
@@ -213,23 +224,61 @@ class UploadEndCheck:
         await self.app(scope, checked, send)
 
 
+async def read_body(receive: Receive, timeout_seconds: float) -> list[Message] | None:
+    """The request's body messages, read to its end within `timeout_seconds` (else
+    `TimeoutError`); None when the client disconnects first."""
+    messages: list[Message] = []
+    async with asyncio.timeout(timeout_seconds):
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            messages.append(message)
+            if not message.get("more_body", False):
+                return messages
+
+
+def replaying(messages: list[Message], receive: Receive) -> Receive:
+    """A `receive` that hands out `messages` first, then passes on to the real `receive`:
+    the app reads the body as sent, and hears of the client's disconnect as before."""
+    pending = deque(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.popleft()
+        return await receive()
+
+    return replay
+
+
 class ChatConcurrencyLimit:
     """At most `limit` chats in flight; a chat waits up to `queue_timeout_seconds` for a slot.
 
+    A chat's body is read in full first, within `body_timeout_seconds` (else 408, with
+    `Connection: close`), and only then does it take a slot: clients that send headers and
+    then hold the body back hold no slot, however many they are. The body is handed on to
+    the route as it came (and still counted against `BodySizeLimit` as it arrives).
     A slot is held until the answer has been sent (or the client has gone), so streamed
     answers count for their whole length. Without a free slot in time the request gets 429
     with `Retry-After`, rather than joining an unbounded queue.
     """
 
     def __init__(
-        self, app: ASGIApp, *, paths: Iterable[str], limit: int, queue_timeout_seconds: float
+        self,
+        app: ASGIApp,
+        *,
+        paths: Iterable[str],
+        limit: int,
+        queue_timeout_seconds: float,
+        body_timeout_seconds: float,
     ) -> None:
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
+        if limit < 1 or body_timeout_seconds <= 0:
+            raise ValueError("limit must be at least 1 and body_timeout_seconds above 0")
         self.app = app
         self.paths = frozenset(paths)
         self.limit = limit
         self.queue_timeout_seconds = queue_timeout_seconds
+        self.body_timeout_seconds = body_timeout_seconds
         self._slots = asyncio.Semaphore(limit)
 
     async def _acquire(self) -> bool:
@@ -245,18 +294,68 @@ class ChatConcurrencyLimit:
             return False
         return True
 
+    async def _body(self, scope: Scope, receive: Receive, send: Send) -> list[Message] | None:
+        """The chat's body; None when the client left, or was refused (413, 408)."""
+        try:
+            return await read_body(receive, self.body_timeout_seconds)
+        except HTTPException as exc:  # `BodySizeLimit` counting a body without a length
+            if exc.status_code != 413:
+                raise
+            await refuse(PayloadTooLarge(str(exc.detail)), scope, receive, send)
+        except TimeoutError:
+            error = RequestTimeout(
+                f"The request body did not arrive within {self.body_timeout_seconds:g} "
+                "seconds (CHATQNA_BODY_TIMEOUT_SECONDS)."
+            )
+            await refuse(error, scope, receive, send, Connection="close")
+        return None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or route_path(scope) not in self.paths:
             await self.app(scope, receive, send)
+            return
+        body = await self._body(scope, receive, send)
+        if body is None:
             return
         if not await self._acquire():
             error = TooManyRequests(
                 f"The service is answering {self.limit} chats already "
                 "(CHATQNA_MAX_CONCURRENT_CHATS); retry shortly."
             )
-            await refuse(error, scope, receive, send, **{"Retry-After": str(RETRY_AFTER_SECONDS)})
+            await refuse(error, scope, receive, send)
             return
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, replaying(body, receive), send)
         finally:
             self._slots.release()
+
+
+# Where `IngestAdmission` leaves an upload's `ParseSlot` for the route, in the ASGI scope.
+PARSE_SLOT = "chatqna.parse_slot"
+
+
+class IngestAdmission:
+    """Admits a `POST /v1/dataprep/ingest` into the parse pool before its body is read.
+
+    A request beyond the pool's threads and its queue is refused (429, `Retry-After`) at
+    once, having cost neither the spooling of its upload nor the fetching of its links; an
+    admitted one keeps its place (`scope[PARSE_SLOT]`, the route parses under it) until it
+    is done, whether it succeeds, fails, or its client leaves. `parse_pool` gives the
+    running service's pool, which exists only once the app has started.
+    """
+
+    def __init__(self, app: ASGIApp, parse_pool: Callable[[], ParsePool]) -> None:
+        self.app = app
+        self.parse_pool = parse_pool
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or route_path(scope) != UPLOAD_PATH:
+            await self.app(scope, receive, send)
+            return
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                slot = await stack.enter_async_context(self.parse_pool().admit())
+            except ChatQnAError as error:  # too many requests, or shutting down
+                await refuse(error, scope, receive, send)
+                return
+            await self.app({**scope, PARSE_SLOT: slot}, receive, send)

@@ -1,4 +1,6 @@
-"""Request limits: chats in flight (429), body size (413), and a disconnect freeing its slot."""
+"""Request limits: chats in flight (429), body size (413), a chat's body read before its
+slot (408 when it is late), uploads admitted before their body, and a disconnect freeing
+its slot."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -18,6 +21,8 @@ from chatqna.api.guards import route_path
 from chatqna.app import create_app
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams
+from chatqna.errors import TooManyRequests
+from chatqna.ingest.parse_pool import ParsePool
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 from tests.unit.conftest import TRACER_PROVIDER
@@ -287,14 +292,26 @@ def chat_scope(spec_version: str) -> dict[str, Any]:
     }
 
 
+def body_messages(body: bytes, pieces: int) -> list[dict[str, Any]]:
+    """`body` as `pieces` ASGI `http.request` messages, the last without `more_body`."""
+    size = -(-len(body) // pieces)
+    parts = [body[start : start + size] for start in range(0, len(body), size)]
+    return [
+        {"type": "http.request", "body": part, "more_body": n < len(parts) - 1}
+        for n, part in enumerate(parts)
+    ]
+
+
+@pytest.mark.parametrize("pieces", [1, 3])
 @pytest.mark.parametrize("cancel_lands_in", ["generator", "send"])
 async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
-    settings: Settings, cancel_lands_in: str
+    settings: Settings, cancel_lands_in: str, pieces: int
 ) -> None:
     """Driven at the ASGI level: httpx's test transport cannot disconnect mid-response.
 
     The disconnect cancels the response either while the answer's generators await the
-    LLM, or while a send is in progress (the generators then wait at a `yield`).
+    LLM, or while a send is in progress (the generators then wait at a `yield`). It is
+    heard after the body the guard read first, whether that came whole or in pieces.
     """
     limited = settings.model_copy(update={"chatqna_max_concurrent_chats": 1})
     llm = EndlessLLM()
@@ -302,11 +319,11 @@ async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
     gone = asyncio.Event()
     body = json.dumps(ASK).encode()
     sent: list[dict[str, Any]] = []
-    requests = [{"type": "http.request", "body": body, "more_body": False}]
+    requests = body_messages(body, pieces)
 
     async def receive() -> dict[str, Any]:
         if requests:
-            return requests.pop()
+            return requests.pop(0)
         await gone.wait()
         return {"type": "http.disconnect"}
 
@@ -418,3 +435,195 @@ async def test_the_guards_hold_under_a_root_path(settings: Settings) -> None:
         assert refused.status_code == 429
         llm.release.set()
         assert (await first).status_code == 200
+
+
+# --------------------------------------------------------------------------- body first
+
+
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings, llm: ScriptedLLM | None = None
+) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """The started app, to drive at the ASGI level, and a client on it."""
+    app = create_app(settings, await make_backends(settings, llm=llm), TRACER_PROVIDER)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
+    ):
+        yield app, client
+
+
+class HeldBody:
+    """A client that sends the first `sent` bytes of a body and then nothing, until it
+    `leave`s; counts what it has been asked for."""
+
+    def __init__(self, sent: bytes = b"{") -> None:
+        self.first = {"type": "http.request", "body": sent, "more_body": True}
+        self.gone = asyncio.Event()
+        self.reads = 0
+        self.answer: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads == 1:
+            return self.first
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.answer.append(message)
+
+
+async def test_a_chat_whose_body_is_held_back_takes_no_slot(settings: Settings) -> None:
+    limited = settings.model_copy(
+        update={"chatqna_max_concurrent_chats": 1, "chatqna_queue_timeout_seconds": 0}
+    )
+    held = HeldBody()
+    async with running(limited) as (app, client):
+        stuck = asyncio.create_task(app(chat_scope("2.3"), held.receive, held.send))
+        while held.reads < 2:  # the guard waits for the rest of the body
+            await asyncio.sleep(0)
+        # With one slot, a complete chat is still answered beside the stuck one.
+        for _ in range(2):
+            answer = await client.post("/v1/chatqna", json=ASK | {"stream": False})
+            assert answer.status_code == 200
+        held.gone.set()  # the client leaves before its body is complete: nobody to answer
+        await asyncio.wait_for(stuck, timeout=10)
+        assert held.answer == []
+        assert (await client.post("/v1/chatqna", json=ASK)).status_code == 200
+
+
+async def test_a_body_not_complete_by_the_deadline_is_408_and_closes(
+    settings: Settings,
+) -> None:
+    limited = settings.model_copy(
+        update={"chatqna_max_concurrent_chats": 1, "chatqna_body_timeout_seconds": 0.05}
+    )
+    held = HeldBody()
+    async with running(limited) as (app, client):
+        await asyncio.wait_for(app(chat_scope("2.3"), held.receive, held.send), timeout=10)
+        start, body = held.answer[0], held.answer[1]
+        assert start["status"] == 408
+        assert (b"connection", b"close") in start["headers"]
+        assert json.loads(body["body"]) == {
+            "error": "request_timeout",
+            "message": "The request body did not arrive within 0.05 seconds "
+            "(CHATQNA_BODY_TIMEOUT_SECONDS).",
+        }
+        held.gone.set()
+        assert (await client.post("/v1/chatqna", json=ASK)).status_code == 200
+
+
+async def test_a_chat_body_in_many_pieces_reaches_the_route_intact(settings: Settings) -> None:
+    llm = ScriptedLLM()
+    question = "".join(f"part {n:04d} of a long question; " for n in range(260))[:7900]
+    payload = json.dumps({"messages": question, "stream": False}).encode()
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for start in range(0, len(payload), 97):
+            yield payload[start : start + 97]
+
+    async with running(settings, llm) as (_, client):
+        answer = await client.post(
+            "/v1/chatqna", content=pieces(), headers={"content-type": "application/json"}
+        )
+    assert "content-length" not in answer.request.headers
+    assert answer.status_code == 200, answer.text
+    assert any(question in message["content"] for message in llm.prompts[-1])
+
+
+# --------------------------------------------------------------------------- ingest admission
+
+
+def upload_scope() -> dict[str, Any]:
+    boundary = b"b0undary"
+    return chat_scope("2.3") | {
+        "path": "/v1/dataprep/ingest",
+        "raw_path": b"/v1/dataprep/ingest",
+        "headers": [
+            (b"content-type", b"multipart/form-data; boundary=" + boundary),
+            (b"content-length", b"50000000"),
+            (b"host", b"chatqna.test"),
+        ],
+    }
+
+
+UPLOAD_HEAD = (
+    b'--b0undary\r\nContent-Disposition: form-data; name="files"; filename="big.txt"\r\n'
+    b"Content-Type: text/plain\r\n\r\n"
+)
+
+
+def one_slot_pool(app: FastAPI) -> ParsePool:
+    """The started app's parse pool, replaced by one that admits one request, no queue."""
+    pool = ParsePool(workers=1, queue=0)
+    app.state.service.parse_pool = pool
+    return pool
+
+
+async def test_an_upload_beyond_the_queue_is_429_before_its_body_is_read(
+    settings: Settings,
+) -> None:
+    async with running(settings) as (app, client):
+        pool: ParsePool = app.state.service.parse_pool
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(pool.workers):
+                await stack.enter_async_context(pool.admit())
+            waiting = [asyncio.create_task(pool.run(len, "queued")) for _ in range(pool.queue)]
+            while pool._waiting < pool.queue:
+                await asyncio.sleep(0)
+            held = HeldBody(UPLOAD_HEAD)
+            await asyncio.wait_for(app(upload_scope(), held.receive, held.send), timeout=10)
+            assert held.reads == 0, "the refused upload's body was read"
+            start, body = held.answer[0], held.answer[1]
+            assert start["status"] == 429
+            assert (b"retry-after", b"1") in start["headers"]
+            assert json.loads(body["body"])["error"] == "too_many_requests"
+        assert await asyncio.gather(*waiting) == [len("queued")] * pool.queue
+        files = [("files", ("admitted.md", b"# Admitted\n\nonce there is room", "text/markdown"))]
+        assert (await client.post("/v1/dataprep/ingest", files=files)).status_code == 200
+
+
+async def test_an_upload_s_admission_is_given_back_however_it_ends(settings: Settings) -> None:
+    async with running(settings) as (app, client):
+        pool = one_slot_pool(app)
+
+        async def admits_again() -> bool:
+            async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(pool.admit())  # refused if still held
+            return True
+
+        text = ("Invoices are sent by email on the first day of the month. " * 400).encode()
+        files = [("files", ("invoices.md", text, "text/markdown"))]
+        request = client.build_request("POST", "/v1/dataprep/ingest", files=files)
+        content = request.read()
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for start in range(0, len(content), 1000):
+                yield content[start : start + 1000]
+
+        headers = {"content-type": request.headers["content-type"]}
+        ingested = await client.post("/v1/dataprep/ingest", content=pieces(), headers=headers)
+        assert ingested.status_code == 200, ingested.text
+        assert ingested.json()["files"][0]["name"] == "invoices.md"
+        assert await admits_again()
+        failed = await client.post("/v1/dataprep/ingest", data={"chunk_size": "500"})
+        assert failed.status_code == 400
+        assert await admits_again()
+        # A client that leaves mid-body, and a request cancelled while it waits for its body.
+        left = HeldBody(UPLOAD_HEAD)
+        left.gone.set()
+        await asyncio.wait_for(app(upload_scope(), left.receive, left.send), timeout=10)
+        assert left.reads == 2
+        assert await admits_again()
+        held = HeldBody(UPLOAD_HEAD)
+        cancelled = asyncio.create_task(app(upload_scope(), held.receive, held.send))
+        while held.reads < 2:
+            await asyncio.sleep(0)
+        with pytest.raises(TooManyRequests):
+            await admits_again()  # held while its body is awaited
+        cancelled.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await cancelled
+        assert await admits_again()
