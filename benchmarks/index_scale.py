@@ -186,6 +186,19 @@ async def ingest(index: Any, calls: list[list[SourceBatch]], label: str) -> floa
     return time.perf_counter() - started
 
 
+async def until_indexed(index: Any, label: str, size: int) -> float:
+    """Wait while a Redis index reports `indexing` after the writes, then check it holds all
+    `size` chunks; returns the seconds waited (none expected: the index existed before)."""
+    started = time.perf_counter()
+    description = await index.describe()
+    while description["indexing"]:
+        await asyncio.sleep(0.1)
+        description = await index.describe()
+    if description["chunks"] != size:
+        raise RuntimeError(f"{label}: {description['chunks']} chunks indexed of {size}")
+    return time.perf_counter() - started
+
+
 async def time_searches(
     index: Any, queries: Queries, warmup: Queries, k: int, hybrid: bool
 ) -> tuple[list[float], list[list[str]]]:
@@ -416,14 +429,7 @@ async def run_redis(
             calls = corpus.batches(args.batch)
             progress(f"{label}, {size} chunks: ingest in {len(calls)} calls")
             seconds = await ingest(index, calls, label)
-            waited = time.perf_counter()
-            description = await index.describe()
-            while description["indexing"]:  # not expected: the index existed before the writes
-                await asyncio.sleep(0.1)
-                description = await index.describe()
-            waited = time.perf_counter() - waited
-            if description["chunks"] != size:
-                raise RuntimeError(f"{label}: {description['chunks']} chunks indexed of {size}")
+            waited = await until_indexed(index, label, size)
             memory = await index.client.info("memory")
             progress(f"{label}, {size} chunks: {seconds:.1f} s; {args.queries} queries x 2")
             searches = await workload.measure(index, args.k)
@@ -461,12 +467,7 @@ async def run_redis_cluster(
             calls = corpus.batches(args.batch)
             progress(f"{label}, {size} chunks: ingest in {len(calls)} calls")
             seconds = await ingest(index, calls, label)
-            description = await index.describe()
-            while description["indexing"]:
-                await asyncio.sleep(0.1)
-                description = await index.describe()
-            if description["chunks"] != size:
-                raise RuntimeError(f"{label}: {description['chunks']} chunks indexed of {size}")
+            await until_indexed(index, label, size)
             memory = 0
             for shard in index.topology.primaries:
                 info = await index.topology.client(shard.address).info("memory")

@@ -110,12 +110,7 @@ async def measure(corpus: Any, vector: VectorIndexParams, root: Path, batch: int
             calls = corpus.batches(batch)
             progress(f"{label}: ingest in {len(calls)} calls")
             seconds = await index_scale.ingest(index, calls, label)
-            description = await index.describe()
-            while description["indexing"]:
-                await asyncio.sleep(0.1)
-                description = await index.describe()
-            if description["chunks"] != size:
-                raise RuntimeError(f"{label}: {description['chunks']} chunks indexed of {size}")
+            await index_scale.until_indexed(index, label, size)
             full = await client.info("memory")
             info = await client.execute_command("FT.INFO", index.index_name)  # type: ignore[no-untyped-call]
             keys = await client.dbsize()

@@ -191,18 +191,39 @@ def build_reranker(settings: Settings, embedder: Embedder) -> Reranker | None:
     return EmbeddingSimilarityReranker(embedder)
 
 
+def openai_chat_llm(
+    settings: Settings,
+    endpoint: str,
+    model_id: str | None,
+    *,
+    timeout_seconds: float,
+    generation_timeout_seconds: float,
+    backend: str,
+) -> ChatLLM:
+    """An OpenAI-compatible chat server at `endpoint`, sent `OPENAI_API_KEY` when it is set."""
+    from chatqna.backends.openai_chat import OpenAIChatLLM
+
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return OpenAIChatLLM(
+        endpoint,
+        model_id or "",
+        api_key=key,
+        timeout_seconds=timeout_seconds,
+        connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
+        generation_timeout_seconds=generation_timeout_seconds,
+        backend=backend,
+    )
+
+
 async def build_llm(settings: Settings) -> ChatLLM:
     if settings.llm_endpoint is not None:
-        from chatqna.backends.openai_chat import OpenAIChatLLM
-
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        return OpenAIChatLLM(
+        return openai_chat_llm(
+            settings,
             settings.llm_endpoint,
-            settings.llm_model_id or "",
-            api_key=key,
+            settings.llm_model_id,
             timeout_seconds=settings.llm_timeout_seconds,
-            connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
             generation_timeout_seconds=settings.llm_generation_timeout_seconds,
+            backend="llm",
         )
     return await start_embedded_llm(settings, backend="llm")
 
@@ -267,15 +288,11 @@ async def build_rewrite_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
 def build_condense_llm(settings: Settings, llm: ChatLLM) -> ChatLLM:
     if settings.condense_llm_endpoint is None:
         return llm
-    from chatqna.backends.openai_chat import OpenAIChatLLM
-
-    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-    return OpenAIChatLLM(
+    return openai_chat_llm(
+        settings,
         settings.condense_llm_endpoint,
-        settings.condense_llm_model_id or "",
-        api_key=key,
+        settings.condense_llm_model_id,
         timeout_seconds=settings.condense_timeout_seconds,
-        connect_timeout_seconds=settings.upstream_connect_timeout_seconds,
         generation_timeout_seconds=settings.condense_timeout_seconds,
         backend="condense_llm",
     )

@@ -29,11 +29,13 @@ A failure is httpx2's own exception (`ConnectError`, `ReadError`, `RemoteProtoco
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections.abc import AsyncIterator, Mapping
 
 import httpx2
 
+from chatqna.upstream.cancellation import scoped, to_completion
 from chatqna.upstream.decoding import ACCEPT_ENCODING, decoded_chunks
 from chatqna.upstream.types import Reply, ResponseTooLarge, Timeouts
 
@@ -130,7 +132,8 @@ class _EndCheckedStream(httpx2.AsyncByteStream):
         refuse_reuse_if_bytes_trail(self._stream)
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        # Every close of the response comes here (httpx2's own, at the body's end, too).
+        await to_completion(self._stream.aclose)
 
 
 class _HttpxStream:
@@ -170,6 +173,10 @@ class _HttpxStream:
         # collector.
         await self._chunks.aclose()
         await self._response.aclose()
+
+
+async def _nothing_to_undo(_: Reply) -> None:
+    """A whole reply holds no connection: its response is closed already."""
 
 
 class HttpxSession:
@@ -213,8 +220,16 @@ class HttpxSession:
         headers: Mapping[str, str],
         body: bytes | None,
     ) -> Reply:
-        """The whole response, whatever its status (`url` absolute, `body` encoded)."""
-        stream = await self.open(method, url, headers, body)
+        """The whole response, whatever its status (`url` absolute, `body` encoded).
+
+        Sent, read and closed in one task that a cancellation reaches as httpcore2 expects it
+        (`chatqna.upstream.cancellation.scoped`), the read included: httpcore2's cleanup
+        after a failed read (a reset mid-body) is then never cut short either."""
+        request = self._client.build_request(method, url, headers=headers, content=body)
+        return await scoped(functools.partial(self._whole, request), _nothing_to_undo)
+
+    async def _whole(self, request: httpx2.Request) -> Reply:
+        stream = self._stream(await self._client.send(request, stream=True))
         try:
             return Reply(stream.status, await stream.read(), stream.retry_after)
         finally:
@@ -229,7 +244,10 @@ class HttpxSession:
     ) -> _HttpxStream:
         """The response once its status and headers are in; the body is read by the caller."""
         request = self._client.build_request(method, url, headers=headers, content=body)
-        response = await self._client.send(request, stream=True)
+        send = functools.partial(self._client.send, request, stream=True)
+        return self._stream(await scoped(send, httpx2.Response.aclose))
+
+    def _stream(self, response: httpx2.Response) -> _HttpxStream:
         # httpx2 reads a body through `response.stream` and closes the response (giving the
         # connection back) as soon as that stream ends; the wrapper checks the end first.
         if isinstance(response.stream, httpx2.AsyncByteStream):  # always, from AsyncClient

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import redis
+
+from tests.integration.redis_server import RedisStackProcess, redis_stack_server
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_CORPUS = REPO / "chatqna" / "sample_corpus"
@@ -159,3 +162,18 @@ def sample_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     server = start_server(root / "data", root / "server.log")
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisStackProcess]:
+    """One Redis Stack server on a free loopback port, shared by a module's tests."""
+    with redis_stack_server(tmp_path_factory.mktemp("redis")) as running:
+        yield running
+
+
+@pytest.fixture
+def redis_url(redis_stack: RedisStackProcess) -> str:
+    """The module's Redis Stack server, emptied (data and indexes) for each test."""
+    with redis.Redis.from_url(redis_stack.url, protocol=2) as client:
+        client.flushall()
+    return redis_stack.url

@@ -21,7 +21,7 @@ import redis
 from chatqna.backends.protocols import SearchQuery, SourceBatch
 from chatqna.composition import build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
-from chatqna.errors import EvictingIndexServer
+from chatqna.errors import EvictingIndexServer, IndexUnavailable
 from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
 from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
@@ -29,16 +29,16 @@ from chatqna.settings import Settings
 from tests.integration.conftest import SAMPLE_CORPUS
 from tests.integration.redis_server import (
     RedisClusterProcesses,
-    RedisStackProcess,
     redis_cluster,
-    redis_stack_server,
 )
 from tests.integration.test_redis_retriever import (
     FOLLOW_UPS,
     QUESTIONS,
     CachingEmbedder,
+    create_format_2_index,
     ids,
     long_messages,
+    some_passages,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -76,22 +76,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterPr
         yield running
 
 
-@pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisStackProcess]:
-    with redis_stack_server(tmp_path_factory.mktemp("single")) as running:
-        yield running
-
-
 @pytest.fixture
 async def stores(
-    cluster: RedisClusterProcesses, single: RedisStackProcess, embedder: CachingEmbedder
+    cluster: RedisClusterProcesses, redis_url: str, embedder: CachingEmbedder
 ) -> AsyncIterator[tuple[RedisHybridIndex, RedisClusterHybridIndex]]:
     """One node and the cluster, both emptied (data and indexes), FLAT."""
     cluster.flushall()
-    with redis.Redis.from_url(single.url) as client:
-        client.flushall()
     one = await RedisHybridIndex.open(
-        single.url, embedder_name=embedder.name, dimension=embedder.dimension, vector=EXACT
+        redis_url, embedder_name=embedder.name, dimension=embedder.dimension, vector=EXACT
     )
     many = await RedisClusterHybridIndex.open(
         cluster.url, embedder_name=embedder.name, dimension=embedder.dimension, vector=EXACT
@@ -350,6 +342,43 @@ async def test_open_refuses_a_primary_that_evicts(
                 )
         finally:
             client.config_set("maxmemory-policy", "noeviction")
+
+
+async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
+    stores: tuple[RedisHybridIndex, RedisClusterHybridIndex], embedder: CachingEmbedder
+) -> None:
+    """On a cluster, format 2 searches returned no digest at all: refused, like one node's,
+    and rebuilt by dropping each primary's index and the meta."""
+    _, many = stores
+    batch = some_passages(embedder.dimension)
+    await many.replace_sources([batch])
+    shards = many.topology.primaries
+    for shard in shards:
+        with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:
+            client.execute_command("FT.DROPINDEX", shard.index)
+            create_format_2_index(client, shard.index, "rag-redis:chunk:", embedder.dimension)
+    await many.cluster.hset("rag-redis:meta", "format", "2")
+
+    async def reopen() -> RedisClusterHybridIndex:
+        return await RedisClusterHybridIndex.open(
+            many.url, embedder_name=embedder.name, dimension=embedder.dimension
+        )
+
+    with pytest.raises(IndexUnavailable, match=r"format 2; .*rag-redis-shard-\{n\}"):
+        await reopen()
+    await many.cluster.delete("rag-redis:meta")
+    with pytest.raises(IndexUnavailable, match="format 2"):
+        await reopen()
+    for shard in shards:
+        with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:
+            client.execute_command("FT.DROPINDEX", shard.index)
+    rebuilt = await reopen()
+    try:
+        assert (await rebuilt.describe())["chunks"] == len(batch.chunks)
+        results = await rebuilt.search(SearchQuery("refunds", batch.embeddings[3], 4))
+        assert results[0].chunk == batch.chunks[3] and results[0].scores["bm25"] > 0
+    finally:
+        await rebuilt.aclose()
 
 
 def test_cluster_script_starts_and_stops_a_cluster(tmp_path: Path) -> None:

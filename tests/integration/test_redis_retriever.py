@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,20 +111,6 @@ class CachingEmbedder:
 @pytest.fixture(scope="module")
 def embedder() -> CachingEmbedder:
     return CachingEmbedder()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisStackProcess]:
-    with redis_stack_server(tmp_path_factory.mktemp("redis")) as running:
-        yield running
-
-
-@pytest.fixture
-def redis_url(server: RedisStackProcess) -> str:
-    """The shared server, emptied (data and indexes) for each test."""
-    with redis.Redis.from_url(server.url, protocol=2) as client:
-        client.flushall()
-    return server.url
 
 
 async def open_memory(embedder: CachingEmbedder, directory: Path) -> EmbeddedHybridIndex:
@@ -467,7 +453,7 @@ def test_bm25_query_escapes_and_drops_stop_words() -> None:
 
 
 def test_hostile_query_text_never_breaks_the_server(
-    embedder: CachingEmbedder, redis_url: str, server: RedisStackProcess
+    embedder: CachingEmbedder, redis_url: str, redis_stack: RedisStackProcess
 ) -> None:
     with asyncio.Runner() as runner:
         index = runner.run(open_redis(embedder, redis_url))
@@ -489,14 +475,16 @@ def test_hostile_query_text_never_breaks_the_server(
             tried.append(text)
             results = runner.run(index.search(SearchQuery(text, vector, 4)))
             assert len(results) == 4
-            assert server.alive(), f"redis-server died on {text!r}:\n{server.log()[-2000:]}"
+            assert redis_stack.alive(), (
+                f"redis-server died on {text!r}:\n{redis_stack.log()[-2000:]}"
+            )
 
         try:
             check()
         finally:
             runner.run(index.aclose())
     assert len(tried) >= 150
-    assert server.alive()
+    assert redis_stack.alive()
 
 
 def long_messages(chars: int = 8000) -> list[str]:
@@ -536,22 +524,22 @@ async def test_the_longest_messages_search_like_any_other(
 
 
 async def test_a_hung_server_fails_a_search_after_redis_timeout_seconds(
-    embedder: CachingEmbedder, redis_url: str, server: RedisStackProcess
+    embedder: CachingEmbedder, redis_url: str, redis_stack: RedisStackProcess
 ) -> None:
     """`REDIS_TIMEOUT_SECONDS` reaches the store the composition root opens."""
     settings = Settings(redis_url=redis_url, redis_timeout_seconds=1.0, _env_file=None)
     index = await build_retriever(settings, embedder)
-    assert server.process is not None
+    assert redis_stack.process is not None
     try:
         await index.search(SearchQuery("refund", (await embedder.embed(["refund"]))[0], 4))
-        server.process.send_signal(signal.SIGSTOP)
+        redis_stack.process.send_signal(signal.SIGSTOP)
         try:
             started = time.monotonic()
             with pytest.raises(IndexUnavailable):
                 await index.search(SearchQuery("refund", np.ones(embedder.dimension), 4))
             assert time.monotonic() - started < 2.5
         finally:
-            server.process.send_signal(signal.SIGCONT)
+            redis_stack.process.send_signal(signal.SIGCONT)
     finally:
         await index.aclose()
 
@@ -714,6 +702,54 @@ async def test_open_refuses_an_index_of_the_earlier_format(
         await open_redis(embedder, redis_url)
 
 
+def create_format_2_index(client: Any, name: str, prefix: str, dimension: int) -> None:
+    """The index format 2 created (`digest` stored in each passage, not in the index)."""
+    client.execute_command(
+        "FT.CREATE", name, "ON", "HASH", "PREFIX", 1, prefix, "STOPWORDS", 0, "SCHEMA",
+        "terms", "TEXT", "NOSTEM", "chunk_id", "TAG", "source", "TAG",
+        "chunk_index", "NUMERIC", "embedding", "VECTOR", "FLAT", 6, "TYPE", "FLOAT32",
+        "DIM", dimension, "DISTANCE_METRIC", "COSINE",
+    )  # fmt: skip
+
+
+def some_passages(dimension: int, count: int = 12) -> SourceBatch:
+    rng = np.random.default_rng(5)
+    chunks = [Chunk(f"c{i:03d}", f"passage {i} about refunds", "a.md", "", i) for i in range(count)]
+    vectors = rng.standard_normal((count, dimension)).astype(np.float32)
+    return SourceBatch("a.md", chunks, vectors, "h")
+
+
+async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
+    embedder: CachingEmbedder, redis_url: str
+) -> None:
+    """Format 2 held `digest` in the passages alone, where a search on a cluster node cannot
+    read it; its passages hold every field, so the way out rebuilds the index, not them."""
+    batch = some_passages(embedder.dimension)
+    index = await open_redis(embedder, redis_url)
+    await index.replace_sources([batch])
+    await index.aclose()
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.execute_command("FT.DROPINDEX", "rag-redis")  # its passages stay
+        create_format_2_index(client, "rag-redis", "rag-redis:chunk:", embedder.dimension)
+        client.hset("rag-redis:meta", "format", "2")
+    way_out = r"format 2; .*needs format 3.*FT\.DROPINDEX rag-redis;.*delete rag-redis:meta"
+    with pytest.raises(IndexUnavailable, match=way_out):
+        await open_redis(embedder, redis_url)
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.delete("rag-redis:meta")
+    with pytest.raises(IndexUnavailable, match=way_out):  # the index's fields tell its format
+        await open_redis(embedder, redis_url)
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.execute_command("FT.DROPINDEX", "rag-redis")
+    index = await open_redis(embedder, redis_url)
+    try:
+        assert (await index.describe())["chunks"] == len(batch.chunks)
+        results = await index.search(SearchQuery("refunds", batch.embeddings[3], 4))
+        assert results[0].chunk == batch.chunks[3] and results[0].scores["bm25"] > 0
+    finally:
+        await index.aclose()
+
+
 async def test_writes_wait_for_the_initial_scan(embedder: CachingEmbedder, redis_url: str) -> None:
     """`FT.CREATE` scans the existing keys in the background; a passage written meanwhile is
     indexed twice and skews BM25 for good. Opening waits for the scan to end."""
@@ -821,15 +857,15 @@ async def test_searches_beyond_the_pool_wait_for_a_connection(
 
 
 async def test_a_burst_of_searches_after_a_restart_succeeds(
-    embedder: CachingEmbedder, redis_url: str, server: RedisStackProcess
+    embedder: CachingEmbedder, redis_url: str, redis_stack: RedisStackProcess
 ) -> None:
     """Every pooled connection is closed by a restart: each search retries once, at once,
     on a new connection (and builds the index again: the server kept no data)."""
     index = await open_redis(embedder, redis_url)
     try:
         assert [o for o in await concurrent_searches(index, 20) if o != []] == []
-        server.stop()
-        server.start()
+        redis_stack.stop()
+        redis_stack.start()
         outcomes = await concurrent_searches(index, 20)
         assert [o for o in outcomes if isinstance(o, BaseException)] == []
     finally:

@@ -39,7 +39,6 @@ from tests.integration.redis_server import (
     REPO,
     RedisClusterProcesses,
     RedisStackProcess,
-    redis_stack_server,
 )
 from tests.unit.conftest import TRACER_PROVIDER
 
@@ -96,24 +95,18 @@ async def dataprep(retriever: Retriever, tmp_path: Path, body: dict[str, str]) -
 
 
 # --- one node ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisStackProcess]:
-    with redis_stack_server(tmp_path_factory.mktemp("redis")) as running:
-        yield running
-
-
 @pytest.fixture
-def node(server: RedisStackProcess) -> Iterator[redis.Redis]:
-    with redis.Redis.from_url(server.url, protocol=2) as client:
+def node(redis_stack: RedisStackProcess) -> Iterator[redis.Redis]:
+    with redis.Redis.from_url(redis_stack.url, protocol=2) as client:
         client.flushall()
         yield client
         client.config_set("maxmemory", 0)
 
 
 async def test_a_replace_refused_for_memory_part_way_leaves_the_old_version(
-    server: RedisStackProcess, node: redis.Redis
+    redis_stack: RedisStackProcess, node: redis.Redis
 ) -> None:
-    index = await open_single(server.url)
+    index = await open_single(redis_stack.url)
     try:
         await index.replace_sources([version("manual.txt", 2000, "v1")])
         # Room for a part of the new version only: the old code wrote 300-odd chunks of it.
@@ -171,13 +164,13 @@ def kill_mid_write(url: str, client: redis.Redis, source: str, tag: str) -> bool
 
 
 async def test_a_killed_writer_leaves_every_source_whole(
-    server: RedisStackProcess, node: redis.Redis
+    redis_stack: RedisStackProcess, node: redis.Redis
 ) -> None:
-    index = await open_single(server.url)
+    index = await open_single(redis_stack.url)
     try:
         await index.replace_sources([version("manual.txt", KILLED_CHUNKS, "v1")])
-        replaced_mid_write = kill_mid_write(server.url, node, "manual.txt", "v2")
-        added_mid_write = kill_mid_write(server.url, node, "new.txt", "v3")
+        replaced_mid_write = kill_mid_write(redis_stack.url, node, "manual.txt", "v2")
+        added_mid_write = kill_mid_write(redis_stack.url, node, "new.txt", "v3")
         await asyncio.sleep(0.2)  # the server notices the closed connections
         old, new = count(node, "rag-redis", "v1"), count(node, "rag-redis", "v2")
         listed = {s.source: (s.chunks, s.content_hash) for s in await index.list_sources()}
@@ -203,9 +196,9 @@ async def test_a_killed_writer_leaves_every_source_whole(
 
 
 async def test_delete_removes_a_source_that_is_not_listed(
-    server: RedisStackProcess, node: redis.Redis, tmp_path: Path
+    redis_stack: RedisStackProcess, node: redis.Redis, tmp_path: Path
 ) -> None:
-    index = await open_single(server.url)
+    index = await open_single(redis_stack.url)
     try:
         await index.replace_sources([version("kept.txt", 3, "v1"), version("lost.txt", 5, "v2")])
         node.srem("rag-redis:sources", "lost.txt")  # as a first ingest cut off used to leave

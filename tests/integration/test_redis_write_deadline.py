@@ -23,7 +23,6 @@ from chatqna.retrieval.redis.writes import transaction_deadline
 from tests.integration.redis_server import (
     RedisClusterProcesses,
     RedisStackProcess,
-    redis_stack_server,
 )
 from tests.integration.test_redis_write_atomicity import DIM, cluster_count, count, version
 
@@ -38,15 +37,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisStackProcess]:
-    with redis_stack_server(tmp_path_factory.mktemp("redis")) as running:
-        yield running
-
-
 @pytest.fixture
-def node(server: RedisStackProcess) -> Iterator[redis.Redis]:
-    with redis.Redis.from_url(server.url, protocol=2) as client:
+def node(redis_stack: RedisStackProcess) -> Iterator[redis.Redis]:
+    with redis.Redis.from_url(redis_stack.url, protocol=2) as client:
         client.flushall()
         client.config_resetstat()
         yield client
@@ -64,10 +57,10 @@ def exec_seconds(client: redis.Redis) -> float:
 
 
 async def test_a_transaction_longer_than_the_timeout_is_waited_for(
-    server: RedisStackProcess, node: redis.Redis
+    redis_stack: RedisStackProcess, node: redis.Redis
 ) -> None:
     index = await RedisHybridIndex.open(
-        server.url, embedder_name="e", dimension=DIM, timeout_seconds=TIMEOUT
+        redis_stack.url, embedder_name="e", dimension=DIM, timeout_seconds=TIMEOUT
     )
     try:
         await index.replace_sources([version("large.txt", LARGE, "v1")])
@@ -82,10 +75,10 @@ async def test_a_transaction_longer_than_the_timeout_is_waited_for(
 
 
 async def test_a_transaction_the_server_does_not_answer_fails_at_its_deadline(
-    server: RedisStackProcess, node: redis.Redis
+    redis_stack: RedisStackProcess, node: redis.Redis
 ) -> None:
     index = await RedisHybridIndex.open(
-        server.url, embedder_name="e", dimension=DIM, timeout_seconds=TIMEOUT
+        redis_stack.url, embedder_name="e", dimension=DIM, timeout_seconds=TIMEOUT
     )
     try:
         node.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")  # EXEC waits; reads do not
@@ -103,14 +96,14 @@ async def test_a_transaction_the_server_does_not_answer_fails_at_its_deadline(
 
 
 async def test_a_server_that_stops_answering_mid_transaction_fails_the_write_in_time(
-    server: RedisStackProcess, node: redis.Redis
+    redis_stack: RedisStackProcess, node: redis.Redis
 ) -> None:
     """The `EXEC` is held, then the server stops (SIGSTOP) before the deadline: the write
     still fails by its deadline plus the timeout (redis-py's reset after a cancelled
     transaction sends an `UNWATCH`, on a new connection, that nothing would answer)."""
-    assert server.process is not None
+    assert redis_stack.process is not None
     index = await RedisHybridIndex.open(
-        server.url, embedder_name="e", dimension=DIM, timeout_seconds=TIMEOUT
+        redis_stack.url, embedder_name="e", dimension=DIM, timeout_seconds=TIMEOUT
     )
     try:
         node.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
@@ -118,12 +111,12 @@ async def test_a_server_that_stops_answering_mid_transaction_fails_the_write_in_
         writing = asyncio.create_task(index.replace_sources([version("small.txt", 3, "v3")]))
         while not in_multi(node) and not writing.done():
             await asyncio.sleep(0.01)
-        server.process.send_signal(signal.SIGSTOP)
+        redis_stack.process.send_signal(signal.SIGSTOP)
         with pytest.raises(IndexUnavailable):
             await asyncio.wait_for(writing, 10)
         assert time.monotonic() - start < transaction_deadline(TIMEOUT, 3) + TIMEOUT + 1
     finally:
-        server.process.send_signal(signal.SIGCONT)
+        redis_stack.process.send_signal(signal.SIGCONT)
         await index.aclose()
 
 

@@ -1,16 +1,18 @@
 """The retriever on a Redis Cluster: one RediSearch index per primary, searched by all of them.
 
-Redis 7.4's search module has no coordinator: an index covers the keys of the node it
-lives on. So every primary gets the index (`topology`: under a name hashed into one of its
-slots, since the module routes its commands by the index name), and a search sends the KNN
-and the BM25 query to every primary concurrently, one pipelined round trip each, for each
-leg's best `max(k, rrf_candidates)` passages (`cluster_search`). The client merges each
-leg (by similarity, and by BM25 score with ties ordered by chunk id, as one node orders
-them), fuses the two with `reciprocal_rank_fusion` exactly as `RedisHybridIndex` does, and
-reads the `k` fused passages from the primaries that returned them (`ClusterTopology.keyed`
-follows a passage that moved since). A passage found twice (a slot in migration) counts
-once. redis-py's cluster client only opens the cluster and reads the meta: it cannot follow
-an `ASK` to a primary that owns no slot yet.
+Redis 7.4's search module has no coordinator: an index covers the keys of the node it lives
+on. So every primary gets the index (`topology`: under a name hashed into one of its slots,
+since the module routes its commands by the index name), and a search sends the KNN and the
+BM25 query to every primary concurrently, one pipelined round trip each, for each leg's
+best `max(k, rrf_candidates)` passages (`cluster_search`). The client merges each leg (by
+similarity, and by BM25 score with ties ordered by chunk id, as one node orders them),
+fuses the two with `reciprocal_rank_fusion` exactly as `RedisHybridIndex` does, and reads
+the `k` fused passages from the primaries that returned them (`ClusterTopology.keyed`
+follows a passage that moved since), checking each against the digest its ranking saw, as
+one node does (`consistency`; a dense-only search too, which reads in a second round trip
+here). A passage found twice (a slot in migration) counts once. redis-py's cluster client
+only opens the cluster and reads the meta: it cannot follow an `ASK` to a primary that owns
+no slot yet.
 
 Dense rankings equal one node's holding the same passages (with exact FLAT search). BM25
 scores do not quite: each primary computes IDF and the average passage length from its own
@@ -52,11 +54,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
-from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
+from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES
 from chatqna.retrieval.query import WeightedQuery
 from chatqna.retrieval.redis.cluster_layout import ClusterLayout
 from chatqna.retrieval.redis.cluster_search import Round, search_shard
 from chatqna.retrieval.redis.cluster_writes import ClusterWriter
+from chatqna.retrieval.redis.consistency import Ranking, read_ranked
 from chatqna.retrieval.redis.query import RETURNED, bm25_query
 from chatqna.retrieval.redis.replies import (
     hybrid_results,
@@ -214,22 +217,21 @@ class RedisClusterHybridIndex:
         if hybrid:
             lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
             text_query = bm25_query(lexical)
+        rounds: list[Round] = []  # the ranking's, read from the primaries that returned them
+
+        async def rank() -> Ranking:
+            rounds.append(await self._search_rounds(vector, depth, text_query))
+            return rounds[-1].ranking(query, depth, self.rrf_k)
+
         async with self._redis("search"):
-            found = await self._search_rounds(vector, depth, text_query)
-            dense = dict(sorted(found.dense.items(), key=lambda hit: (-hit[1], hit[0]))[:depth])
-            if not hybrid:
-                rows = await self._read(found, list(dense))
-                return [
-                    scored_chunk(fields, {"dense": similarity}, "dense")
-                    for similarity, fields in zip(dense.values(), rows, strict=True)
-                    if fields is not None
-                ]
-            bm25 = dict(sorted(found.bm25.items(), key=lambda hit: (-hit[1], hit[0]))[:depth])
-            fused = reciprocal_rank_fusion(
-                [list(dense), list(bm25)], k=self.rrf_k, weights=query.fusion_weights
-            )[: query.k]
-            stored = await self._read(found, [i for i, _ in fused])
-        return hybrid_results(fused, dense, bm25, stored, vector)
+            ranking, stored = await read_ranked(rank, lambda ids: self._read(rounds[-1], ids))
+        if not hybrid:
+            return [
+                scored_chunk(fields, {"dense": similarity}, "dense")
+                for (_, similarity), fields in zip(ranking.fused, stored, strict=True)
+                if fields is not None
+            ]
+        return hybrid_results(ranking.fused, ranking.dense, ranking.bm25, stored, vector)
 
     async def _search_rounds(self, vector: np.ndarray, depth: int, text_query: str | None) -> Round:
         shards, found = await self._retried_round(vector, depth, text_query)

@@ -1,14 +1,16 @@
 """One search response reads its passages at the versions its ranking saw.
 
-A hybrid search on one node ranks in one round trip (KNN + BM25, fused in the client) and
-reads the fused passages with `HMGET` in a second. Chunk ids are positional
-(`chatqna.documents.chunk_id_for`), so a write committed in between would swap a passage's
-content under a key already ranked (new text, scored for the old) or delete it. So the
-ranking legs return each hit's `digest`, which every write stores with the passage
-(`writes.chunk_digest`: its text, source, title, position and vector), and the read
-compares it with the stored one. A passage gone or stored at another version makes the
-store rank once more (`READ_ATTEMPTS`); a passage still changed after that is dropped, so
-the response may hold fewer than `k` passages, never one scored for text it does not carry.
+A hybrid search ranks in one round trip (KNN + BM25, fused in the client; on a cluster, one
+per primary, and a dense-only search too) and reads the ranked passages with `HMGET` in a
+second. Chunk ids are positional (`chatqna.documents.chunk_id_for`), so a write committed
+in between would swap a passage's content under a key already ranked (new text, scored for
+the old) or delete it. So the ranking legs return each hit's `digest`, which every write
+stores with the passage (`writes.chunk_digest`: its text, source, title, position and
+vector) and the index holds as a sortable field (a cluster node returns no other stored
+field with a hit), and the read compares it with the stored one. A passage gone or stored
+at another version makes the store rank once more (`READ_ATTEMPTS`); a passage still
+changed after that is dropped, so the response may hold fewer than `k` passages, never one
+scored for text it does not carry.
 """
 
 from __future__ import annotations

@@ -51,13 +51,11 @@ def bm25_query(query: WeightedQuery) -> str | None:
     return None if tree is None else "@terms:" + _render(tree)
 
 
-def knn_search(
-    index: str, vector: np.ndarray, depth: int, *, fields: bool, digest: bool = False
-) -> Args:
+def knn_search(index: str, vector: np.ndarray, depth: int, *, fields: bool) -> Args:
     """`FT.SEARCH` for the `depth` nearest passages by cosine distance (`dist`), nearest
-    first; with `fields`, every stored field of `RETURNED` comes back too, with `digest`
-    the `digest` field alone (a cluster node returns no stored field: ask for none)."""
-    returned = [*RETURNED, "dist"] if fields else ["dist", "digest"] if digest else ["dist"]
+    first, each with its `digest`; with `fields`, every stored field of `RETURNED` comes
+    back too (a cluster node returns `digest` alone: the index holds it, sortable)."""
+    returned = [*RETURNED, "dist"] if fields else ["dist", "digest"]
     query = (
         Query(f"*=>[KNN {depth} @embedding $vec AS dist]")
         .sort_by("dist")
@@ -69,11 +67,10 @@ def knn_search(
     return ["FT.SEARCH", index, *query.get_args(), *params]
 
 
-def bm25_search(index: str, text_query: str, depth: int, *, digest: bool = False) -> Args:
-    """`FT.SEARCH` for the best `depth + 1` BM25 hits (ids and scores, with `digest` each
-    hit's `digest` field too): one more than needed tells whether a tie straddles the cut."""
-    query = Query(text_query).verbatim().scorer(BM25_SCORER).with_scores()
-    query = query.return_fields("digest") if digest else query.no_content()
+def bm25_search(index: str, text_query: str, depth: int) -> Args:
+    """`FT.SEARCH` for the best `depth + 1` BM25 hits (ids, scores and each hit's `digest`):
+    one more than needed tells whether a tie straddles the cut."""
+    query = Query(text_query).verbatim().scorer(BM25_SCORER).with_scores().return_fields("digest")
     return ["FT.SEARCH", index, *query.paging(0, depth + 1).dialect(DIALECT).get_args()]
 
 

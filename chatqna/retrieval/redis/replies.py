@@ -30,11 +30,6 @@ def knn_hits(reply: Sequence[Any]) -> list[tuple[str, float, dict[str, Any]]]:
     return hits
 
 
-def scored_hits(reply: Sequence[Any]) -> list[tuple[str, float]]:
-    """`(key, score)` of a `WITHSCORES NOCONTENT` `FT.SEARCH`, in the server's order."""
-    return [(text(reply[at]), float(text(reply[at + 1]))) for at in range(1, len(reply), 2)]
-
-
 def digest_hits(reply: Sequence[Any]) -> tuple[list[tuple[str, float]], dict[str, Any]]:
     """`(key, score)` of a `WITHSCORES RETURN 1 digest` `FT.SEARCH`, in the server's order,
     and each hit's `digest` (None when the hash has none)."""

@@ -2,7 +2,9 @@
 
 One index covers the hashes under a key prefix: `terms` (the passage pre-tokenised by the
 embedded BM25's tokeniser, full text, unstemmed), `chunk_id`, `source` (tags),
-`chunk_index` (numeric) and `embedding` (a FLOAT32 cosine vector field, HNSW or FLAT). It is
+`chunk_index` (numeric), `embedding` (a FLOAT32 cosine vector field, HNSW or FLAT) and
+`digest` (a case-sensitive tag, sortable and not indexed: a search returns it from the
+index itself, which a cluster node does for no other stored field). It is
 created with `STOPWORDS 0`: stop words are dropped client-side, and an OR query that starts
 with two stop words crashes RediSearch 2.10 (see shared/notes/redis-stack.md).
 
@@ -32,9 +34,11 @@ from chatqna.errors import EvictingIndexServer, IndexUnavailable
 logger = logging.getLogger(__name__)
 
 DEFAULT_INDEX_NAME = "rag-redis"
-# Format 2: the pre-tokenised `terms` field is the only full-text field (format 1 indexed
-# `content` and `title`, whose BM25 cannot match the embedded index's).
-FORMAT_VERSION = "2"
+# Format 3: `digest` is a sortable field, which a search on a cluster node can return (format
+# 2 stored it unindexed). Format 2: the pre-tokenised `terms` field is the only full-text
+# field (format 1 indexed `content` and `title`, whose BM25 cannot match the embedded
+# index's).
+FORMAT_VERSION = "3"
 # Textbook BM25 (the classic `BM25` scorer has no per-passage length normalisation and an
 # integer idf); the tests' reference model (`tests/oracles/redisearch_bm25.py`) mirrors it.
 BM25_SCORER = "BM25STD"
@@ -91,14 +95,18 @@ class IndexInfo:
     percent_indexed: float
     vector_dimension: str | None  # None: no `embedding` vector field
     has_terms: bool
+    sortable_digest: bool  # `digest` is held in the index, as it was stored (format 3)
 
     @classmethod
     def parse(cls, reply: Any) -> IndexInfo:
         fields = pairs(reply)
         attributes: dict[str, dict[str, Any]] = {}
+        flags: dict[str, set[str]] = {}  # trailing words of each attribute (SORTABLE, UNF)
         for attribute in fields.get("attributes", []):
             described = pairs(attribute)
-            attributes[text(described.get("identifier", ""))] = described
+            name = text(described.get("identifier", ""))
+            attributes[name] = described
+            flags[name] = {text(item) for item in attribute}
         vector = attributes.get("embedding")
         dimension = None
         if vector is not None and text(vector.get("type", "VECTOR")).upper() == "VECTOR":
@@ -109,6 +117,7 @@ class IndexInfo:
             percent_indexed=float(text(fields.get("percent_indexed", 1))),
             vector_dimension=dimension,
             has_terms="terms" in attributes,
+            sortable_digest={"SORTABLE", "UNF"} <= flags.get("digest", set()),
         )
 
 
@@ -149,6 +158,8 @@ class IndexSchema:
             TagField("source"),
             NumericField("chunk_index"),
             self.vector.field(self.dimension),
+            # A case-sensitive sortable tag keeps the value as stored (UNF).
+            TagField("digest", case_sensitive=True, sortable=True, no_index=True),
         ]
         definition = IndexDefinition(  # type: ignore[no-untyped-call]
             prefix=[self.chunk_prefix], index_type=IndexType.HASH
@@ -201,11 +212,18 @@ class IndexSchema:
         )
 
     def outdated(self, found: str) -> IndexUnavailable:
+        if found == "2":  # its passages hold every field: the index alone is rebuilt
+            way_out = (
+                f"drop the index but not its passages (FT.DROPINDEX {self.name}; on a "
+                f"cluster, each primary's {self.name}-shard-{{n}} of FT._LIST) and delete "
+                f"{self.name}:meta: the next start builds the index over them again."
+            )
+        else:
+            way_out = f"drop it with its passages (FT.DROPINDEX {self.name} DD) and ingest again."
         return IndexUnavailable(
             f"the Redis index {self.name!r} has layout format {found}; this version "
-            f"needs format {FORMAT_VERSION} (a pre-tokenised `terms` field for BM25). Use "
-            f"another INDEX_NAME, or drop it with its passages (FT.DROPINDEX "
-            f"{self.name} DD) and ingest again."
+            f"needs format {FORMAT_VERSION} (a pre-tokenised `terms` field for BM25, and a "
+            f"sortable `digest` field a search returns). Use another INDEX_NAME, or {way_out}"
         )
 
     def check_meta(self, meta: dict[bytes, bytes], format_version: str) -> None:
@@ -228,8 +246,9 @@ class IndexSchema:
         if info.vector_dimension != str(self.dimension):
             embedder = text(meta.get(b"embedder", b"(unknown)"))
             raise self.mismatch(embedder, info.vector_dimension)
-        if not info.has_terms:
-            raise self.outdated(text(meta.get(b"format", b"1")))
+        if not info.has_terms or not info.sortable_digest:
+            # The index's own fields tell its format (its meta may be another's, or gone).
+            raise self.outdated("2" if info.has_terms else "1")
 
 
 async def eviction_policy(client: aioredis.Redis) -> str | None:

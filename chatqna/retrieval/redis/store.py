@@ -304,9 +304,9 @@ class RedisHybridIndex:
         lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
         text_query = bm25_query(lexical)
         pipe = self.client.pipeline(transaction=False)
-        self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False, digest=True))
+        self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False))
         if text_query is not None:
-            self._queue(pipe, bm25_search(self.index_name, text_query, depth, digest=True))
+            self._queue(pipe, bm25_search(self.index_name, text_query, depth))
         replies = await pipe.execute()
         knn = knn_hits(replies[0])
         dense = {key: similarity for key, similarity, _ in knn}

@@ -1,11 +1,22 @@
-"""A throwaway git checkout, for the provenance of a benchmark run."""
+"""A throwaway git checkout, for the provenance of a benchmark run; the benchmark run on the
+tiny dataset."""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from chatqna.backends.fakes import HashingEmbedder
+from chatqna.evaluation.dataset import load_dataset
+from chatqna.evaluation.modes import QueryStrategy
+from chatqna.evaluation.runner import run_benchmark
+from tests.unit.evaluation.test_dataset import write_dataset
+
+TinyRun = Callable[..., Awaitable[dict[str, Any]]]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -31,3 +42,16 @@ def checkout(tmp_path: Path) -> Path:
     git(repo, "add", ".")
     git(repo, "commit", "--quiet", "-m", "one")
     return repo
+
+
+@pytest.fixture
+def run_tiny(tmp_path: Path) -> TinyRun:
+    """`run_benchmark(strategies, **options)` on the tiny dataset (`write_dataset`), with the
+    hashing embedder and no LLM; returns the results document."""
+    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
+    embedder = HashingEmbedder()
+
+    async def run(strategies: Sequence[QueryStrategy], **options: Any) -> dict[str, Any]:
+        return await run_benchmark(dataset, strategies, embedder, embedder, None, **options)
+
+    return run

@@ -20,11 +20,11 @@ from chatqna.evaluation.compare import (
 )
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.modes import QueryStrategy, plan_turn
-from chatqna.evaluation.runner import run_benchmark
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
+from tests.unit.evaluation.conftest import TinyRun
 from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio
@@ -123,15 +123,9 @@ async def test_the_blend_bm25_leg_hears_earlier_questions(tmp_path: Path) -> Non
     assert (leg.questions, leg.search_weight) == ("How do I export my workspace?", 0.3)
 
 
-async def test_comparison_pairs_every_reference_with_the_default(tmp_path: Path) -> None:
-    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
-    embedder = HashingEmbedder()
-    results = await run_benchmark(
-        dataset,
+async def test_comparison_pairs_every_reference_with_the_default(run_tiny: TinyRun) -> None:
+    results = await run_tiny(
         [QueryStrategy("stateless")],
-        embedder,
-        embedder,
-        None,
         samples=50,
         references=shipped_references(SETTINGS, depth=10),
     )

@@ -25,11 +25,12 @@ from chatqna.evaluation.live import (
 )
 from chatqna.evaluation.modes import Mode, QueryStrategy, plan_turn
 from chatqna.evaluation.report import markdown
-from chatqna.evaluation.runner import build_index, run_benchmark
+from chatqna.evaluation.runner import build_index
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.orchestrator import Pipeline
 from chatqna.pipeline.turn import TurnOptions
 from chatqna.settings import Settings
+from tests.unit.evaluation.conftest import TinyRun
 from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio
@@ -79,16 +80,10 @@ async def test_own_history_holds_the_top_passage_not_the_reference_answer(
 
 
 async def test_own_history_leaves_turn_one_and_stateless_as_with_reference(
-    tmp_path: Path,
+    run_tiny: TinyRun,
 ) -> None:
-    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
-    embedder = HashingEmbedder()
-    results = await run_benchmark(
-        dataset,
+    results = await run_tiny(
         [QueryStrategy("stateless"), BOTH_ROLES],
-        embedder,
-        embedder,
-        None,
         samples=20,
         histories=("reference", "own"),
     )
@@ -109,15 +104,9 @@ async def test_passage_answer_is_empty_without_hits() -> None:
     assert await answer.write(Conversation("q", ()), []) == ""
 
 
-async def test_the_report_sets_reference_and_own_history_side_by_side(tmp_path: Path) -> None:
-    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
-    embedder = HashingEmbedder()
-    results = await run_benchmark(
-        dataset,
+async def test_the_report_sets_reference_and_own_history_side_by_side(run_tiny: TinyRun) -> None:
+    results = await run_tiny(
         [QueryStrategy("stateless")],
-        embedder,
-        embedder,
-        None,
         samples=20,
         histories=("reference", "own"),
         references=shipped_references(Settings(rrf_bm25_weight=0.2), depth=10),

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from chatqna.backends.fakes import HashingEmbedder
-from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.modes import QueryStrategy
-from chatqna.evaluation.runner import run_benchmark
-from tests.unit.evaluation.test_dataset import write_dataset
+from tests.unit.evaluation.conftest import TinyRun
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_run_benchmark_on_the_tiny_dataset(tmp_path: Path) -> None:
-    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
-    embedder = HashingEmbedder()
-    results = await run_benchmark(
-        dataset,
+async def test_run_benchmark_on_the_tiny_dataset(run_tiny: TinyRun) -> None:
+    results = await run_tiny(
         [QueryStrategy("stateless"), QueryStrategy("condense_gold")],
-        embedder,
-        embedder,
-        None,
         samples=50,
     )
     assert len(results["modes"]) == 8
@@ -39,15 +28,9 @@ async def test_run_benchmark_on_the_tiny_dataset(tmp_path: Path) -> None:
     assert gold["splits"]["turn_1"]["metrics"]["R@1"]["mean"] == 1.0
 
 
-async def test_hybrid_modes_fuse_at_the_dense_weight_given(tmp_path: Path) -> None:
-    dataset = load_dataset(write_dataset(tmp_path / "tiny"))
-    embedder = HashingEmbedder()
-    results = await run_benchmark(
-        dataset,
+async def test_hybrid_modes_fuse_at_the_dense_weight_given(run_tiny: TinyRun) -> None:
+    results = await run_tiny(
         [QueryStrategy("stateless")],
-        embedder,
-        embedder,
-        None,
         samples=20,
         bm25_weights=(0.2,),
         dense_weight=0.5,

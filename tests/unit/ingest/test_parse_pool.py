@@ -4,9 +4,13 @@ admission before any work, 503 once closed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
+from collections.abc import AsyncIterator
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from chatqna.errors import ServiceUnavailable, TooManyRequests
@@ -34,19 +38,59 @@ class Gate:
             assert await asyncio.to_thread(self.started.acquire, True, 10)
 
 
-async def test_jobs_run_on_the_pool_s_own_threads() -> None:
+@contextlib.asynccontextmanager
+async def gated_pool(*, queue: int) -> AsyncIterator[tuple[ParsePool, Gate]]:
+    """A one-worker pool and a gate for its jobs; at the end the gate is opened and the
+    pool closed, whatever the test left blocked."""
+    pool, gate = ParsePool(workers=1, queue=queue), Gate()
+    try:
+        yield pool, gate
+    finally:
+        gate.release.set()
+        pool.close()
+
+
+async def once_a_slot_is_back(pool: ParsePool, gate: Gate) -> int:
+    """A job run as soon as the pool admits one: a slot comes back once its thread is done."""
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                return await pool.run(gate.job, 3)
+            except TooManyRequests:
+                await asyncio.sleep(0.01)
+
+
+async def test_jobs_run_off_the_event_loop_s_thread() -> None:
     pool = ParsePool(workers=2, queue=0)
     try:
         assert await pool.run(lambda a, b: a + b, 2, 3) == 5
         assert await pool.run(threading.current_thread) is not threading.current_thread()
-        assert (await pool.run(threading.current_thread)).name.startswith("chatqna-parse")
     finally:
         pool.close()
 
 
-async def test_beyond_the_workers_and_the_queue_a_request_is_refused_with_429() -> None:
-    pool, gate = ParsePool(workers=1, queue=1), Gate()
+async def test_a_parsing_job_leaves_the_other_threads_free() -> None:
+    pool, gate = ParsePool(workers=1, queue=0), Gate()
+    shared = anyio.to_thread.current_default_thread_limiter()
     try:
+        parsing = asyncio.create_task(pool.run(gate.job, 1))
+        await gate.wait_started(1)
+        # The parse takes none of the shared limiter's tokens, and other callers still get
+        # a thread of anyio's and of asyncio's default pool while it parses.
+        assert shared.borrowed_tokens == 0
+        assert pool.limiter.borrowed_tokens == 1
+        assert await anyio.to_thread.run_sync(lambda: 7) == 7
+        assert await asyncio.to_thread(lambda: 8) == 8
+        assert not parsing.done()
+        gate.release.set()
+        assert await parsing == 1
+    finally:
+        gate.release.set()
+        pool.close()
+
+
+async def test_beyond_the_workers_and_the_queue_a_request_is_refused_with_429() -> None:
+    async with gated_pool(queue=1) as (pool, gate):
         running = asyncio.create_task(pool.run(gate.job, 1))
         await gate.wait_started(1)
         waiting = asyncio.create_task(pool.run(gate.job, 2))
@@ -60,14 +104,10 @@ async def test_beyond_the_workers_and_the_queue_a_request_is_refused_with_429() 
         gate.release.set()
         assert await asyncio.gather(running, waiting) == [1, 2]
         assert await pool.run(gate.job, 4) == 4  # the queue has emptied
-    finally:
-        gate.release.set()
-        pool.close()
 
 
 async def test_a_cancelled_request_holds_its_slot_until_its_thread_is_done() -> None:
-    pool, gate = ParsePool(workers=1, queue=0), Gate()
-    try:
+    async with gated_pool(queue=0) as (pool, gate):
         cancelled = asyncio.create_task(pool.run(gate.job, 1))
         await gate.wait_started(1)
         cancelled.cancel()  # the client left; the thread parses on
@@ -76,16 +116,7 @@ async def test_a_cancelled_request_holds_its_slot_until_its_thread_is_done() -> 
         with pytest.raises(TooManyRequests):
             await pool.run(gate.job, 2)
         gate.release.set()
-        async with asyncio.timeout(10):
-            while True:  # the slot comes back once the thread has finished
-                try:
-                    assert await pool.run(gate.job, 3) == 3
-                    break
-                except TooManyRequests:
-                    await asyncio.sleep(0.01)
-    finally:
-        gate.release.set()
-        pool.close()
+        assert await once_a_slot_is_back(pool, gate) == 3
 
 
 def test_a_pool_needs_a_worker() -> None:
@@ -94,9 +125,8 @@ def test_a_pool_needs_a_worker() -> None:
 
 
 async def test_a_request_refused_at_admission_does_no_work() -> None:
-    pool, gate = ParsePool(workers=1, queue=0), Gate()
     worked: list[str] = []
-    try:
+    async with gated_pool(queue=0) as (pool, gate):
         running = asyncio.create_task(pool.run(gate.job, 1))
         await gate.wait_started(1)
         with pytest.raises(TooManyRequests):
@@ -109,14 +139,10 @@ async def test_a_request_refused_at_admission_does_no_work() -> None:
             worked.append("fetched links")
             assert await slot.run(lambda: 5) == 5
         assert worked == ["fetched links"]
-    finally:
-        gate.release.set()
-        pool.close()
 
 
 async def test_a_request_cancelled_in_the_queue_leaves_it() -> None:
-    pool, gate = ParsePool(workers=1, queue=1), Gate()
-    try:
+    async with gated_pool(queue=1) as (pool, gate):
         running = asyncio.create_task(pool.run(gate.job, 1))
         await gate.wait_started(1)
         queued = asyncio.create_task(pool.run(gate.job, 2))
@@ -130,14 +156,10 @@ async def test_a_request_cancelled_in_the_queue_leaves_it() -> None:
         assert not waiting.done()
         gate.release.set()
         assert await asyncio.gather(running, waiting) == [1, 3]
-    finally:
-        gate.release.set()
-        pool.close()
 
 
 async def test_a_waiter_woken_then_cancelled_passes_its_slot_on() -> None:
-    pool, gate = ParsePool(workers=1, queue=2), Gate()
-    try:
+    async with gated_pool(queue=2) as (pool, gate):
         admitted = pool.admit()
         await admitted.__aenter__()
         woken = asyncio.create_task(pool.run(gate.job, 1))
@@ -152,20 +174,15 @@ async def test_a_waiter_woken_then_cancelled_passes_its_slot_on() -> None:
         async with asyncio.timeout(10):
             assert await next_in_line == 2
         assert await pool.run(gate.job, 3) == 3  # and came back once it was done
-    finally:
-        gate.release.set()
-        pool.close()
 
 
 async def test_a_request_that_leaves_keeps_its_slot_until_its_thread_is_done() -> None:
-    pool, gate = ParsePool(workers=1, queue=0), Gate()
-
-    async def request() -> int:
+    async def request(pool: ParsePool, gate: Gate) -> int:
         async with pool.admit() as slot:
             return await slot.run(gate.job, 1)
 
-    try:
-        cancelled = asyncio.create_task(request())
+    async with gated_pool(queue=0) as (pool, gate):
+        cancelled = asyncio.create_task(request(pool, gate))
         await gate.wait_started(1)
         cancelled.cancel()  # the request leaves its admission; its thread parses on
         with pytest.raises(asyncio.CancelledError):
@@ -173,16 +190,7 @@ async def test_a_request_that_leaves_keeps_its_slot_until_its_thread_is_done() -
         with pytest.raises(TooManyRequests):
             await pool.run(gate.job, 2)
         gate.release.set()
-        async with asyncio.timeout(10):
-            while True:
-                try:
-                    assert await pool.run(gate.job, 3) == 3
-                    break
-                except TooManyRequests:
-                    await asyncio.sleep(0.01)
-    finally:
-        gate.release.set()
-        pool.close()
+        assert await once_a_slot_is_back(pool, gate) == 3
 
 
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="")

@@ -11,8 +11,8 @@ from chatqna.errors import IndexUnavailable, QueryNotSearchable
 from chatqna.retrieval.query import WeightedQuery
 from chatqna.retrieval.redis.query import bm25_aggregate, bm25_query, bm25_search, knn_search
 from chatqna.retrieval.redis.replies import (
+    digest_hits,
     knn_hits,
-    scored_hits,
     straddles,
     top_bm25,
     unavailable_on_error,
@@ -20,33 +20,27 @@ from chatqna.retrieval.redis.replies import (
 from tests.unit.retrieval.test_query import longest_message
 
 
-def test_knn_search_asks_for_distances_or_every_field() -> None:
+def test_knn_search_asks_for_distances_and_digests_or_every_field() -> None:
     vector = np.ones(4, dtype=np.float64)
     args = knn_search("idx", vector, 7, fields=False)
     assert args[:3] == ["FT.SEARCH", "idx", "*=>[KNN 7 @embedding $vec AS dist]"]
     at = args.index("RETURN")
-    assert args[at : at + 3] == ["RETURN", 1, "dist"]
+    assert args[at : at + 4] == ["RETURN", 2, "dist", "digest"]
     assert args[args.index("SORTBY") + 1] == "dist" and args[args.index("DIALECT") + 1] == 2
     assert args[args.index("LIMIT") + 1 : args.index("LIMIT") + 3] == [0, 7]
     assert args[-1] == np.ones(4, dtype=np.float32).tobytes()  # float32 whatever came in
     full = knn_search("idx", vector, 7, fields=True)
     assert full[full.index("RETURN") + 1] == 8 and {"embedding", "digest"} <= set(full)
-    checked = knn_search("idx", vector, 7, fields=False, digest=True)
-    assert checked[checked.index("RETURN") : checked.index("RETURN") + 4] == [
-        "RETURN", 2, "dist", "digest",
-    ]  # fmt: skip
 
 
 def test_bm25_search_and_its_tie_breaker() -> None:
     query = bm25_query(WeightedQuery.parse("refund-policy @card", "", 0.0))
     assert query == "@terms:(refund | policy | card)"
     args = bm25_search("idx", query, 50)
-    assert {"VERBATIM", "WITHSCORES", "NOCONTENT"} <= set(map(str, args))
+    assert {"VERBATIM", "WITHSCORES"} <= set(map(str, args)) and "NOCONTENT" not in args
     assert args[args.index("SCORER") + 1] == "BM25STD"
     assert args[args.index("LIMIT") + 2] == 51  # one more: does a tie straddle the cut?
-    checked = bm25_search("idx", query, 50, digest=True)
-    assert "NOCONTENT" not in checked and "WITHSCORES" in checked
-    assert checked[checked.index("RETURN") : checked.index("RETURN") + 3] == ["RETURN", 1, "digest"]
+    assert args[args.index("RETURN") : args.index("RETURN") + 3] == ["RETURN", 1, "digest"]
     by_key = bm25_aggregate("idx", query, 50, "__key")
     assert by_key[by_key.index("LOAD") : by_key.index("LOAD") + 3] == ["LOAD", 1, "@__key"]
     with_digest = bm25_aggregate("idx", query, 50, "__key", digest=True)
@@ -65,7 +59,11 @@ def test_replies_parse_and_ties_order_by_the_given_key() -> None:
         ("k:a", 0.75, {"dist": b"0.25"}),
         ("k:b", 0.5, {"dist": b"0.5"}),
     ]
-    hits = scored_hits([4, b"k:c", b"2.0", b"k:b", b"1.0", b"k:a", b"1.0", b"k:d", b"1.0"])
+    hits, _ = digest_hits(
+        [4, b"k:c", b"2.0", [b"digest", b"dc"], b"k:b", b"1.0", [b"digest", b"db"],
+         b"k:a", b"1.0", [b"digest", b"da"], b"k:d", b"1.0", None]
+    )  # fmt: skip
+    assert hits == [("k:c", 2.0), ("k:b", 1.0), ("k:a", 1.0), ("k:d", 1.0)]
     assert straddles(hits, 2) and not straddles(hits, 1)
     # Ties by key; by a key's last part when the order key says so.
     assert list(top_bm25(hits, 3)) == ["k:c", "k:a", "k:b"]

@@ -1,4 +1,5 @@
-"""What the Redis stores ask of the server: a `maxmemory-policy` that never evicts."""
+"""What the Redis stores ask of the server: a `maxmemory-policy` that never evicts, and an
+index with the fields of the current format."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from chatqna.errors import EvictingIndexServer, IndexUnavailable
-from chatqna.retrieval.redis.schema import refuse_eviction
+from chatqna.retrieval.redis.schema import IndexInfo, refuse_eviction
 
 pytestmark = pytest.mark.anyio
 
@@ -63,3 +64,22 @@ async def test_an_unknown_policy_is_a_warning(caplog: pytest.LogCaptureFixture) 
     with caplog.at_level(logging.WARNING):
         await refuse_eviction(Server(None, None), "here")  # type: ignore[arg-type]
     assert "maxmemory-policy" in caplog.text
+
+
+def ft_info(digest: list[bytes]) -> list[object]:
+    """An `FT.INFO` reply (RESP2, as Redis Stack 7.4 words it) with a `digest` attribute."""
+    terms = [b"identifier", b"terms", b"attribute", b"terms", b"type", b"TEXT", b"WEIGHT", b"1"]
+    vector = [b"identifier", b"embedding", b"attribute", b"embedding", b"type", b"VECTOR"]
+    return [
+        b"num_docs", b"3", b"indexing", b"0", b"percent_indexed", b"1",
+        b"attributes", [[*terms, b"NOSTEM"], [*vector, b"dim", b"8"], digest],
+    ]  # fmt: skip
+
+
+def test_an_index_holds_digests_only_when_the_field_is_sortable_as_stored() -> None:
+    tag = [b"identifier", b"digest", b"attribute", b"digest", b"type", b"TAG", b"SEPARATOR", b","]
+    current = IndexInfo.parse(ft_info([*tag, b"CASESENSITIVE", b"SORTABLE", b"UNF", b"NOINDEX"]))
+    assert current.sortable_digest and current.has_terms and current.vector_dimension == "8"
+    # Normalised (lower-cased) in the index, or not in it at all (format 2).
+    assert not IndexInfo.parse(ft_info([*tag, b"SORTABLE", b"NOINDEX"])).sortable_digest
+    assert not IndexInfo.parse(ft_info([b"identifier", b"other"])).sortable_digest
