@@ -11,7 +11,7 @@ in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON 
 a keep-alive pool. The candidates: httpx on its own transport (httpcore's pool), httpx2 on
 its own (httpcore2's pool; the maintained continuation of httpx), httpx over the
 `httpx-aiohttp` package's transport, and aiohttp directly; then the service's
-`UpstreamClient` (`chatqna.upstream.client`, on httpx's own transport, reading bodies in
+`UpstreamClient` (`chatqna.upstream.client`, on httpx2's own transport, reading bodies in
 chunks up to its limit, with the SSE decoder the LLM client uses), and the overhead
 benchmarks' load
 generator (`load_client.py`, which reads a stream whole without decoding it; here on the

@@ -13,13 +13,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-import httpx
+import httpx2
 import typer
 
 from chatqna.upstream.proxies import trust_env_for
 from chatqna.upstream.sse import ServerSentEvent, iter_events
 
-TIMEOUT = httpx.Timeout(120, connect=5)
+TIMEOUT = httpx2.Timeout(120, connect=5)
 
 
 class AskFailed(Exception):
@@ -82,7 +82,7 @@ def describe_envelope(body: dict[str, Any]) -> str:
     return f"{message} ({code})" if code is not None else str(message)
 
 
-def _refusal(response: httpx.Response) -> str:
+def _refusal(response: httpx2.Response) -> str:
     response.read()
     try:
         body = response.json()
@@ -102,7 +102,7 @@ def stream_answer(
     endpoint = f"{url.rstrip('/')}/v1/chatqna"
     messages = [{"role": "user", "content": text} for text in questions]
     try:
-        with httpx.stream(
+        with httpx2.stream(
             "POST",
             endpoint,
             json={"messages": messages, "stream": True},
@@ -119,9 +119,9 @@ def stream_answer(
                     f"(content-type {media_type or 'missing'!r})"
                 )
             printer.print_stream(iter_events(response.iter_bytes()))
-    except httpx.ConnectError as exc:
+    except httpx2.ConnectError as exc:
         raise AskFailed(f"cannot connect to {url}: {exc}") from exc
-    except httpx.TimeoutException as exc:
+    except httpx2.TimeoutException as exc:
         raise AskFailed(f"{endpoint} did not answer in time ({type(exc).__name__})") from exc
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+    except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
         raise AskFailed(f"the request to {endpoint} failed: {exc}") from exc

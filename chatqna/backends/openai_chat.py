@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import orjson
 
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
@@ -127,7 +127,7 @@ class OpenAIChatLLM:
         connect_timeout_seconds: float = 5.0,
         generation_timeout_seconds: float | None = None,
         backend: str = "llm",
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
         proxies_from_env: bool = True,
     ) -> None:
         self.endpoint = without_credentials(base_url_of(endpoint))

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
+import httpx2
 import numpy as np
 
 from chatqna.backends.vectors import l2_normalise
@@ -124,7 +124,7 @@ class TEIEmbedder:
         connect_timeout_seconds: float = 5.0,
         dimension: int | None = None,
         retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
@@ -210,7 +210,7 @@ class TEIReranker:
         timeout_seconds: float = 30.0,
         connect_timeout_seconds: float = 5.0,
         retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.endpoint = without_credentials(endpoint)
         self.name = f"tei:{self.endpoint}"

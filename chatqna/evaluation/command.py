@@ -334,8 +334,8 @@ async def run_service_command(
 ) -> dict[str, Any]:
     from chatqna.evaluation.service import run_against_service
 
-    # A line per request would bury the progress: httpx's request log is DEBUG here.
-    with turn_logs_at_debug(("httpx",)):
+    # A line per request would bury the progress: httpx2's request log is DEBUG here.
+    with turn_logs_at_debug(("httpx2",)):
         results = await run_against_service(
             dataset,
             url,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-import httpx
+import httpx2
 
 from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage
 from chatqna.evaluation.live import ANSWER_CHARS, dialogues, replay_dialogue
@@ -55,7 +55,7 @@ def passage_file(passage: Passage) -> bytes:
     return (f"# {passage.title}\n\n{body}" if passage.title else body).encode()
 
 
-async def ingest_corpus(client: httpx.AsyncClient, dataset: Dataset, batch: int = 100) -> None:
+async def ingest_corpus(client: httpx2.AsyncClient, dataset: Dataset, batch: int = 100) -> None:
     """Upload every passage as its own file, with chunks large enough to keep it whole."""
     passages = list(dataset.passages)
     for start in range(0, len(passages), batch):
@@ -90,7 +90,7 @@ def turn_messages(turn: EvalTurn) -> list[dict[str, str]]:
     return [*(m.as_openai() for m in turn.history), {"role": "user", "content": turn.query}]
 
 
-async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> ServiceTurn:
+async def ask_service(client: httpx2.AsyncClient, turn: EvalTurn, depth: int) -> ServiceTurn:
     """One turn with its history (`stream: false`, `k` and `top_n` of the depth,
     `max_tokens: 1`); a 503 `condense_failed` is a failed turn, any other error raises."""
     body = {
@@ -113,7 +113,7 @@ async def ask_service(client: httpx.AsyncClient, turn: EvalTurn, depth: int) -> 
     return ServiceTurn(list(dict.fromkeys(sources)), None, metadata["retrieval"], elapsed, top_text)
 
 
-def condense_failed(response: httpx.Response) -> bool:
+def condense_failed(response: httpx2.Response) -> bool:
     """Whether the service failed the turn closed (503 `condense_failed`); any other error,
     a proxy's HTML page included, is left to `raise_for_status`."""
     if response.status_code != 503:
@@ -125,7 +125,7 @@ def condense_failed(response: httpx.Response) -> bool:
     return isinstance(body, dict) and body.get("error") == "condense_failed"
 
 
-async def service_answer(client: httpx.AsyncClient, turn: EvalTurn) -> str:
+async def service_answer(client: httpx2.AsyncClient, turn: EvalTurn) -> str:
     """The answer a user of the service would get: its own `k`, `top_n` and longest answer,
     at temperature 0 ("" when the turn fails closed)."""
     body = {"messages": turn_messages(turn), "stream": False, "temperature": 0.0}
@@ -182,7 +182,7 @@ class ServiceScorer:
     the own history holds the service's real answers."""
 
     def __init__(
-        self, client: httpx.AsyncClient, kind: str, depth: int, answers: bool = False
+        self, client: httpx2.AsyncClient, kind: str, depth: int, answers: bool = False
     ) -> None:
         self.client = client
         self.depth = depth
@@ -210,7 +210,7 @@ class ServiceScorer:
 
 
 async def score_service(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
     dataset: Dataset,
     kind: str,
     depth: int,
@@ -251,7 +251,7 @@ async def run_against_service(
     progress: Progress | None = None,
     histories: Sequence[str] = ("reference",),
     answers: bool = False,
-    transport: httpx.AsyncBaseTransport | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
 ) -> dict[str, Any]:
     """Every scored turn under each history kind; with `answers`, own history holds the
     service's real answers instead of its top passages."""
@@ -259,8 +259,8 @@ async def run_against_service(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     started = time.perf_counter()
     modes = []
-    timeout = httpx.Timeout(300, connect=10)
-    client = httpx.AsyncClient(
+    timeout = httpx2.Timeout(300, connect=10)
+    client = httpx2.AsyncClient(
         base_url=url,
         headers=headers,
         timeout=timeout,

@@ -10,7 +10,7 @@ leave no gap between the check and the connection (DNS rebinding: a name that re
 a public address for the check and to a private one for the connection), direct
 connections go through `PinnedBackend`, which resolves the name itself, checks each
 address again and connects only to an address it has checked; `PinnedTransport` is the
-httpx transport over an httpcore pool that connects through it.
+httpx2 transport over an httpcore2 pool that connects through it.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import socket
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import httpcore
-import httpx
+import httpcore2
+import httpx2
 
 from chatqna.errors import LinkRefused, LinkUnreadable
 
@@ -166,37 +166,37 @@ async def resolve_checked(
     return addresses
 
 
-class PinnedBackend(httpcore.AsyncNetworkBackend):
+class PinnedBackend(httpcore2.AsyncNetworkBackend):
     """A network backend that connects only to addresses the policy has just accepted.
 
-    httpcore hands it the host name; it resolves the name once, checks every address, and
+    httpcore2 hands it the host name; it resolves the name once, checks every address, and
     opens the TCP connection to one of those same addresses (TLS still verifies the
-    certificate against the host name, which httpcore passes on separately).
+    certificate against the host name, which httpcore2 passes on separately).
     """
 
     def __init__(self, policy: LinkPolicy, resolver: Resolver) -> None:
         self._policy = policy
         self._resolver = resolver
-        self._inner = httpcore.AnyIOBackend()
+        self._inner = httpcore2.AnyIOBackend()
 
     async def connect_tcp(
         self,
         host: str,
         port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's signature)
         local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
         addresses = await resolve_checked(
             self._policy, self._resolver, f"//{host}:{port}", host, port
         )
-        failure: httpcore.ConnectError | None = None
+        failure: httpcore2.ConnectError | None = None
         for address in addresses:
             try:
                 return await self._inner.connect_tcp(
                     address, port, timeout, local_address, socket_options
                 )
-            except httpcore.ConnectError as exc:
+            except httpcore2.ConnectError as exc:
                 failure = exc
         assert failure is not None
         raise failure
@@ -204,32 +204,32 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
     async def connect_unix_socket(
         self,
         path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("links are fetched over TCP only")
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore2's signature)
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise httpcore2.ConnectError("links are fetched over TCP only")
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
 
 
 _HTTPCORE_ERRORS = (
-    httpcore.TimeoutException,
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    httpcore.UnsupportedProtocol,
-    httpcore.ProxyError,
+    httpcore2.TimeoutException,
+    httpcore2.NetworkError,
+    httpcore2.ProtocolError,
+    httpcore2.UnsupportedProtocol,
+    httpcore2.ProxyError,
 )
 
 
-def _translate(exc: Exception, request: httpx.Request) -> httpx.TransportError:
-    if isinstance(exc, httpcore.TimeoutException):
-        return httpx.TimeoutException(str(exc), request=request)
-    return httpx.TransportError(f"{type(exc).__name__}: {exc}")
+def _translate(exc: Exception, request: httpx2.Request) -> httpx2.TransportError:
+    if isinstance(exc, httpcore2.TimeoutException):
+        return httpx2.TimeoutException(str(exc), request=request)
+    return httpx2.TransportError(f"{type(exc).__name__}: {exc}")
 
 
-class _BodyStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncIterable[bytes], request: httpx.Request) -> None:
+class _BodyStream(httpx2.AsyncByteStream):
+    def __init__(self, stream: AsyncIterable[bytes], request: httpx2.Request) -> None:
         self._stream = stream
         self._request = request
 
@@ -246,21 +246,21 @@ class _BodyStream(httpx.AsyncByteStream):
             await closer()
 
 
-class PinnedTransport(httpx.AsyncBaseTransport):
-    """httpx's transport contract over an httpcore pool that connects through a
-    `PinnedBackend` (httpx's own transport takes no network backend). Proxied requests
-    do not come here: httpx routes them to its proxy transports."""
+class PinnedTransport(httpx2.AsyncBaseTransport):
+    """httpx2's transport contract over an httpcore2 pool that connects through a
+    `PinnedBackend` (httpx2's own transport takes no network backend). Proxied requests
+    do not come here: httpx2 routes them to its proxy transports."""
 
     def __init__(self, backend: PinnedBackend) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=True), network_backend=backend
+        self._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=httpx2.create_ssl_context(trust_env=True), network_backend=backend
         )
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        assert isinstance(request.stream, httpx.AsyncByteStream)
-        core_request = httpcore.Request(
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        assert isinstance(request.stream, httpx2.AsyncByteStream)
+        core_request = httpcore2.Request(
             method=request.method,
-            url=httpcore.URL(
+            url=httpcore2.URL(
                 scheme=request.url.raw_scheme,
                 host=request.url.raw_host,
                 port=request.url.port,
@@ -275,7 +275,7 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         except _HTTPCORE_ERRORS as exc:
             raise _translate(exc, request) from exc
         assert isinstance(response.stream, AsyncIterable)
-        return httpx.Response(
+        return httpx2.Response(
             status_code=response.status,
             headers=response.headers,
             stream=_BodyStream(response.stream, request),

@@ -1,17 +1,17 @@
 """Fetching `link_list` URLs for dataprep: bounded, checked, all or nothing.
 
-Each URL is fetched with httpx within one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`)
+Each URL is fetched with httpx2 within one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`)
 and one size cap (`CHATQNA_DATAPREP_LINK_MAX_BYTES`, counted after content decoding). A
-`gzip` or `deflate` body (the codings asked for) is inflated in bounded steps
-(`chatqna.upstream.decoding`), so a compressed bomb is stopped at the cap without ever
-being decoded in one large piece; a body in any other coding is refused.
+`gzip` or `deflate` body (the codings asked for) is inflated in bounded steps, as upstream
+answers are (`chatqna.upstream.decoding`), so a compressed bomb is stopped at the cap
+without ever being decoded in one large piece; a body in any other coding is refused.
 Redirects are followed by hand, at most `CHATQNA_DATAPREP_LINK_MAX_REDIRECTS` times, and
 every hop's host goes through the `LinkPolicy` before it is contacted. The response's
 content type picks the loader; one this service cannot read is refused (415). Each page
 becomes an `IngestFile` named by the URL as given, so ingesting the same link again
 replaces its chunks. Any failure fails the whole request before anything is ingested.
 
-Direct connections go through `PinnedBackend`. httpx leaves the environment's proxy
+Direct connections go through `PinnedBackend`. httpx2 leaves the environment's proxy
 variables aside when a client is given its own transport, so a proxy for links is named
 explicitly (`CHATQNA_DATAPREP_LINK_PROXY`); through it, the proxy resolves and connects,
 after the service has checked every hop's addresses itself.
@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import Message
 
-import httpx
+import httpx2
+import idna
 
 from chatqna import __version__
 from chatqna.errors import (
@@ -105,12 +106,12 @@ def parse_link_list(raw: str | None, limit: int) -> list[str]:
 
 
 def _refuse_credentials(url: str) -> None:
-    """Refuse a URL with a user name or password in it (`http://alice:secret@host/`): httpx
+    """Refuse a URL with a user name or password in it (`http://alice:secret@host/`): httpx2
     would send them as Basic credentials, and the URL would be kept as the page's source
     name, shown to everyone who chats. The refusal shows the URL without them."""
     try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL:
+        parsed = httpx2.URL(url)
+    except httpx2.InvalidURL:
         return  # refused as unusable when it is fetched
     if parsed.userinfo:
         shown = str(parsed.copy_with(userinfo=b""))
@@ -128,13 +129,13 @@ class _Kind:
     charset: str | None
 
 
-def _kind_of(url: str, response: httpx.Response) -> _Kind:
+def _kind_of(url: str, response: httpx2.Response) -> _Kind:
     header = Message()
     header["content-type"] = response.headers.get("content-type", "")
     media_type = header.get_content_type() if "content-type" in response.headers else ""
     charset = header.get_param("charset")
     kind = _CONTENT_TYPES.get(media_type)
-    by_name = format_of(httpx.URL(url).path)
+    by_name = format_of(httpx2.URL(url).path)
     # A generic type says nothing; a Markdown file is often served as text/plain.
     if media_type in ("", "application/octet-stream") or (kind == "text" and by_name):
         kind = by_name
@@ -159,7 +160,7 @@ class LinkFetcher:
         settings: Settings,
         *,
         resolver: Resolver | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self._policy = LinkPolicy.from_entries(settings.chatqna_dataprep_link_allowlist)
         self._resolver = resolver if resolver is not None else system_resolver
@@ -169,20 +170,20 @@ class LinkFetcher:
         self._proxy = settings.chatqna_dataprep_link_proxy
         self._transport = transport
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> httpx2.AsyncClient:
         transport = self._transport
         if transport is None and self._proxy is None:
             transport = PinnedTransport(PinnedBackend(self._policy, self._resolver))
-        return httpx.AsyncClient(
+        return httpx2.AsyncClient(
             transport=transport,
             proxy=self._proxy if transport is None else None,
-            # Certificate bundles from SSL_CERT_FILE / SSL_CERT_DIR, as for any httpx client.
+            # Certificate bundles from SSL_CERT_FILE / SSL_CERT_DIR, as for any httpx2 client.
             trust_env=True,
             follow_redirects=False,
-            timeout=httpx.Timeout(self._timeout),
+            timeout=httpx2.Timeout(self._timeout),
             headers={
                 "User-Agent": f"chatqna-dataprep/{__version__}",
-                # Not httpx's default, which adds `br` and `zstd` when their packages are
+                # Not httpx2's default, which adds `br` and `zstd` when their packages are
                 # installed: only what is inflated in bounded steps.
                 "Accept-Encoding": ACCEPT_ENCODING,
             },
@@ -208,7 +209,7 @@ class LinkFetcher:
                 raise errors.exceptions[0] from None
         return [task.result() for task in tasks]
 
-    async def fetch(self, client: httpx.AsyncClient, url: str) -> IngestFile:
+    async def fetch(self, client: httpx2.AsyncClient, url: str) -> IngestFile:
         """One URL, redirects and all, within the deadline."""
         try:
             async with asyncio.timeout(self._timeout):
@@ -221,7 +222,7 @@ class LinkFetcher:
                 details={"url": url},
             ) from exc
 
-    async def _follow(self, client: httpx.AsyncClient, url: str) -> IngestFile:
+    async def _follow(self, client: httpx2.AsyncClient, url: str) -> IngestFile:
         current = _parse_url(url, url)
         for _ in range(self._max_redirects + 1):
             # The host as it is looked up and as `PinnedBackend` sees it: ASCII (an IDN in
@@ -236,15 +237,15 @@ class LinkFetcher:
                         current = _parse_url(url, response.headers["location"], base=current)
                         continue
                     return await self._read(url, response)
-            except httpx.TimeoutException as exc:
+            except httpx2.TimeoutException as exc:
                 raise TimeoutError from exc
-            except UnicodeError as exc:  # httpx decodes a redirect's IDNA host as it reads it
+            except UnicodeError as exc:  # httpx2 decodes a redirect's IDNA host as it reads it
                 raise LinkRefused(
                     f"{url}: redirected to a URL whose host is not valid ({exc})",
                     reason="bad_url",
                     details={"url": url},
                 ) from exc
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 raise LinkUnreadable(
                     f"{url}: {type(exc).__name__}: {exc}",
                     reason="connect_error",
@@ -269,7 +270,7 @@ class LinkFetcher:
             details={"url": url},
         )
 
-    async def _read(self, url: str, response: httpx.Response) -> IngestFile:
+    async def _read(self, url: str, response: httpx2.Response) -> IngestFile:
         if response.status_code >= 300:  # an error, or a redirect with nothing to follow
             raise LinkUnreadable(
                 f"{url}: the server answered HTTP {response.status_code}"
@@ -288,7 +289,7 @@ class LinkFetcher:
                 body += part
                 if len(body) > self._max_bytes:
                     raise self._too_large(url)
-        except httpx.DecodingError as exc:
+        except httpx2.DecodingError as exc:
             raise LinkUnreadable(
                 f"{url}: the body is not the {response.headers['content-encoding']} it is "
                 f"declared to be ({exc})",
@@ -304,7 +305,7 @@ class LinkFetcher:
         )
 
 
-def _check_codings(url: str, response: httpx.Response) -> None:
+def _check_codings(url: str, response: httpx2.Response) -> None:
     """Refuse a body in a coding not asked for, or encoded more than once."""
     codings = [
         c.strip()
@@ -328,16 +329,19 @@ def _check_codings(url: str, response: httpx.Response) -> None:
         )
 
 
-def _port(url: httpx.URL) -> int:
+def _port(url: httpx2.URL) -> int:
     return 443 if url.scheme == "https" else 80
 
 
-def _parse_url(original: str, url: str, base: httpx.URL | None = None) -> httpx.URL:
+def _parse_url(original: str, url: str, base: httpx2.URL | None = None) -> httpx2.URL:
     """`url` (relative to `base`, for a redirect's `Location`) as a URL the fetcher may use."""
     try:
-        parsed = base.join(url) if base is not None else httpx.URL(url)
-        host = parsed.host  # decoding an IDNA host may fail ("xn--"): an IDNAError
-    except (httpx.InvalidURL, UnicodeError) as exc:
+        parsed = base.join(url) if base is not None else httpx2.URL(url)
+        host = parsed.host
+        if b"xn--" in parsed.raw_host:
+            # A malformed A-label ("xn--") is an IDNAError; httpx2 shows it as it is.
+            idna.decode(parsed.raw_host)
+    except (httpx2.InvalidURL, UnicodeError) as exc:
         raise LinkRefused(
             f"{original}: not a usable URL ({exc})", reason="bad_url", details={"url": original}
         ) from exc

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx
+import httpx2
 import numpy as np
 
 from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
@@ -77,7 +77,7 @@ class RemoteRetriever:
         connect_timeout_seconds: float = 5.0,
         headers: dict[str, str] | None = None,
         retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.endpoint = without_credentials(endpoint)
         self.calls = 0

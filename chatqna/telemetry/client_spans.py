@@ -10,14 +10,15 @@ response headers have arrived; a streamed body is read inside the caller's span
 (`chatqna.generate`). Calls made inside `untraced_calls()` (the readiness probes) start no
 span.
 
-A thin wrapper on the public API rather than opentelemetry-instrumentation-httpx: that
-instrumentation patches httpx for the whole process (every client in it, not only the
+A thin wrapper on the public API rather than opentelemetry-instrumentation-httpx (whose
+`HTTPX2ClientInstrumentor` is the one for httpx2, the upstream clients' library): that
+instrumentation patches httpx2 for the whole process (every client in it, not only the
 upstream ones) and sees the transport's requests, while these spans belong to the upstream
 clients' logical calls: the batched embedding call is the one `POST` span under
 `chatqna.embed`. Where that instrumentation is active all the same (`opentelemetry-instrument`
-with the package installed), the upstream calls suppress it through
-opentelemetry-instrumentation's `suppress_http_instrumentation`: still one span per call,
-and the `traceparent` sent names it.
+with the package installed loads it for httpx and for httpx2), the upstream calls suppress
+it through opentelemetry-instrumentation's `suppress_http_instrumentation`: still one span
+per call, and the `traceparent` sent names it.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ class ClientSpans:
         `headers` (the dict then sent). Where a span would record nothing (a trace the
         sampler dropped, no tracer provider: `chatqna.telemetry.tracing.inert`) none is
         started, and the current context, if any, goes along as it is. An active HTTP
-        client instrumentation (opentelemetry-instrumentation-httpx) is suppressed for the
-        call, so it adds no span of its own and sends no context of its own."""
+        client instrumentation (opentelemetry-instrumentation-httpx's, for httpx2) is
+        suppressed for the call, so it adds no span of its own and sends no context of its
+        own."""
         with _SUPPRESS_HTTP_INSTRUMENTATION():
             parent = trace.get_current_span()
             if inert(parent) or _UNTRACED.get():

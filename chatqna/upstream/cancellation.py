@@ -1,27 +1,28 @@
-"""How a cancellation reaches httpcore without costing the pool a connection.
+"""How a cancellation reaches httpcore2 without costing the pool a connection.
 
-httpcore (1.0.9) guards the steps that change a pooled connection's state, taking a new
-connection into use and giving one back or closing it, with anyio's cancel shields. Those
-hold back an anyio cancellation, but not asyncio's own `Task.cancel()`, which is what an
-`asyncio.timeout`, `asyncio.wait_for` or a disconnected client's cancelled task delivers.
-One that lands inside such a step (at the `await` in httpcore's connection-state lock)
-leaves the connection neither pooled nor closed: it holds one of the pool's
-`max_connections` until the client is closed, and once all are held every call waits for a
-slot until its timeout (encode/httpcore#1093 and #1115, encode/httpx#3782;
-`tests/integration/test_pooled_connections.py` cancels calls at every step of their way).
+httpcore2 (2.17.0, as httpcore 1.0.9 before it) guards the steps that change a pooled
+connection's state, taking a new connection into use and giving one back or closing it,
+with anyio's cancel shields. Those hold back an anyio cancellation, but not asyncio's own
+`Task.cancel()`, which is what an `asyncio.timeout`, `asyncio.wait_for` or a disconnected
+client's cancelled task delivers. One that lands inside such a step (at the `await` in
+httpcore2's connection-state lock) leaves the connection neither pooled nor closed: it
+holds one of the pool's `max_connections` until the client is closed, and once all are held
+every call waits for a slot until its timeout (encode/httpcore#1093 and #1115,
+encode/httpx#3782; `tests/integration/test_pooled_connections.py` cancels calls at every
+step of their way).
 
 So the session runs those steps here, each in a task of its own:
 
 - `scoped`: sending a request and awaiting its headers, and for a whole body its read too,
-  cancelled, when the caller is, by cancelling an anyio cancel scope around it: httpcore's
+  cancelled, when the caller is, by cancelling an anyio cancel scope around it: httpcore2's
   shields then hold, and the wait for the headers (a whole generation, for an answer that
   is not streamed) still ends at once;
 - `to_completion`: closing a response, which nothing cancels; the caller waits for it even
-  when cancelled. A close never waits on the network (httpcore closes the socket, TLS
+  when cancelled. A close never waits on the network (httpcore2 closes the socket, TLS
   included, without a graceful shutdown), so it cannot hang on a failing upstream.
 
 A streamed body is read by its caller, where a task per read would cost more than the read
-(about 20 µs a chunk). A cancellation of a read is safe on its own: httpcore closes the
+(about 20 µs a chunk). A cancellation of a read is safe on its own: httpcore2 closes the
 response, shielded, before it passes the cancellation on. Only a cancellation that lands
 inside that close, just after a read failed (a reset mid-body) or was cancelled already,
 still leaks the connection there (encode/httpx#3782).

@@ -3,10 +3,10 @@
 Every remote backend keeps one `UpstreamClient` for its whole life. It sends JSON and
 returns the status and the body (`Reply`), or opens a streamed body (`StreamReply`); what a
 body means is the backend's business. The requests go through the upstream's one
-`httpx.AsyncClient` (`chatqna.upstream.sessions`), on httpx's own transport, or on one the
-caller passes (the tests: `httpx.MockTransport`). What every upstream call does:
+`httpx2.AsyncClient` (`chatqna.upstream.sessions`), on httpx2's own transport, or on one the
+caller passes (the tests: `httpx2.MockTransport`). What every upstream call does:
 
-- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured, read by httpx
+- `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` are honoured, read by httpx2
   once, when the client is built;
 - gzip and deflate bodies are decoded, streamed or not, and a whole body is read no
   further than `max_body_bytes` once decoded;
@@ -14,7 +14,7 @@ caller passes (the tests: `httpx.MockTransport`). What every upstream call does:
 - `user:pass@` in an endpoint URL is sent as HTTP basic auth, and never shown: the client's
   `base_url` (what spans, logs and `describe()` name) has the credentials removed.
 
-A failure is httpx's own exception (or `ResponseTooLarge`), and `chatqna.upstream.policy`
+A failure is httpx2's own exception (or `ResponseTooLarge`), and `chatqna.upstream.policy`
 retries and translates them. With tracing on, each call gets a CLIENT span
 (`chatqna.telemetry.client_spans`), and the trace context goes along in the request
 headers.
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
+import httpx2
 import orjson
 
 from chatqna.telemetry.client_spans import ClientSpans
@@ -35,7 +35,7 @@ from chatqna.upstream.types import Reply, StreamReply, Timeouts
 
 NUMPY = orjson.OPT_SERIALIZE_NUMPY
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-# A backend calls a handful of paths; their parsed URLs are kept (httpx parses a URL string
+# A backend calls a handful of paths; their parsed URLs are kept (httpx2 parses a URL string
 # on every request otherwise), up to this many.
 URLS_KEPT = 32
 
@@ -53,7 +53,7 @@ class UpstreamClient:
 
     `base_url` is the upstream's root (`http://tei:80`, credentials allowed:
     `https://user:pass@llm.example`); `headers` go with every request (an API key).
-    `transport` replaces httpx's own (tests: `httpx.MockTransport`).
+    `transport` replaces httpx2's own (tests: `httpx2.MockTransport`).
     `proxies_from_env=False` ignores `HTTP_PROXY` and the like (the embedded LLM's
     loopback server, which no proxy could reach). `max_body_bytes` bounds a whole body
     (`chatqna.upstream.sessions.MAX_BODY_BYTES` says how the default is sized).
@@ -66,7 +66,7 @@ class UpstreamClient:
         timeout_seconds: float,
         connect_timeout_seconds: float,
         headers: Mapping[str, str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
         proxies_from_env: bool = True,
         max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
@@ -81,13 +81,13 @@ class UpstreamClient:
         self._headers = {**JSON_HEADERS, **(headers or {})}
         self._bare_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
         self._spans = ClientSpans(self.base_url)
-        self._urls: dict[str, httpx.URL] = {}
+        self._urls: dict[str, httpx2.URL] = {}
         self.is_closed = False
 
-    def _url(self, path: str) -> httpx.URL:
+    def _url(self, path: str) -> httpx2.URL:
         url = self._urls.get(path)
         if url is None:
-            url = httpx.URL(self.base_url + path)
+            url = httpx2.URL(self.base_url + path)
             if len(self._urls) < URLS_KEPT:
                 self._urls[path] = url
         return url

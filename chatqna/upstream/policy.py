@@ -5,7 +5,7 @@ timeouts bound connecting and each read. `post_json`
 also bounds a whole call, so an upstream that trickles bytes forever still ends, and
 retries idempotent calls (embeddings, rerank, retrieval) by a `RetryPolicy`. Every failure
 is translated here into the typed errors of `chatqna.errors`, so callers never see an
-httpx exception.
+httpx2 exception.
 
 Retried: connection failures and resets, protocol errors (a body cut short), timeouts, and
 HTTP 5xx and 429. Not retried: other 4xx (the request itself is wrong), a body that is
@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
+import httpx2
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 from chatqna.upstream.client import UpstreamClient
@@ -141,7 +141,7 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
 def _status(exc: BaseException) -> int | None:
     if isinstance(exc, HTTPStatusFailure):
         return exc.status
-    if isinstance(exc, httpx.HTTPStatusError):
+    if isinstance(exc, httpx2.HTTPStatusError):
         return exc.response.status_code
     return None
 
@@ -149,28 +149,28 @@ def _status(exc: BaseException) -> int | None:
 def _retry_after(exc: BaseException) -> str | None:
     if isinstance(exc, HTTPStatusFailure):
         return exc.retry_after
-    if isinstance(exc, httpx.HTTPStatusError):
+    if isinstance(exc, httpx2.HTTPStatusError):
         value: str | None = exc.response.headers.get("retry-after")
         return value
     return None
 
 
-# What the client raises on a transport failure: httpx's exceptions.
-TRANSPORT_FAILURES = (httpx.HTTPError,)
+# What the client raises on a transport failure: httpx2's exceptions.
+TRANSPORT_FAILURES = (httpx2.HTTPError,)
 
 
 RETRYABLE_FAILURES = (
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
+    httpx2.TimeoutException,
+    httpx2.NetworkError,
+    httpx2.RemoteProtocolError,
     TimeoutError,
 )
 
 
 def timed_out(exc: BaseException) -> bool:
     """Whether time ran out: a whole-call bound (`asyncio.timeout`) or a transport timeout
-    (httpx's `ConnectTimeout`, `ReadTimeout`, `WriteTimeout`, `PoolTimeout`)."""
-    return isinstance(exc, (TimeoutError, httpx.TimeoutException))
+    (httpx2's `ConnectTimeout`, `ReadTimeout`, `WriteTimeout`, `PoolTimeout`)."""
+    return isinstance(exc, (TimeoutError, httpx2.TimeoutException))
 
 
 def is_retryable(exc: BaseException) -> bool:

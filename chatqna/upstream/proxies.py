@@ -1,19 +1,19 @@
 """Whether a client of our own service takes its proxy from the environment.
 
-httpx sends every request through `HTTP_PROXY` (or `HTTPS_PROXY`, `ALL_PROXY`) unless
+httpx2 sends every request through `HTTP_PROXY` (or `HTTPS_PROXY`, `ALL_PROXY`) unless
 `NO_PROXY` names the host, and it exempts no address of its own accord, loopback included.
 A desktop with a corporate proxy in its environment would then send `chatqna ask` and
 `chatqna bench --service` to the proxy, which cannot reach the service on the user's own
 loopback, and the error would blame the service. So those clients read nothing from the
 environment (`trust_env=False`) when the service is on loopback. The upstream clients
-keep httpx's documented rules, loopback upstreams too (`chatqna.upstream.client`).
+keep httpx2's documented rules, loopback upstreams too (`chatqna.upstream.client`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 
-import httpx
+import httpx2
 
 
 def is_loopback(host: str) -> bool:
@@ -31,11 +31,11 @@ def is_loopback(host: str) -> bool:
 
 
 def trust_env_for(url: str) -> bool:
-    """httpx's `trust_env` for a client of our own service at `url`: False on a loopback
+    """httpx2's `trust_env` for a client of our own service at `url`: False on a loopback
     host, which no proxy could reach. (That also leaves out `SSL_CERT_FILE`, `SSL_CERT_DIR`
     and `.netrc`; the service serves plain HTTP and `ask` sends no credentials.)"""
     try:
-        host = httpx.URL(url).host
-    except httpx.InvalidURL:
+        host = httpx2.URL(url).host
+    except httpx2.InvalidURL:
         return True  # the request itself will say what is wrong with the URL
     return not is_loopback(host)

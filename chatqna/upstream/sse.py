@@ -169,7 +169,7 @@ def parse_events(body: bytes | str) -> list[ServerSentEvent]:
 
 
 def iter_events(chunks: Iterable[bytes | str]) -> Iterator[ServerSentEvent]:
-    """The events of a stream read chunk by chunk (`httpx.Response.iter_bytes()`)."""
+    """The events of a stream read chunk by chunk (`httpx2.Response.iter_bytes()`)."""
     decoder = SSEDecoder()
     for chunk in chunks:
         yield from decoder.feed(chunk)
@@ -177,7 +177,7 @@ def iter_events(chunks: Iterable[bytes | str]) -> Iterator[ServerSentEvent]:
 
 
 async def aiter_events(chunks: AsyncIterable[bytes | str]) -> AsyncIterator[ServerSentEvent]:
-    """The events of a stream read chunk by chunk (`httpx.Response.aiter_bytes()`)."""
+    """The events of a stream read chunk by chunk (`httpx2.Response.aiter_bytes()`)."""
     decoder = SSEDecoder()
     async for chunk in chunks:
         for event in decoder.feed(chunk):

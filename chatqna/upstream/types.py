@@ -16,7 +16,7 @@ import orjson
 @dataclass(frozen=True)
 class Timeouts:
     """`read` bounds a wait for a pooled connection and each read or write, `connect` a new
-    connection's handshake (httpx's `Timeout(read, connect=connect)`)."""
+    connection's handshake (httpx2's `Timeout(read, connect=connect)`)."""
 
     read: float
     connect: float

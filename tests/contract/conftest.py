@@ -1,6 +1,6 @@
 """Contract suites: one list of cases, run over every implementation of a backend Protocol.
 
-Remote implementations talk to an `httpx.MockTransport` that speaks the upstream's
+Remote implementations talk to an `httpx2.MockTransport` that speaks the upstream's
 documented wire format (`tests/contract/wire.py`); embedded ones run for real, and those
 that load a model carry the `slow` mark. Connections may go to loopback only: the embedded
 LLM is llama.cpp's server on 127.0.0.1, and nothing here may reach further.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.backends.openai_chat import OpenAIChatLLM
@@ -31,7 +31,7 @@ async def llm(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterat
     built: ChatLLM
     if request.param == "openai":
         built = OpenAIChatLLM(
-            "http://llm.test/v1", "contract-model", transport=httpx.MockTransport(wire.openai_chat)
+            "http://llm.test/v1", "contract-model", transport=httpx2.MockTransport(wire.openai_chat)
         )
     else:
         from chatqna.backends.local_llm import LlamaCppLLM

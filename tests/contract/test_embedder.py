@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2
 import numpy as np
 import pytest
 
@@ -19,7 +19,9 @@ pytestmark = pytest.mark.anyio
 async def embedder(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[Embedder]:
     built: Embedder
     if request.param == "tei":
-        built = TEIEmbedder("http://tei.test", max_batch=4, transport=httpx.MockTransport(wire.tei))
+        built = TEIEmbedder(
+            "http://tei.test", max_batch=4, transport=httpx2.MockTransport(wire.tei)
+        )
     else:
         from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
@@ -45,7 +45,7 @@ def candidates() -> list[ScoredChunk]:
 async def reranker(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[Reranker]:
     built: Reranker
     if request.param == "tei":
-        built = TEIReranker("http://tei.test", transport=httpx.MockTransport(wire.tei))
+        built = TEIReranker("http://tei.test", transport=httpx2.MockTransport(wire.tei))
     elif request.param == "local-hashing":
         built = EmbeddingSimilarityReranker(HashingEmbedder(wire.DIMENSION))
     else:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.app import create_app
@@ -77,7 +77,7 @@ async def retriever_service(settings: Settings) -> AsyncIterator[Subject]:
     none = NoLLM()
     app = create_app(settings, Backends(EMBEDDER, index, None, none, none), role="retriever")
     async with app.router.lifespan_context(app):
-        client = RemoteRetriever("http://retriever.test", transport=httpx.ASGITransport(app=app))
+        client = RemoteRetriever("http://retriever.test", transport=httpx2.ASGITransport(app=app))
         yield Subject(client, index, "service")
         await client.aclose()
     await index.aclose()

@@ -1,6 +1,6 @@
 """The upstream client's contract on real sockets, against one loopback server, over the
-transport the service sends through (httpx's own): the request on the wire is the one a
-`httpx.MockTransport` sees in the unit tests; replies and streams come back whole, in order
+transport the service sends through (httpx2's own): the request on the wire is the one a
+`httpx2.MockTransport` sees in the unit tests; replies and streams come back whole, in order
 and decoded (gzip), past an interim `103`, and a body is read no further than its limit;
 proxies from the environment are used unless `NO_PROXY` exempts the upstream; and each
 failure is an exception that `chatqna.upstream.policy` retries and translates to a typed
@@ -13,7 +13,7 @@ import gzip
 import socket
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.errors import UpstreamError, UpstreamTimeout
@@ -101,7 +101,7 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.lower(), raising=False)
 
 
-def client(base: str, transport: httpx.AsyncBaseTransport | None = None) -> UpstreamClient:
+def client(base: str, transport: httpx2.AsyncBaseTransport | None = None) -> UpstreamClient:
     return UpstreamClient(
         base,
         timeout_seconds=0.5,
@@ -139,13 +139,13 @@ async def test_the_wire_gets_the_request_a_mock_transport_sees(base: str) -> Non
     finally:
         await real.aclose()
     line, named = request_head(SEEN[-1])
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
-        return httpx.Response(200, json={})
+        return httpx2.Response(200, json={})
 
-    mocked = client(with_credentials, httpx.MockTransport(answer))
+    mocked = client(with_credentials, httpx2.MockTransport(answer))
     try:
         await mocked.post("/json", {"input": ["q"]})
     finally:
@@ -253,7 +253,7 @@ async def test_a_refused_connection_is_a_retryable_upstream_error_not_a_timeout(
         port = probe.getsockname()[1]
     refused = client(f"http://127.0.0.1:{port}")
     try:
-        with pytest.raises(httpx.ConnectError) as caught:
+        with pytest.raises(httpx2.ConnectError) as caught:
             await refused.post("/json", {})
     finally:
         await refused.aclose()
@@ -264,14 +264,14 @@ async def test_a_refused_connection_is_a_retryable_upstream_error_not_a_timeout(
 
 
 async def test_a_silent_upstream_is_a_read_timeout(upstream: UpstreamClient) -> None:
-    with pytest.raises(httpx.ReadTimeout) as caught:
+    with pytest.raises(httpx2.ReadTimeout) as caught:
         await upstream.post("/silent", {})
     error = translate_http_error(caught.value, backend="llm", what="POST /silent")
     assert type(error) is UpstreamTimeout and error.status_code == 504
 
 
 async def test_a_body_cut_short_is_a_retryable_error(upstream: UpstreamClient) -> None:
-    with pytest.raises(httpx.RemoteProtocolError) as caught:
+    with pytest.raises(httpx2.RemoteProtocolError) as caught:
         await upstream.post("/short", {})
     assert is_retryable(caught.value)
     error = translate_http_error(caught.value, backend="llm", what="POST /short")

@@ -1,4 +1,4 @@
-"""Stand-in upstreams on `httpx.MockTransport`, speaking each one's documented wire format.
+"""Stand-in upstreams on `httpx2.MockTransport`, speaking each one's documented wire format.
 
 - TEI `POST /v1/embeddings` (OpenAI's embeddings shape) and `POST /rerank`
   (`[{"index", "score"}]`, best first), `GET /health`;
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
+import httpx2
 import numpy as np
 
 from chatqna.backends.fakes import HashingEmbedder
@@ -30,10 +30,10 @@ def _unit(text: str) -> np.ndarray:
     return vector / max(float(np.linalg.norm(vector)), 1e-9)
 
 
-def tei(request: httpx.Request) -> httpx.Response:
+def tei(request: httpx2.Request) -> httpx2.Response:
     """TEI's embeddings, rerank and health routes."""
     if request.url.path == "/health":
-        return httpx.Response(200)
+        return httpx2.Response(200)
     body = json.loads(request.content)
     if request.url.path == "/v1/embeddings":
         texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
@@ -41,13 +41,13 @@ def tei(request: httpx.Request) -> httpx.Response:
             {"object": "embedding", "index": i, "embedding": (2.0 * _HASHING.vector(t)).tolist()}
             for i, t in enumerate(texts)
         ]
-        return httpx.Response(200, json={"object": "list", "data": data, "model": "hashing"})
+        return httpx2.Response(200, json={"object": "list", "data": data, "model": "hashing"})
     if request.url.path == "/rerank":
         query = _unit(body["query"])
         scores = [float(_unit(text) @ query) for text in body["texts"]]
         ranked = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
-        return httpx.Response(200, json=[{"index": i, "score": scores[i]} for i in ranked])
-    return httpx.Response(404, json={"error": "no such route"})
+        return httpx2.Response(200, json=[{"index": i, "score": scores[i]} for i in ranked])
+    return httpx2.Response(404, json={"error": "no such route"})
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -66,11 +66,11 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> st
 CONTEXT_CHARS = 8192
 
 
-def openai_chat(request: httpx.Request) -> httpx.Response:
+def openai_chat(request: httpx2.Request) -> httpx2.Response:
     """An OpenAI-compatible chat server whose answer is `REPLY` cut to `max_tokens` words; a
     prompt over `CONTEXT_CHARS` is refused as beyond the model's context."""
     if request.url.path == "/v1/models":
-        return httpx.Response(200, json={"object": "list", "data": [{"id": "contract-model"}]})
+        return httpx2.Response(200, json={"object": "list", "data": [{"id": "contract-model"}]})
     body = json.loads(request.content)
     prompt_chars = sum(len(m["content"]) for m in body["messages"])
     if prompt_chars > CONTEXT_CHARS:  # refused as llama.cpp's server refuses it
@@ -81,7 +81,7 @@ def openai_chat(request: httpx.Request) -> httpx.Response:
             "n_prompt_tokens": prompt_chars // 4,
             "n_ctx": CONTEXT_CHARS // 4,
         }
-        return httpx.Response(400, json={"error": error})
+        return httpx2.Response(400, json={"error": error})
     words = REPLY.split()
     limit = body.get("max_tokens") or len(words)
     kept = words[:limit]
@@ -90,9 +90,9 @@ def openai_chat(request: httpx.Request) -> httpx.Response:
     if not body.get("stream"):
         message = {"role": "assistant", "content": " ".join(kept)}
         choice = {"index": 0, "message": message, "finish_reason": finish}
-        return httpx.Response(200, json={"choices": [choice], "usage": usage})
+        return httpx2.Response(200, json={"choices": [choice], "usage": usage})
     pieces = [word if i == 0 else " " + word for i, word in enumerate(kept)]
     text = _chunk({"role": "assistant"}) + "".join(_chunk({"content": p}) for p in pieces)
     text += _chunk({}, finish) + f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
     text += "data: [DONE]\n\n"
-    return httpx.Response(200, text=text, headers={"content-type": "text/event-stream"})
+    return httpx2.Response(200, text=text, headers={"content-type": "text/event-stream"})

@@ -1,4 +1,4 @@
-"""Feature suites: the whole app driven through `httpx.ASGITransport` on in-process backends.
+"""Feature suites: the whole app driven through `httpx2.ASGITransport` on in-process backends.
 
 They reuse the unit tests' fixtures (the app client, settings, the in-memory span exporter)
 and their guards: no network, and no ChatQnA variable leaking in from the environment.
@@ -11,16 +11,14 @@ import respx
 from tests.unit.api.conftest import client_for, settings
 from tests.unit.conftest import _clean_environment, _no_network, _no_proxies, spans
 
-APP_HOST = "chatqna.test"  # the app client's base URL (`client_for`)
-
 
 def upstream_mock(**options: Any) -> respx.MockRouter:
-    """A respx router for the upstreams: respx's `httpx` mocker, which routes every httpx
-    client's requests whatever its transport (the upstream clients send through httpx);
-    the app client's own requests to `APP_HOST` pass through to the app."""
-    router = respx.mock(using="httpx", **options)
-    router.route(host=APP_HOST).pass_through()
-    return router
+    """A respx router for the upstreams, at httpcore2's connection pool (the `httpcore2`
+    mocker that pytest-httpx2 adds to respx): it routes the requests of every client on
+    httpx2's own transport, as the upstream clients are; the app client's requests, on
+    `httpx2.ASGITransport`, never reach a pool and go to the app. Routes answer with
+    respx's (httpx) responses, which the pool hands on to httpx2 as any response."""
+    return respx.mock(using="httpcore2", **options)
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import Literal
 
-import httpx
+import httpx2
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
@@ -50,14 +50,16 @@ SIGNED_IN = basic("anyone", KEY)
 
 async def running(
     settings: Settings, role: Role
-) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[FastAPI, httpx2.AsyncClient]]:
     backends = await make_backends(settings)
     if role == "retriever":
         backends.reranker = None
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role=role)
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://chatqna.test") as client:
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(
+            transport=transport, base_url="http://chatqna.test"
+        ) as client:
             yield app, client
 
 

@@ -6,6 +6,7 @@ import json
 import logging
 
 import httpx
+import httpx2
 import numpy as np
 import pytest
 
@@ -60,7 +61,7 @@ def blend_settings(settings: Settings) -> Settings:
 
 async def _app(
     client_for: ClientFactory, settings: Settings, **extra: object
-) -> tuple[httpx.AsyncClient, RecordingRetriever, RecordingReranker]:
+) -> tuple[httpx2.AsyncClient, RecordingRetriever, RecordingReranker]:
     backends = await make_backends(settings, embedder=TEIEmbedder(TEI), **extra)  # type: ignore[arg-type]
     retriever = RecordingRetriever(backends.retriever)
     reranker = RecordingReranker()

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 import httpx
+import httpx2
 import pytest
 
 from chatqna.backends.fakes import (
@@ -65,7 +66,9 @@ def condense_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"multi_turn_mode": "condense"})
 
 
-async def _client(client_for: ClientFactory, settings: Settings, probe: Probe) -> httpx.AsyncClient:
+async def _client(
+    client_for: ClientFactory, settings: Settings, probe: Probe
+) -> httpx2.AsyncClient:
     backends = await make_backends(
         settings, embedder=probe.embedder, reranker=probe.reranker, llm=probe.answer_llm
     )
@@ -123,7 +126,7 @@ async def test_first_turn_makes_no_rewrite_call(
 
 
 def _timeout(request: httpx.Request) -> httpx.Response:
-    raise httpx.ReadTimeout("slow", request=request)
+    raise httpx2.ReadTimeout("slow", request=request)
 
 
 FAILURES: list[tuple[str, Callable[[httpx.Request], httpx.Response]]] = [

@@ -4,7 +4,7 @@ Whole requests run with the API key set, against remote clients (TEI embeddings 
 an OpenAI-compatible LLM with its own key) whose transport is a local handler: condense and
 blend turns, streamed and not, an ingested document, an upstream that echoes the prompt in
 its error body, and a request with a wrong key. Every log record (DEBUG and up, from every
-logger, httpx's included) and every span is then searched for the keys and the user's words.
+logger, httpx2's included) and every span is then searched for the keys and the user's words.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -51,7 +51,7 @@ class Upstream:
         self.authorizations: set[str] = set()
         self.hashing = HashingEmbedder()
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         if request.url.path == "/v1/embeddings":
             texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
@@ -59,24 +59,24 @@ class Upstream:
                 {"index": i, "embedding": self.hashing.vector(t).tolist()}
                 for i, t in enumerate(texts)
             ]
-            return httpx.Response(200, json={"data": data})
+            return httpx2.Response(200, json={"data": data})
         if request.url.path == "/rerank":
-            return httpx.Response(
+            return httpx2.Response(
                 200, json=[{"index": i, "score": 1.0 / (i + 1)} for i in range(len(body["texts"]))]
             )
         self.authorizations.add(request.headers.get("authorization", ""))
         latest = body["messages"][-1]["content"]
         if self.failing:
-            return httpx.Response(400, json={"error": {"message": f"cannot parse: {latest}"}})
+            return httpx2.Response(400, json={"error": {"message": f"cannot parse: {latest}"}})
         if body.get("response_format"):  # the condense rewrite
             question = latest.rsplit("Latest message:", 1)[-1].strip()
-            return httpx.Response(200, json=completion(json.dumps({"standalone_query": question})))
+            return httpx2.Response(200, json=completion(json.dumps({"standalone_query": question})))
         reply = f"About {latest[:40]}: kept 30 days."
         if not body.get("stream"):
-            return httpx.Response(200, json=completion(reply))
+            return httpx2.Response(200, json=completion(reply))
         chunks = [{"choices": [{"index": 0, "delta": {"content": reply}}]}]
         text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-        return httpx.Response(200, text=text, headers={"content-type": "text/event-stream"})
+        return httpx2.Response(200, text=text, headers={"content-type": "text/event-stream"})
 
 
 def completion(content: str) -> dict[str, object]:
@@ -86,8 +86,8 @@ def completion(content: str) -> dict[str, object]:
 
 async def remote_client(
     client_for: ClientFactory, settings: Settings, upstream: Upstream
-) -> httpx.AsyncClient:
-    transport = httpx.MockTransport(upstream)
+) -> httpx2.AsyncClient:
+    transport = httpx2.MockTransport(upstream)
     llm = OpenAIChatLLM(
         "http://llm.test", "m", api_key=UPSTREAM_KEY, backend="llm", transport=transport
     )
@@ -127,7 +127,7 @@ def captured(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixt
     yield caplog
 
 
-async def run_every_kind_of_request(client: httpx.AsyncClient, upstream: Upstream) -> None:
+async def run_every_kind_of_request(client: httpx2.AsyncClient, upstream: Upstream) -> None:
     streamed = await client.post("/v1/chatqna", json={"messages": HISTORY}, headers=BEARER)
     assert streamed.status_code == 200 and parse_sse(streamed.text)[-1][1] == "[DONE]"
     assert "Quokkaville" in streamed.text  # the user's words do flow, just not into logs

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 
 import httpx
+import httpx2
 import pytest
 from opentelemetry import propagate
 from opentelemetry.propagators.composite import CompositePropagator
@@ -52,7 +53,7 @@ def span_id(span: ReadableSpan) -> int:
 
 async def _client(
     client_for: ClientFactory, settings: Settings, rewriter: bool = False
-) -> httpx.AsyncClient:
+) -> httpx2.AsyncClient:
     backends = await make_backends(settings, llm=ScriptedLLM())
     if rewriter:
         backends.condense_llm = OpenAIChatLLM(LLM, "rewriter", backend="condense_llm")
@@ -200,7 +201,7 @@ async def test_condense_skipped_without_history(
 
 
 def _timeout(request: httpx.Request) -> httpx.Response:
-    raise httpx.ReadTimeout("slow", request=request)
+    raise httpx2.ReadTimeout("slow", request=request)
 
 
 FAILURES: list[tuple[str, Callable[[httpx.Request], httpx.Response]]] = [

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import redis
 
@@ -125,9 +125,9 @@ def _start_server_once(
                 raise PortTaken(f"port {port} was taken:\n{logged}")
             raise RuntimeError(f"server exited early:\n{logged}")
         try:
-            if httpx.get(f"{server.url}{ready_path}", timeout=2).status_code == 200:
+            if httpx2.get(f"{server.url}{ready_path}", timeout=2).status_code == 200:
                 return server
-        except httpx.HTTPError:
+        except httpx2.HTTPError:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"server not ready in {timeout}s:\n{server.stop()}")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration.conftest import REPO, SAMPLE_CORPUS, clean_env, ingest_cli, start_server
@@ -25,7 +25,7 @@ CHAT = [
 
 
 def _sources(url: str) -> list[str]:
-    response = httpx.post(
+    response = httpx2.post(
         f"{url}/v1/chatqna", json={"messages": CHAT, "stream": False, "max_tokens": 4}, timeout=120
     )
     assert response.status_code == 200, response.text

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -137,7 +137,7 @@ class Servers:
 
 def ingest_corpus(server: ServerProcess, headers: dict[str, str]) -> None:
     files = [("files", (p.name, p.read_bytes(), "text/markdown")) for p in SAMPLE_CORPUS.iterdir()]
-    response = httpx.post(
+    response = httpx2.post(
         f"{server.url}/v1/dataprep/ingest", files=files, headers=headers, timeout=120
     )
     assert response.status_code == 200, response.text
@@ -440,7 +440,7 @@ def test_api_key_sign_in_and_condense_failure_retry(servers: Servers, browser: W
     browser.get(servers.condense.url + "/")
     assert navigation_status(browser) == 401
     assert browser.find_elements(By.ID, "question") == []
-    refused = httpx.get(servers.condense.url + "/", timeout=10)
+    refused = httpx2.get(servers.condense.url + "/", timeout=10)
     assert refused.headers["www-authenticate"] == 'Basic realm="ChatQnA", charset="UTF-8"'
 
     # Signed in as through the browser's prompt (any user name, the key as the password): the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.errors import CONDENSE_FAILED_MESSAGE
@@ -36,7 +36,7 @@ def test_unreachable_llm_fails_closed_and_first_turns_make_no_rewrite(tmp_path: 
     )
     try:
         for stream in (True, False):
-            failed = httpx.post(
+            failed = httpx2.post(
                 f"{server.url}/v1/chatqna", json={"messages": CHAT, "stream": stream}, timeout=30
             )
             assert failed.status_code == 503
@@ -48,7 +48,7 @@ def test_unreachable_llm_fails_closed_and_first_turns_make_no_rewrite(tmp_path: 
 
         # A first turn needs no rewrite: retrieval runs and the stream starts; only the
         # answer, which needs the unreachable LLM, fails, as an error event.
-        single = httpx.post(
+        single = httpx2.post(
             f"{server.url}/v1/chatqna", json={"messages": "How do I export my data?"}, timeout=30
         )
         assert single.status_code == 200

@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from aiohttp import web
 
@@ -95,8 +95,8 @@ async def run(app: Any, *forms: dict[str, str]) -> list[Any]:
     out: list[Any] = []
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://chatqna.test"
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
         ) as client,
     ):
         for form in forms:
@@ -240,8 +240,8 @@ async def test_a_bad_upload_fails_the_request_before_any_link_is_fetched(
     app = await service(tmp_path, chatqna_dataprep_link_allowlist=["127.0.0.1"])
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://chatqna.test"
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
         ) as client,
     ):
         response = await client.post(

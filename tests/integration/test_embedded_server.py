@@ -6,7 +6,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -29,7 +29,7 @@ EXPORT_CHAT = [
 
 
 def test_streams_a_two_turn_chat(sample_server: ServerProcess) -> None:
-    response = httpx.post(
+    response = httpx2.post(
         f"{sample_server.url}/v1/chatqna",
         json={"messages": EXPORT_CHAT, "max_tokens": 24},
         timeout=120,
@@ -90,10 +90,10 @@ def test_restart_reopens_the_index_without_re_embedding(tmp_path: Path) -> None:
             ("files", (p.name, p.read_bytes(), "text/markdown"))
             for p in sorted(SAMPLE_CORPUS.glob("*.md"))
         ]
-        ingested = httpx.post(f"{first.url}/v1/dataprep/ingest", files=upload, timeout=120)
+        ingested = httpx2.post(f"{first.url}/v1/dataprep/ingest", files=upload, timeout=120)
         assert ingested.status_code == 200, ingested.text
         chunks = sum(f["chunks"] for f in ingested.json()["files"])
-        embedded = httpx.get(f"{first.url}/v1/ready").json()["backends"]["embedder"]
+        embedded = httpx2.get(f"{first.url}/v1/ready").json()["backends"]["embedder"]
         assert embedded["texts_embedded"] >= chunks > 0
     finally:
         first.stop()
@@ -102,17 +102,17 @@ def test_restart_reopens_the_index_without_re_embedding(tmp_path: Path) -> None:
 
     second = start_server(data, tmp_path / "second.log")
     try:
-        ready = httpx.get(f"{second.url}/v1/ready").json()["backends"]
+        ready = httpx2.get(f"{second.url}/v1/ready").json()["backends"]
         assert ready["retriever"]["loaded_from_disk"] is True
         assert ready["retriever"]["chunks"] == chunks
         assert ready["embedder"]["texts_embedded"] == 0, "a restart must not re-embed"
-        answer = httpx.post(
+        answer = httpx2.post(
             f"{second.url}/v1/chatqna",
             json={"messages": "When do promo credits expire?", "stream": False, "max_tokens": 8},
             timeout=120,
         )
         assert answer.json()["metadata"]["source_documents"][0]["source"] == "promo-credits.md"
-        after = httpx.get(f"{second.url}/v1/ready").json()["backends"]["embedder"]
+        after = httpx2.get(f"{second.url}/v1/ready").json()["backends"]["embedder"]
         # Only the question, once, for the dense leg (the embedded default does not rerank).
         assert after["texts_embedded"] == 1
     finally:

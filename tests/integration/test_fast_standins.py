@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.upstream.sse import parse_events
@@ -102,13 +102,13 @@ def paced_url(load_chats: ModuleType, tmp_path_factory: pytest.TempPathFactory) 
     yield from _fast_process(load_chats, log, options)
 
 
-def _call(url: str, method: str, path: str, body: Any) -> httpx.Response:
+def _call(url: str, method: str, path: str, body: Any) -> httpx2.Response:
     content = None if body is None else json.dumps(body).encode()
     headers = {} if body is None else {"content-type": "application/json"}
-    return httpx.request(method, url + path, content=content, headers=headers, timeout=10)
+    return httpx2.request(method, url + path, content=content, headers=headers, timeout=10)
 
 
-def _headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
+def _headers(response: httpx2.Response) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in response.headers.raw if k.lower() != b"date"]
 
 
@@ -186,7 +186,8 @@ def test_same_stream_frame_by_frame(app_url: str, fast_url: str) -> None:
 def test_chunked_request_body_is_decoded(app_url: str, fast_url: str) -> None:
     pieces = [b'{"query": "keep my ', b'data", "texts": ["data kept", "sso"]}']
     theirs, ours = (
-        httpx.post(url + "/rerank", content=iter(pieces), timeout=10) for url in (app_url, fast_url)
+        httpx2.post(url + "/rerank", content=iter(pieces), timeout=10)
+        for url in (app_url, fast_url)
     )
     assert ours.request.headers["transfer-encoding"] == "chunked"
     assert (ours.status_code, ours.content) == (theirs.status_code, theirs.content)
@@ -293,7 +294,7 @@ def test_delay_and_token_interval_pace_the_same_stream(app_url: str, paced_url: 
     ],
 )
 def test_bad_bodies_are_400(fast_url: str, path: str, body: bytes) -> None:
-    response = httpx.post(
+    response = httpx2.post(
         fast_url + path, content=body, headers={"content-type": "application/json"}, timeout=10
     )
     assert response.status_code == 400

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.errors import CONDENSE_FAILED_MESSAGE
@@ -98,15 +98,15 @@ def faults(stack: Stack) -> Iterator[FaultBook]:
     stack.faults.clear()
 
 
-def ask(url: str, messages: Any = QUESTION, **extra: Any) -> httpx.Response:
-    return httpx.post(
+def ask(url: str, messages: Any = QUESTION, **extra: Any) -> httpx2.Response:
+    return httpx2.post(
         f"{url}/v1/chatqna", json={"messages": messages, "max_tokens": 8, **extra}, timeout=30
     )
 
 
 def assert_recovers(stack: Stack, messages: Any = QUESTION) -> None:
     """The server is alive, and with the fault cleared the same request is answered."""
-    assert httpx.get(f"{stack.url}/v1/health_check", timeout=5).status_code == 200
+    assert httpx2.get(f"{stack.url}/v1/health_check", timeout=5).status_code == 200
     stack.faults.clear()
     response = ask(stack.url, messages)
     assert response.status_code == 200, response.text
@@ -116,7 +116,7 @@ def assert_recovers(stack: Stack, messages: Any = QUESTION) -> None:
     assert events[-1] == ("message", "[DONE]")
 
 
-def timed(call: Any) -> tuple[httpx.Response, float]:
+def timed(call: Any) -> tuple[httpx2.Response, float]:
     started = time.monotonic()
     response = call()
     return response, time.monotonic() - started
@@ -128,7 +128,7 @@ BEFORE_STREAM = [
     ("slow", 504, "upstream_timeout", "timed out", True),
     ("endless", 504, "upstream_timeout", "timed out", True),
     ("http_error", 502, "upstream_error", "returned HTTP 500", True),
-    # httpx's names: a reset connection, a body shorter than its Content-Length.
+    # httpx2's names: a reset connection, a body shorter than its Content-Length.
     ("reset", 502, "upstream_error", "(ReadError)", True),
     ("truncated", 502, "upstream_error", "(RemoteProtocolError)", True),
     ("malformed", 502, "bad_upstream_response", "not JSON", False),
@@ -206,7 +206,7 @@ def test_condense_fault_fails_closed_in_time(
         ("slow", "upstream_timeout", "timed out", TIMEOUT),
         ("endless", "upstream_timeout", "longer than 2.0s", GENERATION_TIMEOUT),
         ("http_error", "upstream_error", "returned HTTP 500", 0.0),
-        # A reset under the body: httpx's read error.
+        # A reset under the body: httpx2's read error.
         ("reset", "upstream_error", "(ReadError)", 0.0),
         ("truncated", "bad_upstream_response", "cut off inside an event", 0.0),
         ("malformed", "bad_upstream_response", "not JSON", 0.0),
@@ -267,7 +267,7 @@ def closed_early(
 def test_client_disconnect_closes_the_upstream_stream(stack: Stack, faults: FaultBook) -> None:
     faults.set("chat", Fault("endless"))  # tokens until someone stops listening
     started = time.monotonic()
-    with httpx.stream(
+    with httpx2.stream(
         "POST", f"{stack.url}/v1/chatqna", json={"messages": QUESTION}, timeout=30
     ) as response:
         tokens = 0
@@ -288,9 +288,9 @@ def test_a_client_gone_before_its_completion_stops_the_upstream_call(
     faults.set("chat", Fault("endless"))  # a completion whose body never ends
     body = {"messages": QUESTION, "max_tokens": 8}  # not streamed: OpenAI's default
     started = time.monotonic()
-    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
-        httpx.post(
-            f"{stack.url}/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.3)
+    with pytest.raises(httpx2.ReadTimeout):  # the client gives up and closes its connection
+        httpx2.post(
+            f"{stack.url}/v1/chat/completions", json=body, timeout=httpx2.Timeout(30, read=0.3)
         )
     left = time.monotonic() - started
     closed_at, _ = closed_early(faults, started, GENERATION_TIMEOUT + SLACK)
@@ -306,18 +306,18 @@ def test_saturated_chats_get_429_with_retry_after(stack: Stack, faults: FaultBoo
     faults.set("chat", Fault("endless"))
     body = {"messages": QUESTION}
     with (
-        httpx.stream("POST", f"{stack.url}/v1/chatqna", json=body, timeout=30) as first,
-        httpx.stream("POST", f"{stack.url}/v1/chatqna", json=body, timeout=30) as second,
+        httpx2.stream("POST", f"{stack.url}/v1/chatqna", json=body, timeout=30) as first,
+        httpx2.stream("POST", f"{stack.url}/v1/chatqna", json=body, timeout=30) as second,
     ):
         assert first.status_code == second.status_code == 200
-        refused = httpx.post(f"{stack.url}/v1/chat/completions", json=body, timeout=30)
+        refused = httpx2.post(f"{stack.url}/v1/chat/completions", json=body, timeout=30)
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
         envelope = refused.json()
         assert envelope["error"] == "too_many_requests"
         assert "CHATQNA_MAX_CONCURRENT_CHATS" in envelope["message"]
         # Health checks are not chats: they still answer.
-        assert httpx.get(f"{stack.url}/v1/health_check", timeout=5).status_code == 200
+        assert httpx2.get(f"{stack.url}/v1/health_check", timeout=5).status_code == 200
     assert_recovers(stack)
 
 

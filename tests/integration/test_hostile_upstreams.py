@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.backends.openai_chat import OpenAIChatLLM
@@ -85,7 +85,7 @@ def chat(service: Service) -> Iterator[HostileChat]:
 
 def ask(url: str, marker: str, stream: bool) -> str:
     """The answer text of one chat about `marker` (asserting it succeeded)."""
-    response = httpx.post(
+    response = httpx2.post(
         f"{url}/v1/chatqna",
         json={"messages": f"Tell me about ask-{marker} please", "stream": stream},
         timeout=30,
@@ -115,7 +115,7 @@ def test_early_hints_before_the_answer_leave_each_chat_its_own_answer(
     second = ask(service.server.url, "beta", stream)
     assert first.strip() == "Answer for alpha."
     assert second.strip() == "Answer for beta."
-    ready = httpx.get(f"{service.server.url}/v1/ready", timeout=10)  # GET /v1/models, too
+    ready = httpx2.get(f"{service.server.url}/v1/ready", timeout=10)  # GET /v1/models, too
     assert ready.status_code == 200, ready.text
 
 
@@ -132,7 +132,7 @@ def test_readiness_answers_within_the_llm_timeout_when_its_probe_never_ends(
 ) -> None:
     chat.stall_models = "hints"
     started = time.monotonic()
-    ready = httpx.get(f"{service.server.url}/v1/ready", timeout=30)
+    ready = httpx2.get(f"{service.server.url}/v1/ready", timeout=30)
     elapsed = time.monotonic() - started
     assert ready.status_code == 503, ready.text
     llm = ready.json()["backends"]["llm"]
@@ -142,10 +142,12 @@ def test_readiness_answers_within_the_llm_timeout_when_its_probe_never_ends(
 
 async def abandon_probes(url: str, count: int) -> None:
     """`count` readiness probes at once, each given up by its client after half a second."""
-    async with httpx.AsyncClient(timeout=0.5, limits=httpx.Limits(max_connections=None)) as client:
+    async with httpx2.AsyncClient(
+        timeout=0.5, limits=httpx2.Limits(max_connections=None)
+    ) as client:
 
         async def probe() -> None:
-            with contextlib.suppress(httpx.TimeoutException):
+            with contextlib.suppress(httpx2.TimeoutException):
                 await client.get(f"{url}/v1/ready")
 
         await asyncio.gather(*(probe() for _ in range(count)))
@@ -165,7 +167,7 @@ def test_abandoned_readiness_probes_give_back_their_upstream_connections(
     chat.stall_models = None
     assert ask(service.server.url, "after", False).strip() == "Answer for after."
     assert ask(service.server.url, "after", True).strip() == "Answer for after."
-    assert httpx.get(f"{service.server.url}/v1/ready", timeout=10).status_code == 200
+    assert httpx2.get(f"{service.server.url}/v1/ready", timeout=10).status_code == 200
 
 
 def test_every_upstream_is_reached_through_the_proxy_in_http_proxy(

@@ -1,6 +1,6 @@
 """The clients of our own service (`chatqna ask`, `chatqna bench --service`) reach it on
 loopback straight, with a proxy in `HTTP_PROXY`: a loopback forward proxy records every
-request it gets, and must get none of theirs, while an ordinary httpx client goes through it.
+request it gets, and must get none of theirs, while an ordinary httpx2 client goes through it.
 Real sockets on 127.0.0.1, in this process."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from typer.testing import CliRunner
 
@@ -62,9 +62,9 @@ def proxied(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, ChatService,
 def test_the_proxy_carries_an_ordinary_client_to_loopback(
     proxied: tuple[str, ChatService, ForwardProxy],
 ) -> None:
-    """The set-up proves something: httpx itself exempts no loopback address."""
+    """The set-up proves something: httpx2 itself exempts no loopback address."""
     url, service, proxy = proxied
-    with httpx.Client() as client:
+    with httpx2.Client() as client:
         client.post(f"{url}/v1/chatqna", json={"stream": True})
     assert [line.split(b" ")[1].decode() for line in proxy.seen] == [f"{url}/v1/chatqna"]
     assert len(service.seen) == 1  # forwarded
@@ -88,7 +88,7 @@ def test_bench_against_a_service_on_loopback_goes_past_the_proxy(
 ) -> None:
     url, service, proxy = proxied
     dataset = load_dataset(write_dataset(tmp_path))
-    with pytest.raises(httpx.HTTPStatusError, match="502"):
+    with pytest.raises(httpx2.HTTPStatusError, match="502"):
         asyncio.run(run_against_service(dataset, url, ingest=False, samples=10))
     assert proxy.seen == []
     assert service.seen[:1] == [b"POST /v1/chatqna HTTP/1.1"]

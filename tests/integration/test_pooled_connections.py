@@ -1,4 +1,4 @@
-"""A connection goes back to httpcore's pool the moment a body has been read to its end, and
+"""A connection goes back to httpcore2's pool the moment a body has been read to its end, and
 the pool may hand it to the next call at once: whatever closes the finished response after
 that must leave the connection to the call that now carries it. And a call cancelled at
 any point (its deadline, a client that went away) gives its connection back or closes it:

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration.conftest import REPO, SAMPLE_CORPUS, ingest_cli, start_server
@@ -38,7 +38,7 @@ def quick_start_env() -> dict[str, str]:
 
 
 def metadata_of(url: str, body: dict[str, object]) -> dict[str, object]:
-    response = httpx.post(f"{url}/v1/chatqna", json=body, timeout=120)
+    response = httpx2.post(f"{url}/v1/chatqna", json=body, timeout=120)
     assert response.status_code == 200, response.text
     name, data = parse_sse(response.text)[0]
     assert name == "metadata"

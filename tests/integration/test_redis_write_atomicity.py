@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import numpy as np
 import pytest
 import redis
@@ -74,7 +74,7 @@ async def open_single(url: str) -> RedisHybridIndex:
     return await RedisHybridIndex.open(url, embedder_name="e", dimension=DIM, vector=EXACT)
 
 
-async def dataprep(retriever: Retriever, tmp_path: Path, body: dict[str, str]) -> httpx.Response:
+async def dataprep(retriever: Retriever, tmp_path: Path, body: dict[str, str]) -> httpx2.Response:
     """`POST /v1/dataprep/delete` with `body`, through the app with `retriever`."""
     settings = Settings(chatqna_data_dir=tmp_path / "data", _env_file=None)
     chat = ScriptedLLM()
@@ -89,7 +89,7 @@ async def dataprep(retriever: Retriever, tmp_path: Path, body: dict[str, str]) -
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://t") as client,
     ):
         return await client.post("/v1/dataprep/delete", json=body)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration.conftest import SAMPLE_CORPUS, start_server
@@ -28,12 +28,12 @@ def _upload(url: str) -> None:
         ("files", (p.name, p.read_bytes(), "text/markdown"))
         for p in sorted(SAMPLE_CORPUS.glob("*.md"))
     ]
-    response = httpx.post(f"{url}/v1/dataprep/ingest", files=files, timeout=120)
+    response = httpx2.post(f"{url}/v1/dataprep/ingest", files=files, timeout=120)
     assert response.status_code == 200, response.text
 
 
 def _ask(url: str) -> dict[str, object]:
-    response = httpx.post(
+    response = httpx2.post(
         f"{url}/v1/chatqna", json={"messages": CHAT, "max_tokens": 8}, timeout=120
     )
     assert response.status_code == 200, response.text
@@ -54,11 +54,11 @@ def test_megaservice_on_redis_stack(tmp_path: Path) -> None:
         )
         try:
             _upload(server.url)
-            ready = httpx.get(f"{server.url}/v1/ready").json()["backends"]["retriever"]
+            ready = httpx2.get(f"{server.url}/v1/ready").json()["backends"]["retriever"]
             assert ready["kind"] == "redis" and ready["chunks"] == 36
             sources = _ask(server.url)["source_documents"]
             assert isinstance(sources, list) and sources[0]["source"] == "export.md"
-            listed = httpx.post(f"{server.url}/v1/dataprep/get").json()
+            listed = httpx2.post(f"{server.url}/v1/dataprep/get").json()
             assert len(listed) == 10
         finally:
             server.stop()
@@ -83,12 +83,12 @@ def test_megaservice_through_the_retriever_service(tmp_path: Path) -> None:
             assert isinstance(sources, list) and sources[0]["source"] == "export.md"
             retrieval = metadata["retrieval"]
             assert isinstance(retrieval, dict) and retrieval["blend"]["executed"] is True
-            refused = httpx.post(
+            refused = httpx2.post(
                 f"{mega.url}/v1/dataprep/ingest",
                 files=[("files", ("x.md", b"# x\n\ntext", "text/plain"))],
             )
             assert refused.status_code == 501 and refused.json()["error"] == "not_supported"
-            assert len(httpx.post(f"{mega.url}/v1/dataprep/get").json()) == 10
+            assert len(httpx2.post(f"{mega.url}/v1/dataprep/get").json()) == 10
         finally:
             mega.stop()
     finally:

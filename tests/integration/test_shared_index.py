@@ -6,7 +6,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration.conftest import SAMPLE_CORPUS, start_server
@@ -16,18 +16,18 @@ pytestmark = pytest.mark.slow
 
 def upload(url: str, files: list[tuple[str, bytes]]) -> None:
     parts = [("files", (name, data, "text/markdown")) for name, data in files]
-    response = httpx.post(f"{url}/v1/dataprep/ingest", files=parts, timeout=180)
+    response = httpx2.post(f"{url}/v1/dataprep/ingest", files=parts, timeout=180)
     assert response.status_code == 200, response.text
 
 
 def sources_found(url: str, text: str, k: int = 5) -> list[str]:
-    response = httpx.post(f"{url}/v1/retrieval", json={"text": text, "k": k}, timeout=60)
+    response = httpx2.post(f"{url}/v1/retrieval", json={"text": text, "k": k}, timeout=60)
     assert response.status_code == 200, response.text
     return [doc["metadata"]["source"] for doc in response.json()["retrieved_docs"]]
 
 
 def listed(url: str) -> set[str]:
-    response = httpx.post(f"{url}/v1/dataprep/get", timeout=30)
+    response = httpx2.post(f"{url}/v1/dataprep/get", timeout=30)
     assert response.status_code == 200, response.text
     return {entry["name"] for entry in response.json()}
 
@@ -51,7 +51,7 @@ def test_two_processes_share_one_index(tmp_path: Path) -> None:
         upload(second.url, [("zanzibar.md", note)])
         assert sources_found(first.url, "zanzibar office mango tea")[0] == "zanzibar.md"
 
-        response = httpx.post(
+        response = httpx2.post(
             f"{first.url}/v1/dataprep/delete", json={"file_path": "zanzibar.md"}, timeout=30
         )
         assert response.status_code == 200, response.text
@@ -69,10 +69,10 @@ def test_two_processes_share_one_index(tmp_path: Path) -> None:
             assert listed(server.url) == expected
             assert sources_found(server.url, "quokka topic")[0] == "quokka-0.md"
             assert sources_found(server.url, "axolotl topic")[0] == "axolotl-0.md"
-            ready = httpx.get(f"{server.url}/v1/ready", timeout=30).json()["backends"]
+            ready = httpx2.get(f"{server.url}/v1/ready", timeout=30).json()["backends"]
             assert ready["retriever"]["kind"] == "embedded"
         chunks = [
-            httpx.get(f"{s.url}/v1/ready", timeout=30).json()["backends"]["retriever"]["chunks"]
+            httpx2.get(f"{s.url}/v1/ready", timeout=30).json()["backends"]["retriever"]["chunks"]
             for s in servers
         ]
         assert chunks[0] == chunks[1] > len(corpus)

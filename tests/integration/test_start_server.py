@@ -7,7 +7,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration import conftest
@@ -30,7 +30,7 @@ def test_a_taken_port_is_replaced_by_a_free_one(
     server = conftest.start_server(tmp_path / "data", tmp_path / "server.log", command="retriever")
     try:
         assert not server.url.endswith(f":{taken_port}")
-        assert httpx.get(f"{server.url}/v1/health_check", timeout=5).status_code == 200
+        assert httpx2.get(f"{server.url}/v1/health_check", timeout=5).status_code == 200
     finally:
         server.stop()
 

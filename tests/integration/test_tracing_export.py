@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration.conftest import SAMPLE_CORPUS, ingest_cli, start_server
@@ -99,8 +99,8 @@ def llm_stand_in() -> Iterator[tuple[str, list[dict[str, str]]]]:
         server.server_close()
 
 
-def ask(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
-    response = httpx.post(
+def ask(url: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+    response = httpx2.post(
         f"{url}/v1/chatqna",
         json={"messages": CHAT, "max_tokens": 8, "stream": False},
         headers=headers,
@@ -248,7 +248,7 @@ def test_under_opentelemetry_instrument_the_whole_tree_is_one_trace(
     assert {s["service"] for s in spans} == {"chatqna-instrumented"}, log
     by_name = assert_one_tree(spans)
     client_calls = [s for s in spans if s["name"] == "POST"]
-    # httpx's instrumentation, active here, adds no second span to an upstream call.
+    # The instrumentation of httpx2, active here, adds no second span to an upstream call.
     assert len(client_calls) == len(seen)
     generate = by_name["chatqna.generate"]
     (llm_call,) = [s for s in client_calls if s["parent_span_id"] == generate["span_id"]]

@@ -10,7 +10,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration.conftest import REPO, clean_env, start_server
@@ -43,14 +43,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def chat_requests_counted(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    text = httpx2.get(f"{url}/metrics", timeout=10).text
     pattern = r'^chatqna_requests_total\{[^}]*route="/v1/chatqna"[^}]*status="200"[^}]*\} (\S+)$'
     return sum(float(value) for value in re.findall(pattern, text, flags=re.MULTILINE))
 
 
 def ask(url: str) -> list[tuple[str, str]]:
     # A new connection each time, so the kernel hands chats to either worker.
-    response = httpx.post(
+    response = httpx2.post(
         f"{url}/v1/chatqna",
         json={"messages": [{"role": "user", "content": "How do I export my data?"}]},
         timeout=60,
@@ -94,7 +94,7 @@ def test_two_workers_share_the_port_and_one_scrape_counts_both(tmp_path: Path) -
 
 def sources_listed(url: str) -> set[str]:
     # A new connection each time, so either worker may answer.
-    response = httpx.post(f"{url}/v1/dataprep/get", timeout=30)
+    response = httpx2.post(f"{url}/v1/dataprep/get", timeout=30)
     assert response.status_code == 200, response.text
     return {item["name"] for item in response.json()}
 
@@ -114,7 +114,7 @@ def test_two_workers_share_the_embedded_index(tmp_path: Path) -> None:
         )
         try:
             assert len(workers_of(server.process.pid)) == 2
-            upload = httpx.post(
+            upload = httpx2.post(
                 f"{server.url}/v1/dataprep/ingest",
                 files=[("files", ("moonlit.md", b"# Moonlit\n\nThe moonlit archive keeps logs."))],
                 timeout=60,

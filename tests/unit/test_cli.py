@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from typer.testing import CliRunner
 
@@ -35,22 +35,22 @@ def test_the_help_text_lists_every_command() -> None:
 
 
 def serve_with(
-    monkeypatch: pytest.MonkeyPatch, handler: Callable[[httpx.Request], httpx.Response]
+    monkeypatch: pytest.MonkeyPatch, handler: Callable[[httpx2.Request], httpx2.Response]
 ) -> None:
     """Route `chatqna ask`'s request to `handler` instead of the network."""
 
     def stream(method: str, url: str, *, trust_env: bool = True, **kwargs: Any) -> Any:
-        client = httpx.Client(transport=httpx.MockTransport(handler), trust_env=trust_env)
+        client = httpx2.Client(transport=httpx2.MockTransport(handler), trust_env=trust_env)
         return client.stream(method, url, **kwargs)
 
-    monkeypatch.setattr(httpx, "stream", stream)
+    monkeypatch.setattr(httpx2, "stream", stream)
 
 
 def answering(
     body: bytes, content_type: str = "text/event-stream"
-) -> Callable[[httpx.Request], httpx.Response]:
-    def service(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=body, headers={"content-type": content_type})
+) -> Callable[[httpx2.Request], httpx2.Response]:
+    def service(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=body, headers={"content-type": content_type})
 
     return service
 
@@ -67,7 +67,7 @@ def test_ask_prints_the_answer_and_sends_sources_to_stderr(
     )
     sent: list[dict[str, Any]] = []
 
-    def service(request: httpx.Request) -> httpx.Response:
+    def service(request: httpx2.Request) -> httpx2.Response:
         sent.append(json.loads(request.content))
         return answering(body)(request)
 
@@ -113,8 +113,8 @@ def test_ask_exits_1_with_one_line_on_a_broken_stream(
 
 
 def test_ask_names_the_url_it_cannot_reach(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refused(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+    def refused(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("[Errno 111] Connection refused", request=request)
 
     serve_with(monkeypatch, refused)
     result = CliRunner().invoke(cli.app, ["ask", "--url", "http://127.0.0.1:9", "q"])
@@ -127,7 +127,7 @@ def test_ask_names_the_url_it_cannot_reach(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_ask_reports_a_refused_request_by_its_envelope(monkeypatch: pytest.MonkeyPatch) -> None:
     envelope = {"error": "unauthorized", "message": "Missing or wrong API key."}
-    serve_with(monkeypatch, lambda request: httpx.Response(401, json=envelope))
+    serve_with(monkeypatch, lambda request: httpx2.Response(401, json=envelope))
     result = CliRunner().invoke(cli.app, ["ask", "q"])
     assert result.exit_code == 1
     assert "HTTP 401: Missing or wrong API key. (unauthorized)" in result.stderr
@@ -204,7 +204,7 @@ def test_ask_sends_the_api_key_as_a_bearer_token(
         monkeypatch.setenv(name, value)
     headers: list[str | None] = []
 
-    def service(request: httpx.Request) -> httpx.Response:
+    def service(request: httpx2.Request) -> httpx2.Response:
         headers.append(request.headers.get("authorization"))
         return answering(data(ChunkWriter("m").chunk(ChunkDelta(content="ok"), "stop")) + DONE)(
             request
@@ -232,7 +232,7 @@ def test_ask_reads_only_the_api_key(
         monkeypatch.setenv(name, value)
     headers: list[str | None] = []
 
-    def service(request: httpx.Request) -> httpx.Response:
+    def service(request: httpx2.Request) -> httpx2.Response:
         headers.append(request.headers.get("authorization"))
         return answering(data(ChunkWriter("m").chunk(ChunkDelta(content="ok"), "stop")) + DONE)(
             request

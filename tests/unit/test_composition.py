@@ -138,7 +138,7 @@ async def test_a_tei_embedder_is_held_to_the_width_of_the_embedded_index(
     settings = Settings(tei_embedding_endpoint="http://tei.test", chatqna_data_dir=tmp_path)
     embedder = await composition.build_embedder(settings)
     assert isinstance(embedder, TEIEmbedder)
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         route = router.post("http://tei.test/v1/embeddings")
         route.respond(json={"data": [{"index": 0, "embedding": [0.6, 0.8]}]})
         index = await composition.build_retriever(settings, embedder)
@@ -437,7 +437,7 @@ async def test_a_tei_embedder_failing_its_probe_is_named_and_announced(
     )
     embedder = await composition.build_embedder(settings)
     caplog.set_level("INFO", logger="chatqna.composition")
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         router.post("http://tei.test/v1/embeddings").respond(503)
         with pytest.raises(StartupFailed, match=r"^TEI_EMBEDDING_ENDPOINT: embedder: "):
             await composition.build_retriever(settings, embedder)

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.app import create_app
@@ -66,19 +66,19 @@ ClientFactory = Callable[..., Any]
 
 @pytest.fixture
 async def client_for(settings: Settings) -> AsyncIterator[ClientFactory]:
-    """`await client_for(backends=None, settings=None)` -> an httpx client on a running app."""
+    """`await client_for(backends=None, settings=None)` -> an httpx2 client on a running app."""
     stack: list[Any] = []
 
     async def factory(
         backends: Backends | None = None, settings_: Settings | None = None
-    ) -> httpx.AsyncClient:
+    ) -> httpx2.AsyncClient:
         chosen = settings_ if settings_ is not None else settings
         live = backends if backends is not None else await make_backends(chosen)
         app = create_app(chosen, live, tracer_provider=TRACER_PROVIDER)
         lifespan = app.router.lifespan_context(app)
         await lifespan.__aenter__()
-        client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://chatqna.test"
+        client = httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
         )
         stack.append((lifespan, client))
         return client

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.app import create_app
@@ -245,15 +245,15 @@ async def test_too_many_messages_is_413(client_for: ClientFactory, settings: Set
 
 
 def _tei(handler: object) -> TEIEmbedder:
-    return TEIEmbedder("http://tei.test", transport=httpx.MockTransport(handler))  # type: ignore[arg-type]
+    return TEIEmbedder("http://tei.test", transport=httpx2.MockTransport(handler))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     ("handler", "status", "code"),
     [
-        (lambda request: httpx.Response(500, text="boom"), 502, "upstream_error"),
-        (lambda request: httpx.Response(200, text="not json"), 502, "bad_upstream_response"),
-        (lambda request: httpx.Response(200, json={"data": []}), 502, "bad_upstream_response"),
+        (lambda request: httpx2.Response(500, text="boom"), 502, "upstream_error"),
+        (lambda request: httpx2.Response(200, text="not json"), 502, "bad_upstream_response"),
+        (lambda request: httpx2.Response(200, json={"data": []}), 502, "bad_upstream_response"),
     ],
 )
 async def test_embedder_failures_are_typed_5xx(
@@ -276,9 +276,9 @@ async def test_a_malformed_retriever_reply_is_a_typed_502(
     client_for: ClientFactory, metadata: dict[str, object]
 ) -> None:
     doc = {"id": "c1", "text": "Refunds take 5 days.", "score": 0.5, "metadata": metadata}
-    reply = httpx.Response(200, json={"retrieved_docs": [doc]})
+    reply = httpx2.Response(200, json={"retrieved_docs": [doc]})
     retriever = RemoteRetriever(
-        "http://retriever.test", transport=httpx.MockTransport(lambda request: reply)
+        "http://retriever.test", transport=httpx2.MockTransport(lambda request: reply)
     )
     llm = ScriptedLLM()
     backends = Backends(HashingEmbedder(), retriever, RecordingReranker(), llm, llm)
@@ -291,8 +291,8 @@ async def test_a_malformed_retriever_reply_is_a_typed_502(
 
 
 async def test_embedder_timeout_is_504(client_for: ClientFactory, settings: Settings) -> None:
-    def slow(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("too slow", request=request)
+    def slow(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ReadTimeout("too slow", request=request)
 
     client = await client_for(await make_backends(settings, embedder=_tei(slow)))
     response = await client.post("/v1/chatqna", json={"messages": "hi"})
@@ -301,13 +301,13 @@ async def test_embedder_timeout_is_504(client_for: ClientFactory, settings: Sett
 
 
 def _llm(handler: object) -> OpenAIChatLLM:
-    return OpenAIChatLLM("http://llm.test/v1", "m", transport=httpx.MockTransport(handler))  # type: ignore[arg-type]
+    return OpenAIChatLLM("http://llm.test/v1", "m", transport=httpx2.MockTransport(handler))  # type: ignore[arg-type]
 
 
 async def test_llm_error_before_stream_is_5xx_for_non_stream(
     client_for: ClientFactory, settings: Settings
 ) -> None:
-    llm = _llm(lambda request: httpx.Response(503, text="overloaded"))
+    llm = _llm(lambda request: httpx2.Response(503, text="overloaded"))
     client = await client_for(await make_backends(settings, llm=llm))
     response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": False})
     assert response.status_code == 502
@@ -324,7 +324,7 @@ LLAMA_CPP_CONTEXT_ERROR = CONTEXT_ERRORS["llama.cpp"][1]  # as llama.cpp's serve
 async def test_a_prompt_beyond_the_llm_context_is_413_or_an_error_event(
     client_for: ClientFactory, settings: Settings
 ) -> None:
-    llm = _llm(lambda request: httpx.Response(400, json=LLAMA_CPP_CONTEXT_ERROR))
+    llm = _llm(lambda request: httpx2.Response(400, json=LLAMA_CPP_CONTEXT_ERROR))
     client = await client_for(await make_backends(settings, llm=llm))
     response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": False})
     assert response.status_code == 413
@@ -356,9 +356,9 @@ async def test_llm_failure_after_stream_start_is_error_event(
 async def test_truncated_upstream_stream_becomes_error_event(
     client_for: ClientFactory, settings: Settings
 ) -> None:
-    def truncated(request: httpx.Request) -> httpx.Response:
+    def truncated(request: httpx2.Request) -> httpx2.Response:
         chunk = {"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}]}
-        return httpx.Response(
+        return httpx2.Response(
             200,
             text=f"data: {json.dumps(chunk)}\n\n",
             headers={"content-type": "text/event-stream"},
@@ -407,7 +407,7 @@ async def test_hashing_embedder_sees_only_the_query(
 async def test_pieces_that_arrive_together_are_still_one_chunk_each(
     client_for: ClientFactory, settings: Settings
 ) -> None:
-    def together(request: httpx.Request) -> httpx.Response:
+    def together(request: httpx2.Request) -> httpx2.Response:
         frames = "".join(
             "data: "
             + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
@@ -419,7 +419,7 @@ async def test_pieces_that_arrive_together_are_still_one_chunk_each(
                 ({}, "stop"),
             )
         )
-        return httpx.Response(200, text=frames + "data: [DONE]\n\n")  # one read
+        return httpx2.Response(200, text=frames + "data: [DONE]\n\n")  # one read
 
     client = await client_for(await make_backends(settings, llm=_llm(together)))
     events = parse_sse((await client.post("/v1/chatqna", json={"messages": "hi"})).text)

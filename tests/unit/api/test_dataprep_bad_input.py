@@ -38,7 +38,7 @@ async def _sources(client: Any) -> dict[str, int]:
 
 def multipart(parts: list[tuple[str, bytes]]) -> tuple[bytes, str]:
     """A multipart body written byte for byte, so a file name reaches the service exactly
-    as given (httpx would percent-encode control characters in it)."""
+    as given (httpx2 would percent-encode control characters in it)."""
     boundary = "chatqna-test-boundary"
     body = b""
     for name, data in parts:

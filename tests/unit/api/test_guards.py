@@ -10,7 +10,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi import FastAPI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -56,7 +56,7 @@ class GatedLLM(ScriptedLLM):
 
 async def gated_client(
     client_for: ClientFactory, settings: Settings, **limits: Any
-) -> tuple[httpx.AsyncClient, GatedLLM]:
+) -> tuple[httpx2.AsyncClient, GatedLLM]:
     limited = settings.model_copy(update=limits)
     llm = GatedLLM()
     return await client_for(await make_backends(limited, llm=llm), limited), llm
@@ -307,7 +307,7 @@ def body_messages(body: bytes, pieces: int) -> list[dict[str, Any]]:
 async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
     settings: Settings, cancel_lands_in: str, pieces: int
 ) -> None:
-    """Driven at the ASGI level: httpx's test transport cannot disconnect mid-response.
+    """Driven at the ASGI level: httpx2's test transport cannot disconnect mid-response.
 
     The disconnect cancels the response either while the answer's generators await the
     LLM, or while a send is in progress (the generators then wait at a `yield`). It is
@@ -339,8 +339,8 @@ async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
         await asyncio.wait_for(app(scope, receive, send), timeout=10)
         assert sent[0]["status"] == 200
         assert llm.closed, "the LLM stream was left open after the client went away"
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://chatqna.test"
+        async with httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
         ) as client:
             # The slot came back: with a limit of 1, a new chat is admitted.
             answer = await client.post("/v1/chatqna", json=ASK | {"stream": False})
@@ -413,10 +413,10 @@ async def test_the_guards_hold_under_a_root_path(settings: Settings) -> None:
     llm = GatedLLM()
     app = create_app(limited, await make_backends(limited, llm=llm), TRACER_PROVIDER)
     key = {"authorization": "Bearer s3cret"}
-    transport = httpx.ASGITransport(app=mounted_at(app, "/chat"))
+    transport = httpx2.ASGITransport(app=mounted_at(app, "/chat"))
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
+        httpx2.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
     ):
         # The probes stay open without the key; everything else needs it.
         assert (await client.get("/v1/health_check")).status_code == 200

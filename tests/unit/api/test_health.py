@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -78,11 +78,11 @@ async def test_readiness_probes_start_no_client_spans(
     # A probe every few seconds per replica would fill the trace view with one-span traces.
     probed: list[str] = []
 
-    def models(request: httpx.Request) -> httpx.Response:
+    def models(request: httpx2.Request) -> httpx2.Response:
         probed.append(request.url.path)
-        return httpx.Response(200, json={"object": "list", "data": [{"id": "served"}]})
+        return httpx2.Response(200, json={"object": "list", "data": [{"id": "served"}]})
 
-    llm = OpenAIChatLLM("http://llm.test/v1", "served", transport=httpx.MockTransport(models))
+    llm = OpenAIChatLLM("http://llm.test/v1", "served", transport=httpx2.MockTransport(models))
     client = await client_for(await make_backends(settings, llm=llm))
     assert (await client.get("/v1/ready")).status_code == 200
     assert probed == ["/v1/models"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.app import create_app
@@ -18,13 +18,13 @@ pytestmark = pytest.mark.anyio
 
 async def _service(
     client_for: ClientFactory, settings: Settings, embedder: HashingEmbedder
-) -> httpx.AsyncClient:
+) -> httpx2.AsyncClient:
     backends = await make_backends(settings, embedder=embedder)
     backends.reranker = None
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role="retriever")
     lifespan = app.router.lifespan_context(app)
     await lifespan.__aenter__()
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r.test")
+    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://r.test")
 
 
 async def test_uses_the_given_embedding_without_embedding_again(

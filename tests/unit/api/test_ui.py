@@ -9,7 +9,7 @@ import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from pydantic import SecretStr
 
@@ -120,8 +120,8 @@ async def test_with_a_key_the_browser_signs_in_for_the_page_and_its_calls(
 async def test_the_retriever_role_serves_no_ui(settings: Settings) -> None:
     backends = await make_backends(settings)
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role="retriever")
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://r.test"
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app), base_url="http://r.test"
     ) as client:
         assert (await client.get("/")).status_code == 404
         assert (await client.get("/ui/app.js")).status_code == 404

@@ -19,6 +19,6 @@ def shape(exc: UpstreamFailure) -> tuple[int, str, str]:
 def router(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
     """Mocks the test module's `BASE`; routes a test does not call are allowed. respx's
     `httpx` mocker: it routes every httpx client's requests, whatever its transport."""
-    mock = respx.mock(using="httpx", base_url=request.module.BASE, assert_all_called=False)
+    mock = respx.mock(using="httpcore2", base_url=request.module.BASE, assert_all_called=False)
     with mock:
         yield mock

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.backends.bundle import Backends
@@ -103,17 +103,17 @@ class Trickle:
         finally:
             self.closed += 1
 
-    def handler(self, request: httpx.Request) -> httpx.Response:
+    def handler(self, request: httpx2.Request) -> httpx2.Response:
         self.paths.append(request.url.path)
-        return httpx.Response(200, content=self.body())
+        return httpx2.Response(200, content=self.body())
 
     @property
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handler)
+    def transport(self) -> httpx2.MockTransport:
+        return httpx2.MockTransport(self.handler)
 
 
 Backend = Any
-BUILDERS: dict[str, Callable[[httpx.AsyncBaseTransport], Backend]] = {
+BUILDERS: dict[str, Callable[[httpx2.AsyncBaseTransport], Backend]] = {
     "embedder": lambda t: TEIEmbedder(BASE, timeout_seconds=BOUND, transport=t),
     "reranker": lambda t: TEIReranker(BASE, timeout_seconds=BOUND, transport=t),
     "retriever": lambda t: RemoteRetriever(BASE, timeout_seconds=BOUND, transport=t),

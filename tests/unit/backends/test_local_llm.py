@@ -13,7 +13,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.backends import local_llm
@@ -40,10 +40,10 @@ class FakeServer:
         self._destroyed_on.append(threading.current_thread())
 
 
-def openai_server(request: httpx.Request) -> httpx.Response:
+def openai_server(request: httpx2.Request) -> httpx2.Response:
     """The parts of llama.cpp's OpenAI-compatible server the client uses."""
     if request.url.path == "/v1/models":
-        return httpx.Response(200, json={"object": "list", "data": [{"id": GGUF.name}]})
+        return httpx2.Response(200, json={"object": "list", "data": [{"id": GGUF.name}]})
     body = json.loads(request.content)
     if body["stream"]:
         chunks = [
@@ -51,8 +51,8 @@ def openai_server(request: httpx.Request) -> httpx.Response:
             {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
         ]
         text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-        return httpx.Response(200, text=text, headers={"content-type": "text/event-stream"})
-    return httpx.Response(
+        return httpx2.Response(200, text=text, headers={"content-type": "text/event-stream"})
+    return httpx2.Response(
         200,
         json={
             "choices": [{"message": {"content": "Hello"}, "finish_reason": "stop"}],
@@ -62,7 +62,7 @@ def openai_server(request: httpx.Request) -> httpx.Response:
 
 
 def llm_on(server: Any) -> LlamaCppLLM:
-    client = OpenAIChatLLM(ADDRESS, GGUF.name, transport=httpx.MockTransport(openai_server))
+    client = OpenAIChatLLM(ADDRESS, GGUF.name, transport=httpx2.MockTransport(openai_server))
     return LlamaCppLLM(client, server, GGUF)
 
 
@@ -130,7 +130,7 @@ async def test_start_names_the_server_in_its_client_s_errors(
 
     def client(endpoint: str, model: str, **options: Any) -> OpenAIChatLLM:
         clients.append(options)
-        return OpenAIChatLLM(endpoint, model, transport=httpx.MockTransport(openai_server))
+        return OpenAIChatLLM(endpoint, model, transport=httpx2.MockTransport(openai_server))
 
     monkeypatch.setattr(local_llm, "_start_server", lambda *args: FakeServer([]))
     monkeypatch.setattr(local_llm, "OpenAIChatLLM", client)

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import respx
 
@@ -296,7 +296,7 @@ async def test_other_refusals_stay_upstream_errors(
 
 
 async def test_complete_timeout_is_upstream_timeout(router: respx.MockRouter) -> None:
-    router.post(PATH).mock(side_effect=httpx.ReadTimeout("slow"))
+    router.post(PATH).mock(side_effect=httpx2.ReadTimeout("slow"))
     llm = OpenAIChatLLM(BASE, "m", backend="condense")
     with pytest.raises(UpstreamTimeout) as info:
         await llm.complete(MESSAGES, PARAMS)
@@ -364,7 +364,7 @@ async def test_chunks_read_apart_are_deltas_apart(llm: OpenAIChatLLM) -> None:
         for event in events:
             yield event.encode()
 
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=reads()))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=reads()))
     apart = OpenAIChatLLM(BASE, "m", transport=transport)
     deltas = await collect(apart)
     assert [d.texts() for d in deltas] == [("Hel",), ("lo", "!"), ()]
@@ -450,7 +450,7 @@ async def test_stream_http_500_is_upstream_error(
 async def test_stream_timeout_is_upstream_timeout(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:
-    router.post(PATH).mock(side_effect=httpx.ReadTimeout("slow"))
+    router.post(PATH).mock(side_effect=httpx2.ReadTimeout("slow"))
     with pytest.raises(UpstreamTimeout):
         await collect(llm)
 
@@ -458,9 +458,9 @@ async def test_stream_timeout_is_upstream_timeout(
 async def test_stream_timeout_mid_body_is_upstream_timeout() -> None:
     async def body() -> AsyncIterator[bytes]:
         yield data(chunk({"content": "first"})).encode()
-        raise httpx.ReadTimeout("stalled")
+        raise httpx2.ReadTimeout("stalled")
 
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body()))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=body()))
     llm = OpenAIChatLLM(BASE, "m", transport=transport)
     seen: list[Delta] = []
     with pytest.raises(UpstreamTimeout):
@@ -478,7 +478,7 @@ async def test_the_body_is_read_to_its_end_after_done() -> None:
             read.append(piece.encode())
             yield piece.encode()
 
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body()))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=body()))
     llm = OpenAIChatLLM(BASE, "m", transport=transport)
     assert [d.text for d in await collect(llm)] == ["ok"]
     assert read[-1] == b"trailing bytes"
@@ -492,10 +492,10 @@ async def test_a_body_that_never_ends_or_fails_after_done_leaves_the_answer_whol
     async def body() -> AsyncIterator[bytes]:
         yield (data(chunk({"content": "ok"})) + data("[DONE]")).encode()
         if after_done == "fails":
-            raise httpx.ReadError("reset after the answer")
+            raise httpx2.ReadError("reset after the answer")
         await asyncio.sleep(30)
 
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body()))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=body()))
     llm = OpenAIChatLLM(BASE, "m", transport=transport)
     started = time.monotonic()
     assert [d.text for d in await collect(llm)] == ["ok"]
@@ -504,7 +504,7 @@ async def test_a_body_that_never_ends_or_fails_after_done_leaves_the_answer_whol
 
 
 async def test_aclose_closes_the_client() -> None:
-    llm = OpenAIChatLLM(BASE, "m", transport=httpx.MockTransport(lambda r: httpx.Response(200)))
+    llm = OpenAIChatLLM(BASE, "m", transport=httpx2.MockTransport(lambda r: httpx2.Response(200)))
     assert not llm._client.is_closed
     await llm.aclose()
     assert llm._client.is_closed

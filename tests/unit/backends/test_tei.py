@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import httpx2
 import numpy as np
 import pytest
 import respx
@@ -167,9 +168,9 @@ async def test_embed_http_error_is_upstream_error(
     assert str(status) in info.value.message
 
 
-@pytest.mark.parametrize("exc", [httpx.ReadTimeout, httpx.ConnectTimeout])
+@pytest.mark.parametrize("exc", [httpx2.ReadTimeout, httpx2.ConnectTimeout])
 async def test_embed_timeout_is_upstream_timeout(
-    router: respx.MockRouter, embedder: TEIEmbedder, exc: type[httpx.TimeoutException]
+    router: respx.MockRouter, embedder: TEIEmbedder, exc: type[httpx2.TimeoutException]
 ) -> None:
     router.post("/v1/embeddings").mock(side_effect=exc("slow"))
     with pytest.raises(UpstreamTimeout) as info:
@@ -180,7 +181,7 @@ async def test_embed_timeout_is_upstream_timeout(
 async def test_embed_connection_error_is_upstream_error(
     router: respx.MockRouter, embedder: TEIEmbedder
 ) -> None:
-    router.post("/v1/embeddings").mock(side_effect=httpx.ConnectError("refused"))
+    router.post("/v1/embeddings").mock(side_effect=httpx2.ConnectError("refused"))
     with pytest.raises(UpstreamError) as info:
         await embedder.embed(["a"])
     assert type(info.value) is UpstreamError
@@ -437,7 +438,7 @@ async def test_rerank_503_is_upstream_error(
 async def test_rerank_timeout_is_upstream_timeout(
     router: respx.MockRouter, reranker: TEIReranker
 ) -> None:
-    router.post("/rerank").mock(side_effect=httpx.ReadTimeout("slow"))
+    router.post("/rerank").mock(side_effect=httpx2.ReadTimeout("slow"))
     with pytest.raises(UpstreamTimeout) as info:
         await reranker.rerank("q", candidates(2), top_n=2)
     assert shape(info.value) == (504, "upstream_timeout", "reranker")
@@ -446,11 +447,11 @@ async def test_rerank_timeout_is_upstream_timeout(
 async def test_injected_transport_is_used_and_closed() -> None:
     seen: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request.url.path)
-        return httpx.Response(200, json=[{"index": 0, "score": 0.7}])
+        return httpx2.Response(200, json=[{"index": 0, "score": 0.7}])
 
-    transport = httpx.MockTransport(handler)
+    transport = httpx2.MockTransport(handler)
     reranker = TEIReranker(BASE, transport=transport)
     result = await reranker.rerank("q", candidates(1), top_n=1)
     await reranker.aclose()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.evaluation.dataset import Dataset, Passage, load_dataset
@@ -78,14 +78,14 @@ class FakeService:
         self.requests: list[list[dict[str, str]]] = []
         self.bodies: list[dict[str, Any]] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         messages = body["messages"]
         self.requests.append(messages)
         self.bodies.append(body)
         reason = "executed" if len(messages) > 1 else "no_history"
         reply = service_reply(*self.ranking[messages[-1]["content"]], reason)
-        return httpx.Response(200, json=reply)
+        return httpx2.Response(200, json=reply)
 
 
 async def score_both_histories(
@@ -99,7 +99,7 @@ async def score_both_histories(
         samples=50,
         histories=("reference", "own"),
         answers=answers,
-        transport=httpx.MockTransport(fake),
+        transport=httpx2.MockTransport(fake),
     )
 
 
@@ -168,7 +168,7 @@ async def test_with_answers_own_history_holds_what_the_service_answered(tmp_path
 
 def test_only_the_services_own_envelope_is_a_closed_failure() -> None:
     closed = {"error": "condense_failed", "reason": "timeout", "message": "retry"}
-    assert condense_failed(httpx.Response(503, json=closed))
-    assert not condense_failed(httpx.Response(503, text="<html>Service Unavailable</html>"))
-    assert not condense_failed(httpx.Response(503, json=["condense_failed"]))
-    assert not condense_failed(httpx.Response(502, json=closed))
+    assert condense_failed(httpx2.Response(503, json=closed))
+    assert not condense_failed(httpx2.Response(503, text="<html>Service Unavailable</html>"))
+    assert not condense_failed(httpx2.Response(503, json=["condense_failed"]))
+    assert not condense_failed(httpx2.Response(502, json=closed))

@@ -1,5 +1,5 @@
 """Fetching `link_list` URLs: content types, redirects, bounds; the network replaced by
-`httpx.MockTransport` and names resolved by a fake resolver."""
+`httpx2.MockTransport` and names resolved by a fake resolver."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Callable
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.errors import LinkRefused, LinkUnreadable, PayloadTooLarge, UnsupportedFileType
@@ -30,11 +30,11 @@ async def fake_resolver(host: str, port: int) -> list[str]:
     return NAMES[host]
 
 
-Handler = Callable[[httpx.Request], httpx.Response]
+Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
 def fetcher(handler: Handler, seen: list[str] | None = None, **settings: object) -> LinkFetcher:
-    def recording(request: httpx.Request) -> httpx.Response:
+    def recording(request: httpx2.Request) -> httpx2.Response:
         if seen is not None:
             seen.append(str(request.url))
         return handler(request)
@@ -42,14 +42,14 @@ def fetcher(handler: Handler, seen: list[str] | None = None, **settings: object)
     return LinkFetcher(
         Settings(**settings),  # type: ignore[arg-type]
         resolver=fake_resolver,
-        transport=httpx.MockTransport(recording),
+        transport=httpx2.MockTransport(recording),
     )
 
 
 def page(
     body: bytes, content_type: str = "text/html; charset=utf-8", **kw: object
-) -> httpx.Response:
-    return httpx.Response(200, content=body, headers={"content-type": content_type}, **kw)  # type: ignore[arg-type]
+) -> httpx2.Response:
+    return httpx2.Response(200, content=body, headers={"content-type": content_type}, **kw)  # type: ignore[arg-type]
 
 
 async def test_pages_are_named_by_url_and_typed_by_content_type() -> None:
@@ -73,12 +73,12 @@ async def test_pages_are_named_by_url_and_typed_by_content_type() -> None:
 async def test_redirects_are_followed_and_each_hop_is_checked() -> None:
     seen: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         if request.url.path == "/old":
-            return httpx.Response(301, headers={"location": "/new"})
+            return httpx2.Response(301, headers={"location": "/new"})
         if request.url.path == "/new":
             return page(b"<p>moved</p>")
-        return httpx.Response(302, headers={"location": "http://intranet.test/admin"})
+        return httpx2.Response(302, headers={"location": "http://intranet.test/admin"})
 
     files = await fetcher(handler, seen).fetch_all(["https://docs.test/old"])
     assert files[0].source == "https://docs.test/old" and files[0].data == b"<p>moved</p>"
@@ -94,8 +94,8 @@ async def test_redirects_are_followed_and_each_hop_is_checked() -> None:
 
 
 async def test_redirect_to_a_metadata_address_literal_is_refused() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(307, headers={"location": "http://169.254.169.254/latest/"})
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(307, headers={"location": "http://169.254.169.254/latest/"})
 
     with pytest.raises(LinkRefused) as info:
         await fetcher(handler).fetch_all(["https://docs.test/x"])
@@ -103,8 +103,8 @@ async def test_redirect_to_a_metadata_address_literal_is_refused() -> None:
 
 
 async def test_too_many_redirects() -> None:
-    def loop(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(302, headers={"location": "/again"})
+    def loop(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(302, headers={"location": "/again"})
 
     with pytest.raises(LinkUnreadable) as info:
         await fetcher(loop, chatqna_dataprep_link_max_redirects=3).fetch_all(["https://docs.test/"])
@@ -135,14 +135,14 @@ async def test_unreadable_content_type_is_415() -> None:
 
 async def test_http_error_status_is_422() -> None:
     with pytest.raises(LinkUnreadable) as info:
-        await fetcher(lambda r: httpx.Response(404)).fetch_all(["https://docs.test/gone"])
+        await fetcher(lambda r: httpx2.Response(404)).fetch_all(["https://docs.test/gone"])
     assert info.value.reason == "http_status" and info.value.details["status"] == 404
 
 
 @pytest.mark.parametrize("status", [300, 301, 302, 304, 307])
 async def test_a_redirect_status_with_no_location_is_not_read_as_the_page(status: int) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, content=b"<p>Multiple choices</p>", headers=HTML)
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, content=b"<p>Multiple choices</p>", headers=HTML)
 
     with pytest.raises(LinkUnreadable) as info:
         await fetcher(handler).fetch_all(["https://docs.test/choices"])
@@ -172,12 +172,12 @@ async def test_a_body_encoded_more_than_once_is_not_unpacked() -> None:
     # zeros in 258 bytes), so a second layer is refused before any is unpacked.
     layered = gzip.compress(gzip.compress(gzip.compress(b"notes")))
     headers = {"content-type": "text/plain", "content-encoding": "gzip, gzip, gzip"}
-    bomb = fetcher(lambda r: httpx.Response(200, content=layered, headers=headers))
+    bomb = fetcher(lambda r: httpx2.Response(200, content=layered, headers=headers))
     with pytest.raises(LinkUnreadable) as info:
         await bomb.fetch_all(["https://docs.test/bomb"])
     assert info.value.reason == "content_encoding"
     once = {"content-type": "text/plain", "content-encoding": "gzip"}
-    plain = fetcher(lambda r: httpx.Response(200, content=gzip.compress(b"notes"), headers=once))
+    plain = fetcher(lambda r: httpx2.Response(200, content=gzip.compress(b"notes"), headers=once))
     assert (await plain.fetch_all(["https://docs.test/notes"]))[0].data == b"notes"
 
 
@@ -224,7 +224,7 @@ async def test_a_name_that_rebinds_between_check_and_connect_is_refused() -> Non
 
 @pytest.mark.parametrize("location", ["http://[::1", "ftp://docs.test/x", "http://xn--/"])
 async def test_a_redirect_to_an_unusable_url_is_refused(location: str) -> None:
-    bounce = fetcher(lambda r: httpx.Response(302, headers={"location": location}))
+    bounce = fetcher(lambda r: httpx2.Response(302, headers={"location": location}))
     with pytest.raises((LinkRefused, LinkUnreadable)) as info:
         await bounce.fetch_all(["https://docs.test/old"])
     assert 400 <= info.value.status_code < 500
@@ -239,13 +239,13 @@ async def test_a_host_with_an_empty_or_overlong_label_is_a_bad_url(host: str) ->
         looked_up.append(name)
         return await system_resolver(name, port)
 
-    fetch = LinkFetcher(Settings(), resolver=resolver, transport=httpx.MockTransport(page))
+    fetch = LinkFetcher(Settings(), resolver=resolver, transport=httpx2.MockTransport(page))
     url = f"http://{host}/page.html"
     with pytest.raises(LinkRefused) as info:
         await fetch.fetch_all([url])
     assert (info.value.status_code, info.value.reason) == (403, "bad_url")
     assert info.value.details == {"url": url, "host": host}
-    bounce = fetcher(lambda r: httpx.Response(302, headers={"location": url}))
+    bounce = fetcher(lambda r: httpx2.Response(302, headers={"location": url}))
     with pytest.raises(LinkRefused) as info:
         await bounce.fetch_all(["https://docs.test/old"])
     assert info.value.reason == "bad_url"
@@ -263,7 +263,7 @@ async def test_an_idn_host_is_checked_in_its_ascii_form_as_the_connection_sees_i
     allowed = LinkFetcher(
         Settings(chatqna_dataprep_link_allowlist=["xn--bcher-kva.test"]),
         resolver=resolver,
-        transport=httpx.MockTransport(lambda r: page(b"<p>Regal</p>")),
+        transport=httpx2.MockTransport(lambda r: page(b"<p>Regal</p>")),
     )
     files = await allowed.fetch_all(["http://bücher.test/regal"])
     assert files[0].data == b"<p>Regal</p>"
@@ -271,7 +271,7 @@ async def test_an_idn_host_is_checked_in_its_ascii_form_as_the_connection_sees_i
 
 
 def streamed(*parts: bytes) -> Callable[[], AsyncIterator[bytes]]:
-    """A body that arrives as `parts` over the network (httpx does not read it ahead)."""
+    """A body that arrives as `parts` over the network (httpx2 does not read it ahead)."""
 
     async def body() -> AsyncIterator[bytes]:
         for part in parts:
@@ -284,11 +284,11 @@ async def test_a_gzip_bomb_is_inflated_in_bounded_steps_and_stopped_at_the_cap()
     compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
     bomb = compressor.compress(b"\0" * (64 << 20)) + compressor.flush()  # 64 MiB in 64 KiB
     headers = {"content-type": "text/plain", "content-encoding": "gzip"}
-    sent: list[httpx.Headers] = []
+    sent: list[httpx2.Headers] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         sent.append(request.headers)
-        return httpx.Response(200, content=streamed(bomb)(), headers=headers)
+        return httpx2.Response(200, content=streamed(bomb)(), headers=headers)
 
     small = fetcher(handler, chatqna_dataprep_link_max_bytes=1 << 20)
     tracemalloc.start()
@@ -298,14 +298,14 @@ async def test_a_gzip_bomb_is_inflated_in_bounded_steps_and_stopped_at_the_cap()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < 8 << 20  # httpx inflates a network read whole: 64 MiB at once
+    assert peak < 8 << 20  # the network read inflated whole would be 64 MiB at once
     assert sent[0]["accept-encoding"] == "gzip, deflate"  # only what is inflated in steps
 
 
 async def test_a_deflate_body_is_read_and_other_or_broken_codings_are_refused() -> None:
     def answer(coding: str, body: bytes) -> Handler:
         headers = {"content-type": "text/plain", "content-encoding": coding}
-        return lambda r: httpx.Response(200, content=streamed(body)(), headers=headers)
+        return lambda r: httpx2.Response(200, content=streamed(body)(), headers=headers)
 
     deflated = fetcher(answer("deflate", zlib.compress(b"notes")))
     assert (await deflated.fetch_all(["https://docs.test/n.txt"]))[0].data == b"notes"
@@ -335,9 +335,9 @@ def test_a_link_with_credentials_is_refused_without_showing_them(url: str) -> No
 async def test_a_redirect_to_a_url_with_credentials_is_not_followed() -> None:
     seen: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         if request.url.path == "/old":
-            return httpx.Response(302, headers={"location": "https://bob:pw@docs.test/new"})
+            return httpx2.Response(302, headers={"location": "https://bob:pw@docs.test/new"})
         return page(b"<p>new</p>")
 
     with pytest.raises(LinkRefused) as info:

@@ -23,7 +23,7 @@ def _answer(docs: list[dict[str, object]]) -> httpx.Response:
 async def test_remote_retriever_wire_format() -> None:
     remote = RemoteRetriever("http://retriever.test")
     vector = np.array([0.6, 0.8], dtype=np.float32)
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         route = router.post("http://retriever.test/v1/retrieval").mock(
             return_value=_answer(
                 [
@@ -61,7 +61,7 @@ async def test_remote_retriever_wire_format() -> None:
 )
 async def test_remote_retriever_errors(response: httpx.Response, error: type) -> None:
     remote = RemoteRetriever("http://retriever.test")
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         router.post("http://retriever.test/v1/retrieval").mock(return_value=response)
         with pytest.raises(error):
             await remote.search(SearchQuery("q", np.ones(2, dtype=np.float32), 1))
@@ -109,7 +109,7 @@ MALFORMED_DOCS = {
 @pytest.mark.parametrize("doc", list(MALFORMED_DOCS.values()), ids=list(MALFORMED_DOCS))
 async def test_a_malformed_field_is_a_bad_upstream_response(doc: object) -> None:
     remote = RemoteRetriever("http://retriever.test")
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         router.post("http://retriever.test/v1/retrieval").mock(return_value=_answer([doc]))  # type: ignore[list-item]
         with pytest.raises(BadUpstreamResponse) as info:
             await remote.search(SearchQuery("q", np.ones(2, dtype=np.float32), 1))
@@ -123,7 +123,7 @@ async def test_absent_and_null_optional_fields_take_their_defaults() -> None:
         {"id": None, "text": "nulls", "score": None, "metadata": None},
         {"text": "null score", "metadata": {"chunk_index": None, "scores": {"dense": None}}},
     ]
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         router.post("http://retriever.test/v1/retrieval").mock(return_value=_answer(docs))
         hits = await remote.search(SearchQuery("q", np.ones(2, dtype=np.float32), 3))
     assert [(h.chunk.id, h.chunk.source, h.chunk.index, h.score) for h in hits] == [
@@ -136,7 +136,7 @@ async def test_absent_and_null_optional_fields_take_their_defaults() -> None:
 
 async def test_listing_and_deleting_sources_read_the_documented_fields() -> None:
     remote = RemoteRetriever("http://retriever.test")
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         router.post("http://retriever.test/v1/dataprep/get").respond(
             json=[{"name": "refunds.md", "chunks": 3}, {"name": "faq.md"}]
         )
@@ -160,7 +160,7 @@ async def test_listing_and_deleting_sources_read_the_documented_fields() -> None
 )
 async def test_a_malformed_file_list_is_a_bad_upstream_response(files: list[object]) -> None:
     remote = RemoteRetriever("http://retriever.test")
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         router.post("http://retriever.test/v1/dataprep/get").respond(json=files)
         with pytest.raises(BadUpstreamResponse):
             await remote.list_sources()
@@ -172,7 +172,7 @@ async def test_a_malformed_file_list_is_a_bad_upstream_response(files: list[obje
 )
 async def test_a_malformed_deletion_reply_is_a_bad_upstream_response(body: object) -> None:
     remote = RemoteRetriever("http://retriever.test")
-    with respx.mock(using="httpx") as router:
+    with respx.mock(using="httpcore2") as router:
         router.post("http://retriever.test/v1/dataprep/delete").respond(json=body)
         with pytest.raises(BadUpstreamResponse):
             await remote.delete_sources(["refunds.md"])

@@ -1,17 +1,17 @@
 """Client spans of upstream calls (made by `UpstreamClient`): one per request, with the
 HTTP attributes, and the context sent along by the propagators (also in a trace the sampler
-dropped, and with opentelemetry-instrumentation-httpx active)."""
+dropped, and with opentelemetry-instrumentation-httpx's instrumentation of httpx2 active)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 import respx
 from opentelemetry import baggage, context, trace
-from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
@@ -23,24 +23,24 @@ from tests.unit.conftest import TRACER_PROVIDER
 pytestmark = pytest.mark.anyio
 
 
-def upstream_on(base_url: str, transport: httpx.AsyncBaseTransport) -> UpstreamClient:
+def upstream_on(base_url: str, transport: httpx2.AsyncBaseTransport) -> UpstreamClient:
     return UpstreamClient(
         base_url, timeout_seconds=5, connect_timeout_seconds=1, transport=transport
     )
 
 
-def client(status: int, seen: list[httpx.Request]) -> UpstreamClient:
-    def answer(request: httpx.Request) -> httpx.Response:
+def client(status: int, seen: list[httpx2.Request]) -> UpstreamClient:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
-        return httpx.Response(status, json={})
+        return httpx2.Response(status, json={})
 
-    return upstream_on("http://tei.test:8080", httpx.MockTransport(answer))
+    return upstream_on("http://tei.test:8080", httpx2.MockTransport(answer))
 
 
 async def test_a_call_is_one_client_span_with_the_context_sent_along(
     spans: InMemorySpanExporter,
 ) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     upstream = client(200, seen)
     await upstream.post("/v1/embeddings?x=1", {"input": ["q"]})
     await upstream.aclose()
@@ -69,11 +69,11 @@ async def test_an_error_status_marks_the_span(spans: InMemorySpanExporter) -> No
 async def test_a_transport_failure_marks_the_span_and_propagates(
     spans: InMemorySpanExporter,
 ) -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("refused", request=request)
 
-    upstream = upstream_on("http://llm.test", httpx.MockTransport(refuse))
-    with pytest.raises(httpx.ConnectError):
+    upstream = upstream_on("http://llm.test", httpx2.MockTransport(refuse))
+    with pytest.raises(httpx2.ConnectError):
         await upstream.get("/v1/models")
     (span,) = spans.get_finished_spans()
     assert (span.attributes or {})["error.type"] == "ConnectError"
@@ -83,11 +83,11 @@ async def test_a_transport_failure_marks_the_span_and_propagates(
 async def test_a_call_cut_off_by_its_whole_call_bound_marks_the_span(
     spans: InMemorySpanExporter,
 ) -> None:
-    async def never(request: httpx.Request) -> httpx.Response:
+    async def never(request: httpx2.Request) -> httpx2.Response:
         await asyncio.Event().wait()  # never set
         raise AssertionError("unreachable")  # pragma: no cover
 
-    upstream = upstream_on("http://tei.test", httpx.MockTransport(never))
+    upstream = upstream_on("http://tei.test", httpx2.MockTransport(never))
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.01):  # arrives inside the call as a cancellation
             await upstream.post("/v1/embeddings", {})
@@ -108,7 +108,7 @@ async def test_a_dropped_trace_gets_no_recorded_span_but_its_context_goes_along(
         TraceFlags(TraceFlags.DEFAULT),
         state,
     )
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     upstream = client(200, seen)
     with trace.use_span(NonRecordingSpan(parent)):
         await upstream.post("/v1/embeddings", {"input": ["q"]})
@@ -125,7 +125,7 @@ async def test_a_dropped_trace_gets_no_recorded_span_but_its_context_goes_along(
 async def test_baggage_goes_along_with_the_default_propagators(
     spans: InMemorySpanExporter,
 ) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     upstream = client(200, seen)
     token = context.attach(baggage.set_baggage("tenant", "blue"))
     try:
@@ -151,13 +151,13 @@ def test_the_full_url_has_no_credentials_and_no_query(url: str, full: str) -> No
 async def test_a_streamed_call_is_one_span_that_ends_with_the_headers(
     spans: InMemorySpanExporter,
 ) -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
-        return httpx.Response(200, content=b"data: [DONE]\n\n")
+        return httpx2.Response(200, content=b"data: [DONE]\n\n")
 
-    upstream = upstream_on("http://llm.test:9000/", httpx.MockTransport(answer))
+    upstream = upstream_on("http://llm.test:9000/", httpx2.MockTransport(answer))
     reply = await upstream.open_stream("/v1/chat/completions", {"stream": True})
     (span,) = spans.get_finished_spans()  # ended before the body is read
     assert [chunk async for chunk in reply.chunks()] == [b"data: [DONE]\n\n"]
@@ -171,7 +171,7 @@ async def test_without_a_tracer_provider_calls_start_no_span_and_send_no_context
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     upstream = client(200, seen)
     await upstream.post("/v1/embeddings", {"input": ["q"]})
     assert trace.get_current_span() is trace.INVALID_SPAN
@@ -179,22 +179,28 @@ async def test_without_a_tracer_provider_calls_start_no_span_and_send_no_context
 
 
 @pytest.fixture
-def httpx_instrumented() -> Iterator[None]:
-    """opentelemetry-instrumentation-httpx on every httpx transport of the process, as
-    `opentelemetry-instrument` sets it up when the package is installed."""
-    instrumentor = HTTPXClientInstrumentor()
+def httpx2_instrumented() -> Iterator[None]:
+    """opentelemetry-instrumentation-httpx on every httpx2 transport of the process, as
+    `opentelemetry-instrument` sets it up when the package is installed (its
+    `HTTPX2ClientInstrumentor`: the upstream clients are httpx2's)."""
+    instrumentor = HTTPX2ClientInstrumentor()
     instrumentor.instrument(tracer_provider=TRACER_PROVIDER)
     yield
     instrumentor.uninstrument()
 
 
-@pytest.mark.usefixtures("httpx_instrumented")
-async def test_under_the_httpx_instrumentation_a_call_is_still_our_one_span(
+@pytest.mark.usefixtures("httpx2_instrumented")
+async def test_under_the_httpx2_instrumentation_a_call_is_still_our_one_span(
     spans: InMemorySpanExporter,
 ) -> None:
-    # httpcore is mocked, so the requests go through httpx's own (instrumented) transport.
-    with respx.mock(using="httpcore") as router:
+    # httpcore2 is mocked, so the requests go through httpx2's own (instrumented) transport.
+    with respx.mock(using="httpcore2") as router:
         route = router.route(host="tei.test").respond(200, json={})
+        async with httpx2.AsyncClient() as other:  # any other client: instrumented
+            await other.get("http://tei.test:8080/health")
+        (theirs,) = spans.get_finished_spans()
+        assert theirs.instrumentation_scope.name == "opentelemetry.instrumentation.httpx"  # type: ignore[union-attr]
+        spans.clear()
         upstream = UpstreamClient(
             "http://tei.test:8080", timeout_seconds=5, connect_timeout_seconds=1
         )
@@ -204,5 +210,5 @@ async def test_under_the_httpx_instrumentation_a_call_is_still_our_one_span(
         await upstream.aclose()
     (span,) = spans.get_finished_spans()
     assert span.name == "POST" and span.instrumentation_scope.name == "chatqna.http"  # type: ignore[union-attr]
-    sent = route.calls[0].request.headers["traceparent"]
+    sent = route.calls[1].request.headers["traceparent"]
     assert sent.split("-")[2] == format(span.context.span_id, "016x")

@@ -1,6 +1,6 @@
 """How a cancellation of the caller reaches the work it runs: a close runs to its end, and
 other work is cancelled as an anyio cancel scope cancels it, so that anyio's cancel shields
-(httpcore's around its connection-state changes) hold. The pool itself, on real sockets:
+(httpcore2's around its connection-state changes) hold. The pool itself, on real sockets:
 `tests/integration/test_pooled_connections.py`."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ async def test_a_cancelled_caller_cancels_its_work_at_once_where_it_waits() -> N
 
 async def test_a_shielded_step_of_the_work_is_never_cut_short_and_its_result_is_undone() -> None:
     """What a native `Task.cancel()` of the work's own task would break into: a step under
-    an anyio shield (httpcore taking a connection into use). It finishes; the result the
+    an anyio shield (httpcore2 taking a connection into use). It finishes; the result the
     work then gives (a response) is handed to `undo`, and the caller is cancelled."""
     gate, steps, undone = asyncio.Event(), [], []
 

@@ -8,7 +8,7 @@ import json
 import zlib
 from collections.abc import Callable
 
-import httpx
+import httpx2
 import numpy as np
 import pytest
 
@@ -18,16 +18,16 @@ from chatqna.upstream.types import Reply
 pytestmark = pytest.mark.anyio
 
 
-def recording(seen: list[httpx.Request], answer: httpx.Response) -> httpx.MockTransport:
-    def handle(request: httpx.Request) -> httpx.Response:
+def recording(seen: list[httpx2.Request], answer: httpx2.Response) -> httpx2.MockTransport:
+    def handle(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
         return answer
 
-    return httpx.MockTransport(handle)
+    return httpx2.MockTransport(handle)
 
 
 def client(
-    seen: list[httpx.Request], answer: httpx.Response, headers: dict[str, str] | None = None
+    seen: list[httpx2.Request], answer: httpx2.Response, headers: dict[str, str] | None = None
 ) -> UpstreamClient:
     return UpstreamClient(
         "http://tei.test:8080/base/",
@@ -39,8 +39,8 @@ def client(
 
 
 async def test_a_post_sends_compact_json_with_json_headers_under_the_base_path() -> None:
-    seen: list[httpx.Request] = []
-    upstream = client(seen, httpx.Response(200, json={"ok": True}))
+    seen: list[httpx2.Request] = []
+    upstream = client(seen, httpx2.Response(200, json={"ok": True}))
     reply = await upstream.post("/v1/embeddings", {"input": ["a"], "v": np.float32(0.5)})
     (request,) = seen
     assert str(request.url) == "http://tei.test:8080/base/v1/embeddings"
@@ -51,8 +51,8 @@ async def test_a_post_sends_compact_json_with_json_headers_under_the_base_path()
 
 
 async def test_a_get_has_no_body_and_no_content_type_and_headers_go_with_every_call() -> None:
-    seen: list[httpx.Request] = []
-    upstream = client(seen, httpx.Response(204), headers={"Authorization": "Bearer k"})
+    seen: list[httpx2.Request] = []
+    upstream = client(seen, httpx2.Response(204), headers={"Authorization": "Bearer k"})
     await upstream.get("/health")
     await upstream.post("/x", {})
     get, post = seen
@@ -61,8 +61,8 @@ async def test_a_get_has_no_body_and_no_content_type_and_headers_go_with_every_c
 
 
 async def test_a_stream_asks_for_an_event_stream_and_reads_as_it_comes() -> None:
-    seen: list[httpx.Request] = []
-    upstream = client(seen, httpx.Response(200, content=b"data: [DONE]\n\n"))
+    seen: list[httpx2.Request] = []
+    upstream = client(seen, httpx2.Response(200, content=b"data: [DONE]\n\n"))
     stream = await upstream.open_stream("/v1/chat/completions", {"stream": True})
     assert stream.status == 200
     assert b"".join([chunk async for chunk in stream.chunks()]) == b"data: [DONE]\n\n"
@@ -72,8 +72,8 @@ async def test_a_stream_asks_for_an_event_stream_and_reads_as_it_comes() -> None
 
 
 async def test_parsed_urls_are_kept_for_a_few_paths_and_every_call_goes_to_its_own() -> None:
-    seen: list[httpx.Request] = []
-    upstream = client(seen, httpx.Response(204))
+    seen: list[httpx2.Request] = []
+    upstream = client(seen, httpx2.Response(204))
     paths = [f"/v1/p{n}?q={n}" for n in range(URLS_KEPT + 3)]
     for path in [*paths, *paths]:
         await upstream.get(path)
@@ -83,7 +83,7 @@ async def test_parsed_urls_are_kept_for_a_few_paths_and_every_call_goes_to_its_o
 
 
 async def test_aclose_marks_the_client_closed() -> None:
-    upstream = client([], httpx.Response(200))
+    upstream = client([], httpx2.Response(200))
     assert not upstream.is_closed
     await upstream.aclose()
     assert upstream.is_closed
@@ -95,12 +95,12 @@ def test_a_reply_that_is_not_json_raises_the_json_error() -> None:
 
 
 async def test_credentials_in_the_url_are_basic_auth_and_left_out_of_base_url() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
     upstream = UpstreamClient(
         "https://svc%40corp:p%3Ass@llm.test/v1",
         timeout_seconds=5,
         connect_timeout_seconds=1,
-        transport=recording(seen, httpx.Response(200, json={})),
+        transport=recording(seen, httpx2.Response(200, json={})),
     )
     await upstream.post("/chat/completions", {})
     assert upstream.base_url == "https://llm.test/v1"
@@ -121,7 +121,7 @@ async def test_compressed_bodies_come_back_decoded_whole_and_streamed(
     encoding: str, compress: Callable[[bytes], bytes]
 ) -> None:
     plain = b'{"answer": "' + b"forty-two " * 200 + b'"}'
-    answer = httpx.Response(200, headers={"Content-Encoding": encoding}, content=compress(plain))
+    answer = httpx2.Response(200, headers={"Content-Encoding": encoding}, content=compress(plain))
     upstream = client([], answer)
     assert (await upstream.post("/x", {})).body == plain
     stream = await upstream.open_stream("/x", {})

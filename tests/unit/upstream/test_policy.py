@@ -1,5 +1,5 @@
 """Shared HTTP plumbing (`upstream/policy.py`): retries and whole-call bounds of the remote clients,
-over `httpx.MockTransport`.
+over `httpx2.MockTransport`.
 
 Waits are recorded through the policy's injected `sleep`, never taken.
 """
@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.backends.openai_chat import OpenAIChatLLM
@@ -50,11 +50,11 @@ EMBEDDINGS = {"data": [{"index": 0, "embedding": [3.0, 4.0]}]}
 class Script:
     """A transport answering from a list, one entry per call; records the calls."""
 
-    def __init__(self, *answers: httpx.Response | Exception) -> None:
+    def __init__(self, *answers: httpx2.Response | Exception) -> None:
         self.answers = list(answers)
-        self.calls: list[httpx.Request] = []
+        self.calls: list[httpx2.Request] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.calls.append(request)
         answer = self.answers[min(len(self.calls), len(self.answers)) - 1]
         if isinstance(answer, Exception):
@@ -62,8 +62,8 @@ class Script:
         return answer
 
     @property
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self)
+    def transport(self) -> httpx2.MockTransport:
+        return httpx2.MockTransport(self)
 
 
 class Waits:
@@ -118,9 +118,9 @@ def test_policy_needs_one_attempt(attempts: int) -> None:
         RetryPolicy(attempts=attempts)
 
 
-def _status_error(status: int) -> httpx.HTTPStatusError:
-    request = httpx.Request("POST", BASE)
-    return httpx.HTTPStatusError("x", request=request, response=httpx.Response(status))
+def _status_error(status: int) -> httpx2.HTTPStatusError:
+    request = httpx2.Request("POST", BASE)
+    return httpx2.HTTPStatusError("x", request=request, response=httpx2.Response(status))
 
 
 @pytest.mark.parametrize(
@@ -132,12 +132,12 @@ def _status_error(status: int) -> httpx.HTTPStatusError:
         (_status_error(400), False),
         (_status_error(404), False),
         (_status_error(422), False),
-        (httpx.ConnectError("refused"), True),
-        (httpx.ReadError("reset"), True),
-        (httpx.RemoteProtocolError("cut short"), True),
-        (httpx.ReadTimeout("slow"), True),
+        (httpx2.ConnectError("refused"), True),
+        (httpx2.ReadError("reset"), True),
+        (httpx2.RemoteProtocolError("cut short"), True),
+        (httpx2.ReadTimeout("slow"), True),
         (TimeoutError(), True),
-        (httpx.UnsupportedProtocol("ftp"), False),
+        (httpx2.UnsupportedProtocol("ftp"), False),
         (ValueError("bad body"), False),
     ],
 )
@@ -148,13 +148,13 @@ def test_what_is_retryable(exc: BaseException, retryable: bool) -> None:
 @pytest.mark.parametrize(
     ("exc", "expected", "named"),
     [
-        (httpx.ConnectTimeout("x"), UpstreamTimeout, "timed out"),
-        (httpx.ReadTimeout("x"), UpstreamTimeout, "timed out"),
-        (httpx.WriteTimeout("x"), UpstreamTimeout, "timed out"),
-        (httpx.PoolTimeout("x"), UpstreamTimeout, "timed out"),
-        (httpx.ConnectError("refused"), UpstreamError, "(ConnectError)"),
-        (httpx.ReadError("reset"), UpstreamError, "(ReadError)"),
-        (httpx.RemoteProtocolError("cut short"), UpstreamError, "(RemoteProtocolError)"),
+        (httpx2.ConnectTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx2.ReadTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx2.WriteTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx2.PoolTimeout("x"), UpstreamTimeout, "timed out"),
+        (httpx2.ConnectError("refused"), UpstreamError, "(ConnectError)"),
+        (httpx2.ReadError("reset"), UpstreamError, "(ReadError)"),
+        (httpx2.RemoteProtocolError("cut short"), UpstreamError, "(RemoteProtocolError)"),
     ],
 )
 def test_a_transport_failure_is_a_timeout_only_when_time_ran_out(
@@ -170,7 +170,7 @@ def test_a_transport_failure_is_a_timeout_only_when_time_ran_out(
 
 
 async def test_503_then_200_succeeds_on_the_second_attempt() -> None:
-    script = Script(httpx.Response(503), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(httpx2.Response(503), httpx2.Response(200, json=EMBEDDINGS))
     waits = Waits()
     body = await post(script, policy(waits=waits))
     assert body == EMBEDDINGS
@@ -181,7 +181,7 @@ async def test_503_then_200_succeeds_on_the_second_attempt() -> None:
 
 @pytest.mark.parametrize("status", [400, 401, 404, 413, 422])
 async def test_a_4xx_is_not_retried(status: int) -> None:
-    script = Script(httpx.Response(status), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(httpx2.Response(status), httpx2.Response(200, json=EMBEDDINGS))
     waits = Waits()
     with pytest.raises(UpstreamError) as info:
         await post(script, policy(waits=waits))
@@ -190,7 +190,7 @@ async def test_a_4xx_is_not_retried(status: int) -> None:
 
 
 async def test_attempts_are_bounded_and_the_error_says_how_many() -> None:
-    script = Script(httpx.Response(503))
+    script = Script(httpx2.Response(503))
     waits = Waits()
     with pytest.raises(UpstreamError) as info:
         await post(script, policy(attempts=4, waits=waits))
@@ -203,7 +203,7 @@ async def test_attempts_are_bounded_and_the_error_says_how_many() -> None:
 
 
 async def test_one_attempt_means_no_retry() -> None:
-    script = Script(httpx.Response(503), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(httpx2.Response(503), httpx2.Response(200, json=EMBEDDINGS))
     with pytest.raises(UpstreamError):
         await post(script, policy(attempts=1))
     assert len(script.calls) == 1
@@ -212,22 +212,24 @@ async def test_one_attempt_means_no_retry() -> None:
 @pytest.mark.parametrize(
     "first",
     [
-        httpx.Response(429),
-        httpx.ConnectError("refused"),
-        httpx.ReadError("connection reset by peer"),
-        httpx.RemoteProtocolError("peer closed connection without sending complete body"),
-        httpx.ReadTimeout("slow"),
+        httpx2.Response(429),
+        httpx2.ConnectError("refused"),
+        httpx2.ReadError("connection reset by peer"),
+        httpx2.RemoteProtocolError("peer closed connection without sending complete body"),
+        httpx2.ReadTimeout("slow"),
     ],
     ids=["429", "connect", "reset", "truncated", "read-timeout"],
 )
-async def test_transient_failures_are_retried(first: httpx.Response | Exception) -> None:
-    script = Script(first, httpx.Response(200, json=EMBEDDINGS))
+async def test_transient_failures_are_retried(first: httpx2.Response | Exception) -> None:
+    script = Script(first, httpx2.Response(200, json=EMBEDDINGS))
     assert await post(script, policy()) == EMBEDDINGS
     assert len(script.calls) == 2
 
 
 async def test_a_body_larger_than_the_client_reads_is_a_bad_response_not_retried() -> None:
-    script = Script(httpx.Response(200, content=b" " * 2048), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(
+        httpx2.Response(200, content=b" " * 2048), httpx2.Response(200, json=EMBEDDINGS)
+    )
     client = UpstreamClient(
         BASE,
         timeout_seconds=5,
@@ -245,7 +247,7 @@ async def test_a_body_larger_than_the_client_reads_is_a_bad_response_not_retried
 
 
 async def test_a_malformed_body_is_not_retried() -> None:
-    script = Script(httpx.Response(200, text="{not json"), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(httpx2.Response(200, text="{not json"), httpx2.Response(200, json=EMBEDDINGS))
     with pytest.raises(BadUpstreamResponse):
         await post(script, policy())
     assert len(script.calls) == 1
@@ -262,14 +264,14 @@ async def test_a_whole_call_bound_ends_a_body_that_never_ends() -> None:
             await asyncio.sleep(0.001)
             yield b" "
 
-    calls: list[httpx.Request] = []
+    calls: list[httpx2.Request] = []
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         calls.append(request)
-        return httpx.Response(200, content=endless())
+        return httpx2.Response(200, content=endless())
 
     client = UpstreamClient(
-        BASE, timeout_seconds=5, connect_timeout_seconds=1, transport=httpx.MockTransport(answer)
+        BASE, timeout_seconds=5, connect_timeout_seconds=1, transport=httpx2.MockTransport(answer)
     )
     with pytest.raises(UpstreamTimeout) as info:
         await post_json(
@@ -329,13 +331,13 @@ class Clock:
         self.now += seconds
 
 
-def busy(status: int = 429, retry_after: str = "7") -> httpx.Response:
-    return httpx.Response(status, headers={"Retry-After": retry_after}, json={"error": "busy"})
+def busy(status: int = 429, retry_after: str = "7") -> httpx2.Response:
+    return httpx2.Response(status, headers={"Retry-After": retry_after}, json={"error": "busy"})
 
 
 @pytest.mark.parametrize("status", [429, 503])
 async def test_a_retry_waits_as_long_as_retry_after_asks(status: int) -> None:
-    script = Script(busy(status, "7"), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(status, "7"), httpx2.Response(200, json=EMBEDDINGS))
     waits = Waits()
     assert await post(script, policy(waits=waits), timeout=30) == EMBEDDINGS
     assert len(script.calls) == 2 and waits.seconds == [7.0]
@@ -343,7 +345,7 @@ async def test_a_retry_waits_as_long_as_retry_after_asks(status: int) -> None:
 
 async def test_a_retry_after_given_as_an_http_date_is_waited_out() -> None:
     when = format_datetime(datetime.now(UTC) + timedelta(seconds=20), usegmt=True)
-    script = Script(busy(429, when), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(429, when), httpx2.Response(200, json=EMBEDDINGS))
     waits = Waits()
     assert await post(script, policy(waits=waits), timeout=30) == EMBEDDINGS
     assert len(waits.seconds) == 1 and 18.0 < waits.seconds[0] <= 20.0  # whole seconds
@@ -361,14 +363,14 @@ async def test_a_retry_after_http_date_is_counted_from_the_policy_s_wall_clock()
         jitter=lambda: 1.0,
     )
     when = format_datetime(NOW + timedelta(seconds=20), usegmt=True)
-    script = Script(busy(429, when), busy(429, when), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(429, when), busy(429, when), httpx2.Response(200, json=EMBEDDINGS))
     assert await post(script, retry, timeout=30) == EMBEDDINGS
     assert clock.waits == [20.0, pytest.approx(0.4)]
 
 
 @pytest.mark.parametrize("header", ["0", "soon", "-3", "1.5", "Tomorrow, 25:00"])
 async def test_a_short_or_unreadable_retry_after_leaves_the_backoff(header: str) -> None:
-    script = Script(busy(503, header), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(503, header), httpx2.Response(200, json=EMBEDDINGS))
     waits = Waits()
     assert await post(script, policy(waits=waits), timeout=30) == EMBEDDINGS
     assert waits.seconds == pytest.approx([0.2])
@@ -376,7 +378,7 @@ async def test_a_short_or_unreadable_retry_after_leaves_the_backoff(header: str)
 
 async def test_a_retry_after_past_the_deadline_fails_the_call_at_once() -> None:
     """Three attempts of 5 s: a retry must start within 10 s to end within 15 s."""
-    script = Script(busy(429, "30"), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(429, "30"), httpx2.Response(200, json=EMBEDDINGS))
     waits = Waits()
     with pytest.raises(UpstreamError) as info:
         await post(script, policy(waits=waits), timeout=5)
@@ -392,7 +394,7 @@ async def test_a_retry_after_past_the_deadline_fails_the_call_at_once() -> None:
 async def test_the_waits_already_taken_count_against_the_deadline() -> None:
     clock = Clock()
     retry = RetryPolicy(attempts=3, sleep=clock.sleep, clock=clock, jitter=lambda: 1.0)
-    script = Script(busy(429, "6"), busy(429, "6"), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(429, "6"), busy(429, "6"), httpx2.Response(200, json=EMBEDDINGS))
     with pytest.raises(UpstreamError) as info:
         await post(script, retry, timeout=5)
     assert len(script.calls) == 2 and clock.waits == [6.0]
@@ -402,7 +404,7 @@ async def test_the_waits_already_taken_count_against_the_deadline() -> None:
 
 
 async def test_a_retry_after_longer_than_the_policy_waits_fails_the_call_at_once() -> None:
-    script = Script(busy(503, "3600"), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(503, "3600"), httpx2.Response(200, json=EMBEDDINGS))
     waits = Waits()
     with pytest.raises(UpstreamError) as info:
         await post(script, policy(waits=waits))  # no whole-call bound, so no deadline
@@ -411,13 +413,13 @@ async def test_a_retry_after_longer_than_the_policy_waits_fails_the_call_at_once
 
 
 async def test_httpx_status_errors_carry_their_retry_after_too() -> None:
-    """A caller that raises httpx's own `HTTPStatusError` gets the same waits."""
-    answers = [busy(429, "4"), httpx.Response(200, content=b"{}")]
+    """A caller that raises httpx2's own `HTTPStatusError` gets the same waits."""
+    answers = [busy(429, "4"), httpx2.Response(200, content=b"{}")]
     waits = Waits()
 
     async def attempt() -> Reply:
         response = answers.pop(0)
-        response.request = httpx.Request("POST", BASE)
+        response.request = httpx2.Request("POST", BASE)
         response.raise_for_status()
         return Reply(response.status_code, response.content)
 
@@ -426,7 +428,7 @@ async def test_httpx_status_errors_carry_their_retry_after_too() -> None:
 
 
 async def test_a_retry_after_on_a_failure_not_retried_changes_nothing() -> None:
-    script = Script(busy(400, "1"), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(busy(400, "1"), httpx2.Response(200, json=EMBEDDINGS))
     with pytest.raises(UpstreamError) as info:
         await post(script, policy(), timeout=5)
     assert len(script.calls) == 1
@@ -443,10 +445,10 @@ def candidates(n: int) -> list[ScoredChunk]:
     ]
 
 
-ClientCall = Callable[[httpx.MockTransport, RetryPolicy], Any]
+ClientCall = Callable[[httpx2.MockTransport, RetryPolicy], Any]
 
 
-async def _embed(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
+async def _embed(transport: httpx2.MockTransport, retry: RetryPolicy) -> Any:
     client = TEIEmbedder(BASE, transport=transport, retry=retry)
     try:
         return await client.embed(["x"])
@@ -454,7 +456,7 @@ async def _embed(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
         await client.aclose()
 
 
-async def _rerank(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
+async def _rerank(transport: httpx2.MockTransport, retry: RetryPolicy) -> Any:
     client = TEIReranker(BASE, transport=transport, retry=retry)
     try:
         return await client.rerank("q", candidates(1), 1)
@@ -462,7 +464,7 @@ async def _rerank(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
         await client.aclose()
 
 
-async def _search(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
+async def _search(transport: httpx2.MockTransport, retry: RetryPolicy) -> Any:
     client = RemoteRetriever(BASE, transport=transport, retry=retry)
     try:
         return await client.search(SearchQuery(text="q", embedding=[1.0, 0.0], k=2))
@@ -480,13 +482,13 @@ async def _search(transport: httpx.MockTransport, retry: RetryPolicy) -> Any:
     ids=["embeddings", "rerank", "retrieval"],
 )
 async def test_idempotent_clients_retry_with_their_policy(call: ClientCall, good: Any) -> None:
-    script = Script(httpx.Response(503), httpx.Response(200, json=good))
+    script = Script(httpx2.Response(503), httpx2.Response(200, json=good))
     result = await call(script.transport, policy())
     assert len(result) == 1 and len(script.calls) == 2
 
 
 async def test_idempotent_clients_do_not_retry_by_default() -> None:
-    script = Script(httpx.Response(503), httpx.Response(200, json=EMBEDDINGS))
+    script = Script(httpx2.Response(503), httpx2.Response(200, json=EMBEDDINGS))
     client = TEIEmbedder(BASE, transport=script.transport)
     with pytest.raises(UpstreamError):
         await client.embed(["x"])
@@ -495,7 +497,7 @@ async def test_idempotent_clients_do_not_retry_by_default() -> None:
 
 
 async def test_retriever_deletions_are_not_retried() -> None:
-    script = Script(httpx.Response(503), httpx.Response(200, json={"removed_chunks": 1}))
+    script = Script(httpx2.Response(503), httpx2.Response(200, json={"removed_chunks": 1}))
     client = RemoteRetriever(BASE, transport=script.transport, retry=policy())
     with pytest.raises(UpstreamError):
         await client.delete_sources(["a.md"])
@@ -512,7 +514,7 @@ def _chunk(text: str) -> bytes:
 
 
 async def test_chat_generation_is_not_retried() -> None:
-    script = Script(httpx.Response(503))
+    script = Script(httpx2.Response(503))
     llm = OpenAIChatLLM(BASE, "m", transport=script.transport)
     with pytest.raises(UpstreamError):
         async for _ in llm.stream(MESSAGES, PARAMS):
@@ -523,10 +525,10 @@ async def test_chat_generation_is_not_retried() -> None:
     assert len(script.calls) == 2  # one per call, none repeated
 
 
-class EndlessStream(httpx.AsyncByteStream):
+class EndlessStream(httpx2.AsyncByteStream):
     """A streamed chat body that never ends; records whether the client closed it.
 
-    `aclose` is what closing an `httpx` response calls; on a real connection it is what
+    `aclose` is what closing an `httpx2` response calls; on a real connection it is what
     tells the LLM server to stop generating.
     """
 
@@ -543,8 +545,8 @@ class EndlessStream(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         self.closed = True
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(lambda request: httpx.Response(200, stream=self))
+    def transport(self) -> httpx2.MockTransport:
+        return httpx2.MockTransport(lambda request: httpx2.Response(200, stream=self))
 
 
 async def test_a_stream_that_never_ends_meets_the_generation_deadline() -> None:
@@ -573,7 +575,7 @@ async def test_a_stream_whose_reads_never_wait_meets_the_deadline_and_lets_other
             ticks += 1
             await asyncio.sleep(0)
 
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=flood()))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=flood()))
     llm = OpenAIChatLLM(BASE, "m", generation_timeout_seconds=0.05, transport=transport)
     other = asyncio.create_task(other_request())
     try:
@@ -601,7 +603,9 @@ async def test_a_streamed_gzip_bomb_is_a_bad_response_and_never_holds_the_loop()
             await asyncio.sleep(0)
 
     headers = {"Content-Encoding": "gzip"}
-    transport = httpx.MockTransport(lambda r: httpx.Response(200, headers=headers, content=body()))
+    transport = httpx2.MockTransport(
+        lambda r: httpx2.Response(200, headers=headers, content=body())
+    )
     llm = OpenAIChatLLM(BASE, "m", transport=transport)
     other = asyncio.create_task(other_request())
     try:
@@ -621,7 +625,7 @@ async def test_a_streamed_gzip_bomb_is_a_bad_response_and_never_holds_the_loop()
     ids=["unended-line", "long-comment"],
 )
 async def test_a_stream_line_past_the_limit_is_a_bad_response(body: bytes) -> None:
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=body))
     llm = OpenAIChatLLM(BASE, "m", transport=transport)
     with pytest.raises(BadUpstreamResponse) as info:
         async for _ in llm.stream(MESSAGES, PARAMS):
@@ -631,8 +635,8 @@ async def test_a_stream_line_past_the_limit_is_a_bad_response(body: bytes) -> No
 
 
 async def test_a_streamed_error_answer_too_large_to_read_is_a_bad_response() -> None:
-    answer = httpx.Response(500, content=b"e" * (65 << 20))
-    llm = OpenAIChatLLM(BASE, "m", transport=httpx.MockTransport(lambda request: answer))
+    answer = httpx2.Response(500, content=b"e" * (65 << 20))
+    llm = OpenAIChatLLM(BASE, "m", transport=httpx2.MockTransport(lambda request: answer))
     with pytest.raises(BadUpstreamResponse, match="larger than 64 MiB"):
         async for _ in llm.stream(MESSAGES, PARAMS):
             pass
@@ -645,7 +649,7 @@ async def test_a_stalled_stream_meets_the_read_timeout() -> None:
         await asyncio.Event().wait()  # never set
         yield b""  # pragma: no cover
 
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=stalled()))
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=stalled()))
     llm = OpenAIChatLLM(BASE, "m", generation_timeout_seconds=0.05, transport=transport)
     with pytest.raises(UpstreamTimeout):
         async for _ in llm.stream(MESSAGES, PARAMS):

@@ -1,4 +1,4 @@
-"""One upstream's httpx session over a `MockTransport`: the credentials it sends, and how much
+"""One upstream's httpx2 session over a `MockTransport`: the credentials it sends, and how much
 of a body it reads. Proxies and the pool run on real sockets in
 `tests/contract/test_upstream_client.py` and `tests/integration/test_hostile_upstreams.py`."""
 
@@ -9,7 +9,7 @@ import gzip
 import zlib
 from collections.abc import AsyncIterator, Callable
 
-import httpx
+import httpx2
 import pytest
 
 from chatqna.upstream.decoding import ACCEPT_ENCODING, DECODE_STEP_BYTES
@@ -25,23 +25,23 @@ TIMEOUTS = Timeouts(read=5, connect=1)
 def test_credentials_come_decoded_from_the_url() -> None:
     auth = credentials("https://us%40er:p%3Ass@llm.example/v1")
     assert auth is not None
-    request = next(auth.auth_flow(httpx.Request("GET", "https://llm.example/v1")))
+    request = next(auth.auth_flow(httpx2.Request("GET", "https://llm.example/v1")))
     basic = base64.b64encode(b"us@er:p:ss").decode()
     assert request.headers["authorization"] == f"Basic {basic}"
     assert credentials("https://llm.example/v1") is None
 
 
-def session(answer: httpx.Response) -> HttpxSession:
+def session(answer: httpx2.Response) -> HttpxSession:
     return HttpxSession(
         "http://tei.test",
         TIMEOUTS,
-        transport=httpx.MockTransport(lambda request: answer),
+        transport=httpx2.MockTransport(lambda request: answer),
         max_body_bytes=LIMIT,
     )
 
 
 async def test_a_body_up_to_the_limit_is_read_whole() -> None:
-    reply = await session(httpx.Response(200, content=b"x" * LIMIT)).send(
+    reply = await session(httpx2.Response(200, content=b"x" * LIMIT)).send(
         "POST", "http://tei.test/x", {}, b"{}"
     )
     assert (reply.status, len(reply.body)) == (200, LIMIT)
@@ -56,7 +56,7 @@ async def test_a_body_past_the_limit_once_decoded_is_too_large(
 ) -> None:
     # 16 MiB of spaces: 16 KiB on the wire when compressed.
     body = compress(b" " * (256 * LIMIT))
-    upstream = session(httpx.Response(200, headers={"Content-Encoding": encoding}, content=body))
+    upstream = session(httpx2.Response(200, headers={"Content-Encoding": encoding}, content=body))
     with pytest.raises(ResponseTooLarge, match="larger than 65,536 bytes"):
         await upstream.send("POST", "http://tei.test/x", {}, b"{}")
 
@@ -73,10 +73,10 @@ async def test_a_streamed_bomb_is_refused_and_never_decoded_past_a_step(
 ) -> None:
     bomb = compress(b" " * (256 * LIMIT))  # one read of 16 KiB that decodes to 16 MiB
     headers = {"Content-Encoding": encoding}
-    upstream = session(httpx.Response(200, headers=headers, content=streamed(bomb)))
+    upstream = session(httpx2.Response(200, headers=headers, content=streamed(bomb)))
     with pytest.raises(ResponseTooLarge):
         await upstream.send("POST", "http://tei.test/x", {}, b"{}")
-    upstream = session(httpx.Response(200, headers=headers, content=streamed(bomb)))
+    upstream = session(httpx2.Response(200, headers=headers, content=streamed(bomb)))
     stream = await upstream.open("POST", "http://tei.test/x", {}, b"{}")
     try:
         sizes = [len(chunk) async for chunk in stream.chunks()]
@@ -86,19 +86,19 @@ async def test_a_streamed_bomb_is_refused_and_never_decoded_past_a_step(
 
 
 async def test_bodies_are_asked_for_in_the_encodings_decoded() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[httpx2.Request] = []
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
-        return httpx.Response(204)
+        return httpx2.Response(204)
 
-    upstream = HttpxSession("http://tei.test", TIMEOUTS, transport=httpx.MockTransport(answer))
+    upstream = HttpxSession("http://tei.test", TIMEOUTS, transport=httpx2.MockTransport(answer))
     await upstream.send("GET", "http://tei.test/x", {}, None)
     assert seen[0].headers["accept-encoding"] == ACCEPT_ENCODING == "gzip, deflate"
 
 
 async def test_a_streamed_error_body_is_read_up_to_the_limit_too() -> None:
-    upstream = session(httpx.Response(500, content=b"e" * (LIMIT + 1)))
+    upstream = session(httpx2.Response(500, content=b"e" * (LIMIT + 1)))
     stream = await upstream.open("POST", "http://tei.test/x", {}, b"{}")
     try:
         with pytest.raises(ResponseTooLarge):
