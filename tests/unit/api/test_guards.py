@@ -443,13 +443,13 @@ async def test_the_guards_hold_under_a_root_path(settings: Settings) -> None:
 @contextlib.asynccontextmanager
 async def running(
     settings: Settings, llm: ScriptedLLM | None = None
-) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[FastAPI, httpx2.AsyncClient]]:
     """The started app, to drive at the ASGI level, and a client on it."""
     app = create_app(settings, await make_backends(settings, llm=llm), TRACER_PROVIDER)
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx2.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
+        httpx2.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
     ):
         yield app, client
 

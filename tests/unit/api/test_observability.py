@@ -9,7 +9,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -108,7 +108,7 @@ def requests_counted(text: str, route: str, status: int) -> float:
 async def test_a_client_gone_mid_stream_is_499_and_no_error_on_the_turns_spans(
     settings: Settings, spans: InMemorySpanExporter, spec_version: str
 ) -> None:
-    """Driven at the ASGI level (httpx's test transport cannot disconnect mid-response).
+    """Driven at the ASGI level (httpx2's test transport cannot disconnect mid-response).
     An ASGI 2.3 server (uvicorn) says so on `receive`, which Starlette's streaming response
     listens to; a 2.4 server raises `OSError` from the next `send`."""
     llm = EndlessLLM()
@@ -165,9 +165,9 @@ async def test_an_upstream_failure_mid_stream_is_still_an_error(
     assert requests_counted(scrape, "/v1/chatqna", 499) == 0
 
 
-async def _scrape(app: Any) -> httpx.Response:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://chatqna.test"
+async def _scrape(app: Any) -> httpx2.Response:
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
     ) as client:
         return await client.get("/metrics")
 
