@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, Required, TypedDict, cast
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -53,6 +53,18 @@ def check_options(index_name: str, **sizes: int) -> None:
         raise ValueError(f"{', '.join(first)} and {last} must be at least 1")
     if not index_name or any(c.isspace() for c in index_name):
         raise ValueError(f"invalid index name {index_name!r}")
+
+
+class IndexOptions(TypedDict, total=False):
+    """The keyword options of both stores' constructors that their `open()` passes on
+    unchanged (the defaults are the constructors')."""
+
+    embedder_name: Required[str]
+    dimension: Required[int]
+    index_name: str
+    vector: VectorIndexParams | None
+    rrf_k: int
+    rrf_candidates: int
 
 
 class SourceWriter(Protocol):

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -57,6 +57,7 @@ from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES
 from chatqna.retrieval.redis.base import (
     DEFAULT_MAX_CONNECTIONS,
+    IndexOptions,
     RedisIndexBase,
     check_options,
     query_vector,
@@ -101,6 +102,13 @@ async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
     return str(info.get("cluster_enabled", 0)) == "1"
 
 
+class ClusterOptions(IndexOptions, total=False):
+    """`RedisClusterHybridIndex`'s options `open()` passes on: the shared ones and the
+    connections of each primary's reading pool."""
+
+    max_connections: int
+
+
 class RedisClusterHybridIndex(RedisIndexBase):
     """KNN + BM25 over one RediSearch index per primary of a Redis Cluster, fused by RRF."""
 
@@ -143,17 +151,11 @@ class RedisClusterHybridIndex(RedisIndexBase):
         cls,
         url: str,
         *,
-        embedder_name: str,
-        dimension: int,
-        index_name: str = DEFAULT_INDEX_NAME,
-        vector: VectorIndexParams | None = None,
-        rrf_k: int = DEFAULT_RRF_K,
-        rrf_candidates: int = FUSION_CANDIDATES,
         timeout_seconds: float = 10.0,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        **options: Unpack[ClusterOptions],
     ) -> RedisClusterHybridIndex:
         """Connect to the cluster `url` names a node of, and build the index on every
-        primary (checking an existing one fits)."""
+        primary (checking an existing one fits). The other options are the constructor's."""
         # Keyed reads and writes (MOVED, ASK and TRYAGAIN handled inside); one retry without
         # backoff, so a primary that is gone fails the request instead of stalling it.
         cluster = RedisCluster.from_url(
@@ -164,18 +166,7 @@ class RedisClusterHybridIndex(RedisIndexBase):
             socket_connect_timeout=timeout_seconds,
             retry=Retry(NoBackoff(), 1),
         )
-        index = cls(
-            cluster,
-            url,
-            embedder_name=embedder_name,
-            dimension=dimension,
-            index_name=index_name,
-            vector=vector,
-            rrf_k=rrf_k,
-            rrf_candidates=rrf_candidates,
-            timeout_seconds=timeout_seconds,
-            max_connections=max_connections,
-        )
+        index = cls(cluster, url, timeout_seconds=timeout_seconds, **options)
         async with index._closed_on_failure():
             await index.ensure_index()
         return index

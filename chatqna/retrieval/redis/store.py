@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -54,6 +54,7 @@ from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 from chatqna.retrieval.redis.base import (
     DEFAULT_MAX_CONNECTIONS,
+    IndexOptions,
     RedisIndexBase,
     check_options,
     query_vector,
@@ -124,6 +125,12 @@ def connect_pooled(url: str, timeout_seconds: float, max_connections: int) -> ai
     return aioredis.Redis.from_pool(pool)
 
 
+class NodeOptions(IndexOptions, total=False):
+    """`RedisHybridIndex`'s options `open()` passes on: the shared ones and `write_batch`."""
+
+    write_batch: int
+
+
 class RedisHybridIndex(RedisIndexBase):
     """KNN + BM25 over a RediSearch index, fused with reciprocal rank fusion, in Redis.
 
@@ -180,32 +187,21 @@ class RedisHybridIndex(RedisIndexBase):
         cls,
         url: str,
         *,
-        embedder_name: str,
-        dimension: int,
-        index_name: str = DEFAULT_INDEX_NAME,
-        vector: VectorIndexParams | None = None,
-        rrf_k: int = DEFAULT_RRF_K,
-        rrf_candidates: int = FUSION_CANDIDATES,
-        write_batch: int = 500,
         timeout_seconds: float = 10.0,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        **options: Unpack[NodeOptions],
     ) -> RedisHybridIndex:
         """Connect to `url` (RESP2), create the index if missing, and check it fits.
-        Searches share a pool of `max_connections`; writes have a connection of their own."""
+        Searches share a pool of `max_connections`; writes have a connection of their own.
+        The other options are the constructor's."""
         client = connect_pooled(url, timeout_seconds, max_connections)
         transactions = connect(url, timeout_seconds, socket_timeout=None)
         index = cls(
             client,
             transactions=transactions,
-            embedder_name=embedder_name,
-            dimension=dimension,
-            index_name=index_name,
-            vector=vector,
-            rrf_k=rrf_k,
-            rrf_candidates=rrf_candidates,
-            write_batch=write_batch,
             timeout_seconds=timeout_seconds,
             location=redact_url(url),
+            **options,
         )
         async with index._closed_on_failure():
             async with index._redis("opening the index"):
