@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Unpack
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -51,36 +51,38 @@ from redis.backoff import NoBackoff
 from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
+from chatqna.backends.protocols import SearchQuery, SourceInfo
 from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES
-from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.base import (
+    DEFAULT_MAX_CONNECTIONS,
+    IndexOptions,
+    RedisIndexBase,
+    check_options,
+    query_vector,
+)
 from chatqna.retrieval.redis.cluster_layout import ClusterLayout
 from chatqna.retrieval.redis.cluster_search import Round, search_shard
 from chatqna.retrieval.redis.cluster_writes import ClusterWriter
 from chatqna.retrieval.redis.consistency import Ranking, read_ranked
-from chatqna.retrieval.redis.query import RETURNED, bm25_query
+from chatqna.retrieval.redis.query import RETURNED, search_text
 from chatqna.retrieval.redis.replies import (
+    dense_results,
     hybrid_results,
     is_missing_index,
     redact_url,
-    scored_chunk,
+    source_info,
     stored_fields,
     unavailable_on_error,
 )
 from chatqna.retrieval.redis.schema import (
     DEFAULT_INDEX_NAME,
-    FORMAT_VERSION,
-    IndexSchema,
     VectorIndexParams,
     index_info,
     refuse_eviction,
-    text,
 )
-from chatqna.retrieval.redis.store import DEFAULT_MAX_CONNECTIONS, query_vector
 from chatqna.retrieval.redis.topology import ClusterTopology, Shard
-from chatqna.retrieval.redis.writes import check_batches
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +102,17 @@ async def cluster_enabled(url: str, timeout_seconds: float = 10.0) -> bool:
     return str(info.get("cluster_enabled", 0)) == "1"
 
 
-class RedisClusterHybridIndex:
+class ClusterOptions(IndexOptions, total=False):
+    """`RedisClusterHybridIndex`'s options `open()` passes on: the shared ones and the
+    connections of each primary's reading pool."""
+
+    max_connections: int
+
+
+class RedisClusterHybridIndex(RedisIndexBase):
     """KNN + BM25 over one RediSearch index per primary of a Redis Cluster, fused by RRF."""
 
-    supports_bm25_history = True
+    writer: ClusterWriter
 
     def __init__(
         self,
@@ -119,45 +128,34 @@ class RedisClusterHybridIndex:
         timeout_seconds: float = 10.0,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
-        if min(dimension, rrf_k, rrf_candidates) < 1:
-            raise ValueError("dimension, rrf_k and rrf_candidates must be at least 1")
-        if not index_name or any(c.isspace() for c in index_name):
-            raise ValueError(f"invalid index name {index_name!r}")
+        check_options(index_name, dimension=dimension, rrf_k=rrf_k, rrf_candidates=rrf_candidates)
         self.cluster = cluster
         self.url = url
-        self.embedder_name = embedder_name
-        self.dimension = dimension
-        self.index_name = index_name
-        self.vector = vector if vector is not None else VectorIndexParams()
-        self.rrf_k = rrf_k
-        self.rrf_candidates = rrf_candidates
         self.timeout_seconds = timeout_seconds
-        self.location = redact_url(url)
         self.layout = ClusterLayout(index_name)
-        self.schema = IndexSchema(
-            index_name, self.layout.chunk_prefix, embedder_name, dimension, self.vector
+        super().__init__(
+            embedder_name=embedder_name,
+            dimension=dimension,
+            index_name=index_name,
+            vector=vector,
+            rrf_k=rrf_k,
+            rrf_candidates=rrf_candidates,
+            location=redact_url(url),
+            chunk_prefix=self.layout.chunk_prefix,
         )
         self.topology = ClusterTopology(url, self.schema, timeout_seconds, max_connections)
         self.writer = ClusterWriter(self.topology, self.layout)
-        self._write_lock = asyncio.Lock()
-        self._closed = False
 
     @classmethod
     async def open(
         cls,
         url: str,
         *,
-        embedder_name: str,
-        dimension: int,
-        index_name: str = DEFAULT_INDEX_NAME,
-        vector: VectorIndexParams | None = None,
-        rrf_k: int = DEFAULT_RRF_K,
-        rrf_candidates: int = FUSION_CANDIDATES,
         timeout_seconds: float = 10.0,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        **options: Unpack[ClusterOptions],
     ) -> RedisClusterHybridIndex:
         """Connect to the cluster `url` names a node of, and build the index on every
-        primary (checking an existing one fits)."""
+        primary (checking an existing one fits). The other options are the constructor's."""
         # Keyed reads and writes (MOVED, ASK and TRYAGAIN handled inside); one retry without
         # backoff, so a primary that is gone fails the request instead of stalling it.
         cluster = RedisCluster.from_url(
@@ -168,35 +166,16 @@ class RedisClusterHybridIndex:
             socket_connect_timeout=timeout_seconds,
             retry=Retry(NoBackoff(), 1),
         )
-        index = cls(
-            cluster,
-            url,
-            embedder_name=embedder_name,
-            dimension=dimension,
-            index_name=index_name,
-            vector=vector,
-            rrf_k=rrf_k,
-            rrf_candidates=rrf_candidates,
-            timeout_seconds=timeout_seconds,
-            max_connections=max_connections,
-        )
-        try:
+        index = cls(cluster, url, timeout_seconds=timeout_seconds, **options)
+        async with index._closed_on_failure():
             await index.ensure_index()
-        except BaseException:
-            await index.aclose()
-            raise
         return index
-
-    def _redis(self, action: str) -> Any:
-        return unavailable_on_error(self.index_name, self.location, action, lambda: self._closed)
 
     async def ensure_index(self) -> None:
         """Check the meta and build (or check) the index on every primary, then write the
         meta when there was none."""
         async with self._redis("opening the index"):
-            meta = cast(dict[bytes, bytes], await self.cluster.hgetall(self.layout.meta_key))
-            if meta:
-                self.schema.check_meta(meta, FORMAT_VERSION)
+            meta = await self._checked_meta(self.cluster)
             await self.topology.refresh()
             for shard in self.topology.primaries:
                 await refuse_eviction(self.topology.client(shard.address), shard.address)
@@ -206,17 +185,14 @@ class RedisClusterHybridIndex:
             # Written once every primary's index fits: a start with the wrong embedder must
             # not leave its meta behind for the right one to be refused by.
             if not meta:
-                await self.cluster.hset(self.layout.meta_key, mapping=self.schema.meta())
+                await self._write_meta(self.cluster)
 
     # --- reads ---------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:
         vector = query_vector(query, self.dimension)
         hybrid = query.hybrid
         depth = max(query.k, self.rrf_candidates) if hybrid else query.k
-        text_query = None
-        if hybrid:
-            lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
-            text_query = bm25_query(lexical)
+        text_query = search_text(query) if hybrid else None
         rounds: list[Round] = []  # the ranking's, read from the primaries that returned them
 
         async def rank() -> Ranking:
@@ -226,11 +202,10 @@ class RedisClusterHybridIndex:
         async with self._redis("search"):
             ranking, stored = await read_ranked(rank, lambda ids: self._read(rounds[-1], ids))
         if not hybrid:
-            return [
-                scored_chunk(fields, {"dense": similarity}, "dense")
+            return dense_results(
+                (similarity, fields)
                 for (_, similarity), fields in zip(ranking.fused, stored, strict=True)
-                if fields is not None
-            ]
+            )
         return hybrid_results(ranking.fused, ranking.dense, ranking.bm25, stored, vector)
 
     async def _search_rounds(self, vector: np.ndarray, depth: int, text_query: str | None) -> Round:
@@ -321,9 +296,9 @@ class RedisClusterHybridIndex:
                 [("HMGET", self.layout.source_key(n), "content_hash", "chunks") for n in names]
             )
         return [
-            SourceInfo(source=s, chunks=int(text(n or b"0")), content_hash=text(h or b""))
-            for s, (h, n) in zip(names, rows, strict=True)
-            if h is not None or n is not None
+            source_info(s, row)
+            for s, row in zip(names, rows, strict=True)
+            if any(value is not None for value in row)
         ]
 
     async def describe(self) -> dict[str, Any]:
@@ -344,32 +319,10 @@ class RedisClusterHybridIndex:
         if any(info is None for info in infos):
             raise IndexUnavailable(f"the Redis index {self.index_name!r} is missing on a primary")
         present = [info for info in infos if info is not None]
-        return {
-            "kind": "redis-cluster",
-            "url": self.location,
-            "index": self.index_name,
-            "primaries": [s.address for s in shards],
-            "chunks": sum(info.documents for info in present),
-            "sources": int(sources),
-            "dimension": self.dimension,
-            "algorithm": self.vector.algorithm,
-            "indexing": any(info.indexing for info in present),
-            "percent_indexed": min((info.percent_indexed for info in present), default=1.0),
-        }
+        return self._description(
+            "redis-cluster", present, int(sources), primaries=[s.address for s in shards]
+        )
 
-    # --- writes ------------------------------------------------------------------------------
-    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
-        check_batches(batches, self.dimension)
-        async with self._write_lock, self._redis("replacing sources"):
-            await self.writer.replace_sources(batches)
-
-    async def delete_sources(self, sources: Sequence[str] | None) -> int:
-        async with self._write_lock, self._redis("deleting sources"):
-            return await self.writer.delete_sources(sources)
-
-    async def aclose(self) -> None:
-        """Refuse new work, let a write in progress end, then close every client."""
-        self._closed = True
-        async with self._write_lock:
-            await self.topology.aclose()
-            await self.cluster.aclose()
+    async def _close_clients(self) -> None:
+        await self.topology.aclose()
+        await self.cluster.aclose()

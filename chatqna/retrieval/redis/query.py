@@ -13,6 +13,7 @@ import re
 import numpy as np
 from redis.commands.search.query import Query
 
+from chatqna.backends.protocols import SearchQuery
 from chatqna.retrieval.query import TermUnion, WeightedQuery, query_tree
 from chatqna.retrieval.redis.schema import BM25_SCORER
 
@@ -49,6 +50,13 @@ def bm25_query(query: WeightedQuery) -> str | None:
     """
     tree = query_tree(query)
     return None if tree is None else "@terms:" + _render(tree)
+
+
+def search_text(query: SearchQuery) -> str | None:
+    """The BM25 leg's RediSearch query for a search: its text, with its history's terms at
+    the history's weight; None when neither has a term."""
+    lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
+    return bm25_query(lexical)
 
 
 def knn_search(index: str, vector: np.ndarray, depth: int, *, fields: bool) -> Args:

@@ -7,7 +7,7 @@ chunk id on a cluster, whose keys carry a hash tag).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
+from chatqna.backends.protocols import SourceInfo
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import IndexUnavailable, QueryNotSearchable, ServiceUnavailable
 from chatqna.retrieval.redis.query import RETURNED
@@ -98,6 +99,24 @@ def scored_chunk(fields: dict[str, Any], scores: dict[str, float], stage: str) -
     )
     embedding = vector_of(fields) if "embedding" in fields else None
     return ScoredChunk(chunk, score=scores[stage], scores=scores, embedding=embedding)
+
+
+def dense_results(hits: Iterable[tuple[float, dict[str, Any] | None]]) -> list[ScoredChunk]:
+    """A dense-only search's passages from `(cosine similarity, stored fields)`, in order;
+    a passage without fields (deleted, or dropped by `consistency.current_rows`) is skipped."""
+    return [
+        scored_chunk(fields, {"dense": similarity}, "dense")
+        for similarity, fields in hits
+        if fields is not None
+    ]
+
+
+def source_info(source: str, row: Sequence[Any]) -> SourceInfo:
+    """A source's `HMGET <source key> content_hash chunks` row as a `SourceInfo`."""
+    content_hash, chunks = row
+    return SourceInfo(
+        source=source, chunks=int(text(chunks or b"0")), content_hash=text(content_hash or b"")
+    )
 
 
 def redact_url(url: str) -> str:

@@ -38,10 +38,9 @@ which shares the schema, the queries and the reply parsing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Unpack
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -49,11 +48,17 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, ResponseError
 
-from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
+from chatqna.backends.protocols import SearchQuery, SourceInfo
 from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
-from chatqna.retrieval.query import WeightedQuery
+from chatqna.retrieval.redis.base import (
+    DEFAULT_MAX_CONNECTIONS,
+    IndexOptions,
+    RedisIndexBase,
+    check_options,
+    query_vector,
+)
 from chatqna.retrieval.redis.consistency import Ranking, read_ranked, seen_digests
 from chatqna.retrieval.redis.query import (
     RETURNED,
@@ -61,48 +66,34 @@ from chatqna.retrieval.redis.query import (
     bm25_query,
     bm25_search,
     knn_search,
+    search_text,
 )
 from chatqna.retrieval.redis.replies import (
     aggregate_digests,
+    dense_results,
     digest_hits,
     hybrid_results,
     is_missing_index,
     knn_hits,
     redact_url,
-    scored_chunk,
+    source_info,
     stored_fields,
     straddles,
     top_bm25,
-    unavailable_on_error,
 )
 from chatqna.retrieval.redis.schema import (
     DEFAULT_INDEX_NAME,
-    FORMAT_VERSION,
-    IndexSchema,
     VectorIndexParams,
     index_info,
     refuse_eviction,
     text,
 )
-from chatqna.retrieval.redis.writes import SingleNodeWriter, check_batches
+from chatqna.retrieval.redis.writes import SingleNodeWriter
 
 __all__ = ["DEFAULT_INDEX_NAME", "RedisHybridIndex", "VectorIndexParams", "bm25_query"]
 
-# Connections of one store's reading pool (per node on a cluster): the default of
-# `CHATQNA_MAX_CONCURRENT_CHATS`, which the composition root passes.
-DEFAULT_MAX_CONNECTIONS = 256
-
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def query_vector(query: SearchQuery, dimension: int) -> np.ndarray:
-    vector = np.asarray(query.embedding, dtype=np.float32).reshape(-1)
-    if vector.shape[0] != dimension:
-        raise IndexUnavailable(
-            f"query vector has {vector.shape[0]} dimensions, the index {dimension}"
-        )
-    return vector
 
 
 def connect(url: str, connect_timeout: float, *, socket_timeout: float | None) -> aioredis.Redis:
@@ -134,7 +125,13 @@ def connect_pooled(url: str, timeout_seconds: float, max_connections: int) -> ai
     return aioredis.Redis.from_pool(pool)
 
 
-class RedisHybridIndex:
+class NodeOptions(IndexOptions, total=False):
+    """`RedisHybridIndex`'s options `open()` passes on: the shared ones and `write_batch`."""
+
+    write_batch: int
+
+
+class RedisHybridIndex(RedisIndexBase):
     """KNN + BM25 over a RediSearch index, fused with reciprocal rank fusion, in Redis.
 
     Build it with `open()`, which connects, creates the index when it is missing and refuses
@@ -145,7 +142,7 @@ class RedisHybridIndex:
     (`chatqna.retrieval.redis.writes`).
     """
 
-    supports_bm25_history = True
+    writer: SingleNodeWriter
 
     def __init__(
         self,
@@ -162,89 +159,67 @@ class RedisHybridIndex:
         timeout_seconds: float = 10.0,
         location: str = "",
     ) -> None:
-        if min(dimension, write_batch, rrf_k, rrf_candidates) < 1:
-            raise ValueError("dimension, write_batch, rrf_k and rrf_candidates must be at least 1")
-        if not index_name or any(c.isspace() for c in index_name):
-            raise ValueError(f"invalid index name {index_name!r}")
+        check_options(
+            index_name,
+            dimension=dimension,
+            write_batch=write_batch,
+            rrf_k=rrf_k,
+            rrf_candidates=rrf_candidates,
+        )
         self.client = client
-        self.embedder_name = embedder_name
-        self.dimension = dimension
-        self.index_name = index_name
-        self.vector = vector if vector is not None else VectorIndexParams()
-        self.rrf_k = rrf_k
-        self.rrf_candidates = rrf_candidates
         self.write_batch = write_batch
-        self.location = location
         self.writer = SingleNodeWriter(
             client, transactions, index_name, write_batch, timeout_seconds
         )
-        self.schema = IndexSchema(
-            index_name, self.writer.chunk_prefix, embedder_name, dimension, self.vector
-        )
-        self._meta_key = f"{index_name}:meta"
-        self._write_lock = asyncio.Lock()
-        self._closed = False
-
-    @classmethod
-    async def open(
-        cls,
-        url: str,
-        *,
-        embedder_name: str,
-        dimension: int,
-        index_name: str = DEFAULT_INDEX_NAME,
-        vector: VectorIndexParams | None = None,
-        rrf_k: int = DEFAULT_RRF_K,
-        rrf_candidates: int = FUSION_CANDIDATES,
-        write_batch: int = 500,
-        timeout_seconds: float = 10.0,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    ) -> RedisHybridIndex:
-        """Connect to `url` (RESP2), create the index if missing, and check it fits.
-        Searches share a pool of `max_connections`; writes have a connection of their own."""
-        client = connect_pooled(url, timeout_seconds, max_connections)
-        transactions = connect(url, timeout_seconds, socket_timeout=None)
-        index = cls(
-            client,
-            transactions=transactions,
+        super().__init__(
             embedder_name=embedder_name,
             dimension=dimension,
             index_name=index_name,
             vector=vector,
             rrf_k=rrf_k,
             rrf_candidates=rrf_candidates,
-            write_batch=write_batch,
+            location=location,
+            chunk_prefix=self.writer.chunk_prefix,
+        )
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        timeout_seconds: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        **options: Unpack[NodeOptions],
+    ) -> RedisHybridIndex:
+        """Connect to `url` (RESP2), create the index if missing, and check it fits.
+        Searches share a pool of `max_connections`; writes have a connection of their own.
+        The other options are the constructor's."""
+        client = connect_pooled(url, timeout_seconds, max_connections)
+        transactions = connect(url, timeout_seconds, socket_timeout=None)
+        index = cls(
+            client,
+            transactions=transactions,
             timeout_seconds=timeout_seconds,
             location=redact_url(url),
+            **options,
         )
-        try:
+        async with index._closed_on_failure():
             async with index._redis("opening the index"):
                 await refuse_eviction(client, index.location)
             await index.ensure_index()
-        except BaseException:
-            await index.aclose()
-            raise
         return index
-
-    def _redis(self, action: str) -> Any:
-        return unavailable_on_error(self.index_name, self.location, action, lambda: self._closed)
 
     async def ensure_index(self) -> None:
         """Create the index when missing; refuse one built for another embedder or size."""
         async with self._redis("opening the index"):
-            meta = cast(dict[bytes, bytes], await self.client.hgetall(self._meta_key))
-            if meta:
-                self.schema.check_meta(meta, FORMAT_VERSION)
+            meta = await self._checked_meta(self.client)
             info = await index_info(self.client, self.index_name)
             if info is None:
-                await self._write_meta()
+                await self._write_meta(self.client)
                 info = await self.schema.ensure(self.client)
             self.schema.check_info(info, meta)
             if not meta:  # an index whose creator stopped before writing the meta
-                await self._write_meta()
-
-    async def _write_meta(self) -> None:
-        await self.client.hset(self._meta_key, mapping=self.schema.meta())
+                await self._write_meta(self.client)
 
     async def _rebuilt_if_missing(self, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`; when it finds the index gone (a restart without persistence,
@@ -269,16 +244,8 @@ class RedisHybridIndex:
             )
             await self.ensure_index()
 
-    # --- writes ------------------------------------------------------------------------------
-    async def replace_sources(self, batches: Sequence[SourceBatch]) -> None:
-        check_batches(batches, self.dimension)
-        async with self._write_lock, self._redis("replacing sources"):
-            await self._rebuild()  # passages written without their index would stay unseen
-            await self.writer.replace_sources(batches)
-
-    async def delete_sources(self, sources: Sequence[str] | None) -> int:
-        async with self._write_lock, self._redis("deleting sources"):
-            return await self.writer.delete_sources(sources)
+    async def _before_replace(self) -> None:
+        await self._rebuild()  # passages written without their index would stay unseen
 
     # --- reads -------------------------------------------------------------------------------
     def _queue(self, pipe: Any, args: Sequence[Any]) -> None:
@@ -301,8 +268,7 @@ class RedisHybridIndex:
     async def _rank(self, query: SearchQuery, vector: np.ndarray) -> Ranking:
         """The fused top `k` of the KNN and BM25 legs, with the digests they saw."""
         depth = max(query.k, self.rrf_candidates)
-        lexical = WeightedQuery.parse(query.text, query.bm25_history, query.bm25_history_weight)
-        text_query = bm25_query(lexical)
+        text_query = search_text(query)
         pipe = self.client.pipeline(transaction=False)
         self._queue(pipe, knn_search(self.index_name, vector, depth, fields=False))
         if text_query is not None:
@@ -338,10 +304,7 @@ class RedisHybridIndex:
 
     async def _dense_only(self, vector: np.ndarray, k: int) -> list[ScoredChunk]:
         reply = await self._call(knn_search(self.index_name, vector, k, fields=True))
-        return [
-            scored_chunk(fields, {"dense": similarity}, "dense")
-            for _, similarity, fields in knn_hits(reply)
-        ]
+        return dense_results((similarity, fields) for _, similarity, fields in knn_hits(reply))
 
     async def list_sources(self) -> list[SourceInfo]:
         async with self._redis("listing sources"):
@@ -351,10 +314,7 @@ class RedisHybridIndex:
             for source in names:
                 pipe.hmget(self.writer.source_key(source), ["content_hash", "chunks"])
             rows = await pipe.execute()
-        return [
-            SourceInfo(source=s, chunks=int(text(n or b"0")), content_hash=text(h or b""))
-            for s, (h, n) in zip(names, rows, strict=True)
-        ]
+        return [source_info(s, row) for s, row in zip(names, rows, strict=True)]
 
     async def describe(self) -> dict[str, Any]:
         async with self._redis("describe"):
@@ -366,23 +326,8 @@ class RedisHybridIndex:
             sources = int(await self.client.scard(self.writer.sources_key))
         if info is None:
             raise IndexUnavailable(f"the Redis index {self.index_name!r} no longer exists")
-        return {
-            "kind": "redis",
-            "url": self.location,
-            "index": self.index_name,
-            "chunks": info.documents,
-            "sources": sources,
-            "dimension": self.dimension,
-            "algorithm": self.vector.algorithm,
-            # After a restart RediSearch re-indexes in the background; searches miss passages
-            # until it is done.
-            "indexing": info.indexing,
-            "percent_indexed": info.percent_indexed,
-        }
+        return self._description("redis", [info], sources)
 
-    async def aclose(self) -> None:
-        """Refuse new work, let a write in progress end, then close both clients."""
-        self._closed = True
-        async with self._write_lock:
-            await self.client.aclose()
-            await self.writer.transactions.aclose()
+    async def _close_clients(self) -> None:
+        await self.client.aclose()
+        await self.writer.transactions.aclose()

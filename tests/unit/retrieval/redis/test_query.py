@@ -7,12 +7,21 @@ import pytest
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeout
 
+from chatqna.backends.protocols import SearchQuery, SourceInfo
 from chatqna.errors import IndexUnavailable, QueryNotSearchable
 from chatqna.retrieval.query import WeightedQuery
-from chatqna.retrieval.redis.query import bm25_aggregate, bm25_query, bm25_search, knn_search
+from chatqna.retrieval.redis.query import (
+    bm25_aggregate,
+    bm25_query,
+    bm25_search,
+    knn_search,
+    search_text,
+)
 from chatqna.retrieval.redis.replies import (
+    dense_results,
     digest_hits,
     knn_hits,
+    source_info,
     straddles,
     top_bm25,
     unavailable_on_error,
@@ -108,3 +117,34 @@ async def test_a_query_redisearch_cannot_parse_is_not_an_outage() -> None:
         with pytest.raises(IndexUnavailable):
             async with unavailable_on_error("idx", "redis://h:1", "search"):
                 raise error
+
+
+def test_a_searchs_bm25_query_blends_its_history_at_the_historys_weight() -> None:
+    query = SearchQuery(
+        "refund policy", np.ones(4, np.float32), 4, bm25_history="card", bm25_history_weight=0.5
+    )
+    assert search_text(query) == bm25_query(WeightedQuery.parse("refund policy", "card", 0.5))
+    alone = SearchQuery("refund policy", np.ones(4, np.float32), 4)
+    assert search_text(alone) == "@terms:(refund | policy)" != search_text(query)
+    assert search_text(SearchQuery("is it the", np.ones(4, np.float32), 4)) is None
+
+
+def test_dense_results_keep_the_order_and_skip_passages_without_fields() -> None:
+    fields = {
+        "chunk_id": b"c1",
+        "content": b"text",
+        "source": b"a.md",
+        "chunk_index": b"2",
+        "embedding": np.ones(4, np.float32).tobytes(),
+    }
+    results = dense_results([(0.9, fields), (0.8, None), (0.7, {**fields, "chunk_id": b"c2"})])
+    assert [(r.chunk.id, r.score, r.scores) for r in results] == [
+        ("c1", 0.9, {"dense": 0.9}),
+        ("c2", 0.7, {"dense": 0.7}),
+    ]
+    assert results[0].chunk.index == 2 and results[0].embedding is not None
+
+
+def test_a_source_row_becomes_its_source_info() -> None:
+    assert source_info("a.md", [b"h1", b"3"]) == SourceInfo("a.md", 3, "h1")
+    assert source_info("b.md", [None, None]) == SourceInfo("b.md", 0, "")
