@@ -3,9 +3,11 @@
 - `POST /v1/dataprep/ingest`: multipart form with `files` (repeated) and/or `link_list`
   (a JSON list of URLs); optional `chunk_size`, `chunk_overlap`. Re-uploading a file or
   re-sending a link replaces its chunks. The request takes its place in the parse pool
-  before its body is read (`chatqna.api.guards.IngestAdmission`: 429 when the pool and its
-  queue are full), then the uploads' names and types and the links' names are checked,
-  links are fetched, and everything is ingested in one all-or-nothing step.
+  before its body is read (`chatqna.api.guards.IngestAdmission`: 429 when all the pool's
+  places for requests in flight are taken), then the uploads' names and types and the
+  links' names are checked, links are fetched, the files are parsed on one of the pool's
+  threads (in turn, once one is free), and everything is ingested in one all-or-nothing
+  step.
 - `POST /v1/dataprep/get`: the ingested sources.
 - `POST /v1/dataprep/delete`: `{"file_path": "<source>"}` or `{"file_path": "all"}`; a
   name that is neither listed nor has chunks is 404.
@@ -95,8 +97,8 @@ async def ingest(
     overlap = chunk_overlap if chunk_overlap is not None else settings.chunk_overlap
     if overlap >= size:
         raise InvalidRequest("chunk_overlap must be smaller than chunk_size")
-    # Admitted before the body was read: the admitted requests hold their uploads in memory
-    # in turn, and a request the parse pool refused (429) cost nothing.
+    # Admitted before the body was read: at most the parse pool's places for requests hold
+    # their uploads in memory at once, and a request the pool refused (429) cost nothing.
     uploads = [await _read_upload(f, settings.chatqna_max_upload_bytes) for f in files or []]
     check_files(uploads, urls)  # a bad name fails the request before any link is fetched
     pages = await fetcher.fetch_all(urls)

@@ -555,6 +555,43 @@ UPLOAD_HEAD = (
 )
 
 
+async def uploads_held_back(app: FastAPI, count: int) -> list[tuple[HeldBody, asyncio.Task[None]]]:
+    """`count` uploads admitted, each waiting for the rest of its body, which never comes
+    until it `leave`s."""
+    held = [HeldBody(UPLOAD_HEAD) for _ in range(count)]
+    tasks = [asyncio.create_task(app(upload_scope(), h.receive, h.send)) for h in held]
+    while any(h.reads < 2 for h in held):
+        await asyncio.sleep(0)
+    return list(zip(held, tasks, strict=True))
+
+
+async def test_uploads_whose_body_trickles_in_leave_the_parse_threads_free(
+    settings: Settings,
+) -> None:
+    async with running(settings) as (app, client):
+        pool: ParsePool = app.state.service.parse_pool
+        stuck = await uploads_held_back(app, pool.workers)
+        assert pool.admitted == pool.workers
+        files = [("files", ("beside.md", b"# Beside\n\nthe slow uploads", "text/markdown"))]
+        async with asyncio.timeout(10):  # parsed now, not once the slow bodies are in
+            ingested = await client.post("/v1/dataprep/ingest", files=files)
+        assert ingested.status_code == 200, ingested.text
+        assert ingested.json()["files"] == [
+            {"name": "beside.md", "status": "ingested", "chunks": 1}
+        ]
+        stuck += await uploads_held_back(app, pool.capacity - pool.workers)
+        assert pool.admitted == pool.capacity == 10
+        eleventh = HeldBody(UPLOAD_HEAD)
+        await asyncio.wait_for(app(upload_scope(), eleventh.receive, eleventh.send), timeout=10)
+        assert eleventh.reads == 0, "the refused upload's body was read"
+        assert eleventh.answer[0]["status"] == 429
+        assert (b"retry-after", b"1") in eleventh.answer[0]["headers"]
+        for held, _ in stuck:
+            held.gone.set()  # the slow clients give up
+        await asyncio.wait_for(asyncio.gather(*(task for _, task in stuck)), timeout=10)
+        assert pool.admitted == 0
+
+
 def one_slot_pool(app: FastAPI) -> ParsePool:
     """The started app's parse pool, replaced by one that admits one request, no queue."""
     pool = ParsePool(workers=1, queue=0)
@@ -562,7 +599,7 @@ def one_slot_pool(app: FastAPI) -> ParsePool:
     return pool
 
 
-async def test_an_upload_beyond_the_queue_is_429_before_its_body_is_read(
+async def test_an_upload_beyond_the_places_is_429_before_its_body_is_read(
     settings: Settings,
 ) -> None:
     async with running(settings) as (app, client):
@@ -571,7 +608,7 @@ async def test_an_upload_beyond_the_queue_is_429_before_its_body_is_read(
             for _ in range(pool.workers):
                 await stack.enter_async_context(pool.admit())
             waiting = [asyncio.create_task(pool.run(len, "queued")) for _ in range(pool.queue)]
-            while pool._waiting < pool.queue:
+            while pool.admitted < pool.capacity:
                 await asyncio.sleep(0)
             held = HeldBody(UPLOAD_HEAD)
             await asyncio.wait_for(app(upload_scope(), held.receive, held.send), timeout=10)
