@@ -341,9 +341,9 @@ class IngestAdmission:
     `Retry-After`) at once, having cost neither the spooling of its upload nor the fetching
     of its links; an admitted one keeps its place (`scope[PARSE_SLOT]`, the route parses
     under it) until it is done, whether it succeeds, fails, or its client leaves. A place
-    is no parsing thread: while its body arrives a request holds none, and its parse job
-    waits for one only once it is ready to parse. `parse_pool` gives the running service's
-    pool, which exists only once the app has started.
+    is no working token: while its body arrives a request holds none, and the route waits
+    for one only once the body is in, before it reads the uploads into memory. `parse_pool`
+    gives the running service's pool, which exists only once the app has started.
     """
 
     def __init__(self, app: ASGIApp, parse_pool: Callable[[], ParsePool]) -> None:
