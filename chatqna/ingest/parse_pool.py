@@ -125,8 +125,8 @@ class ParsePool:
         self.queue = queue
         self.capacity = workers + queue
         self.closed = False
-        # The requests working at once: those reading their uploads into memory, fetching
-        # their links, or parsing.
+        # The requests working at once: from reading their uploads into memory and
+        # fetching their links to parsing them and writing their chunks.
         self.limiter = anyio.CapacityLimiter(workers)
         # The threads parse jobs run on, as many as `limiter` lets work; a limiter of the
         # pool's own, so they never take the tokens of anyio's default one.
