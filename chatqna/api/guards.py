@@ -337,11 +337,13 @@ PARSE_SLOT = "chatqna.parse_slot"
 class IngestAdmission:
     """Admits a `POST /v1/dataprep/ingest` into the parse pool before its body is read.
 
-    A request beyond the pool's threads and its queue is refused (429, `Retry-After`) at
-    once, having cost neither the spooling of its upload nor the fetching of its links; an
-    admitted one keeps its place (`scope[PARSE_SLOT]`, the route parses under it) until it
-    is done, whether it succeeds, fails, or its client leaves. `parse_pool` gives the
-    running service's pool, which exists only once the app has started.
+    A request beyond the pool's places for requests in flight is refused (429,
+    `Retry-After`) at once, having cost neither the spooling of its upload nor the fetching
+    of its links; an admitted one keeps its place (`scope[PARSE_SLOT]`, the route parses
+    under it) until it is done, whether it succeeds, fails, or its client leaves. A place
+    is no working token: while its body arrives a request holds none, and the route waits
+    for one only once the body is in, before it reads the uploads into memory. `parse_pool`
+    gives the running service's pool, which exists only once the app has started.
     """
 
     def __init__(self, app: ASGIApp, parse_pool: Callable[[], ParsePool]) -> None:

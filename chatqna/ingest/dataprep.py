@@ -206,9 +206,10 @@ async def ingest_files(
 ) -> list[IngestResult]:
     """Ingest `files` into `retriever`; returns one result per file, in input order.
 
-    The service parses on the slot its parse pool admitted the request to, so uploads
-    never take the threads other requests need; without one (the CLI), on asyncio's
-    default pool. `checked` says the caller has run `check_files` on `files` already.
+    The service parses on the slot its parse pool admitted the request to, under the
+    slot's `working()` token, so uploads never take the threads other requests need;
+    without one (the CLI), on asyncio's default pool. `checked` says the caller has run
+    `check_files` on `files` already.
     """
     if not checked:
         check_files(files)

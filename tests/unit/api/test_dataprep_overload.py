@@ -1,6 +1,6 @@
-"""Uploads under load: parsing has threads of its own and a bounded queue, so slow uploads
-never hold up a chat, and one upload too many is 429 with the envelope, before any of its
-links is fetched."""
+"""Uploads under load: parsing has threads of its own and a bound on the requests in
+flight, so slow uploads never hold up a chat, and one upload too many is 429 with the
+envelope, before any of its links is fetched."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ async def test_slow_uploads_leave_chats_answering_and_one_too_many_is_429(
         assert refused.headers["retry-after"] == "1"
         assert refused.json() == {
             "error": "too_many_requests",
-            "message": f"The service is ingesting {PARSE_WORKERS} requests with {PARSE_QUEUE} "
-            "more waiting; retry shortly.",
+            "message": f"The service has {PARSE_WORKERS + PARSE_QUEUE} ingest requests in flight, "
+            f"parsing {PARSE_WORKERS} at a time; retry shortly.",
         }
         # A request with links is refused before any of them is fetched.
         link_list = json.dumps(["https://pages.test/guide.html"])

@@ -1,6 +1,6 @@
 """Request limits: chats in flight (429), body size (413), a chat's body read before its
-slot (408 when it is late), uploads admitted before their body, and a disconnect freeing
-its slot."""
+slot (408 when it is late), uploads admitted before their body and working in turn once it
+is in, and a disconnect freeing its slot."""
 
 from __future__ import annotations
 
@@ -12,16 +12,19 @@ from typing import Any
 
 import httpx2
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, UploadFile
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from chatqna.api import dataprep as dataprep_route
 from chatqna.api.guards import route_path
 from chatqna.app import create_app
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams
 from chatqna.errors import TooManyRequests
+from chatqna.ingest.dataprep import IngestFile
+from chatqna.ingest.links import LinkFetcher
 from chatqna.ingest.parse_pool import ParsePool
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
@@ -555,6 +558,88 @@ UPLOAD_HEAD = (
 )
 
 
+async def uploads_held_back(app: FastAPI, count: int) -> list[tuple[HeldBody, asyncio.Task[None]]]:
+    """`count` uploads admitted, each waiting for the rest of its body, which never comes
+    until it `leave`s."""
+    held = [HeldBody(UPLOAD_HEAD) for _ in range(count)]
+    tasks = [asyncio.create_task(app(upload_scope(), h.receive, h.send)) for h in held]
+    while any(h.reads < 2 for h in held):
+        await asyncio.sleep(0)
+    return list(zip(held, tasks, strict=True))
+
+
+async def test_uploads_whose_body_trickles_in_leave_the_parse_threads_free(
+    settings: Settings,
+) -> None:
+    async with running(settings) as (app, client):
+        pool: ParsePool = app.state.service.parse_pool
+        stuck = await uploads_held_back(app, pool.workers)
+        assert pool.admitted == pool.workers
+        assert pool.limiter.borrowed_tokens == 0  # admitted, not working yet
+        files = [("files", ("beside.md", b"# Beside\n\nthe slow uploads", "text/markdown"))]
+        async with asyncio.timeout(10):  # parsed now, not once the slow bodies are in
+            ingested = await client.post("/v1/dataprep/ingest", files=files)
+        assert ingested.status_code == 200, ingested.text
+        assert ingested.json()["files"] == [
+            {"name": "beside.md", "status": "ingested", "chunks": 1}
+        ]
+        stuck += await uploads_held_back(app, pool.capacity - pool.workers)
+        assert pool.admitted == pool.capacity == 10
+        eleventh = HeldBody(UPLOAD_HEAD)
+        await asyncio.wait_for(app(upload_scope(), eleventh.receive, eleventh.send), timeout=10)
+        assert eleventh.reads == 0, "the refused upload's body was read"
+        assert eleventh.answer[0]["status"] == 429
+        assert (b"retry-after", b"1") in eleventh.answer[0]["headers"]
+        for held, _ in stuck:
+            held.gone.set()  # the slow clients give up
+        await asyncio.wait_for(asyncio.gather(*(task for _, task in stuck)), timeout=10)
+        assert pool.admitted == 0
+
+
+async def test_at_most_workers_requests_hold_their_files_and_pages_at_once(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[str] = []
+    fetching: list[str] = []
+    fetched = asyncio.Event()
+    read_upload = dataprep_route._read_upload
+
+    async def counted_read(upload: UploadFile, limit: int) -> IngestFile:
+        read.append(upload.filename or "")
+        return await read_upload(upload, limit)
+
+    async def held_fetch(self: LinkFetcher, urls: list[str]) -> list[IngestFile]:
+        fetching.extend(urls)
+        await fetched.wait()  # pages on their way in, files in memory
+        return []
+
+    monkeypatch.setattr(dataprep_route, "_read_upload", counted_read)
+    monkeypatch.setattr(LinkFetcher, "fetch_all", held_fetch)
+    async with running(settings) as (app, client):
+        pool: ParsePool = app.state.service.parse_pool
+        count = pool.workers + 3
+        requests = [
+            asyncio.create_task(
+                client.post(
+                    "/v1/dataprep/ingest",
+                    files=[("files", (f"doc{n}.md", f"# Doc {n}\n\nin memory".encode()))],
+                    data={"link_list": json.dumps([f"https://pages.test/{n}.html"])},
+                )
+            )
+            for n in range(count)
+        ]
+        async with asyncio.timeout(10):  # every request is in: fetching, or waiting its turn
+            while len(fetching) + pool.limiter.statistics().tasks_waiting < count:
+                await asyncio.sleep(0.01)
+        assert len(read) == len(fetching) == pool.workers
+        assert pool.admitted == count
+        fetched.set()
+        answers = await asyncio.gather(*requests)
+        assert [a.status_code for a in answers] == [200] * count, answers[0].text
+        assert sorted(read) == sorted(f"doc{n}.md" for n in range(count))
+        assert pool.limiter.borrowed_tokens == 0
+
+
 def one_slot_pool(app: FastAPI) -> ParsePool:
     """The started app's parse pool, replaced by one that admits one request, no queue."""
     pool = ParsePool(workers=1, queue=0)
@@ -562,7 +647,7 @@ def one_slot_pool(app: FastAPI) -> ParsePool:
     return pool
 
 
-async def test_an_upload_beyond_the_queue_is_429_before_its_body_is_read(
+async def test_an_upload_beyond_the_places_is_429_before_its_body_is_read(
     settings: Settings,
 ) -> None:
     async with running(settings) as (app, client):
@@ -571,7 +656,7 @@ async def test_an_upload_beyond_the_queue_is_429_before_its_body_is_read(
             for _ in range(pool.workers):
                 await stack.enter_async_context(pool.admit())
             waiting = [asyncio.create_task(pool.run(len, "queued")) for _ in range(pool.queue)]
-            while pool._waiting < pool.queue:
+            while pool.admitted < pool.capacity:
                 await asyncio.sleep(0)
             held = HeldBody(UPLOAD_HEAD)
             await asyncio.wait_for(app(upload_scope(), held.receive, held.send), timeout=10)

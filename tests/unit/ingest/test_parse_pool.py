@@ -1,5 +1,6 @@
-"""The parse pool: its own threads, a bounded queue, 429 beyond it, slots held to the end,
-admission before any work, 503 once closed."""
+"""The parse pool: a bound on the requests in flight, 429 beyond it; tokens to work taken
+in turn, whether or not a thread parses; its own threads; places and tokens held to the
+end of the thread; admission before any work, 503 once closed."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ class Gate:
         self.release = threading.Event()
         self.started = threading.Semaphore(0)
         self.threads: list[str] = []
+        self.values: list[int] = []
 
     def job(self, value: int) -> int:
         self.threads.append(threading.current_thread().name)
+        self.values.append(value)
         self.started.release()
         self.release.wait(10)
         return value
@@ -51,7 +54,7 @@ async def gated_pool(*, queue: int) -> AsyncIterator[tuple[ParsePool, Gate]]:
 
 
 async def once_a_slot_is_back(pool: ParsePool, gate: Gate) -> int:
-    """A job run as soon as the pool admits one: a slot comes back once its thread is done."""
+    """A job run as soon as the pool admits one: a place comes back once its thread is done."""
     async with asyncio.timeout(10):
         while True:
             try:
@@ -100,7 +103,7 @@ async def test_beyond_the_workers_and_the_queue_a_request_is_refused_with_429() 
             await pool.run(gate.job, 3)
         assert refused.value.status_code == 429
         assert refused.value.envelope()["error"] == "too_many_requests"
-        assert "ingesting 1 requests with 1 more waiting" in refused.value.message
+        assert "2 ingest requests in flight, parsing 1 at a time" in refused.value.message
         gate.release.set()
         assert await asyncio.gather(running, waiting) == [1, 2]
         assert await pool.run(gate.job, 4) == 4  # the queue has emptied
@@ -135,61 +138,89 @@ async def test_a_request_refused_at_admission_does_no_work() -> None:
         assert worked == []
         gate.release.set()
         assert await running == 1
-        async with pool.admit() as slot:  # admitted: it may do its work, then parse
+        async with pool.admit() as slot, slot.working():  # admitted: it may work, then parse
             worked.append("fetched links")
             assert await slot.run(lambda: 5) == 5
         assert worked == ["fetched links"]
 
 
-async def test_a_request_cancelled_in_the_queue_leaves_it() -> None:
+async def test_a_request_cancelled_while_waiting_for_a_token_parses_nothing() -> None:
     async with gated_pool(queue=1) as (pool, gate):
         running = asyncio.create_task(pool.run(gate.job, 1))
         await gate.wait_started(1)
         queued = asyncio.create_task(pool.run(gate.job, 2))
-        await asyncio.sleep(0.05)
-        queued.cancel()  # its client left while it waited
+        while pool.limiter.statistics().tasks_waiting < 1:
+            await asyncio.sleep(0)
+        queued.cancel()  # its client left while it waited for a token
         with pytest.raises(asyncio.CancelledError):
             await queued
-        # Its place in the queue is free again: another request may wait there.
+        assert pool.limiter.statistics().tasks_waiting == 0
+        # Its place is free again: another request may wait there.
         waiting = asyncio.create_task(pool.run(gate.job, 3))
         await asyncio.sleep(0.05)
         assert not waiting.done()
         gate.release.set()
         assert await asyncio.gather(running, waiting) == [1, 3]
+        assert gate.values == [1, 3]  # the cancelled request's job never ran
 
 
-async def test_a_waiter_woken_then_cancelled_passes_its_slot_on() -> None:
-    async with gated_pool(queue=2) as (pool, gate):
-        admitted = pool.admit()
-        await admitted.__aenter__()
-        woken = asyncio.create_task(pool.run(gate.job, 1))
-        next_in_line = asyncio.create_task(pool.run(gate.job, 2))
-        await asyncio.sleep(0.05)
-        await admitted.__aexit__(None, None, None)  # wakes `woken`...
-        woken.cancel()  # ...which is cancelled before it runs
-        with pytest.raises(asyncio.CancelledError):
-            await woken
-        await gate.wait_started(1)  # the slot went on to the next request
+async def test_requests_take_the_tokens_in_the_order_they_asked() -> None:
+    async with gated_pool(queue=3) as (pool, gate):
+        running = asyncio.create_task(pool.run(gate.job, 1))
+        await gate.wait_started(1)
+        waiting = []
+        for value in (2, 3, 4):
+            waiting.append(asyncio.create_task(pool.run(gate.job, value)))
+            while pool.limiter.statistics().tasks_waiting < value - 1:
+                await asyncio.sleep(0)
         gate.release.set()
-        async with asyncio.timeout(10):
-            assert await next_in_line == 2
-        assert await pool.run(gate.job, 3) == 3  # and came back once it was done
+        assert await asyncio.gather(running, *waiting) == [1, 2, 3, 4]
+        assert gate.values == [1, 2, 3, 4]
+
+
+async def test_admitted_requests_still_receiving_their_body_hold_no_token() -> None:
+    pool = ParsePool(workers=2, queue=8)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            # Two requests admitted and still receiving their bodies.
+            for _ in range(2):
+                await stack.enter_async_context(pool.admit())
+            assert pool.limiter.borrowed_tokens == 0
+            async with asyncio.timeout(10):  # a third parses at once, not after them
+                assert await pool.run(lambda: 5) == 5
+            for _ in range(pool.capacity - 2):
+                await stack.enter_async_context(pool.admit())
+            assert pool.admitted == 10
+            with pytest.raises(TooManyRequests):
+                await pool.run(lambda: 6)  # the eleventh request in flight
+        assert pool.admitted == 0
+        assert await pool.run(lambda: 7) == 7
+    finally:
+        pool.close()
 
 
 async def test_a_request_that_leaves_keeps_its_slot_until_its_thread_is_done() -> None:
     async def request(pool: ParsePool, gate: Gate) -> int:
-        async with pool.admit() as slot:
+        async with pool.admit() as slot, slot.working():
             return await slot.run(gate.job, 1)
 
-    async with gated_pool(queue=0) as (pool, gate):
+    async with gated_pool(queue=1) as (pool, gate):
         cancelled = asyncio.create_task(request(pool, gate))
         await gate.wait_started(1)
-        cancelled.cancel()  # the request leaves its admission; its thread parses on
+        cancelled.cancel()  # the request leaves its token and its place; its thread parses on
         with pytest.raises(asyncio.CancelledError):
             await cancelled
+        assert pool.limiter.borrowed_tokens == 1
+        assert pool.admitted == 1
+        # Admitted in the queue's place, a request waits for the token the thread holds.
+        waiting = asyncio.create_task(pool.run(gate.job, 2))
+        while pool.limiter.statistics().tasks_waiting < 1:
+            await asyncio.sleep(0)
         with pytest.raises(TooManyRequests):
-            await pool.run(gate.job, 2)
+            await pool.run(gate.job, 3)
         gate.release.set()
+        assert await waiting == 2
+        assert gate.values == [1, 2]
         assert await once_a_slot_is_back(pool, gate) == 3
 
 
@@ -205,14 +236,69 @@ async def test_jobs_run_in_a_copy_of_the_caller_s_context() -> None:
         pool.close()
 
 
-async def test_a_closed_pool_refuses_with_503_and_keeps_its_slots() -> None:
+async def test_a_closed_pool_refuses_with_503_and_gives_its_places_back() -> None:
     pool = ParsePool(workers=1, queue=0)
     async with pool.admit() as slot:
-        pool.close()  # the service stops while a request holds a slot
+        pool.close()  # the service stops while a request waits for its body
         with pytest.raises(ServiceUnavailable) as refused:
-            await slot.run(lambda: 1)
+            async with slot.working():
+                pass
     assert refused.value.status_code == 503
     assert refused.value.envelope()["error"] == "service_unavailable"
     with pytest.raises(ServiceUnavailable):
         await pool.run(lambda: 1)
-    assert not pool._slots.locked()
+    assert pool.admitted == 0
+    working = ParsePool(workers=1, queue=0)
+    async with working.admit() as slot, slot.working():
+        working.close()  # ... or while it works
+        with pytest.raises(ServiceUnavailable):
+            await slot.run(lambda: 1)
+    assert working.admitted == 0
+    assert working.limiter.borrowed_tokens == 0
+
+
+async def test_a_working_request_holds_its_token_whether_or_not_it_parses() -> None:
+    pool = ParsePool(workers=1, queue=1)
+    try:
+        steps: list[str] = []
+
+        async def request(name: str, done: asyncio.Event) -> None:
+            async with pool.admit() as slot, slot.working():
+                steps.append(f"{name} reads its uploads")
+                await done.wait()  # reading, fetching links: no thread of its own
+                steps.append(f"{name} parsed {await slot.run(len, name)}")
+
+        first_done, second_done = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(request("first", first_done))
+        while not steps:
+            await asyncio.sleep(0)
+        second = asyncio.create_task(request("second", second_done))
+        while pool.limiter.statistics().tasks_waiting < 1:
+            await asyncio.sleep(0)
+        assert steps == ["first reads its uploads"]  # the second waits for the token
+        second_done.set()
+        first_done.set()
+        await asyncio.gather(first, second)
+        assert steps == [
+            "first reads its uploads",
+            "first parsed 5",
+            "second reads its uploads",
+            "second parsed 6",
+        ]
+        assert pool.limiter.borrowed_tokens == 0
+    finally:
+        pool.close()
+
+
+async def test_a_slot_runs_its_jobs_only_under_its_token() -> None:
+    pool = ParsePool(workers=1, queue=0)
+    try:
+        async with pool.admit() as slot:
+            with pytest.raises(RuntimeError, match="working"):
+                await slot.run(lambda: 1)
+            async with slot.working():
+                assert await slot.run(lambda: 2) == 2
+            with pytest.raises(RuntimeError, match="working"):
+                await slot.run(lambda: 3)
+    finally:
+        pool.close()
