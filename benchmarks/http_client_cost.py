@@ -164,7 +164,7 @@ async def measure(base: str, args: argparse.Namespace, concurrency: int) -> dict
         "httpx2 (default transport)": httpx_calls(successor),
         "httpx over aiohttp (httpx-aiohttp package)": httpx_calls(packaged),
         "aiohttp directly": aiohttp_calls(session, base),
-        "the service's UpstreamClient (httpx)": upstream_calls(ours),
+        "the service's UpstreamClient (httpx2)": upstream_calls(ours),
     }
     others: list[httpx.AsyncClient | httpx2.AsyncClient | UpstreamClient] = [
         plain,
