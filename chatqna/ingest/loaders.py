@@ -14,11 +14,8 @@ import io
 import re
 from collections import Counter
 from collections.abc import Iterator
-from itertools import pairwise
 from pathlib import PurePosixPath
 
-from markdown_it import MarkdownIt
-from mdit_py_plugins.front_matter import front_matter_plugin
 from pypdf import PdfReader
 from pypdf.generic import DictionaryObject, StreamObject
 
@@ -39,6 +36,12 @@ FORMATS = {
     ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
 }  # fmt: skip
 SUPPORTED_SUFFIXES = tuple(FORMATS)
+
+_MD_TITLE = re.compile(r"^#[ \t]+(.*)$")
+_MD_SECTION = re.compile(r"^##[ \t]+(.*)$")
+# CommonMark allows up to three spaces of indent before a fence; four would be a code block.
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX_CLOSING = re.compile(r"[ \t]+#+[ \t]*$")
 
 
 def format_of(source: str) -> str | None:
@@ -137,49 +140,35 @@ def _nonempty(sections: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(heading, text) for heading, text in sections if text.strip()]
 
 
-def _markdown_parser() -> MarkdownIt:
-    """A CommonMark block parser, new for each document: a parser compiles its rule lists on
-    first use without a lock, and files are parsed on several threads at once (about 0.15 ms,
-    nothing next to parsing the file).
-
-    Only the block structure is needed: sections keep the source's own lines, so inline
-    markup is never parsed or rendered. YAML front matter is a block of its own; without the
-    plugin its closing `---` would turn the last metadata line into a setext heading.
-    """
-    return MarkdownIt("commonmark").use(front_matter_plugin).disable(["inline", "text_join"])
+def _heading_text(raw: str) -> str:
+    return _ATX_CLOSING.sub("", raw).strip()
 
 
 def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
-    """The first level-1 heading is the title, each level-2 heading starts a section, and
-    every other line (a later level-1 heading, deeper headings, code, front matter) stays in
-    its section verbatim.
-
-    Only headings at the top level of the document count, as CommonMark parses it: ATX or
-    setext, not inside a fence, an indented code block, an HTML block, a quote or a list.
-    """
-    lines = text.split("\n")
     title: str | None = None
     sections: list[tuple[str | None, list[str]]] = [(None, [])]
-    taken = 0  # source lines before this one are already in a section (or are a heading)
-    for opening, inline in pairwise(_markdown_parser().parse(text)):
-        if opening.type != "heading_open" or opening.level != 0 or opening.map is None:
+    fence: str | None = None
+    for line in text.split("\n"):
+        if fence is not None:
+            # A fence closes only with the same character, at least as long as the opener.
+            stripped = line.strip()
+            if stripped.startswith(fence) and set(stripped) == {fence[0]}:
+                fence = None
+            sections[-1][1].append(line)
             continue
-        is_title = opening.tag == "h1" and title is None
-        if not is_title and opening.tag != "h2":
+        opener = _MD_FENCE.match(line)
+        if opener:
+            fence = opener.group(1)
+        elif title is None and (m := _MD_TITLE.match(line)):
+            title = _heading_text(m.group(1))
             continue
-        first, end = opening.map
-        sections[-1][1].extend(lines[taken:first])
-        taken = end
-        # A setext heading's text may span lines; a heading is one line of text.
-        heading = " ".join(part.strip() for part in inline.content.split("\n"))
-        if is_title:
-            title = heading
-        else:
-            sections.append((heading, []))
-    sections[-1][1].extend(lines[taken:])
+        elif m := _MD_SECTION.match(line):
+            sections.append((_heading_text(m.group(1)), []))
+            continue
+        sections[-1][1].append(line)
 
     title = title or stem
-    resolved = [(heading or title, _tidy("\n".join(body))) for heading, body in sections]
+    resolved = [(heading or title, _tidy("\n".join(lines))) for heading, lines in sections]
     return LoadedDocument(source, title, _nonempty(resolved))
 
 
