@@ -29,10 +29,10 @@ from chatqna.api.guards import (
     ApiKeyGuard,
     BodySizeLimit,
     ChatConcurrencyLimit,
-    IngestAdmission,
     UploadEndCheck,
     route_path,
 )
+from chatqna.api.ingest_admission import IngestAdmission
 from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
@@ -105,7 +105,11 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
         queue_timeout_seconds=settings.chatqna_queue_timeout_seconds,
         body_timeout_seconds=settings.chatqna_body_timeout_seconds,
     )
-    app.add_middleware(IngestAdmission, parse_pool=lambda: app.state.service.parse_pool)
+    app.add_middleware(
+        IngestAdmission,
+        parse_pool=lambda: app.state.service.parse_pool,
+        body_timeout_seconds=settings.chatqna_body_timeout_seconds,
+    )
     app.add_middleware(UploadEndCheck)
     app.add_middleware(
         BodySizeLimit,

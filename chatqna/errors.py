@@ -120,10 +120,10 @@ class LinkRefused(InvalidRequest):
 
 
 class RequestTimeout(InvalidRequest):
-    """A request's body did not arrive in full within its deadline
-    (`CHATQNA_BODY_TIMEOUT_SECONDS`): a client too slow, or one holding its connection open
-    without sending. Answered with `Connection: close`, since the rest of the body may
-    still be on its way."""
+    """A request's body did not arrive in time (`CHATQNA_BODY_TIMEOUT_SECONDS`): a chat's
+    whole body, or the next part of an upload's body after a pause; a client too slow, or
+    one holding its connection open without sending. Answered with `Connection: close`,
+    since the rest of the body may still be on its way."""
 
     status_code = 408
     code = "request_timeout"

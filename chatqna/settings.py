@@ -84,7 +84,12 @@ class Settings(BaseSettings):
     chatqna_max_upload_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     chatqna_max_concurrent_chats: int = Field(256, ge=1)
     chatqna_queue_timeout_seconds: float = Field(5.0, ge=0)
-    chatqna_body_timeout_seconds: float = Field(30.0, gt=0)
+    chatqna_body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a chat's whole request body may take to arrive, or the longest "
+        "pause in an upload's body (else 408); above 0.",
+    )
     chatqna_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     chatqna_workers: int | Literal["auto"] = 1
     chatqna_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, Request, UploadFile
 
 from chatqna.api.deps import State, require_api_key
 from chatqna.api.errors import error_responses
-from chatqna.api.guards import PARSE_SLOT
+from chatqna.api.ingest_admission import PARSE_SLOT
 from chatqna.api.schemas import (
     ChunkOverlap,
     ChunkSize,
@@ -76,7 +76,7 @@ async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
     "/v1/dataprep/ingest",
     summary="Ingest uploaded files and linked pages into the knowledge base",
     response_model=IngestReport,
-    responses=error_responses(400, 403, 413, 415, 422, 429, 501, 502, 504),
+    responses=error_responses(400, 403, 408, 413, 415, 422, 429, 501, 502, 504),
 )
 async def ingest(
     state: State,

@@ -37,7 +37,10 @@ _DESCRIPTIONS = {
     401: "Missing or wrong API key (`unauthorized`), when CHATQNA_API_KEY is set",
     403: "A `link_list` URL leads to an address that is not allowed (`link_refused`)",
     404: "No such resource (`not_found`)",
-    408: "The request body did not arrive within CHATQNA_BODY_TIMEOUT_SECONDS (`request_timeout`)",
+    408: (
+        "A chat's body did not arrive within CHATQNA_BODY_TIMEOUT_SECONDS, or an upload's "
+        "body paused for longer (`request_timeout`)"
+    ),
     413: "A message, the request or an upload is beyond its limit (`payload_too_large`)",
     415: "An uploaded file type that cannot be read (`unsupported_file_type`)",
     422: (

@@ -1,5 +1,5 @@
 """Request guards in front of every route: the API key, the body size (and an upload's
-end), chat concurrency and the admission of uploads.
+end), chat concurrency; the admission of uploads is `chatqna.api.ingest_admission`.
 
 They are plain ASGI middleware rather than route dependencies, for three reasons: a route
 added later is guarded without having to remember it (the API key also covers `/docs` and
@@ -16,9 +16,8 @@ Each refusal is the usual error envelope.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 
 from pydantic import SecretStr
 from python_multipart.multipart import parse_options_header
@@ -35,7 +34,6 @@ from chatqna.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from chatqna.ingest.parse_pool import ParsePool
 
 # Open without the key: only the health checks (probes carry no credentials).
 PUBLIC_PATHS = frozenset({"/v1/health_check", "/v1/ready"})
@@ -77,13 +75,32 @@ def asks_browser(method: str, path: str, headers: Headers) -> bool:
     return path in UI_PATHS or path.startswith(UI_PREFIXES) or navigation
 
 
+def declares_body(headers: Headers) -> bool:
+    """Whether a body follows the request's headers: a `Content-Length` above 0, or chunked."""
+    length = headers.get("content-length", "")
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    return chunked or (length.isdigit() and int(length) > 0)
+
+
 async def refuse(
-    error: ChatQnAError, scope: Scope, receive: Receive, send: Send, **headers: str
+    error: ChatQnAError,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    body_read: bool = False,
+    headers: Mapping[str, str] | None = None,
 ) -> None:
+    """Answer with `error`'s envelope. A refusal that leaves a declared body unread (all but
+    those given `body_read`) closes the connection: a client that sent `Expect:
+    100-continue` holds its body back once refused, and would have its next request on the
+    connection taken for that body and never answered."""
     response = JSONResponse(status_code=error.status_code, content=error.envelope())
     if isinstance(error, TooManyRequests):
         response.headers["Retry-After"] = str(error.retry_after_seconds)
-    response.headers.update(headers)
+    if not body_read and declares_body(Headers(scope=scope)):
+        response.headers["Connection"] = "close"
+    response.headers.update(headers or {})
     await response(scope, receive, send)
 
 
@@ -111,7 +128,7 @@ class ApiKeyGuard:
             error, challenge = Unauthorized(SIGN_IN), BASIC_CHALLENGE
         else:
             error, challenge = Unauthorized(API_KEY_REQUIRED), "Bearer"
-        await refuse(error, scope, receive, send, **{"WWW-Authenticate": challenge})
+        await refuse(error, scope, receive, send, headers={"WWW-Authenticate": challenge})
 
 
 UPLOAD_PATH = "/v1/dataprep/ingest"
@@ -307,7 +324,7 @@ class ChatConcurrencyLimit:
                 f"The request body did not arrive within {self.body_timeout_seconds:g} "
                 "seconds (CHATQNA_BODY_TIMEOUT_SECONDS)."
             )
-            await refuse(error, scope, receive, send, Connection="close")
+            await refuse(error, scope, receive, send, headers={"Connection": "close"})
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -322,42 +339,9 @@ class ChatConcurrencyLimit:
                 f"The service is answering {self.limit} chats already "
                 "(CHATQNA_MAX_CONCURRENT_CHATS); retry shortly."
             )
-            await refuse(error, scope, receive, send)
+            await refuse(error, scope, receive, send, body_read=True)
             return
         try:
             await self.app(scope, replaying(body, receive), send)
         finally:
             self._slots.release()
-
-
-# Where `IngestAdmission` leaves an upload's `ParseSlot` for the route, in the ASGI scope.
-PARSE_SLOT = "chatqna.parse_slot"
-
-
-class IngestAdmission:
-    """Admits a `POST /v1/dataprep/ingest` into the parse pool before its body is read.
-
-    A request beyond the pool's places for requests in flight is refused (429,
-    `Retry-After`) at once, having cost neither the spooling of its upload nor the fetching
-    of its links; an admitted one keeps its place (`scope[PARSE_SLOT]`, the route parses
-    under it) until it is done, whether it succeeds, fails, or its client leaves. A place
-    is no working token: while its body arrives a request holds none, and the route waits
-    for one only once the body is in, before it reads the uploads into memory. `parse_pool`
-    gives the running service's pool, which exists only once the app has started.
-    """
-
-    def __init__(self, app: ASGIApp, parse_pool: Callable[[], ParsePool]) -> None:
-        self.app = app
-        self.parse_pool = parse_pool
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or route_path(scope) != UPLOAD_PATH:
-            await self.app(scope, receive, send)
-            return
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                slot = await stack.enter_async_context(self.parse_pool().admit())
-            except ChatQnAError as error:  # too many requests, or shutting down
-                await refuse(error, scope, receive, send)
-                return
-            await self.app({**scope, PARSE_SLOT: slot}, receive, send)

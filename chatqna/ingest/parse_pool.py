@@ -107,10 +107,19 @@ class ParseSlot:
         self._after_job(release)
 
     def _after_job(self, release: Callable[[], None]) -> None:
-        if self._job is None or self._job.done():
+        def after(job: asyncio.Future[Any]) -> None:
+            # The request that ran the job may have left (cancelled) and so never hears of
+            # its failure: taken here, it is not reported as lost when the job is collected.
+            if not job.cancelled():
+                job.exception()
             release()
+
+        if self._job is None:
+            release()
+        elif self._job.done():
+            after(self._job)
         else:
-            self._job.add_done_callback(lambda _: release())
+            self._job.add_done_callback(after)
 
 
 class ParsePool:

@@ -1,6 +1,6 @@
 """Request limits: chats in flight (429), body size (413), a chat's body read before its
-slot (408 when it is late), uploads admitted before their body and working in turn once it
-is in, and a disconnect freeing its slot."""
+slot (408 when it is late), refusals before a body closing the connection, and a disconnect
+freeing its slot. Uploads' admission is tested in `test_ingest_admission`."""
 
 from __future__ import annotations
 
@@ -12,20 +12,15 @@ from typing import Any
 
 import httpx2
 import pytest
-from fastapi import FastAPI, UploadFile
+from fastapi import FastAPI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from chatqna.api import dataprep as dataprep_route
 from chatqna.api.guards import route_path
 from chatqna.app import create_app
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams
-from chatqna.errors import TooManyRequests
-from chatqna.ingest.dataprep import IngestFile
-from chatqna.ingest.links import LinkFetcher
-from chatqna.ingest.parse_pool import ParsePool
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 from tests.unit.conftest import TRACER_PROVIDER
@@ -80,6 +75,7 @@ async def test_a_saturated_service_answers_429_with_retry_after(
         refused = await client.post(path, json=ASK)
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
+        assert "connection" not in refused.headers  # its body was read: the connection is good
         assert refused.json() == {
             "error": "too_many_requests",
             "message": "The service is answering 1 chats already "
@@ -137,6 +133,19 @@ async def test_failed_chats_give_their_slot_back(
     assert (await client.post("/v1/chatqna", json=ASK)).status_code == 200
 
 
+async def test_a_refusal_before_a_declared_body_closes_the_connection(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    keyed = settings.model_copy(update={"chatqna_api_key": SecretStr("k")})
+    client = await client_for(settings_=keyed)
+    with_body = await client.post("/v1/chatqna", json=ASK)
+    assert with_body.status_code == 401
+    assert with_body.headers["connection"] == "close"
+    without_body = await client.get("/v1/dataprep/get")
+    assert without_body.status_code == 401
+    assert "connection" not in without_body.headers
+
+
 # --------------------------------------------------------------------------- body size
 
 
@@ -147,6 +156,7 @@ async def test_a_body_over_the_limit_is_413_before_parsing(
     client = await client_for(settings_=small)
     response = await client.post("/v1/chatqna", json={"messages": "x" * 2000})
     assert response.status_code == 413
+    assert response.headers["connection"] == "close"  # its body is left unread
     assert response.json() == {
         "error": "payload_too_large",
         "message": "The request body is larger than 1024 bytes (CHATQNA_MAX_REQUEST_BYTES).",
@@ -534,181 +544,3 @@ async def test_a_chat_body_in_many_pieces_reaches_the_route_intact(settings: Set
     assert "content-length" not in answer.request.headers
     assert answer.status_code == 200, answer.text
     assert any(question in message["content"] for message in llm.prompts[-1])
-
-
-# --------------------------------------------------------------------------- ingest admission
-
-
-def upload_scope() -> dict[str, Any]:
-    boundary = b"b0undary"
-    return chat_scope("2.3") | {
-        "path": "/v1/dataprep/ingest",
-        "raw_path": b"/v1/dataprep/ingest",
-        "headers": [
-            (b"content-type", b"multipart/form-data; boundary=" + boundary),
-            (b"content-length", b"50000000"),
-            (b"host", b"chatqna.test"),
-        ],
-    }
-
-
-UPLOAD_HEAD = (
-    b'--b0undary\r\nContent-Disposition: form-data; name="files"; filename="big.txt"\r\n'
-    b"Content-Type: text/plain\r\n\r\n"
-)
-
-
-async def uploads_held_back(app: FastAPI, count: int) -> list[tuple[HeldBody, asyncio.Task[None]]]:
-    """`count` uploads admitted, each waiting for the rest of its body, which never comes
-    until it `leave`s."""
-    held = [HeldBody(UPLOAD_HEAD) for _ in range(count)]
-    tasks = [asyncio.create_task(app(upload_scope(), h.receive, h.send)) for h in held]
-    while any(h.reads < 2 for h in held):
-        await asyncio.sleep(0)
-    return list(zip(held, tasks, strict=True))
-
-
-async def test_uploads_whose_body_trickles_in_leave_the_parse_threads_free(
-    settings: Settings,
-) -> None:
-    async with running(settings) as (app, client):
-        pool: ParsePool = app.state.service.parse_pool
-        stuck = await uploads_held_back(app, pool.workers)
-        assert pool.admitted == pool.workers
-        assert pool.limiter.borrowed_tokens == 0  # admitted, not working yet
-        files = [("files", ("beside.md", b"# Beside\n\nthe slow uploads", "text/markdown"))]
-        async with asyncio.timeout(10):  # parsed now, not once the slow bodies are in
-            ingested = await client.post("/v1/dataprep/ingest", files=files)
-        assert ingested.status_code == 200, ingested.text
-        assert ingested.json()["files"] == [
-            {"name": "beside.md", "status": "ingested", "chunks": 1}
-        ]
-        stuck += await uploads_held_back(app, pool.capacity - pool.workers)
-        assert pool.admitted == pool.capacity == 10
-        eleventh = HeldBody(UPLOAD_HEAD)
-        await asyncio.wait_for(app(upload_scope(), eleventh.receive, eleventh.send), timeout=10)
-        assert eleventh.reads == 0, "the refused upload's body was read"
-        assert eleventh.answer[0]["status"] == 429
-        assert (b"retry-after", b"1") in eleventh.answer[0]["headers"]
-        for held, _ in stuck:
-            held.gone.set()  # the slow clients give up
-        await asyncio.wait_for(asyncio.gather(*(task for _, task in stuck)), timeout=10)
-        assert pool.admitted == 0
-
-
-async def test_at_most_workers_requests_hold_their_files_and_pages_at_once(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    read: list[str] = []
-    fetching: list[str] = []
-    fetched = asyncio.Event()
-    read_upload = dataprep_route._read_upload
-
-    async def counted_read(upload: UploadFile, limit: int) -> IngestFile:
-        read.append(upload.filename or "")
-        return await read_upload(upload, limit)
-
-    async def held_fetch(self: LinkFetcher, urls: list[str]) -> list[IngestFile]:
-        fetching.extend(urls)
-        await fetched.wait()  # pages on their way in, files in memory
-        return []
-
-    monkeypatch.setattr(dataprep_route, "_read_upload", counted_read)
-    monkeypatch.setattr(LinkFetcher, "fetch_all", held_fetch)
-    async with running(settings) as (app, client):
-        pool: ParsePool = app.state.service.parse_pool
-        count = pool.workers + 3
-        requests = [
-            asyncio.create_task(
-                client.post(
-                    "/v1/dataprep/ingest",
-                    files=[("files", (f"doc{n}.md", f"# Doc {n}\n\nin memory".encode()))],
-                    data={"link_list": json.dumps([f"https://pages.test/{n}.html"])},
-                )
-            )
-            for n in range(count)
-        ]
-        async with asyncio.timeout(10):  # every request is in: fetching, or waiting its turn
-            while len(fetching) + pool.limiter.statistics().tasks_waiting < count:
-                await asyncio.sleep(0.01)
-        assert len(read) == len(fetching) == pool.workers
-        assert pool.admitted == count
-        fetched.set()
-        answers = await asyncio.gather(*requests)
-        assert [a.status_code for a in answers] == [200] * count, answers[0].text
-        assert sorted(read) == sorted(f"doc{n}.md" for n in range(count))
-        assert pool.limiter.borrowed_tokens == 0
-
-
-def one_slot_pool(app: FastAPI) -> ParsePool:
-    """The started app's parse pool, replaced by one that admits one request, no queue."""
-    pool = ParsePool(workers=1, queue=0)
-    app.state.service.parse_pool = pool
-    return pool
-
-
-async def test_an_upload_beyond_the_places_is_429_before_its_body_is_read(
-    settings: Settings,
-) -> None:
-    async with running(settings) as (app, client):
-        pool: ParsePool = app.state.service.parse_pool
-        async with contextlib.AsyncExitStack() as stack:
-            for _ in range(pool.workers):
-                await stack.enter_async_context(pool.admit())
-            waiting = [asyncio.create_task(pool.run(len, "queued")) for _ in range(pool.queue)]
-            while pool.admitted < pool.capacity:
-                await asyncio.sleep(0)
-            held = HeldBody(UPLOAD_HEAD)
-            await asyncio.wait_for(app(upload_scope(), held.receive, held.send), timeout=10)
-            assert held.reads == 0, "the refused upload's body was read"
-            start, body = held.answer[0], held.answer[1]
-            assert start["status"] == 429
-            assert (b"retry-after", b"1") in start["headers"]
-            assert json.loads(body["body"])["error"] == "too_many_requests"
-        assert await asyncio.gather(*waiting) == [len("queued")] * pool.queue
-        files = [("files", ("admitted.md", b"# Admitted\n\nonce there is room", "text/markdown"))]
-        assert (await client.post("/v1/dataprep/ingest", files=files)).status_code == 200
-
-
-async def test_an_upload_s_admission_is_given_back_however_it_ends(settings: Settings) -> None:
-    async with running(settings) as (app, client):
-        pool = one_slot_pool(app)
-
-        async def admits_again() -> bool:
-            async with contextlib.AsyncExitStack() as stack:
-                await stack.enter_async_context(pool.admit())  # refused if still held
-            return True
-
-        text = ("Invoices are sent by email on the first day of the month. " * 400).encode()
-        files = [("files", ("invoices.md", text, "text/markdown"))]
-        request = client.build_request("POST", "/v1/dataprep/ingest", files=files)
-        content = request.read()
-
-        async def pieces() -> AsyncIterator[bytes]:
-            for start in range(0, len(content), 1000):
-                yield content[start : start + 1000]
-
-        headers = {"content-type": request.headers["content-type"]}
-        ingested = await client.post("/v1/dataprep/ingest", content=pieces(), headers=headers)
-        assert ingested.status_code == 200, ingested.text
-        assert ingested.json()["files"][0]["name"] == "invoices.md"
-        assert await admits_again()
-        failed = await client.post("/v1/dataprep/ingest", data={"chunk_size": "500"})
-        assert failed.status_code == 400
-        assert await admits_again()
-        # A client that leaves mid-body, and a request cancelled while it waits for its body.
-        left = HeldBody(UPLOAD_HEAD)
-        left.gone.set()
-        await asyncio.wait_for(app(upload_scope(), left.receive, left.send), timeout=10)
-        assert left.reads == 2
-        assert await admits_again()
-        held = HeldBody(UPLOAD_HEAD)
-        cancelled = asyncio.create_task(app(upload_scope(), held.receive, held.send))
-        while held.reads < 2:
-            await asyncio.sleep(0)
-        with pytest.raises(TooManyRequests):
-            await admits_again()  # held while its body is awaited
-        cancelled.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await cancelled
-        assert await admits_again()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import threading
 from collections.abc import AsyncIterator
 
@@ -222,6 +223,36 @@ async def test_a_request_that_leaves_keeps_its_slot_until_its_thread_is_done() -
         assert await waiting == 2
         assert gate.values == [1, 2]
         assert await once_a_slot_is_back(pool, gate) == 3
+
+
+async def test_a_failing_job_of_a_request_that_left_reports_no_lost_exception() -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+
+    def bad_file(gate: Gate) -> None:
+        gate.job(1)
+        raise ValueError("a file that cannot be parsed")
+
+    async def request(pool: ParsePool, gate: Gate) -> None:
+        async with pool.admit() as slot, slot.working():
+            await slot.run(bad_file, gate)
+
+    try:
+        async with gated_pool(queue=0) as (pool, gate):
+            cancelled = asyncio.create_task(request(pool, gate))
+            await gate.wait_started(1)
+            cancelled.cancel()  # the client left; its file fails to parse after that
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            gate.release.set()
+            assert await once_a_slot_is_back(pool, gate) == 3
+        del cancelled
+        gc.collect()  # a task whose exception nobody retrieved reports it when collected
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert [context["message"] for context in reported] == []
 
 
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="")
