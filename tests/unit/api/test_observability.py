@@ -26,6 +26,7 @@ from chatqna.errors import UpstreamError
 from chatqna.settings import Settings
 from chatqna.telemetry import names
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
+from tests.unit.api.test_guards import chat_scope
 from tests.unit.conftest import TRACER_PROVIDER
 
 pytestmark = pytest.mark.anyio
@@ -66,24 +67,6 @@ class HeldLLM(ScriptedLLM):
         self.started.set()
         await self.release.wait()
         yield Delta(finish_reason="stop")
-
-
-def chat_scope(spec_version: str) -> dict[str, Any]:
-    """The ASGI scope of a `POST /v1/chatqna` from a server of this ASGI spec version."""
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": spec_version},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chatqna",
-        "raw_path": b"/v1/chatqna",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8888),
-    }
 
 
 def ended(spans: InMemorySpanExporter, name: str) -> ReadableSpan:
