@@ -11,6 +11,7 @@ One cluster serves the whole module; each test flushes it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import EvictingIndexServer, IndexUnavailable
 from chatqna.ingest.dataprep import collect_files, ingest_files
 from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex
+from chatqna.retrieval.redis.schema import IndexInfo
 from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams
 from chatqna.settings import Settings
 from tests.integration.conftest import SAMPLE_CORPUS
@@ -379,6 +381,35 @@ async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
         assert results[0].chunk == batch.chunks[3] and results[0].scores["bm25"] > 0
     finally:
         await rebuilt.aclose()
+
+
+async def test_a_primary_index_an_old_version_rebuilt_fails_searches_until_dropped(
+    stores: tuple[RedisHybridIndex, RedisClusterHybridIndex], embedder: CachingEmbedder
+) -> None:
+    """During a rolling upgrade an old worker rebuilds a primary's index in format 2 under a
+    running store, whose KNN hits from that primary then come back without any field: every
+    search is a 503 with the way out, not a 500, until the index is dropped; the store then
+    builds it again over its passages."""
+    _, many = stores
+    batch = some_passages(embedder.dimension)
+    await many.replace_sources([batch])
+    address = await many.topology.owner(many.layout.source_key(batch.source))
+    shard = next(s for s in many.topology.primaries if s.address == address)
+    with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:
+        client.execute_command("FT.DROPINDEX", shard.index)
+        create_format_2_index(client, shard.index, "rag-redis:chunk:", embedder.dimension)
+        while IndexInfo.parse(client.execute_command("FT.INFO", shard.index)).indexing:
+            time.sleep(0.01)  # its scan of the passages (a search meanwhile misses them)
+    hybrid = SearchQuery("refunds", batch.embeddings[3], 4)
+    for query in (hybrid, SearchQuery("refunds", batch.embeddings[3], 4, hybrid=False)):
+        with pytest.raises(IndexUnavailable, match=r"format 2; .*stop every process") as raised:
+            await many.search(query)
+        assert (raised.value.status_code, raised.value.code) == (503, "index_unavailable")
+    with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:
+        client.execute_command("FT.DROPINDEX", shard.index)
+    results = await many.search(hybrid)
+    assert results[0].chunk == batch.chunks[3] and results[0].scores["bm25"] > 0
+    assert (await many.describe())["chunks"] == len(batch.chunks)
 
 
 def test_cluster_script_starts_and_stops_a_cluster(tmp_path: Path) -> None:

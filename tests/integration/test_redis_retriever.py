@@ -732,7 +732,10 @@ async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
         client.execute_command("FT.DROPINDEX", "rag-redis")  # its passages stay
         create_format_2_index(client, "rag-redis", "rag-redis:chunk:", embedder.dimension)
         client.hset("rag-redis:meta", "format", "2")
-    way_out = r"format 2; .*needs format 3.*FT\.DROPINDEX rag-redis;.*delete rag-redis:meta"
+    way_out = (
+        r"format 2; .*needs format 3.*stop every process of the previous version first"
+        r".*FT\.DROPINDEX rag-redis;.*delete rag-redis:meta"
+    )
     with pytest.raises(IndexUnavailable, match=way_out):
         await open_redis(embedder, redis_url)
     with redis.Redis.from_url(redis_url, protocol=2) as client:

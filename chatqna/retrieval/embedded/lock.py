@@ -3,7 +3,9 @@
 `filelock.FileLock` (an `flock` on `writer.lock`, left in place). Each use takes a lock of
 its own, never a shared one (a `FileLock` is re-entrant per object and thread): a second
 writer in this very process, even on the same thread, finds the lock held as another
-process's writer does.
+process's writer does. On a file system without `flock` (some network and FUSE mounts) it
+raises `OSError` (ENOSYS) instead of falling back to a lock that is the file's existence:
+every data directory keeps its `writer.lock`, which would then block every write for good.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ WRITER_WAIT_S = 120.0  # how long a write waits for another process's write to f
 def writer_lock(directory: Path, wait_seconds: float = WRITER_WAIT_S) -> Iterator[None]:
     """Hold `directory`'s writer lock, waiting up to `wait_seconds` for another process's
     write to finish; a longer wait raises `IndexUnavailable`."""
-    lock = FileLock(directory / LOCK_FILE, timeout=wait_seconds)
+    lock = FileLock(directory / LOCK_FILE, timeout=wait_seconds, fallback_to_soft=False)
     try:
         lock.acquire()
     except Timeout as exc:
@@ -41,7 +43,7 @@ def writer_lock(directory: Path, wait_seconds: float = WRITER_WAIT_S) -> Iterato
 def writer_lock_if_free(directory: Path) -> Iterator[bool]:
     """Hold `directory`'s writer lock if no one holds it (True), else do without (False) at
     once. A write of this very process counts as held."""
-    lock = FileLock(directory / LOCK_FILE)
+    lock = FileLock(directory / LOCK_FILE, fallback_to_soft=False)
     try:
         lock.acquire(blocking=False)
     except Timeout:

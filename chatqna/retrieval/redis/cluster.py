@@ -30,7 +30,9 @@ search reads it; one that owns no slot yet but imports one is searched with `ASK
 primary that cannot be reached, or hangs past the timeout, fails the search with
 `IndexUnavailable` (503) and the next search rereads the topology from any node: while its
 replica is being promoted (about `cluster-node-timeout` plus a second of election),
-searches fail, then they succeed again.
+searches fail, then they succeed again. A primary whose index another version rebuilt (of
+another layout format: its KNN hits come back without their distance) fails searches with
+`IndexUnavailable` and the way out, as at start-up, until that index is dropped.
 Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
 source (a request of several sources is applied source by source), and are acknowledged
 once a replica has them.
@@ -176,12 +178,10 @@ class RedisClusterHybridIndex(RedisIndexBase):
         meta when there was none."""
         async with self._redis("opening the index"):
             meta = await self._checked_meta(self.cluster)
-            await self.topology.refresh()
+            self.topology.meta = meta
+            await self.topology.refresh()  # checks each primary's index
             for shard in self.topology.primaries:
                 await refuse_eviction(self.topology.client(shard.address), shard.address)
-                info = await index_info(self.topology.client(shard.address), shard.index)
-                if info is not None:
-                    self.schema.check_info(info, meta)
             # Written once every primary's index fits: a start with the wrong embedder must
             # not leave its meta behind for the right one to be refused by.
             if not meta:
@@ -201,12 +201,12 @@ class RedisClusterHybridIndex(RedisIndexBase):
 
         async with self._redis("search"):
             ranking, stored = await read_ranked(rank, lambda ids: self._read(rounds[-1], ids))
-        if not hybrid:
-            return dense_results(
-                (similarity, fields)
-                for (_, similarity), fields in zip(ranking.fused, stored, strict=True)
-            )
-        return hybrid_results(ranking.fused, ranking.dense, ranking.bm25, stored, vector)
+            if not hybrid:
+                return dense_results(
+                    (similarity, fields)
+                    for (_, similarity), fields in zip(ranking.fused, stored, strict=True)
+                )
+            return hybrid_results(ranking.fused, ranking.dense, ranking.bm25, stored, vector)
 
     async def _search_rounds(self, vector: np.ndarray, depth: int, text_query: str | None) -> Round:
         shards, found = await self._retried_round(vector, depth, text_query)
@@ -226,13 +226,22 @@ class RedisClusterHybridIndex(RedisIndexBase):
     ) -> tuple[list[Shard], Round]:
         """One round on the current primaries. An index name whose slot moved or is moving
         (`MOVED`, `ASK`, `TRYAGAIN`) or an index gone missing rereads the topology (and
-        builds what is missing) and tries again; a primary that is gone or hangs fails the
-        search at once and makes the next one reread the topology."""
+        builds what is missing) and tries again, as does a primary whose KNN hits came back
+        without their distance, after checking every index again (one of another layout
+        format raises `IndexUnavailable`); a primary that is gone or hangs fails the search
+        at once and makes the next one reread the topology."""
         for attempt in range(ROUND_ATTEMPTS):
             shards = await self.topology.shards()
             last = attempt == ROUND_ATTEMPTS - 1
             try:
-                return shards, await self._round(shards, vector, depth, text_query)
+                found = await self._round(shards, vector, depth, text_query)
+                if not found.unscored or last:
+                    return shards, found  # unscored hits left: the read drops them
+                logger.warning(
+                    "Redis primaries %s return KNN hits without a distance: checking their indexes",
+                    ", ".join(found.unscored),
+                )
+                self.topology.forget_indexes()
             except (MovedError, AskError, TryAgainError):
                 if last:
                     raise
@@ -295,11 +304,11 @@ class RedisClusterHybridIndex(RedisIndexBase):
             rows = await self.topology.run(
                 [("HMGET", self.layout.source_key(n), "content_hash", "chunks") for n in names]
             )
-        return [
-            source_info(s, row)
-            for s, row in zip(names, rows, strict=True)
-            if any(value is not None for value in row)
-        ]
+            return [
+                source_info(s, row)
+                for s, row in zip(names, rows, strict=True)
+                if any(value is not None for value in row)
+            ]
 
     async def describe(self) -> dict[str, Any]:
         async with self._redis("describe"):

@@ -3,7 +3,9 @@
 `search_shard` asks one primary for its KNN and BM25 hits (ids, scores and digests) and its
 `CLUSTER NODES` view, in one pipelined round trip; `Round` merges what the primaries
 returned. A passage found twice (a slot in migration) keeps its best score, and its digest
-when both saw the same (`consistency.seen_digests`).
+when both saw the same (`consistency.seen_digests`). A primary whose KNN hits came back
+without their distance is named in `Round.unscored`: its index lacks the fields this version
+returns (another version built it), which the store checks before trusting it again.
 """
 
 from __future__ import annotations
@@ -18,11 +20,18 @@ from chatqna.backends.protocols import SearchQuery
 from chatqna.retrieval.fusion import reciprocal_rank_fusion
 from chatqna.retrieval.redis.consistency import Ranking, seen_digests
 from chatqna.retrieval.redis.query import bm25_search, knn_search
-from chatqna.retrieval.redis.replies import digest_hits, knn_hits, straddles, top_bm25
+from chatqna.retrieval.redis.replies import (
+    digest_hits,
+    knn_hits,
+    straddles,
+    top_bm25,
+    unscored,
+)
 from chatqna.retrieval.redis.topology import ClusterNode, Shard, own_view
 
-# A primary's KNN hits, BM25 hits, the digest each hit was seen at, and its CLUSTER NODES.
-ShardHits = tuple[list[tuple[str, float]], dict[str, float], dict[str, Any], bytes]
+# A primary's KNN hits, BM25 hits, the digest each hit was seen at, its CLUSTER NODES, and
+# whether a KNN hit came back without its distance.
+ShardHits = tuple[list[tuple[str, float]], dict[str, float], dict[str, Any], bytes, bool]
 
 
 def _keep_best(into: dict[str, float], chunk_id: str, score: float) -> None:
@@ -40,6 +49,8 @@ class Round:
     views: list[ClusterNode | None]
     nodes_reply: bytes
     digests: dict[str, Any] = dataclasses.field(default_factory=dict)  # id: digest seen
+    # Addresses of the primaries whose KNN hits came back without their distance.
+    unscored: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def merged(
@@ -50,7 +61,11 @@ class Round:
     ) -> Round:
         """The primaries' replies (in the order of `shards`) merged into one round."""
         found = cls({}, {}, {}, {}, [], b"")
-        for shard, (dense, bm25, digests, nodes_reply) in zip(shards, replies, strict=True):
+        for shard, (dense, bm25, digests, nodes_reply, no_distance) in zip(
+            shards, replies, strict=True
+        ):
+            if no_distance:
+                found.unscored.append(shard.address)
             for key in [key for key, _ in dense] + list(bm25):
                 found.where[chunk_id_of(key)] = shard.address
             seen = {chunk_id_of(key): digest for key, digest in digests.items()}
@@ -74,6 +89,7 @@ class Round:
         self.keys.update(again.keys)
         self.where.update(again.where)
         self.digests = seen_digests(self.digests, again.digests)
+        self.unscored += again.unscored
 
     def ranking(self, query: SearchQuery, depth: int, rrf_k: int) -> Ranking:
         """Each leg's best `depth` over the primaries (ties by id, as one node orders them)
@@ -135,4 +151,4 @@ async def search_shard(
                 break
         bm25 = top_bm25(hits, depth, None, order_key=order_key)
     dense = [(key, similarity) for key, similarity, _ in knn]
-    return dense, bm25, seen_digests(*legs), cast(bytes, replies[-1])
+    return dense, bm25, seen_digests(*legs), cast(bytes, replies[-1]), unscored(knn)

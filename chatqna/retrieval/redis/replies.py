@@ -2,14 +2,17 @@
 
 Replies are not decoded (stored vectors are raw float32 bytes). A hit is identified by its
 key; `id_of` maps a key to the identity the rankings use (the key itself on one node, the
-chunk id on a cluster, whose keys carry a hash tag).
+chunk id on a cluster, whose keys carry a hash tag). A reply of a shape these parsers do
+not know raises `UnexpectedReply`, a Redis error: `unavailable_on_error` turns it into
+`IndexUnavailable` (HTTP 503) like any other failure of the index.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -21,16 +24,54 @@ from chatqna.errors import IndexUnavailable, QueryNotSearchable, ServiceUnavaila
 from chatqna.retrieval.redis.query import RETURNED
 from chatqna.retrieval.redis.schema import pairs, text
 
+P = ParamSpec("P")
+R = TypeVar("R")
+# A KNN hit that came back without its distance ranks after every other (cosine similarity
+# is at least -1); its digest is missing too, so the read finds it changed.
+UNSCORED = -1.0
 
+
+class UnexpectedReply(RedisError):
+    """A search or read reply of a shape the store does not know (missing entries, wrong
+    types): an index or server other than the one this version expects."""
+
+
+def parses_reply(parse: Callable[P, R]) -> Callable[P, R]:
+    """`parse`, with the errors a malformed reply makes it raise turned into
+    `UnexpectedReply` naming it."""
+
+    @functools.wraps(parse)
+    def parsed(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return parse(*args, **kwargs)
+        except (TypeError, KeyError, ValueError, IndexError, AttributeError) as exc:
+            raise UnexpectedReply(f"unexpected reply ({parse.__name__}: {exc!r})") from exc
+
+    return parsed
+
+
+@parses_reply
 def knn_hits(reply: Sequence[Any]) -> list[tuple[str, float, dict[str, Any]]]:
-    """`(key, cosine similarity, returned fields)` of a KNN `FT.SEARCH`, nearest first."""
+    """`(key, cosine similarity, returned fields)` of a KNN `FT.SEARCH`, nearest first.
+
+    A hit without its fields (a cluster node whose index does not hold `digest` returns
+    none, not even `dist`) is kept, `UNSCORED` and without a digest, as `digest_hits`
+    keeps one: the read then finds it changed, and ranks again or drops it."""
     hits = []
     for at in range(1, len(reply), 2):
-        fields = pairs(reply[at + 1])
-        hits.append((text(reply[at]), 1.0 - float(text(fields["dist"])), fields))
+        fields = pairs(reply[at + 1] or [])
+        dist = fields.get("dist")
+        similarity = UNSCORED if dist is None else 1.0 - float(text(dist))
+        hits.append((text(reply[at]), similarity, fields))
     return hits
 
 
+def unscored(hits: Iterable[tuple[str, float, dict[str, Any]]]) -> bool:
+    """Whether a KNN hit came back without its distance (see `knn_hits`)."""
+    return any("dist" not in fields for _, _, fields in hits)
+
+
+@parses_reply
 def digest_hits(reply: Sequence[Any]) -> tuple[list[tuple[str, float]], dict[str, Any]]:
     """`(key, score)` of a `WITHSCORES RETURN 1 digest` `FT.SEARCH`, in the server's order,
     and each hit's `digest` (None when the hash has none)."""
@@ -42,11 +83,13 @@ def digest_hits(reply: Sequence[Any]) -> tuple[list[tuple[str, float]], dict[str
     return hits, digests
 
 
+@parses_reply
 def aggregate_values(reply: Sequence[Any], field: str) -> list[str]:
     """One loaded field of each `FT.AGGREGATE` row, in order."""
     return [text(pairs(row)[field]) for row in reply[1:]]
 
 
+@parses_reply
 def aggregate_digests(reply: Sequence[Any]) -> dict[str, Any]:
     """The `digest` loaded with each `FT.AGGREGATE` row, by its `__key`."""
     rows = [pairs(row) for row in reply[1:]]
@@ -79,6 +122,7 @@ def straddles(hits: Sequence[tuple[str, float]], depth: int) -> bool:
     return len(hits) > depth and hits[depth][1] == hits[depth - 1][1]
 
 
+@parses_reply
 def stored_fields(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any] | None]:
     """`HMGET key RETURNED...` rows as fields (None for a key that no longer exists)."""
     return [None if row[0] is None else dict(zip(RETURNED, row, strict=True)) for row in rows]
@@ -101,16 +145,19 @@ def scored_chunk(fields: dict[str, Any], scores: dict[str, float], stage: str) -
     return ScoredChunk(chunk, score=scores[stage], scores=scores, embedding=embedding)
 
 
+@parses_reply
 def dense_results(hits: Iterable[tuple[float, dict[str, Any] | None]]) -> list[ScoredChunk]:
     """A dense-only search's passages from `(cosine similarity, stored fields)`, in order;
-    a passage without fields (deleted, or dropped by `consistency.current_rows`) is skipped."""
+    a passage without fields (deleted, dropped by `consistency.current_rows`, or a KNN hit
+    that came back without them) is skipped."""
     return [
         scored_chunk(fields, {"dense": similarity}, "dense")
         for similarity, fields in hits
-        if fields is not None
+        if fields  # None, or a hit's empty fields
     ]
 
 
+@parses_reply
 def source_info(source: str, row: Sequence[Any]) -> SourceInfo:
     """A source's `HMGET <source key> content_hash chunks` row as a `SourceInfo`."""
     content_hash, chunks = row
@@ -180,6 +227,7 @@ async def unavailable_on_error(
         ) from exc
 
 
+@parses_reply
 def hybrid_results(
     fused: Sequence[tuple[str, float]],
     dense: dict[str, float],

@@ -214,8 +214,10 @@ class IndexSchema:
     def outdated(self, found: str) -> IndexUnavailable:
         if found == "2":  # its passages hold every field: the index alone is rebuilt
             way_out = (
-                f"drop the index but not its passages (FT.DROPINDEX {self.name}; on a "
-                f"cluster, each primary's {self.name}-shard-{{n}} of FT._LIST) and delete "
+                "stop every process of the previous version first (a running one builds "
+                "the old index again as soon as it finds it missing), then drop the index "
+                f"but not its passages (FT.DROPINDEX {self.name}; on a cluster, each "
+                f"primary's {self.name}-shard-{{n}} of FT._LIST) and delete "
                 f"{self.name}:meta: the next start builds the index over them again."
             )
         else:

@@ -314,7 +314,7 @@ class RedisHybridIndex(RedisIndexBase):
             for source in names:
                 pipe.hmget(self.writer.source_key(source), ["content_hash", "chunks"])
             rows = await pipe.execute()
-        return [source_info(s, row) for s, row in zip(names, rows, strict=True)]
+            return [source_info(s, row) for s, row in zip(names, rows, strict=True)]
 
     async def describe(self) -> dict[str, Any]:
         async with self._redis("describe"):

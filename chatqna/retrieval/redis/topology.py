@@ -11,7 +11,8 @@ it moves the slot of a primary's index name, that primary gets an index under it
 the node's data is flushed or the node restarts without persistence.
 
 The view comes from `CLUSTER NODES`, which every search also asks each primary for, in the
-same pipeline: a slot map that changed or a slot being migrated is seen in-band.
+same pipeline: a slot map that changed or a slot being migrated is seen in-band. An index
+found is checked as at start-up: one another version built is refused until it is dropped.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from chatqna.retrieval.redis.replies import parses_reply
 from chatqna.retrieval.redis.schema import IndexSchema
 
 logger = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ def _slots(fields: list[str]) -> tuple[frozenset[int], bool, tuple[tuple[int, st
     return frozenset(owned), migrating, tuple(moving)
 
 
+@parses_reply
 def parse_cluster_nodes(reply: bytes | str) -> list[ClusterNode]:
     """The nodes of a `CLUSTER NODES` reply (nodes still in handshake or without an
     address are left out)."""
@@ -183,7 +186,9 @@ class ClusterTopology:
 
     `refresh()` rereads `CLUSTER NODES` (from a reply at hand, or from the first node that
     answers) and builds the index on every primary that lacks it, waiting for its initial
-    scan, before that primary is searched. `stale` makes the next `shards()` reread.
+    scan, or checks the one it has, before that primary is searched. `stale` makes the next
+    `shards()` reread. `meta` is the index's `N:meta` hash, which names the embedder in a
+    refusal.
     """
 
     def __init__(
@@ -196,6 +201,7 @@ class ClusterTopology:
         self.nodes: list[ClusterNode] = []
         self.primaries: list[Shard] = []
         self.stale = True
+        self.meta: dict[bytes, bytes] = {}
         self._ready: set[tuple[str, str]] = set()  # (address, index) with the index built
         self._clients: dict[str, aioredis.Redis] = {}
         self._writers: dict[str, aioredis.Redis] = {}
@@ -360,7 +366,8 @@ class ClusterTopology:
             self.nodes, self.primaries, self.stale = nodes, shards, False
 
     def forget_indexes(self) -> None:
-        """Every index is checked (and built) again at the next refresh."""
+        """Every index is checked (and built) again at the next refresh (its topology
+        must be reread: set `stale`)."""
         self._ready.clear()
 
     async def _build(self, shard: Shard) -> None:
@@ -368,11 +375,13 @@ class ClusterTopology:
         if shard.asking:  # the index name's slot is being imported: ASKING before each
             asking = self.connect(shard.address, _AskingRedis, single_connection_client=True)
             try:
-                await schema.ensure(asking)
+                info = await schema.ensure(asking)
             finally:
                 await asking.aclose()
         else:
-            await schema.ensure(self.client(shard.address))
+            info = await schema.ensure(self.client(shard.address))
+        # One another version built is refused, in the words of the start-up check.
+        self.schema.check_info(info, self.meta)
         self._ready.add((shard.address, shard.index))
         logger.info("Redis index %r ready on primary %s", shard.index, shard.address)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
+import fcntl
 import os
 import sqlite3
 import threading
@@ -225,6 +227,19 @@ async def test_unreadable_index_is_refused_with_how_to_rebuild(
     await index.aclose()
     CORRUPTIONS[corruption](tmp_path)
     with pytest.raises(IndexUnavailable, match=r"chatqna ingest --rebuild"):
+        await open_index(tmp_path)
+
+
+async def test_a_data_directory_on_a_file_system_without_flock_is_refused_at_open(
+    index: EmbeddedHybridIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await index.aclose()  # leaves its writer.lock behind, as every data directory has one
+
+    def without_flock(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", without_flock)
+    with pytest.raises(IndexUnavailable, match=r"cannot open .*Function not implemented"):
         await open_index(tmp_path)
 
 

@@ -3,12 +3,16 @@ within one."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +94,26 @@ def test_another_process_s_writer_holds_the_lock_until_it_is_killed(tmp_path: Pa
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def _without_flock(fd: int, operation: int) -> None:
+    raise OSError(errno.ENOSYS, "Function not implemented")
+
+
+@pytest.mark.parametrize(
+    "take",
+    [lambda d: writer_lock(d, wait_seconds=0.0), writer_lock_if_free],
+    ids=["writer_lock", "writer_lock_if_free"],
+)
+def test_a_file_system_without_flock_fails_at_once_instead_of_locking_by_the_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    take: Callable[[Path], AbstractContextManager[Any]],
+) -> None:
+    # Every data directory keeps its lock file: a lock that is the file's existence would
+    # find it "held" for ever.
+    (tmp_path / LOCK_FILE).touch()
+    monkeypatch.setattr(fcntl, "flock", _without_flock)
+    with pytest.raises(OSError, match="Function not implemented") as raised, take(tmp_path):
+        pass
+    assert raised.value.errno == errno.ENOSYS

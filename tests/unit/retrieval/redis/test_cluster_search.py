@@ -23,8 +23,20 @@ def test_each_passage_keeps_its_best_score_and_where_it_was_found() -> None:
     found = Round.merged(
         [A, B],
         [
-            ([("p:c1", 0.9), ("p:c2", 0.5)], {"p:c2": 3.0}, {"p:c1": b"1", "p:c2": b"2"}, A_NODES),
-            ([("q:c2", 0.7)], {"q:c3": 1.0, "q:c2": 2.0}, {"q:c2": b"2", "q:c3": b"3"}, B_NODES),
+            (
+                [("p:c1", 0.9), ("p:c2", 0.5)],
+                {"p:c2": 3.0},
+                {"p:c1": b"1", "p:c2": b"2"},
+                A_NODES,
+                False,
+            ),
+            (
+                [("q:c2", 0.7)],
+                {"q:c3": 1.0, "q:c2": 2.0},
+                {"q:c2": b"2", "q:c3": b"3"},
+                B_NODES,
+                False,
+            ),
         ],
         chunk_id_of,
     )
@@ -41,11 +53,11 @@ def test_each_passage_keeps_its_best_score_and_where_it_was_found() -> None:
 
 def test_a_second_round_adds_best_scores_and_newer_locations() -> None:
     first = Round.merged(
-        [A], [([("p:c1", 0.4)], {"p:c1": 1.0}, {"p:c1": b"1"}, A_NODES)], chunk_id_of
+        [A], [([("p:c1", 0.4)], {"p:c1": 1.0}, {"p:c1": b"1"}, A_NODES, False)], chunk_id_of
     )
     again = Round.merged(
         [B],
-        [([("q:c1", 0.3), ("q:c9", 0.8)], {}, {"q:c1": b"1", "q:c9": b"9"}, B_NODES)],
+        [([("q:c1", 0.3), ("q:c9", 0.8)], {}, {"q:c1": b"1", "q:c9": b"9"}, B_NODES, False)],
         chunk_id_of,
     )
     first.add(again)
@@ -61,8 +73,8 @@ def test_a_passage_two_primaries_saw_at_two_versions_has_no_digest_to_match() ->
     found = Round.merged(
         [A, B],
         [
-            ([("p:c1", 0.9)], {}, {"p:c1": b"old"}, A_NODES),
-            ([("p:c1", 0.9)], {}, {"p:c1": b"new"}, B_NODES),
+            ([("p:c1", 0.9)], {}, {"p:c1": b"old"}, A_NODES, False),
+            ([("p:c1", 0.9)], {}, {"p:c1": b"new"}, B_NODES, False),
         ],
         chunk_id_of,
     )
@@ -72,7 +84,7 @@ def test_a_passage_two_primaries_saw_at_two_versions_has_no_digest_to_match() ->
 def test_a_ranking_fuses_both_legs_or_keeps_the_dense_one() -> None:
     found = Round.merged(
         [A],
-        [([("p:c1", 0.9), ("p:c2", 0.8)], {"p:c2": 2.0, "p:c3": 1.0}, {}, A_NODES)],
+        [([("p:c1", 0.9), ("p:c2", 0.8)], {"p:c2": 2.0, "p:c3": 1.0}, {}, A_NODES, False)],
         chunk_id_of,
     )
     vector = np.ones(2, np.float32)
@@ -81,3 +93,18 @@ def test_a_ranking_fuses_both_legs_or_keeps_the_dense_one() -> None:
     assert hybrid.dense == {"c1": 0.9, "c2": 0.8} and hybrid.bm25 == {"c2": 2.0, "c3": 1.0}
     dense = found.ranking(SearchQuery("q", vector, 1, hybrid=False), depth=1, rrf_k=60)
     assert dense.fused == [("c1", 0.9)] and dense.bm25 == {}
+
+
+def test_a_primary_whose_knn_hits_lacked_their_distance_is_named() -> None:
+    found = Round.merged(
+        [A, B],
+        [
+            ([("p:c1", 0.9)], {}, {"p:c1": b"1"}, A_NODES, False),
+            ([("q:c2", -1.0)], {}, {"q:c2": None}, B_NODES, True),
+        ],
+        chunk_id_of,
+    )
+    assert found.unscored == [B.address]
+    again = Round.merged([A], [([("p:c1", 0.9)], {}, {}, A_NODES, True)], chunk_id_of)
+    found.add(again)
+    assert found.unscored == [B.address, A.address]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis.asyncio import BlockingConnectionPool
 from redis.crc import key_slot
 
+from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.redis.schema import IndexSchema, VectorIndexParams
 from chatqna.retrieval.redis.topology import (
     ClusterTopology,
@@ -76,3 +79,47 @@ async def test_each_nodes_search_pool_waits_for_a_connection_up_to_the_timeout()
     assert isinstance(pool, BlockingConnectionPool)
     assert (pool.max_connections, pool.timeout) == (7, 2.5)
     await topology.aclose()
+
+
+class IndexedNode:
+    """A primary's search client that answers `FT.INFO` with an index of the given
+    `digest` attribute (and counts `FT.CREATE`: it must not be asked)."""
+
+    def __init__(self, digest: list[bytes]) -> None:
+        self.digest = digest
+
+    async def execute_command(self, *args: Any) -> Any:
+        assert args[0] == "FT.INFO", args
+        terms = [b"identifier", b"terms", b"attribute", b"terms", b"type", b"TEXT"]
+        vector = [b"identifier", b"embedding", b"attribute", b"embedding", b"type", b"VECTOR"]
+        return [
+            b"num_docs", b"3", b"indexing", b"0", b"percent_indexed", b"1",
+            b"attributes", [terms, [*vector, b"dim", b"8"], self.digest],
+        ]  # fmt: skip
+
+    async def aclose(self) -> None:
+        pass
+
+
+DIGEST = [b"identifier", b"digest", b"attribute", b"digest", b"type", b"TAG"]
+ONE_PRIMARY = b"a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-16383\n"
+
+
+@pytest.mark.anyio
+async def test_an_index_another_version_built_is_refused_at_every_refresh() -> None:
+    """An old worker rebuilt a primary's index (format 2: `digest` not held in the index)
+    while this one runs: the next check refuses it with the way out, as at start-up, until it
+    is dropped."""
+    schema = IndexSchema("rag", "rag:chunk:", "e", 8, VectorIndexParams())
+    topology = ClusterTopology("redis://127.0.0.1:7000", schema, 2.5)
+    topology.meta = {b"embedder": b"e", b"dimension": b"8", b"format": b"3"}
+    topology._clients["127.0.0.1:7000"] = IndexedNode([*DIGEST, b"NOINDEX"])  # type: ignore[assignment]
+    for _ in range(2):
+        with pytest.raises(IndexUnavailable, match=r"format 2; .*stop every process") as raised:
+            await topology.refresh(ONE_PRIMARY)
+        assert raised.value.status_code == 503
+        assert topology.primaries == []  # nothing searched meanwhile
+    current = [*DIGEST, b"CASESENSITIVE", b"SORTABLE", b"UNF", b"NOINDEX"]
+    topology._clients["127.0.0.1:7000"] = IndexedNode(current)  # type: ignore[assignment]
+    await topology.refresh(ONE_PRIMARY)
+    assert [shard.address for shard in topology.primaries] == ["127.0.0.1:7000"]
