@@ -25,7 +25,9 @@ its links fetched, so a refused request costs nothing. It keeps its place, and i
 until it is done, and until its parsing thread has finished, even when the request is
 cancelled (its client left) while the thread is still parsing: the threads parsing belong
 to working requests, never more. A request cancelled while it waits for a token leaves
-the line and does nothing more. The bounds hold per process: with several workers
+the line and does nothing more (a client that disconnects once its body is in does not
+cancel its request: nothing watches for it while the request waits). The bounds hold per
+process: with several workers
 (`CHATQNA_WORKERS`), each has a pool of its own.
 """
 
