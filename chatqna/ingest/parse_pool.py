@@ -27,8 +27,7 @@ cancelled (its client left) while the thread is still parsing: the threads parsi
 to working requests, never more. A request cancelled while it waits for a token leaves
 the line and does nothing more (a client that disconnects once its body is in does not
 cancel its request: nothing watches for it while the request waits). The bounds hold per
-process: with several workers
-(`CHATQNA_WORKERS`), each has a pool of its own.
+process: with several workers (`CHATQNA_WORKERS`), each has a pool of its own.
 """
 
 from __future__ import annotations
