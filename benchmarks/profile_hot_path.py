@@ -43,10 +43,11 @@ DEFAULT_OUTPUT = HERE / "results" / "profile_hot_path.json"
 # (group, path fragments); the innermost frame's file decides. Order matters.
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "upstream HTTP client (aiohttp, httpx)",
+        "upstream HTTP client (httpx2, httpcore2, h11)",
         (
-            "(chatqna/upstream/client.py",
-            "(chatqna/upstream/sessions.py",
+            "(chatqna/upstream/",
+            "(httpx2/",
+            "(httpcore2/",
             "(httpx/",
             "(httpx_aiohttp/",
             "(httpcore/",
