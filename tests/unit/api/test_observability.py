@@ -26,30 +26,12 @@ from chatqna.errors import UpstreamError
 from chatqna.settings import Settings
 from chatqna.telemetry import names
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
-from tests.unit.api.test_guards import chat_scope
+from tests.unit.api.test_guards import EndlessLLM, chat_scope
 from tests.unit.conftest import TRACER_PROVIDER
 
 pytestmark = pytest.mark.anyio
 
 ASK = {"messages": [{"role": "user", "content": "How do I export my data?"}]}
-
-
-class EndlessLLM(ScriptedLLM):
-    """Streams tokens until its stream is closed; records that it was."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.closed = False
-
-    async def stream(
-        self, messages: Sequence[dict[str, str]], params: GenerationParams
-    ) -> AsyncIterator[Delta]:
-        try:
-            while True:
-                yield Delta(text="again ")
-                await asyncio.sleep(0.001)
-        finally:
-            self.closed = True
 
 
 class HeldLLM(ScriptedLLM):
