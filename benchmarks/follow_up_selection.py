@@ -51,9 +51,10 @@ from chatqna.evaluation.experiments.selection import (
 )
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
-from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult, QueryStrategy
+from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult
 from chatqna.evaluation.progress import stderr_progress
 from chatqna.evaluation.runner import OwnHistory, build_index, plan_all, rank_with_history
+from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 

@@ -61,10 +61,8 @@ async def run(repeat: int, max_tokens: int) -> dict[str, Any]:
             results = await ingest_files(files, backends.embedder, backends.retriever)
             ingest_s = time.perf_counter() - started
             chunks = sum(r.chunks for r in results)
-            options = TurnOptions(
-                k=settings.retriever_k,
-                top_n=settings.rerank_top_n,
-                params=GenerationParams(max_tokens=max_tokens, temperature=0.0),
+            options = TurnOptions.from_settings(
+                settings, params=GenerationParams(max_tokens=max_tokens, temperature=0.0)
             )
             pipeline = Pipeline.build(settings, backends)
             samples: dict[str, list[float]] = {stage: [] for stage in STAGES}

@@ -100,10 +100,8 @@ def _checked_params(body: ChatQnARequest, settings: Settings) -> GenerationParam
 async def _prepare(body: ChatQnARequest, state: ServiceState) -> Turn:
     settings = state.settings
     messages = _checked_messages(body, settings)
-    options = TurnOptions(
-        k=body.k if body.k is not None else settings.retriever_k,
-        top_n=body.top_n if body.top_n is not None else settings.rerank_top_n,
-        params=_checked_params(body, settings),
+    options = TurnOptions.from_settings(
+        settings, k=body.k, top_n=body.top_n, params=_checked_params(body, settings)
     )
     return await state.pipeline.prepare(messages, options)
 

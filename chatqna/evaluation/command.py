@@ -23,7 +23,6 @@ from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.compare import condense_strategy, shipped_references
 from chatqna.evaluation.dataset import Dataset, load_dataset
 from chatqna.evaluation.live import llm_answerer
-from chatqna.evaluation.modes import QueryStrategy, default_strategies
 from chatqna.evaluation.options import with_service_defaults
 from chatqna.evaluation.progress import stderr_progress, turn_logs_at_debug
 from chatqna.evaluation.provenance import (
@@ -36,6 +35,7 @@ from chatqna.evaluation.provenance import (
 )
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
+from chatqna.evaluation.strategies import QueryStrategy, default_strategies
 from chatqna.pipeline.turn import TurnOptions
 from chatqna.settings import Settings, dirty_results_allowed
 
@@ -221,7 +221,7 @@ def served_answer_options(settings: Settings) -> TurnOptions:
     `RERANK_TOP_N` kept, at most `LLM_MAX_TOKENS` tokens (at temperature 0, so that a
     replay repeats)."""
     params = GenerationParams(max_tokens=settings.llm_max_tokens, temperature=0.0)
-    return TurnOptions(k=settings.retriever_k, top_n=settings.rerank_top_n, params=params)
+    return TurnOptions.from_settings(settings, params=params)
 
 
 @dataclass

@@ -28,7 +28,9 @@ from typing import Any
 
 from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.metrics import paired_bootstrap, summarise
-from chatqna.evaluation.modes import Mode, ModeResult, QueryStrategy, turn_groups
+from chatqna.evaluation.modes import Mode, ModeResult, turn_groups
+from chatqna.evaluation.strategies import QueryStrategy
+from chatqna.multiturn.strategy import MultiTurnConfig
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 
@@ -55,28 +57,17 @@ def default_strategy(settings: Settings) -> QueryStrategy:
     these settings configure whether or not they switch it on (with the blend off, the
     service serves the `stateless` row). History translation does not run: the harness
     plans without the LLM, as the service does for history it detects as English."""
-    return QueryStrategy(
-        "blend",
-        settings.multi_turn_blend_alpha,
-        settings.multi_turn_history_turns,
-        settings.multi_turn_history_order,
-        settings.multi_turn_history_roles,
-        settings.multi_turn_bm25_history_weight,
-        rerank_query=settings.multi_turn_rerank_query,
-        assistant_weight=settings.multi_turn_assistant_weight,
-        self_contained=settings.multi_turn_self_contained_similarity,
-    )
+    served = MultiTurnConfig.from_settings(settings)
+    blend = replace(served, mode="blend", blend_enabled=True)
+    return QueryStrategy.from_config(blend).own_values()
 
 
 def condense_strategy(settings: Settings) -> QueryStrategy:
     """Condense as `MULTI_TURN_MODE=condense` serves it with these settings: the history
     window, the rewrite's timeout and its length cap."""
-    return QueryStrategy(
-        "condense_llm",
-        history_turns=settings.multi_turn_history_turns,
-        condense_timeout=settings.condense_timeout_seconds,
-        condense_max_chars=settings.condense_max_query_chars,
-    )
+    served = MultiTurnConfig.from_settings(settings)
+    condense = replace(served, mode="condense", blend_enabled=False)
+    return QueryStrategy.from_config(condense).own_values()
 
 
 def shipped_references(settings: Settings, depth: int) -> list[Reference]:

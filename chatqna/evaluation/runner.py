@@ -38,11 +38,11 @@ from chatqna.evaluation.modes import (
     CorpusSignals,
     Mode,
     ModeResult,
-    QueryStrategy,
     plan_turn,
     reads_answers,
 )
 from chatqna.evaluation.progress import Progress
+from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.retrieval.embedded.index import EXACT_MAX_CHUNKS, EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 

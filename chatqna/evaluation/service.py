@@ -30,9 +30,10 @@ import httpx2
 from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage
 from chatqna.evaluation.live import ANSWER_CHARS, dialogues, replay_dialogue
 from chatqna.evaluation.metrics import turn_metrics
-from chatqna.evaluation.modes import BenchPlan, Mode, ModeResult, QueryStrategy
+from chatqna.evaluation.modes import BenchPlan, Mode, ModeResult
 from chatqna.evaluation.progress import Progress
 from chatqna.evaluation.runner import describe_mode
+from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.upstream.proxies import trust_env_for
 
 SUFFIX = ".md"

@@ -35,7 +35,7 @@ from chatqna.multiturn.strategy import (
 from chatqna.pipeline.observer import SilentObserver, TurnObserver
 from chatqna.pipeline.prompt import build_answer_prompt
 from chatqna.pipeline.record import Fusion, RerankRecord
-from chatqna.pipeline.sources import search_query
+from chatqna.pipeline.sources import rerank_or_cut, search_query
 from chatqna.pipeline.turn import StageClock, Turn, TurnOptions, current
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
@@ -183,13 +183,11 @@ class Pipeline:
         options: TurnOptions,
         clock: StageClock,
     ) -> list[ScoredChunk]:
-        reranker, query = self.backends.reranker, plan.rerank
+        reranker = self.backends.reranker
         if reranker is None:  # the cut is no stage: no span, no time recorded
-            return candidates[: options.top_n]
+            return await rerank_or_cut(None, plan.rerank, candidates, options.top_n)
         started = time.perf_counter()
         with tracer().start_as_current_span(names.SPAN_RERANK):
-            sources = await reranker.rerank(
-                query.text, candidates, options.top_n, vector=query.vector
-            )
+            sources = await rerank_or_cut(reranker, plan.rerank, candidates, options.top_n)
         clock.record("rerank", started)
         return sources

@@ -1,8 +1,10 @@
 """From a turn's query plan to its sources: the search query, then rerank or cut.
 
-The pipeline (`chatqna.pipeline.orchestrator`) and the benchmark harness
-(`chatqna.evaluation.live`) both go through these two functions, so a benchmark ranks a
-turn with the same query and the same reranking the service serves it with. `hybrid` and
+The pipeline (`Pipeline.prepare` in `chatqna.pipeline.orchestrator`, which times each step
+in its span) and the benchmark harness (`retrieve` in `chatqna.evaluation.live`, which
+searches the embedded index itself) both go through these two functions, so a benchmark
+ranks a turn with the same query, and keeps the same sources, as the service serves it
+with: the reranker's best `top_n`, or without one the retriever's first `top_n`. `hybrid` and
 `fusion_weights` are the retrieval switches (`Settings` in the service, a benchmark `Mode`
 in the harness); `k` is how many passages the retriever returns, `top_n` how many are kept.
 """

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
@@ -30,6 +31,9 @@ from chatqna.pipeline.record import Fusion, RerankRecord, TurnRecord
 from chatqna.telemetry import names
 from chatqna.telemetry.tracing import tracer
 
+if TYPE_CHECKING:
+    from chatqna.settings import Settings
+
 
 @dataclass(frozen=True)
 class TurnOptions:
@@ -38,6 +42,23 @@ class TurnOptions:
     k: int
     top_n: int
     params: GenerationParams
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        k: int | None = None,
+        top_n: int | None = None,
+        params: GenerationParams,
+    ) -> TurnOptions:
+        """A turn's options: `k` and `top_n` as asked, or else `RETRIEVER_K` and
+        `RERANK_TOP_N`, with the sampling `params`."""
+        return cls(
+            k=k if k is not None else settings.retriever_k,
+            top_n=top_n if top_n is not None else settings.rerank_top_n,
+            params=params,
+        )
 
 
 @dataclass

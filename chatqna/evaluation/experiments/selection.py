@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from chatqna.evaluation.modes import QueryStrategy
+from chatqna.evaluation.strategies import QueryStrategy
 
 DEV_DATASETS = ("mtrag-clapnq", "mtrag-govt")
 HISTORY_KINDS = ("reference", "own")

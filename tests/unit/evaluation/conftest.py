@@ -12,8 +12,8 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.modes import QueryStrategy
 from chatqna.evaluation.runner import run_benchmark
+from chatqna.evaluation.strategies import QueryStrategy
 from tests.unit.evaluation.test_dataset import write_dataset
 
 TinyRun = Callable[..., Awaitable[dict[str, Any]]]

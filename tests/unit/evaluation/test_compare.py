@@ -19,7 +19,8 @@ from chatqna.evaluation.compare import (
     shipped_references,
 )
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.modes import QueryStrategy, plan_turn
+from chatqna.evaluation.modes import plan_turn
+from chatqna.evaluation.strategies import QueryStrategy, default_strategies
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
@@ -64,6 +65,22 @@ def test_references_follow_the_settings_and_the_seed() -> None:
 def test_the_default_blend_plans_with_the_config_the_service_builds() -> None:
     served = SETTINGS.model_copy(update={"multi_turn_blend_enabled": True})
     assert default_strategy(SETTINGS).config() == MultiTurnConfig.from_settings(served)
+
+
+def test_the_default_blend_is_the_grids_blend_of_the_same_values() -> None:
+    # A condense setting is no blend value: the row is still the grid's, planned once.
+    condensing = SETTINGS.model_copy(
+        update={"condense_timeout_seconds": 30.0, "condense_max_query_chars": 90}
+    )
+    grid = default_strategies(
+        alphas=(0.75,),
+        history_turns=(4,),
+        orders=("newest_first",),
+        bm25_history_weights=(0.3,),
+        self_contained=(0.5,),
+    )
+    assert default_strategy(condensing) in grid
+    assert condense_strategy(condensing).condense_timeout == 30.0
 
 
 class SlowLLM(ScriptedLLM):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chatqna.backends.bundle import Backends
@@ -23,9 +24,10 @@ from chatqna.evaluation.live import (
     replay_mode,
     retrieve,
 )
-from chatqna.evaluation.modes import Mode, QueryStrategy, plan_turn
+from chatqna.evaluation.modes import Mode, plan_turn
 from chatqna.evaluation.report import markdown
 from chatqna.evaluation.runner import build_index
+from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.orchestrator import Pipeline
 from chatqna.pipeline.turn import TurnOptions
@@ -163,8 +165,9 @@ async def test_with_an_llm_own_history_holds_its_answers_as_the_service_makes_th
 
 
 @pytest.mark.parametrize("rerank", [False, True])
+@pytest.mark.parametrize(("k", "top_n"), [(10, 10), (3, 2)])
 async def test_the_harness_ranks_a_turn_as_the_pipeline_serves_it(
-    tmp_path: Path, rerank: bool
+    tmp_path: Path, rerank: bool, k: int, top_n: int
 ) -> None:
     dataset = load_dataset(write_dataset(tmp_path / "tiny"))
     embedder = HashingEmbedder()
@@ -176,12 +179,23 @@ async def test_the_harness_ranks_a_turn_as_the_pipeline_serves_it(
     pipeline = Pipeline.build(settings, backends)
     strategy = default_strategy(settings)
     mode = Mode(strategy, True, rerank, bm25_weight=0.2)
+    options = TurnOptions.from_settings(
+        settings, k=k, top_n=top_n, params=GenerationParams(max_tokens=8)
+    )
+    planned = []
     for turn in dataset.scored_turns:
         messages = [*turn.history, Message("user", turn.query)]
-        options = TurnOptions(k=10, top_n=10, params=GenerationParams(max_tokens=8))
         prepared = await pipeline.prepare(messages, options)
         plan = await plan_turn(turn, strategy, embedder, None)
-        ranked = await retrieve(mode, plan, index, harness, 10)
+        ranked = await retrieve(mode, plan, index, harness, options.k, options.top_n)
         assert [h.chunk.id for h in ranked] == [h.chunk.id for h in prepared.sources]
+        assert len(ranked) == min(top_n, len(dataset.passages))
+        planned.append(prepared.record().plan.strategy)
         await prepared.close()
+    # A first turn, then a follow-up the blend plans (with its own rerank query).
+    assert planned == ["stateless", "blend"]
     assert served.queries == (harness.queries if rerank else [])
+    assert len(served.vectors) == len(harness.vectors)
+    for ours, theirs in zip(served.vectors, harness.vectors, strict=True):
+        assert ours is not None and theirs is not None
+        np.testing.assert_array_equal(ours, theirs)

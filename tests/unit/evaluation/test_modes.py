@@ -11,13 +11,8 @@ import pytest
 from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.experiments.candidates import corpus_idf
-from chatqna.evaluation.modes import (
-    ANSWER_TERMS_WEIGHT,
-    BenchPlan,
-    CorpusSignals,
-    QueryStrategy,
-    plan_turn,
-)
+from chatqna.evaluation.modes import ANSWER_TERMS_WEIGHT, BenchPlan, CorpusSignals, plan_turn
+from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.pipeline.sources import search_query
 from tests.unit.evaluation.test_dataset import write_dataset
 

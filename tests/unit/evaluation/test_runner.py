@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatqna.evaluation.modes import QueryStrategy
+from chatqna.evaluation.strategies import QueryStrategy
 from tests.unit.evaluation.conftest import TinyRun
 
 pytestmark = pytest.mark.anyio

@@ -243,3 +243,7 @@ async def test_a_failed_rewrite_fails_the_plan_before_any_embedding() -> None:
         await strategy.plan(follow, steps)
     assert failure.value.reason == "bad_body"
     assert steps.ran == ["rewrite"] and embedder.batches == []
+
+
+def test_the_configs_defaults_are_the_settings_defaults() -> None:
+    assert MultiTurnConfig() == MultiTurnConfig.from_settings(Settings())

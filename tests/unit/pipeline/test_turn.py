@@ -269,3 +269,12 @@ async def test_a_rewrite_is_timed_and_observed_before_the_turn_span(
     rewrite = finished(spans, names.SPAN_QUERY_CONDENSE)
     orchestrate = finished(spans, names.SPAN_ORCHESTRATE)
     assert rewrite.end_time <= orchestrate.start_time
+
+
+def test_turn_options_take_k_and_top_n_from_the_settings_unless_asked() -> None:
+    settings = Settings(retriever_k=7, rerank_top_n=3)
+    params = GenerationParams(max_tokens=16)
+    served = TurnOptions.from_settings(settings, params=params)
+    assert served == TurnOptions(k=7, top_n=3, params=params)
+    asked = TurnOptions.from_settings(settings, k=20, top_n=0, params=params)
+    assert asked == TurnOptions(k=20, top_n=0, params=params)

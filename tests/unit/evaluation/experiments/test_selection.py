@@ -11,7 +11,7 @@ from chatqna.evaluation.experiments.selection import (
     paired_score_interval,
     simplicity,
 )
-from chatqna.evaluation.modes import QueryStrategy
+from chatqna.evaluation.strategies import QueryStrategy
 
 SIMPLE = QueryStrategy("blend", 0.7, 2, "newest_first", "user")
 RICH = QueryStrategy("blend", 0.7, 4, "newest_first", "separate", 0.3, assistant_weight=0.25)
