@@ -8,6 +8,7 @@ call, which query the reranker saw, which prompt the LLM got).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from chatqna.backends.protocols import (
 )
 from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import ScoredChunk
+from chatqna.errors import ContextTooLong
 from chatqna.retrieval.query import tokenize
 
 
@@ -56,7 +58,9 @@ class HashingEmbedder:
 
 
 class RecordingReranker:
-    """Keeps the candidates in retrieval order and records the query it was given."""
+    """Ranks candidates by the share of the query's words their text holds (as a text-reading
+    reranker, it ignores `vector`); ties keep the retrieval order. Records the query and the
+    vector it was given."""
 
     name = "recording"
 
@@ -73,7 +77,12 @@ class RecordingReranker:
     ) -> list[ScoredChunk]:
         self.queries.append(query)
         self.vectors.append(vector)
-        return [c.with_score("rerank", 1.0 / (i + 1)) for i, c in enumerate(candidates)][:top_n]
+        wanted = set(tokenize(query))
+        scored = [
+            c.with_score("rerank", len(wanted & set(tokenize(c.chunk.text))) / max(len(wanted), 1))
+            for c in candidates
+        ]
+        return sorted(scored, key=lambda c: c.score, reverse=True)[:top_n]
 
     async def describe(self) -> dict[str, Any]:
         return {"kind": "fake", "calls": len(self.queries)}
@@ -83,10 +92,16 @@ class RecordingReranker:
 
 
 class ScriptedLLM:
-    """Answers every request with `reply`, streamed word by word; records each prompt.
+    """Answers every request with `reply`; records each prompt and its parameters.
 
-    `fail_after` makes the stream raise the given exception after that many pieces, to
-    exercise errors that happen after a stream has started.
+    It keeps the `ChatLLM` contract as the real clients do: a token is a word (with the
+    whitespace before it), so `max_tokens` cuts the reply to that many words and reports
+    `finish_reason="length"`; the stream's pieces join to exactly the whole completion, and
+    its last delta carries the finish reason and the usage; a prompt of more words than
+    `context` raises `ContextTooLong`, whole or streamed.
+
+    `fail_after` makes the stream raise `error` after that many pieces, to exercise errors
+    that happen after a stream has started; `error` alone makes every call raise it.
     """
 
     def __init__(
@@ -94,41 +109,57 @@ class ScriptedLLM:
         reply: str = "This is the answer.",
         *,
         model: str = "scripted",
+        context: int = 2048,
         fail_after: int | None = None,
         error: Exception | None = None,
     ) -> None:
         self.reply = reply
         self.model = model
+        self.context = context
         self.prompts: list[list[dict[str, str]]] = []
         self.params: list[GenerationParams] = []
         self.fail_after = fail_after
         self.error = error
 
+    def _answer(
+        self, messages: Sequence[dict[str, str]], params: GenerationParams
+    ) -> tuple[list[str], str, Usage]:
+        """Record the request; the reply's pieces (cut to `max_tokens`), the finish reason
+        and the usage; or raise what the request should raise."""
+        self.prompts.append(list(messages))
+        self.params.append(params)
+        prompt_tokens = sum(len(m["content"].split()) for m in messages)
+        if prompt_tokens > self.context:
+            raise ContextTooLong(
+                f"llm: the prompt is longer than the model's context window ({prompt_tokens} "
+                f"prompt tokens, a context of {self.context})"
+            )
+        if self.error is not None and self.fail_after is None:
+            raise self.error
+        pieces = re.findall(r"\s*\S+", self.reply)
+        trailing = self.reply[len("".join(pieces)) :]
+        if trailing:  # whitespace after the last word (or a reply of whitespace only)
+            pieces.append(trailing)
+        finish = "stop"
+        if params.max_tokens is not None and params.max_tokens < len(pieces):
+            pieces, finish = pieces[: params.max_tokens], "length"
+        return pieces, finish, Usage(prompt_tokens=prompt_tokens, completion_tokens=len(pieces))
+
     async def complete(
         self, messages: Sequence[dict[str, str]], params: GenerationParams
     ) -> Completion:
-        self.prompts.append(list(messages))
-        self.params.append(params)
-        if self.error is not None and self.fail_after is None:
-            raise self.error
-        words = len(self.reply.split())
-        return Completion(self.reply, "stop", Usage(prompt_tokens=10, completion_tokens=words))
+        pieces, finish, usage = self._answer(messages, params)
+        return Completion("".join(pieces), finish, usage)
 
     async def stream(
         self, messages: Sequence[dict[str, str]], params: GenerationParams
     ) -> AsyncIterator[Delta]:
-        self.prompts.append(list(messages))
-        self.params.append(params)
-        pieces = [word + " " for word in self.reply.split()]
+        pieces, finish, usage = self._answer(messages, params)
         for position, piece in enumerate(pieces):
-            if (
-                self.error is not None
-                and self.fail_after is not None
-                and position >= self.fail_after
-            ):
+            if self.error is not None and position >= (self.fail_after or 0):
                 raise self.error
             yield Delta(text=piece)
-        yield Delta(finish_reason="stop")
+        yield Delta(finish_reason=finish, usage=usage)
 
     async def describe(self) -> dict[str, Any]:
         return {"kind": "fake", "model": self.model, "calls": len(self.prompts)}

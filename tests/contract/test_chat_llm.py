@@ -1,5 +1,6 @@
 """The `ChatLLM` contract, over the embedded llama.cpp model (slow: loads the packaged GGUF
-and serves it on loopback) and an OpenAI-compatible server."""
+and serves it on loopback), an OpenAI-compatible server, and the scripted stand-in the unit
+tests answer with (given the stand-in server's reply, so `max_tokens` cuts it too)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 
+from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.protocols import ChatLLM, Delta, GenerationParams
 from chatqna.errors import ContextTooLong
@@ -26,13 +28,18 @@ GREEDY = GenerationParams(max_tokens=8, temperature=0.0, seed=7)
 TOO_LONG = [{"role": "user", "content": " ".join(f"item{i}" for i in range(3000))}]
 
 
-@pytest.fixture(scope="module", params=["openai", pytest.param("local", marks=pytest.mark.slow)])
+@pytest.fixture(
+    scope="module",
+    params=["openai", "fake", pytest.param("local", marks=pytest.mark.slow)],
+)
 async def llm(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[ChatLLM]:
     built: ChatLLM
     if request.param == "openai":
         built = OpenAIChatLLM(
             "http://llm.test/v1", "contract-model", transport=httpx2.MockTransport(wire.openai_chat)
         )
+    elif request.param == "fake":
+        built = ScriptedLLM(wire.REPLY, context=2048)
     else:
         from chatqna.backends.local_llm import LlamaCppLLM
 

@@ -1,27 +1,59 @@
-"""The `Embedder` contract, over the embedded MiniLM (slow: loads the model) and TEI."""
+"""The `Embedder` contract, over the embedded MiniLM (slow: loads the model), TEI, the
+hashing stand-in the unit tests embed with, and the evaluation's on-disk cache in front of
+TEI (a fresh cache, then one that answers from the file a first run saved)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx2
 import numpy as np
 import pytest
 
+from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import Embedder
 from chatqna.backends.tei import TEIEmbedder
+from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from tests.contract import wire
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module", params=["tei", pytest.param("local", marks=pytest.mark.slow)])
-async def embedder(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[Embedder]:
+def tei() -> TEIEmbedder:
+    return TEIEmbedder("http://tei.test", max_batch=4, transport=httpx2.MockTransport(wire.tei))
+
+
+async def reopened_cache(directory: Path) -> CachingEmbedder:
+    """A cache in front of TEI that a first run filled and saved, opened anew."""
+    first = CachingEmbedder(tei(), EmbeddingCache(directory, "hashing"))
+    await first.embed(["hello world", "short", "probe", "refund policy for annual plans"])
+    await first.aclose()
+    return CachingEmbedder(tei(), EmbeddingCache(directory, "hashing"))
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "tei",
+        "fake",
+        "caching",
+        "caching-reopened",
+        pytest.param("local", marks=pytest.mark.slow),
+    ],
+)
+async def embedder(
+    request: pytest.FixtureRequest, anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Embedder]:
     built: Embedder
     if request.param == "tei":
-        built = TEIEmbedder(
-            "http://tei.test", max_batch=4, transport=httpx2.MockTransport(wire.tei)
-        )
+        built = tei()
+    elif request.param == "fake":
+        built = HashingEmbedder(wire.DIMENSION, max_batch=4)
+    elif request.param == "caching":
+        built = CachingEmbedder(tei(), EmbeddingCache(tmp_path_factory.mktemp("cache"), "hashing"))
+    elif request.param == "caching-reopened":
+        built = await reopened_cache(tmp_path_factory.mktemp("cache"))
     else:
         from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 

@@ -1,5 +1,6 @@
 """The `Reranker` contract, over the embedded embedding-similarity reranker (on the hashing
-embedder, and on MiniLM: slow) and TEI's `/rerank`."""
+embedder, and on MiniLM: slow), TEI's `/rerank`, and the recording stand-in the unit tests
+rerank with."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 
-from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.fakes import HashingEmbedder, RecordingReranker
 from chatqna.backends.local_reranker import EmbeddingSimilarityReranker
 from chatqna.backends.protocols import Reranker
 from chatqna.backends.tei import TEIReranker
@@ -40,7 +41,7 @@ def candidates() -> list[ScoredChunk]:
 
 @pytest.fixture(
     scope="module",
-    params=["tei", "local-hashing", pytest.param("local-minilm", marks=pytest.mark.slow)],
+    params=["tei", "local-hashing", "fake", pytest.param("local-minilm", marks=pytest.mark.slow)],
 )
 async def reranker(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIterator[Reranker]:
     built: Reranker
@@ -48,6 +49,8 @@ async def reranker(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncI
         built = TEIReranker("http://tei.test", transport=httpx2.MockTransport(wire.tei))
     elif request.param == "local-hashing":
         built = EmbeddingSimilarityReranker(HashingEmbedder(wire.DIMENSION))
+    elif request.param == "fake":
+        built = RecordingReranker()
     else:
         from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 
@@ -94,6 +97,7 @@ async def test_no_candidates_give_none(reranker: Reranker) -> None:
 DESCRIBED: dict[type, dict[str, str]] = {
     TEIReranker: {"kind": "tei", "endpoint": "http://tei.test"},
     EmbeddingSimilarityReranker: {"kind": "embedded", "method": "embedding-similarity"},
+    RecordingReranker: {"kind": "fake"},
 }
 
 

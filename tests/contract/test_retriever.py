@@ -1,6 +1,7 @@
 """The `Retriever` contract, over the embedded index, Redis Stack and a Redis Cluster of three
 primaries and three replicas (slow: they start servers), and the retriever service
-(`RemoteRetriever` against a retriever-role app, over ASGI).
+(`RemoteRetriever` against a retriever-role app, over ASGI), and the recording stand-in the
+unit tests wrap a retriever in (here around the embedded index).
 
 Every implementation is built the way the service builds it (`build_retriever` from
 `Settings`), and driven only through the Protocol. The retriever service cannot be written
@@ -19,7 +20,7 @@ import httpx2
 import pytest
 
 from chatqna.app import create_app
-from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.fakes import HashingEmbedder, RecordingRetriever
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
 from chatqna.composition import Backends, NoLLM, build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
@@ -96,6 +97,7 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         "embedded",
         "embedded-graph",
         "service",
+        "recording",
         pytest.param("redis", marks=pytest.mark.slow),
         pytest.param("cluster", marks=pytest.mark.slow),
     ]
@@ -124,6 +126,8 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     if request.param == "embedded-graph":  # the HNSW graph past the exact size (here 0)
         settings = Settings(chatqna_data_dir=tmp_path / "data", chatqna_embedded_exact_max_chunks=0)
     index = await build_retriever(settings, EMBEDDER)
+    if request.param == "recording":
+        index = RecordingRetriever(index)
     await index.replace_sources([await batch(s, t) for s, t in CORPUS.items()])
     if request.param == "embedded-graph":
         assert isinstance(index, EmbeddedHybridIndex) and index.wait_for_graph(timeout=60)
@@ -212,6 +216,7 @@ DESCRIBED = {
     "embedded": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 1_000_000},
     "embedded-graph": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 0},
     "service": {"kind": "remote", "endpoint": "http://retriever.test"},
+    "recording": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 1_000_000},
     "redis": {"kind": "redis", **REDIS_FIGURES},
     "cluster": {"kind": "redis-cluster", **REDIS_FIGURES},
 }

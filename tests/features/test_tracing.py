@@ -52,9 +52,12 @@ def span_id(span: ReadableSpan) -> int:
 
 
 async def _client(
-    client_for: ClientFactory, settings: Settings, rewriter: bool = False
+    client_for: ClientFactory,
+    settings: Settings,
+    rewriter: bool = False,
+    llm: ScriptedLLM | None = None,
 ) -> httpx2.AsyncClient:
-    backends = await make_backends(settings, llm=ScriptedLLM())
+    backends = await make_backends(settings, llm=llm or ScriptedLLM())
     if rewriter:
         backends.condense_llm = OpenAIChatLLM(LLM, "rewriter", backend="condense_llm")
     return await client_for(backends, settings)
@@ -79,7 +82,8 @@ async def test_blend_executed_spans(
     client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
 ) -> None:
     blend = settings.model_copy(update={"multi_turn_blend_enabled": True})
-    client = await _client(client_for, blend)
+    llm = ScriptedLLM()
+    client = await _client(client_for, blend, llm=llm)
     response = await client.post("/v1/chatqna", json={"messages": CHAT})
     found = by_name(spans)
     assert names.SPAN_QUERY_CONDENSE not in found, "blend mode never opens the condense span"
@@ -115,6 +119,11 @@ async def test_blend_executed_spans(
     assert [e.name for e in generate.events] == [names.EVENT_FIRST_TOKEN]
     assert (generate.attributes or {})[names.GEN_AI_OPERATION] == "chat"
     assert (generate.attributes or {})[names.GEN_AI_REQUEST_MODEL] == "scripted"
+    # The streamed answer's token counts and reason, from its last delta.
+    prompt_words = sum(len(m["content"].split()) for m in llm.prompts[0])
+    assert (generate.attributes or {})[names.GEN_AI_INPUT_TOKENS] == prompt_words
+    assert (generate.attributes or {})[names.GEN_AI_OUTPUT_TOKENS] == 4
+    assert tuple((generate.attributes or {})[names.GEN_AI_FINISH_REASON]) == ("stop",)
     selection = found[names.SPAN_RERANKER_SELECTION].attributes or {}
     kept = json.loads(parse_sse(response.text)[0][1])["source_documents"]
     assert list(selection[names.RERANKER_KEPT_IDS]) == [doc["id"] for doc in kept]

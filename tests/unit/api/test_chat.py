@@ -350,7 +350,7 @@ async def test_llm_failure_after_stream_start_is_error_event(
     assert json.loads(events[-2][1])["error"] == "upstream_error"
     assert events[-1] == ("message", "[DONE]")
     tokens = [json.loads(d)["choices"][0]["delta"].get("content") for n, d in events[1:-2]]
-    assert "".join(t or "" for t in tokens) == "one two "
+    assert "".join(t or "" for t in tokens) == "one two"
 
 
 async def test_truncated_upstream_stream_becomes_error_event(

@@ -63,7 +63,7 @@ class Recorder:
         self.calls.append(("generating", model))
 
     def generated(self, span: Span, usage: Usage | None, finish_reason: str | None) -> None:
-        self.calls.append(("generated", finish_reason))
+        self.calls.append(("generated", (finish_reason, usage)))
 
     def answered(self, record: TurnRecord) -> None:
         self.calls.append(("answered", record))
@@ -93,7 +93,8 @@ async def test_a_streamed_turn_is_observed_once_per_step(
     settings: Settings, spans: InMemorySpanExporter
 ) -> None:
     observer = Recorder()
-    pipeline = Pipeline.build(settings, await backends_for(settings), observer)
+    llm = ScriptedLLM()
+    pipeline = Pipeline.build(settings, await backends_for(settings, llm), observer)
     turn = await pipeline.prepare(CHAT, OPTIONS)
     assert observer.names() == ["planned", "selected"]
     planned: TurnRecord = observer.calls[0][1]
@@ -105,8 +106,11 @@ async def test_a_streamed_turn_is_observed_once_per_step(
     assert finished(spans, names.SPAN_ORCHESTRATE) is None, "open until the answer is done"
     async with turn:
         text = "".join([delta.text async for delta in turn.stream()])
-    assert text.strip() == "This is the answer."
+    assert text == "This is the answer."
     assert observer.names()[2:] == ["generating", "generated", "answered"]
+    # The stream's last delta carries the usage; the turn hands it on with the reason.
+    prompt_words = sum(len(m["content"].split()) for m in llm.prompts[0])
+    assert observer.calls[3][1] == ("stop", Usage(prompt_tokens=prompt_words, completion_tokens=4))
     answered: TurnRecord = observer.calls[-1][1]
     assert {"embed", "retrieve", "rerank", "first_token", "generate", "total"} <= set(
         answered.timings_ms
@@ -206,6 +210,20 @@ async def test_a_cancelled_turn_whose_client_stayed_is_an_error(
         assert finished(spans, name).status.status_code == StatusCode.ERROR, name
 
 
+async def test_a_streamed_answer_cut_at_max_tokens_reports_length_and_its_usage(
+    settings: Settings,
+) -> None:
+    observer = Recorder()
+    pipeline = Pipeline.build(settings, await backends_for(settings), observer)
+    options = TurnOptions(k=4, top_n=2, params=GenerationParams(max_tokens=2))
+    turn = await pipeline.prepare(CHAT, options)
+    async with turn:
+        text = "".join([delta.text async for delta in turn.stream()])
+    assert text == "This is"
+    finish, usage = observer.calls[3][1]
+    assert finish == "length" and usage is not None and usage.completion_tokens == 2
+
+
 async def test_a_non_streamed_answer(settings: Settings, spans: InMemorySpanExporter) -> None:
     observer = Recorder()
     pipeline = Pipeline.build(settings, await backends_for(settings), observer)
@@ -214,6 +232,7 @@ async def test_a_non_streamed_answer(settings: Settings, spans: InMemorySpanExpo
         completion = await turn.complete()
     assert completion.text == "This is the answer."
     assert observer.names()[-2:] == ["generated", "answered"]
+    assert observer.calls[-2][1] == ("stop", completion.usage)
     assert "generate" in turn.record().timings_ms
     assert finished(spans, names.SPAN_ORCHESTRATE) is not None
 
