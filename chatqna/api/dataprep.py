@@ -6,9 +6,11 @@
   before its body is read (`chatqna.api.guards.IngestAdmission`: 429 when all the pool's
   places for requests in flight are taken). Once its body is in, it waits its turn for one
   of the pool's tokens (at most `workers` requests hold their files and pages in memory at
-  once) and, holding it, reads its uploads, checks the uploads' names and types and the
-  links' names, fetches the links, parses on one of the pool's threads, and ingests
-  everything in one all-or-nothing step.
+  once); a client that disconnects meanwhile ends the wait (`chatqna.api.disconnects`):
+  the request writes nothing, gives its place back and is counted as 499. Holding the
+  token, it no longer watches its client: it reads its uploads, checks the uploads' names
+  and types and the links' names, fetches the links, parses on one of the pool's threads,
+  and ingests everything in one all-or-nothing step.
 - `POST /v1/dataprep/get`: the ingested sources.
 - `POST /v1/dataprep/delete`: `{"file_path": "<source>"}` or `{"file_path": "all"}`; a
   name that is neither listed nor has chunks is 404.
@@ -16,11 +18,14 @@
 
 from __future__ import annotations
 
+import logging
+from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, UploadFile
+from fastapi import APIRouter, Depends, Request, Response, UploadFile
 
 from chatqna.api.deps import State, require_api_key
+from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
 from chatqna.api.errors import error_responses
 from chatqna.api.ingest_admission import PARSE_SLOT
 from chatqna.api.schemas import (
@@ -38,6 +43,7 @@ from chatqna.ingest.dataprep import IngestFile, check_files, ingest_files, load_
 from chatqna.ingest.links import LinkFetcher, parse_link_list
 from chatqna.ingest.parse_pool import ParseSlot
 
+logger = logging.getLogger(__name__)
 router = APIRouter(
     dependencies=[Depends(require_api_key)],
     tags=["dataprep"],
@@ -82,11 +88,12 @@ async def ingest(
     state: State,
     fetcher: Fetcher,
     slot: Admitted,
+    request: Request,
     files: IngestFiles = None,
     link_list: LinkList = None,
     chunk_size: ChunkSize = None,
     chunk_overlap: ChunkOverlap = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | Response:
     settings = state.settings
     urls = parse_link_list(link_list, settings.chatqna_dataprep_max_links)
     if not files and not urls:
@@ -99,23 +106,29 @@ async def ingest(
     if overlap >= size:
         raise InvalidRequest("chunk_overlap must be smaller than chunk_size")
     # Admitted before the body was read, so a request the pool refused (429) cost nothing.
-    # The body is in (spooled to disk); its files and pages are held in memory only under
-    # one of the pool's `workers` tokens, until they are written.
-    async with slot.working():
-        limit = settings.chatqna_max_upload_bytes
-        uploads = [await _read_upload(f, limit) for f in files or []]
-        check_files(uploads, urls)  # a bad name fails the request before any link is fetched
-        pages = await fetcher.fetch_all(urls)
-        results = await ingest_files(
-            [*uploads, *pages],
-            state.backends.embedder,
-            state.backends.retriever,
-            chunk_size=size,
-            chunk_overlap=overlap,
-            limits=load_limits(settings),
-            parse_slot=slot,
-            checked=True,
-        )
+    # The body is in (spooled to disk), so what `receive` gives next is the client's
+    # disconnect, which ends the wait for a token; once the token is held, the client is
+    # no longer watched and the write is all or nothing as ever. Its files and pages are
+    # held in memory only under one of the pool's `workers` tokens, until they are written.
+    try:
+        async with slot.working(partial(while_connected, request.receive)):
+            limit = settings.chatqna_max_upload_bytes
+            uploads = [await _read_upload(f, limit) for f in files or []]
+            check_files(uploads, urls)  # a bad name fails the request before a link is fetched
+            pages = await fetcher.fetch_all(urls)
+            results = await ingest_files(
+                [*uploads, *pages],
+                state.backends.embedder,
+                state.backends.retriever,
+                chunk_size=size,
+                chunk_overlap=overlap,
+                limits=load_limits(settings),
+                parse_slot=slot,
+                checked=True,
+            )
+    except ClientDisconnected:
+        logger.info("the client left while its upload waited for a parse token: nothing written")
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     return {
         "status": 200,
         "message": "Data preparation succeeded",

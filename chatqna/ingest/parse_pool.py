@@ -25,9 +25,10 @@ its links fetched, so a refused request costs nothing. It keeps its place, and i
 until it is done, and until its parsing thread has finished, even when the request is
 cancelled (its client left) while the thread is still parsing: the threads parsing belong
 to working requests, never more. A request cancelled while it waits for a token leaves
-the line and does nothing more (a client that disconnects once its body is in does not
-cancel its request: nothing watches for it while the request waits). The bounds hold per
-process: with several workers (`CHATQNA_WORKERS`), each has a pool of its own.
+the line and does nothing more, and so does one whose wait is stopped (the upload route
+stops it when the client disconnects, and gives its place back). Once a request holds its
+token, nothing watches its client: it reads, parses and writes to the end. The bounds
+hold per process: with several workers (`CHATQNA_WORKERS`), each has a pool of its own.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -43,9 +44,11 @@ import anyio.to_thread
 
 from chatqna.errors import ServiceUnavailable, TooManyRequests
 
-__all__ = ["PARSE_QUEUE", "PARSE_WORKERS", "ParsePool", "ParseSlot"]
+__all__ = ["PARSE_QUEUE", "PARSE_WORKERS", "ParsePool", "ParseSlot", "Waiting"]
 
 T = TypeVar("T")
+# Runs a request's wait for its token, and may stop it (see `ParseSlot.working`).
+Waiting = Callable[[Awaitable[None]], Awaitable[None]]
 
 # Parsing is Python code under the GIL for the most part: more threads than this add
 # contention, not throughput, and leave the cores to the chats.
@@ -69,17 +72,20 @@ class ParseSlot:
         self._working = False
 
     @contextlib.asynccontextmanager
-    async def working(self) -> AsyncIterator[None]:
+    async def working(self, waiting: Waiting | None = None) -> AsyncIterator[None]:
         """Hold one of the pool's tokens, waiting in turn for one (first come, first
         served); `ServiceUnavailable` once the pool is closed. A request cancelled while it
         waits leaves the line (the limiter passes a token just handed to it on to the
-        next) and does nothing more."""
+        next) and does nothing more. `waiting`, when given, runs the wait for the token
+        and may stop it (the API's `while_connected` does when the client leaves): what it
+        raises then leaves the line the same way, holding no token."""
         if self._pool.closed:
             raise ServiceUnavailable(_CLOSED)
         limiter = self._pool.limiter
         # The slot borrows the token, not the task: `run` hands the work to a job of its
         # own, and a cancelled request's token stays borrowed until that job is done.
-        await limiter.acquire_on_behalf_of(self)
+        taking = limiter.acquire_on_behalf_of(self)
+        await (taking if waiting is None else waiting(taking))
         self._working = True
         try:
             yield

@@ -4,7 +4,10 @@ Replies are not decoded (stored vectors are raw float32 bytes). A hit is identif
 key; `id_of` maps a key to the identity the rankings use (the key itself on one node, the
 chunk id on a cluster, whose keys carry a hash tag). A reply of a shape these parsers do
 not know raises `UnexpectedReply`, a Redis error: `unavailable_on_error` turns it into
-`IndexUnavailable` (HTTP 503) like any other failure of the index.
+`IndexUnavailable` (HTTP 503) like any other failure of the index. Only the functions that
+read a reply (`parses_reply`) say so: they index into it and decode its values, and build
+nothing but the plain values they return. The records (`ScoredChunk`, `SourceInfo`) are
+built from those outside them, so an error of that code is raised as it is (a 500).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -38,7 +41,9 @@ class UnexpectedReply(RedisError):
 
 def parses_reply(parse: Callable[P, R]) -> Callable[P, R]:
     """`parse`, with the errors a malformed reply makes it raise turned into
-    `UnexpectedReply` naming it."""
+    `UnexpectedReply` naming it. `parse` only reads the reply (indexes into it, decodes
+    its values) into plain values: whatever it raises is blamed on the reply, so the code
+    that builds records from those values runs outside it."""
 
     @functools.wraps(parse)
     def parsed(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -132,20 +137,49 @@ def vector_of(fields: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(fields["embedding"], dtype=np.float32)
 
 
-def scored_chunk(fields: dict[str, Any], scores: dict[str, float], stage: str) -> ScoredChunk:
-    """A hit's stored fields as a `ScoredChunk` scored by `scores[stage]`."""
-    chunk = Chunk(
-        id=text(fields["chunk_id"]),
-        text=text(fields["content"]),
-        source=text(fields["source"]),
-        title=text(fields.get("title", b"")),
-        index=int(text(fields.get("chunk_index", b"0"))),
-    )
-    embedding = vector_of(fields) if "embedding" in fields else None
-    return ScoredChunk(chunk, score=scores[stage], scores=scores, embedding=embedding)
+class StoredChunk(NamedTuple):
+    """A passage's stored fields, decoded."""
+
+    chunk_id: str
+    content: str
+    source: str
+    title: str
+    chunk_index: int
+    embedding: np.ndarray | None
 
 
 @parses_reply
+def stored_chunk(fields: dict[str, Any]) -> StoredChunk:
+    """A hit's stored fields (a row of `stored_fields`, or a KNN hit's fields), decoded."""
+    return StoredChunk(
+        text(fields["chunk_id"]),
+        text(fields["content"]),
+        text(fields["source"]),
+        text(fields.get("title", b"")),
+        int(text(fields.get("chunk_index", b"0"))),
+        vector_of(fields) if "embedding" in fields else None,
+    )
+
+
+@parses_reply
+def stored_similarity(fields: dict[str, Any], vector: np.ndarray) -> float:
+    """A passage's cosine with the query's `vector`, from its stored vector."""
+    return float(vector_of(fields) @ vector)
+
+
+def scored_chunk(fields: dict[str, Any], scores: dict[str, float], stage: str) -> ScoredChunk:
+    """A hit's stored fields as a `ScoredChunk` scored by `scores[stage]`."""
+    stored = stored_chunk(fields)
+    chunk = Chunk(
+        id=stored.chunk_id,
+        text=stored.content,
+        source=stored.source,
+        title=stored.title,
+        index=stored.chunk_index,
+    )
+    return ScoredChunk(chunk, score=scores[stage], scores=scores, embedding=stored.embedding)
+
+
 def dense_results(hits: Iterable[tuple[float, dict[str, Any] | None]]) -> list[ScoredChunk]:
     """A dense-only search's passages from `(cosine similarity, stored fields)`, in order;
     a passage without fields (deleted, dropped by `consistency.current_rows`, or a KNN hit
@@ -158,12 +192,16 @@ def dense_results(hits: Iterable[tuple[float, dict[str, Any] | None]]) -> list[S
 
 
 @parses_reply
+def source_row(row: Sequence[Any]) -> tuple[int, str]:
+    """A source's `HMGET <source key> content_hash chunks` row: its chunks and its hash."""
+    content_hash, chunks = row
+    return int(text(chunks or b"0")), text(content_hash or b"")
+
+
 def source_info(source: str, row: Sequence[Any]) -> SourceInfo:
     """A source's `HMGET <source key> content_hash chunks` row as a `SourceInfo`."""
-    content_hash, chunks = row
-    return SourceInfo(
-        source=source, chunks=int(text(chunks or b"0")), content_hash=text(content_hash or b"")
-    )
+    chunks, content_hash = source_row(row)
+    return SourceInfo(source=source, chunks=chunks, content_hash=content_hash)
 
 
 def redact_url(url: str) -> str:
@@ -227,7 +265,6 @@ async def unavailable_on_error(
         ) from exc
 
 
-@parses_reply
 def hybrid_results(
     fused: Sequence[tuple[str, float]],
     dense: dict[str, float],
@@ -242,7 +279,7 @@ def hybrid_results(
     for (key, score), fields in zip(fused, stored, strict=True):
         if fields is None:
             continue
-        similarity = dense[key] if key in dense else float(vector_of(fields) @ vector)
+        similarity = dense[key] if key in dense else stored_similarity(fields, vector)
         scores = {"dense": similarity, "bm25": bm25.get(key, 0.0), "fusion": score}
         results.append(scored_chunk(fields, scores, "fusion"))
     return results

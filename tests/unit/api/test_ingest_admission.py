@@ -20,6 +20,7 @@ from chatqna.ingest.links import LinkFetcher
 from chatqna.ingest.parse_pool import ParsePool
 from chatqna.settings import Settings
 from tests.unit.api.test_guards import HeldBody, chat_scope, running
+from tests.unit.api.test_observability import requests_counted
 
 pytestmark = pytest.mark.anyio
 
@@ -245,3 +246,76 @@ async def test_a_slow_but_steady_upload_is_not_cut_off(settings: Settings) -> No
         ingested = await client.post("/v1/dataprep/ingest", content=trickle(), headers=headers)
         assert ingested.status_code == 200, ingested.text
         assert ingested.json()["files"][0]["name"] == "refunds.md"
+
+
+class WholeBodyThenGone:
+    """A client that sends its whole body, then leaves when the test says so."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.gone = asyncio.Event()
+        self.reads = 0
+        self.answer: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads == 1:
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.answer.append(message)
+
+
+async def test_a_client_gone_while_its_upload_waits_for_a_token_gets_nothing_written(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fetched = asyncio.Event()
+    fetching: list[str] = []
+
+    async def held_fetch(self: LinkFetcher, urls: list[str]) -> list[IngestFile]:
+        fetching.extend(urls)
+        await fetched.wait()  # holding a token
+        return []
+
+    monkeypatch.setattr(LinkFetcher, "fetch_all", held_fetch)
+    async with running(settings) as (app, client):
+        pool: ParsePool = app.state.service.parse_pool
+        working = [
+            asyncio.create_task(
+                client.post(
+                    "/v1/dataprep/ingest",
+                    data={"link_list": json.dumps([f"https://pages.test/{n}.html"])},
+                )
+            )
+            for n in range(pool.workers)
+        ]
+        while len(fetching) < pool.workers:
+            await asyncio.sleep(0.01)
+        files = [("files", ("abandoned.md", b"# Abandoned\n\nnobody waits for it"))]
+        request = client.build_request("POST", "/v1/dataprep/ingest", files=files)
+        leaving = WholeBodyThenGone(request.read())
+        scope = upload_scope()
+        scope["headers"] = [
+            (b"content-type", request.headers["content-type"].encode()),
+            (b"content-length", str(len(leaving.body)).encode()),
+            (b"host", b"chatqna.test"),
+        ]
+        waiting = asyncio.create_task(app(scope, leaving.receive, leaving.send))
+        while pool.limiter.statistics().tasks_waiting < 1:
+            await asyncio.sleep(0.01)
+        assert pool.admitted == pool.workers + 1
+        leaving.gone.set()
+        await asyncio.wait_for(waiting, timeout=10)
+        assert leaving.answer[0]["status"] == 499
+        assert pool.admitted == pool.workers  # its place is back while the others still work
+        assert pool.limiter.statistics().tasks_waiting == 0
+        fetched.set()
+        answers = await asyncio.gather(*working)
+        assert [a.status_code for a in answers] == [200] * pool.workers
+        listed = (await client.post("/v1/dataprep/get")).json()
+        assert "abandoned.md" not in {entry["name"] for entry in listed}
+        scrape = (await client.get("/metrics")).text
+        assert requests_counted(scrape, "/v1/dataprep/ingest", 499) == 1
+        assert pool.admitted == 0

@@ -9,7 +9,7 @@ import contextlib
 import contextvars
 import gc
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import anyio
 import anyio.to_thread
@@ -333,3 +333,59 @@ async def test_a_slot_runs_its_jobs_only_under_its_token() -> None:
                 await slot.run(lambda: 3)
     finally:
         pool.close()
+
+
+class Left(Exception):
+    """What a wait for a token raises when it is stopped (its client left)."""
+
+
+async def test_a_request_whose_wait_is_stopped_leaves_the_line_and_its_place() -> None:
+    async with gated_pool(queue=1) as (pool, gate):
+        running = asyncio.create_task(pool.run(gate.job, 1))
+        await gate.wait_started(1)
+        stop = asyncio.Event()
+        worked: list[str] = []
+
+        async def until_stopped(taking: Awaitable[None]) -> None:
+            wait = asyncio.ensure_future(taking)
+            await stop.wait()  # the client leaves before a token comes
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait
+            raise Left
+
+        async def request() -> None:
+            async with pool.admit() as slot, slot.working(until_stopped):
+                worked.append("read its uploads")
+
+        queued = asyncio.create_task(request())
+        while pool.limiter.statistics().tasks_waiting < 1:
+            await asyncio.sleep(0)
+        assert pool.admitted == 2
+        stop.set()
+        with pytest.raises(Left):
+            await queued
+        assert pool.admitted == 1  # its place is back at once
+        assert pool.limiter.statistics().tasks_waiting == 0
+        gate.release.set()
+        assert await running == 1
+        assert worked == []
+        assert pool.limiter.borrowed_tokens == 0  # the token it never took is not given back
+        assert await pool.run(gate.job, 2) == 2
+
+
+async def test_a_wait_that_lets_the_token_come_works_as_ever() -> None:
+    async with gated_pool(queue=1) as (pool, gate):
+        seen: list[str] = []
+
+        async def watched(taking: Awaitable[None]) -> None:
+            seen.append("waiting")
+            await taking
+
+        gate.release.set()
+        async with pool.admit() as slot, slot.working(watched):
+            assert pool.limiter.borrowed_tokens == 1
+            assert await slot.run(gate.job, 7) == 7
+        assert seen == ["waiting"]
+        assert pool.limiter.borrowed_tokens == 0
+        assert pool.admitted == 0

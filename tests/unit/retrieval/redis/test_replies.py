@@ -1,21 +1,26 @@
-"""Parsing search replies: hits that come back without their fields, and replies of a shape
-the store does not know."""
+"""Parsing search replies: hits that come back without their fields, replies of a shape
+the store does not know, and errors of the code that builds records from a well-formed
+reply, which are not blamed on the reply."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis import replies
 from chatqna.retrieval.redis.consistency import Ranking, read_ranked, seen_digests
 from chatqna.retrieval.redis.replies import (
     UNSCORED,
     UnexpectedReply,
     dense_results,
     digest_hits,
+    hybrid_results,
     knn_hits,
+    source_info,
     unavailable_on_error,
     unscored,
 )
@@ -71,3 +76,72 @@ async def test_a_reply_of_an_unknown_shape_is_the_index_being_unavailable(
         async with unavailable_on_error("rag-redis", "127.0.0.1:6379", "search"):
             parse(reply)
     assert (raised.value.status_code, raised.value.code) == (503, "index_unavailable")
+
+
+VECTOR = np.array([0.6, 0.8], dtype=np.float32)
+STORED = {
+    "chunk_id": b"c1",
+    "content": b"Export from Settings.",
+    "source": b"export.md",
+    "title": b"Export",
+    "chunk_index": b"0",
+    "embedding": VECTOR.tobytes(),
+}
+
+
+def test_well_formed_rows_become_records() -> None:
+    (dense,) = dense_results([(0.5, STORED)])
+    assert (dense.chunk.id, dense.chunk.source, dense.score) == ("c1", "export.md", 0.5)
+    assert dense.embedding is not None and dense.embedding.tolist() == VECTOR.tolist()
+    (fused,) = hybrid_results([("k:c1", 0.03)], {}, {"k:c1": 2.0}, [STORED], VECTOR)
+    assert fused.scores == {"dense": pytest.approx(1.0), "bm25": 2.0, "fusion": 0.03}
+    info = source_info("export.md", [b"h1", b"3"])
+    assert (info.source, info.chunks, info.content_hash) == ("export.md", 3, "h1")
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: dense_results([(0.5, {"content": b"no id"})]), "stored_chunk"),
+        (lambda: dense_results([(0.5, {**STORED, "chunk_index": b"first"})]), "stored_chunk"),
+        (lambda: dense_results([(0.5, {**STORED, "embedding": b"odd"})]), "stored_chunk"),
+        (
+            lambda: hybrid_results([("k", 0.1)], {}, {}, [{**STORED, "embedding": b"odd"}], VECTOR),
+            "stored_similarity",
+        ),
+        (lambda: source_info("export.md", [b"h1"]), "source_row"),
+        (lambda: source_info("export.md", [b"h1", b"many"]), "source_row"),
+    ],
+)
+def test_a_malformed_row_is_still_an_unexpected_reply(build: Any, name: str) -> None:
+    with pytest.raises(UnexpectedReply, match=name):
+        build()
+
+
+class BuildBug(TypeError):
+    """A programming error in our own record-building code."""
+
+
+def broken(*args: Any, **kwargs: Any) -> Any:
+    raise BuildBug("a record built with the wrong arguments")
+
+
+@pytest.mark.parametrize("record", ["Chunk", "ScoredChunk"])
+@pytest.mark.anyio
+async def test_an_error_building_a_chunk_from_a_good_reply_is_not_blamed_on_the_reply(
+    monkeypatch: pytest.MonkeyPatch, record: str
+) -> None:
+    monkeypatch.setattr(replies, record, broken)
+    with pytest.raises(BuildBug):
+        dense_results([(0.5, STORED)])
+    with pytest.raises(BuildBug):  # raised as it is, not as the index being unavailable
+        async with unavailable_on_error("rag-redis", "127.0.0.1:6379", "search"):
+            hybrid_results([("k:c1", 0.03)], {"k:c1": 1.0}, {}, [STORED], VECTOR)
+
+
+def test_an_error_building_a_source_from_a_good_reply_is_not_blamed_on_the_reply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replies, "SourceInfo", broken)
+    with pytest.raises(BuildBug):
+        source_info("export.md", [b"h1", b"3"])
