@@ -46,7 +46,13 @@ from chatqna.evaluation.options import (
     ServiceUrl,
     WithLlm,
 )
-from chatqna.settings import ClientSettings, Settings, describe_validation_error, usable_cores
+from chatqna.settings import (
+    ClientSettings,
+    Settings,
+    describe_validation_error,
+    usable_cores,
+    worker_environment,
+)
 
 if TYPE_CHECKING:
     from chatqna.evaluation.command import BenchGrid
@@ -83,15 +89,6 @@ def configure_logging(settings: Settings) -> None:
         level=settings.chatqna_log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-
-
-# Settings that `serve` options override, by environment variable: workers read them there.
-SERVE_OVERRIDES = {
-    "chatqna_host": "CHATQNA_HOST",
-    "mega_service_port": "MEGA_SERVICE_PORT",
-    "chatqna_data_dir": "CHATQNA_DATA_DIR",
-    "chatqna_workers": "CHATQNA_WORKERS",
-}
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
@@ -141,9 +138,7 @@ def serve(
         uvicorn.run(create_app(settings), **common)
         return
     # Each worker builds its own app from the environment: the options given here go there.
-    for name, value in overrides.items():
-        if value is not None:
-            os.environ[SERVE_OVERRIDES[name]] = str(value)
+    os.environ.update(worker_environment(overrides))
     with tempfile.TemporaryDirectory(prefix="chatqna-metrics-") as metrics_dir:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # one scrape sums every worker
         typer.echo(f"serving with {count} worker processes", err=True)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from chatqna.backends.bundle import Backends
+from chatqna.backends.no_llm import NoLLM
 from chatqna.backends.protocols import (
     ChatLLM,
     Embedder,
@@ -29,7 +30,7 @@ from chatqna.backends.protocols import (
     Retriever,
     embedding_dimension,
 )
-from chatqna.errors import ChatQnAError, NotSupported, StartupFailed
+from chatqna.errors import ChatQnAError, StartupFailed
 from chatqna.multiturn.translate import HistoryTranslator
 from chatqna.settings import Settings
 from chatqna.upstream.policy import RetryPolicy
@@ -340,24 +341,6 @@ async def build_backends(settings: Settings) -> Backends:
     translator = build_translator(settings, rewrite_llm)
     own = rewrite_llm if rewrite_llm is not llm else None
     return Backends(embedder, retriever, reranker, llm, condense_llm, translator, rewrite_llm=own)
-
-
-class NoLLM:
-    """The chat LLM of a service that has none (the retriever service): every call fails."""
-
-    model = "none"
-
-    async def complete(self, messages: Any, params: Any) -> Any:
-        raise NotSupported("this service has no chat LLM")
-
-    def stream(self, messages: Any, params: Any) -> Any:
-        raise NotSupported("this service has no chat LLM")
-
-    async def describe(self) -> dict[str, Any]:
-        return {"kind": "none"}
-
-    async def aclose(self) -> None:
-        return None
 
 
 async def build_retrieval_backends(settings: Settings) -> Backends:

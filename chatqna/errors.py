@@ -1,7 +1,9 @@
 """The exception tree, and the one envelope every error is rendered as.
 
     ChatQnAError                      base; carries an HTTP status and an error code
+    +-- InternalError             500 an unexpected failure; its details stay in the log
     +-- InvalidRequest        400/422 the request is malformed or breaks a rule
+    |   +-- InvalidJson           400 the body is not valid JSON
     |   +-- PayloadTooLarge       413 a message or upload is beyond the configured limit
     |   |   +-- ContextTooLong    413 the answer prompt is longer than the LLM's context
     |   +-- UnsupportedFileType   415 an ingested file has a type we cannot read
@@ -69,11 +71,31 @@ class ChatQnAError(Exception):
         return body
 
 
+class InternalError(ChatQnAError):
+    """What a client is told of an unexpected failure (a bug): nothing but that it happened.
+    The exception itself goes to the log."""
+
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str = "An unexpected error occurred.") -> None:
+        super().__init__(message)
+
+
 class InvalidRequest(ChatQnAError):
     """The request is malformed (bad JSON, wrong shape) or breaks a documented rule."""
 
     status_code = 400
     code = "invalid_request"
+
+
+class InvalidJson(InvalidRequest):
+    """The request body is not valid JSON (or not UTF-8, or nested too deep to decode)."""
+
+    code = "invalid_json"
+
+    def __init__(self, message: str = "The request body is not valid JSON.") -> None:
+        super().__init__(message)
 
 
 class PayloadTooLarge(InvalidRequest):

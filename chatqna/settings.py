@@ -524,6 +524,15 @@ def variables_set(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {name: value for name, value in source.items() if name.lower() in Settings.model_fields}
 
 
+def worker_environment(overrides: Mapping[str, object]) -> dict[str, str]:
+    """The variables that carry `overrides` (setting name -> value; None: not overridden) to
+    worker processes, which read their settings from the environment."""
+    unknown = set(overrides) - set(Settings.model_fields)
+    if unknown:
+        raise KeyError(f"not settings: {', '.join(sorted(unknown))}")
+    return {name.upper(): str(value) for name, value in overrides.items() if value is not None}
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One line per bad variable, naming it the way the operator wrote it.
 

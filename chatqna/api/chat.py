@@ -35,7 +35,7 @@ from chatqna.api.schemas import (
     OpenAIChatRequest,
 )
 from chatqna.backends.protocols import GenerationParams
-from chatqna.errors import ChatQnAError, InvalidRequest, PayloadTooLarge
+from chatqna.errors import ChatQnAError, InternalError, InvalidRequest, PayloadTooLarge
 from chatqna.multiturn.history import Message, shortened
 from chatqna.pipeline.turn import Turn, TurnOptions
 from chatqna.settings import Settings
@@ -49,7 +49,6 @@ CHAT_RESPONSES = {200: CHAT_RESPONSE, **error_responses(400, 408, 413, 422, 429,
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CHAT_PATHS = frozenset({"/v1/chatqna", "/v1/chat/completions"})
-INTERNAL_ERROR = {"error": "internal_error", "message": "An unexpected error occurred."}
 
 
 def _checked_messages(body: ChatQnARequest, settings: Settings) -> list[Message]:
@@ -120,7 +119,7 @@ async def _event_stream(
         except Exception as exc:  # the status is sent already: the stream ends as documented
             turn.error = exc  # the turn's span ends as failed
             logger.exception("unexpected error while opening the stream")
-            yield sse.event("error", INTERNAL_ERROR) + sse.DONE
+            yield sse.event("error", InternalError().envelope()) + sse.DONE
             return
         yield opening
         finish: str | None = None
@@ -143,7 +142,7 @@ async def _event_stream(
                 ending = sse.event("error", exc.envelope())
             except Exception:
                 logger.exception("unexpected error while streaming")
-                ending = sse.event("error", INTERNAL_ERROR)
+                ending = sse.event("error", InternalError().envelope())
     yield ending + sse.DONE
 
 

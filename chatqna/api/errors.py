@@ -19,7 +19,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chatqna.api.schemas import ErrorEnvelope
-from chatqna.errors import ChatQnAError, TooManyRequests, UpstreamFailure
+from chatqna.errors import (
+    ChatQnAError,
+    InternalError,
+    InvalidJson,
+    TooManyRequests,
+    UpstreamFailure,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +85,21 @@ def envelope_response(
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
+def error_headers(exc: ChatQnAError) -> dict[str, str]:
+    """The headers an error's response carries besides its envelope: the scheme a 401 asks
+    for (a guard that challenges Basic sets its own), and when to retry a 429."""
+    if isinstance(exc, TooManyRequests):
+        return {"Retry-After": str(exc.retry_after_seconds)}
+    if exc.status_code == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    return {}
+
+
+def error_response(exc: ChatQnAError) -> JSONResponse:
+    """`exc` as the error envelope, with its status and headers."""
+    return envelope_response(exc.status_code, exc.envelope(), error_headers(exc))
+
+
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     details = []
     for error in exc.errors():
@@ -91,18 +112,13 @@ async def on_chatqna_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ChatQnAError)
     if isinstance(exc, UpstreamFailure):
         logger.warning("upstream failure on %s: %s", request.url.path, exc.message)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-    if isinstance(exc, TooManyRequests):
-        headers = {"Retry-After": str(exc.retry_after_seconds)}
-    return envelope_response(exc.status_code, exc.envelope(), headers)
+    return error_response(exc)
 
 
 async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     if any(error.get("type") == "json_invalid" for error in exc.errors()):
-        return envelope_response(
-            400, {"error": "invalid_json", "message": "The request body is not valid JSON."}
-        )
+        return error_response(InvalidJson())
     return envelope_response(
         422,
         {
@@ -122,9 +138,7 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     content_type = request.headers.get("content-type", "")
     if exc.status_code == 400 and exc.detail == _BODY_NOT_PARSED and "json" in content_type:
-        return envelope_response(
-            400, {"error": "invalid_json", "message": "The request body is not valid JSON."}
-        )
+        return error_response(InvalidJson())
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return envelope_response(
         exc.status_code, {"error": code, "message": str(exc.detail)}, dict(exc.headers or {})
@@ -133,9 +147,7 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unexpected error on %s", request.url.path, exc_info=exc)
-    return envelope_response(
-        500, {"error": "internal_error", "message": "An unexpected error occurred."}
-    )
+    return error_response(InternalError())
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -26,7 +26,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from chatqna.api.deps import API_KEY_REQUIRED, SAFE_METHODS, request_has_key
+from chatqna.api.api_key import API_KEY_REQUIRED, SAFE_METHODS, request_has_key
+from chatqna.api.errors import error_headers
 from chatqna.errors import (
     ChatQnAError,
     PayloadTooLarge,
@@ -96,8 +97,7 @@ async def refuse(
     100-continue` holds its body back once refused, and would have its next request on the
     connection taken for that body and never answered."""
     response = JSONResponse(status_code=error.status_code, content=error.envelope())
-    if isinstance(error, TooManyRequests):
-        response.headers["Retry-After"] = str(error.retry_after_seconds)
+    response.headers.update(error_headers(error))
     if not body_read and declares_body(Headers(scope=scope)):
         response.headers["Connection"] = "close"
     response.headers.update(headers or {})
@@ -108,7 +108,7 @@ class ApiKeyGuard:
     """With `CHATQNA_API_KEY` set, every path but the health checks needs the key.
 
     It may come as `Authorization: Bearer <key>` or as Basic credentials with the key as the
-    password (see `chatqna.api.deps.request_has_key`). A refusal challenges Basic where a
+    password (see `chatqna.api.api_key.request_has_key`). A refusal challenges Basic where a
     person is looking (see `asks_browser`), and Bearer elsewhere.
     """
 

@@ -13,16 +13,21 @@ index, per-leg scores).
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
 
 from chatqna.api.deps import State, require_api_key
 from chatqna.api.errors import error_responses
-from chatqna.api.schemas import RetrievalResponse
+from chatqna.api.schemas import (
+    RetrievalRequest,
+    RetrievalResponse,
+    RetrievedDoc,
+    RetrievedMetadata,
+)
 from chatqna.backends.protocols import SearchQuery, embedding_dimension
+from chatqna.documents import ScoredChunk
 from chatqna.errors import InvalidRequest
 
 router = APIRouter(
@@ -32,42 +37,16 @@ router = APIRouter(
 )
 
 
-# A leg's weight in the fusion: finite and not negative (an infinite one makes every score NaN).
-Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-
-
-class RetrievalRequest(BaseModel):
-    """OPEA's `EmbedDoc`: the query text and, optionally, its embedding."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    text: str = Field(min_length=1)
-    embedding: list[float] | None = None
-    k: int = Field(4, ge=1, le=100)
-    search_type: str = "similarity"
-    hybrid: bool | None = None
-    fusion_weights: tuple[Weight, Weight] | None = None
-    distance_threshold: float | None = None
-    score_threshold: float | None = None
-    fetch_k: int | None = None
-    lambda_mult: float | None = None
-    index_name: str | None = None
-
-
-def _document(item: Any) -> dict[str, Any]:
+def _document(item: ScoredChunk) -> RetrievedDoc:
     chunk = item.chunk
-    return {
-        "id": chunk.id,
-        "text": chunk.text,
-        "score": item.score,
-        "metadata": {
-            "source": chunk.source,
-            "title": chunk.title,
-            "doc_id": chunk.doc_id,
-            "chunk_index": chunk.index,
-            "scores": dict(item.scores),
-        },
-    }
+    metadata = RetrievedMetadata(
+        source=chunk.source,
+        title=chunk.title,
+        doc_id=chunk.doc_id,
+        chunk_index=chunk.index,
+        scores=dict(item.scores),
+    )
+    return RetrievedDoc(id=chunk.id, text=chunk.text, score=item.score, metadata=metadata)
 
 
 @router.post(
@@ -97,7 +76,9 @@ async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:
         if body.hybrid is not None
         else state.settings.retriever_hybrid_retrieval_enabled
     )
-    weights = body.fusion_weights or state.settings.fusion_weights
+    weights = body.fusion_weights
+    if weights is None:
+        weights = state.settings.fusion_weights
     hits = await backends.retriever.search(
         SearchQuery(body.text, vector, body.k, hybrid, fusion_weights=weights)
     )

@@ -281,6 +281,28 @@ class DeleteReport(BaseModel):
     removed_chunks: int
 
 
+# A leg's weight in the fusion: finite and not negative (an infinite one makes every score NaN).
+Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+class RetrievalRequest(BaseModel):
+    """OPEA's `EmbedDoc`: the query text and, optionally, its embedding."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str = Field(min_length=1)
+    embedding: list[float] | None = None
+    k: int = Field(4, ge=1, le=100)
+    search_type: str = "similarity"
+    hybrid: bool | None = None
+    fusion_weights: tuple[Weight, Weight] | None = None
+    distance_threshold: float | None = None
+    score_threshold: float | None = None
+    fetch_k: int | None = None
+    lambda_mult: float | None = None
+    index_name: str | None = None
+
+
 class RetrievedMetadata(BaseModel):
     """Where a retrieved chunk comes from, and its score in each retrieval leg."""
 

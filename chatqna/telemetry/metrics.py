@@ -1,6 +1,7 @@
 """Prometheus metrics at `/metrics`: requests, stage latencies, condense and blend outcomes,
 upstream errors. Each app has its own registry, so several apps in one process (tests) do
-not collide.
+not collide. `RequestActivity` is the count of requests in flight and finished that the
+request middleware keeps.
 
 Served with several workers (`chatqna serve --workers N`), the command points
 prometheus_client's multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`) at a fresh directory
@@ -11,11 +12,10 @@ sums them all (`scrape_registry`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
-
-from chatqna.activity import RequestActivity
 
 # Label sets of `chatqna_requests` whose child is kept at hand (routes are templates, so a
 # handful; the cap only guards against a flood of odd methods or statuses).
@@ -37,6 +37,21 @@ STAGE_BUCKETS = (
     30.0,
     60.0,
 )
+
+
+@dataclass
+class RequestActivity:
+    """Requests in flight and finished, kept by the request middleware."""
+
+    in_flight: int = 0
+    finished: int = 0
+
+    def started(self) -> None:
+        self.in_flight += 1
+
+    def ended(self) -> None:
+        self.in_flight -= 1
+        self.finished += 1
 
 
 def multiprocess_mode() -> bool:

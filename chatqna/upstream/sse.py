@@ -21,7 +21,7 @@ for httpx's `iter_lines()` with a field loop and 2.2 µs for `httpx-sse`
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
@@ -162,25 +162,9 @@ class SSEDecoder:
         return ServerSentEvent(event or "message", "\n".join(data), self._last_id, self._retry)
 
 
-def parse_events(body: bytes | str) -> list[ServerSentEvent]:
-    """Every event of a complete event-stream body."""
-    decoder = SSEDecoder()
-    return decoder.feed(body) + decoder.end()
-
-
 def iter_events(chunks: Iterable[bytes | str]) -> Iterator[ServerSentEvent]:
     """The events of a stream read chunk by chunk (`httpx2.Response.iter_bytes()`)."""
     decoder = SSEDecoder()
     for chunk in chunks:
         yield from decoder.feed(chunk)
     yield from decoder.end()
-
-
-async def aiter_events(chunks: AsyncIterable[bytes | str]) -> AsyncIterator[ServerSentEvent]:
-    """The events of a stream read chunk by chunk (`httpx2.Response.aiter_bytes()`)."""
-    decoder = SSEDecoder()
-    async for chunk in chunks:
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.end():
-        yield event

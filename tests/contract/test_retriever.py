@@ -21,8 +21,9 @@ import pytest
 
 from chatqna.app import create_app
 from chatqna.backends.fakes import HashingEmbedder, RecordingRetriever
+from chatqna.backends.no_llm import NoLLM
 from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch
-from chatqna.composition import Backends, NoLLM, build_retriever
+from chatqna.composition import Backends, build_retriever
 from chatqna.documents import Chunk, ScoredChunk, chunk_id_for
 from chatqna.errors import NotSupported
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex

@@ -21,7 +21,6 @@ from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 from pydantic import SecretStr
 
-from chatqna.api.deps import api_key_matches
 from chatqna.api.guards import is_public
 from chatqna.app import create_app
 from chatqna.settings import Settings
@@ -142,24 +141,6 @@ async def test_the_key_lets_a_chat_through_and_unknown_paths_reveal_nothing(
         ):
             response = await client.get("/v1/models", headers={"Authorization": header})
             assert response.status_code == 401, header
-
-
-@pytest.mark.parametrize(
-    ("header", "accepted"),
-    [
-        # Header values reach the app decoded as Latin-1; the key's UTF-8 bytes must match.
-        ("Bearer " + "schlüssel".encode().decode("latin-1"), True),
-        ("Basic " + base64.b64encode("me:schlüssel".encode()).decode(), True),
-        ("Basic " + base64.b64encode(b"me:schluessel").decode(), False),
-        ("Basic " + base64.b64encode("me:schlüssel:".encode()).decode(), False),
-        ("Basic !!", False),
-        ("Bearer schlüssel", False),  # Latin-1 bytes, not the key's UTF-8 ones
-        ("Bearer ключ", False),  # no HTTP header could carry this string
-        (None, False),
-    ],
-)
-def test_the_key_is_compared_as_the_bytes_sent(header: str | None, accepted: bool) -> None:
-    assert api_key_matches(header, SecretStr("schlüssel")) is accepted
 
 
 async def test_basic_credentials_authorise_a_write_only_from_this_origin(

@@ -24,8 +24,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from chatqna.upstream.sse import parse_events
 from tests.integration.conftest import REPO, clean_env
+from tests.sse_events import parse_events
 from tests.standins import fast_servers
 from tests.standins.servers import create_standin_app, free_port, serve_in_thread
 

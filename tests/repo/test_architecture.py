@@ -21,7 +21,6 @@ SHARED = (
     "chatqna.settings",
     "chatqna.errors",
     "chatqna.documents",
-    "chatqna.activity",
 )
 ROOT = "chatqna"  # the package itself (`__version__`), importable by every module
 

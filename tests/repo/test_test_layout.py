@@ -1,5 +1,6 @@
 """Tests mirror the package: each module of `chatqna/` has `tests/unit/<package>/test_<module>.py`,
-or a row in the architecture page's "Modules tested elsewhere" table naming tests that exist."""
+or else a row in the architecture page's "Modules tested elsewhere" table naming tests that
+exist."""
 
 from __future__ import annotations
 
@@ -46,8 +47,11 @@ def test_every_module_has_its_unit_test_or_says_where_it_is_tested() -> None:
 
 
 def test_the_tests_named_elsewhere_exist_for_modules_that_exist() -> None:
+    """A row names a module that exists, has no unit test of its own (a module that gained
+    one loses its row), and tests that exist."""
     for module, tests in elsewhere_table().items():
         assert (REPO / module).is_file(), module
+        assert not mirrored_test(REPO / module).is_file(), f"{module} has its own unit test"
         assert tests, module
         for test in tests:
             assert (REPO / test).is_file(), f"{module}: {test}"

@@ -4,6 +4,7 @@ runs on the compiled loop and parser."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -175,6 +176,32 @@ def test_serve_counts_auto_workers_under_the_cgroup_limit(
     result = CliRunner().invoke(cli.app, ["serve", "--port", "18999"])
     assert result.exit_code == 0, result.output
     assert "count" not in ran and ran["port"] == 18999  # one process: no supervisor
+
+
+def test_serve_hands_its_options_to_the_worker_processes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    variables = ("CHATQNA_HOST", "MEGA_SERVICE_PORT", "CHATQNA_DATA_DIR", "CHATQNA_WORKERS")
+    for name in (*variables, "PROMETHEUS_MULTIPROC_DIR"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    seen: dict[str, Any] = {}
+
+    def serve_workers(count: int, options: dict[str, Any]) -> bool:
+        seen.update(count=count, **{name: os.environ.get(name) for name in variables})
+        return True
+
+    monkeypatch.setattr("chatqna.app.serve_workers", serve_workers)
+    data = tmp_path / "data"
+    args = ["serve", "--port", "18998", "--workers", "2", "--data-dir", str(data)]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert seen == {
+        "count": 2,
+        "CHATQNA_HOST": None,  # not given: the workers read what the environment says
+        "MEGA_SERVICE_PORT": "18998",
+        "CHATQNA_DATA_DIR": str(data),
+        "CHATQNA_WORKERS": "2",
+    }
 
 
 def test_the_help_rewraps_the_docstrings_to_the_terminal() -> None:

@@ -15,6 +15,7 @@ from chatqna.settings import (
     dirty_results_allowed,
     usable_cores,
     variables_set,
+    worker_environment,
 )
 
 
@@ -441,3 +442,13 @@ def test_auto_workers_count_the_cgroup_cpu_limit(
         path.write_text(cpu_max)
     affinity = len(os.sched_getaffinity(0))
     assert usable_cores(path) == (affinity if expected == "all" else expected)
+
+
+def test_worker_environment_names_each_override_by_its_variable(tmp_path: Path) -> None:
+    overrides = {"mega_service_port": 9000, "chatqna_data_dir": tmp_path, "chatqna_host": None}
+    assert worker_environment(overrides) == {
+        "MEGA_SERVICE_PORT": "9000",
+        "CHATQNA_DATA_DIR": str(tmp_path),
+    }
+    with pytest.raises(KeyError, match="not settings: mega_port"):
+        worker_environment({"mega_port": 9000})

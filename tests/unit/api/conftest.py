@@ -17,7 +17,7 @@ from chatqna.composition import build_translator
 from chatqna.ingest.dataprep import IngestFile, ingest_files
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.settings import Settings
-from chatqna.upstream.sse import parse_events
+from tests.sse_events import parse_events
 from tests.unit.conftest import TRACER_PROVIDER
 
 HANDBOOK = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import given
@@ -17,10 +16,9 @@ from chatqna.upstream.sse import (
     EventTooLarge,
     ServerSentEvent,
     SSEDecoder,
-    aiter_events,
     iter_events,
-    parse_events,
 )
+from tests.sse_events import parse_events
 
 # As the service writes it (its framing produces bytes), read back as text.
 CHAT_STREAM = (
@@ -107,17 +105,6 @@ def test_any_split_of_a_stream_gives_the_events_of_the_whole(cuts: list[int]) ->
     bounds = [0, *sorted(cuts), len(body)]
     chunks = [body[start:end] for start, end in itertools.pairwise(bounds)]
     assert list(iter_events(chunks)) == parse_events(body)
-
-
-@pytest.mark.anyio
-async def test_aiter_events_reads_an_async_byte_stream() -> None:
-    async def reads() -> AsyncIterator[bytes]:
-        body = CHAT_STREAM.encode()
-        for start in range(0, len(body), 7):
-            yield body[start : start + 7]
-
-    events = [event async for event in aiter_events(reads())]
-    assert events == parse_events(CHAT_STREAM)
 
 
 def test_pending_says_whether_a_stream_stopped_inside_an_event() -> None:

@@ -1,6 +1,6 @@
 """Request accounting: in flight goes up and down, finished only up."""
 
-from chatqna.activity import RequestActivity
+from chatqna.telemetry.metrics import RequestActivity
 
 
 def test_in_flight_and_finished() -> None:

@@ -25,7 +25,7 @@ from chatqna.api.sse import encode
 from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.settings import Settings
-from chatqna.upstream.sse import parse_events
+from tests.sse_events import parse_events
 from tests.unit.api.conftest import ClientFactory, make_backends
 
 pytestmark = pytest.mark.anyio
