@@ -49,44 +49,99 @@ async def system_resolver(host: str, port: int) -> list[str]:
 
 
 # NAT64: the well-known prefix carries an IPv4 address in its low 32 bits (RFC 6052); the
-# local-use prefix (RFC 8215) embeds it where each network chooses, so it is refused whole.
+# local-use prefix (RFC 8215) embeds it where each network chooses, so it is refused whole
+# (in `_SPECIAL_PURPOSE`).
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+# IPv4-translated addresses (`::ffff:0:a.b.c.d`, SIIT, RFC 2765).
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
 # IPv4-compatible addresses (`::a.b.c.d`, deprecated), except `::` and `::1`.
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# The only IPv6 space allocated for global unicast (IANA's IPv6 address space registry):
+# the rest is multicast, link-local, unique-local, or reserved by the IETF.
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+
+# The entries of IANA's IPv4 and IPv6 special-purpose address registries that are not
+# globally reachable (loopback, link-local and the unspecified address are checked apart,
+# and the IPv4-mapped and translated prefixes are judged by the IPv4 address they carry).
+# Listed here rather than taken from `ipaddress.is_global` or `is_private`, whose tables
+# differ between CPython releases, patch releases included. A block is refused whole, the
+# few anycast addresses the registry marks reachable inside it (192.0.0.9, 2001:1::1...)
+# too. A range Python's `ipaddress` has called private keeps that reason.
+_SPECIAL_PURPOSE: tuple[tuple[Network, str], ...] = tuple(
+    (ipaddress.ip_network(network), reason)
+    for reason, networks in (
+        (
+            "private_address",
+            (
+                "0.0.0.0/8",  # "this network"
+                "10.0.0.0/8",  # private use
+                "172.16.0.0/12",
+                "192.168.0.0/16",
+                "192.0.0.0/24",  # IETF protocol assignments (192.0.0.8, the dummy address...)
+                "192.0.2.0/24",  # documentation
+                "198.51.100.0/24",
+                "203.0.113.0/24",
+                "198.18.0.0/15",  # benchmarking
+                "240.0.0.0/4",  # reserved
+                "255.255.255.255/32",  # limited broadcast
+                "100::/64",  # discard-only
+                "2001::/23",  # IETF protocol assignments (Teredo, benchmarking, ORCHID...)
+                "2001:db8::/32",  # documentation
+                "fc00::/7",  # unique local
+            ),
+        ),
+        (
+            "reserved_address",
+            (
+                "100.64.0.0/10",  # shared address space (carrier-grade NAT)
+                "64:ff9b:1::/48",  # local-use IPv4/IPv6 translation
+                "100:0:0:1::/64",  # dummy prefix
+                "3fff::/20",  # documentation
+                "5f00::/16",  # segment routing SIDs
+            ),
+        ),
+    )
+    for network in networks
+)
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one reaches: IPv4-mapped, NAT64 (well-known prefix), 6to4
-    or IPv4-compatible; None when it carries none."""
+    """The IPv4 address an IPv6 one reaches: IPv4-mapped, IPv4-translated, NAT64
+    (well-known prefix), 6to4 or IPv4-compatible; None when it carries none."""
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+    if (
+        address in _NAT64
+        or address in _IPV4_TRANSLATED
+        or (address in _IPV4_COMPATIBLE and int(address) > 1)
+    ):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
 
 def _why_refused(address: Address) -> str | None:
     if isinstance(address, ipaddress.IPv6Address):
-        if address in _NAT64_LOCAL:
-            return "reserved_address"
         address = embedded_ipv4(address) or address
     if address in _METADATA:
         return "metadata_address"
+    # Fixed ranges, the same in every Python.
     checks = (
         ("loopback_address", address.is_loopback),
         ("unspecified_address", address.is_unspecified),
         ("link_local_address", address.is_link_local),
-        ("private_address", address.is_private),
         ("multicast_address", address.is_multicast),
     )
     for reason, hit in checks:
         if hit:
             return reason
-    # Shared (carrier-grade NAT), documentation, benchmarking and reserved ranges.
-    return None if address.is_global else "reserved_address"
+    for network, reason in _SPECIAL_PURPOSE:
+        if address in network:
+            return reason
+    if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST:
+        return "reserved_address"
+    return None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,11 @@ parser sees it. A Word file's paragraphs, table cells and runs are counted again
 `max_cells` before any text is read from them. Word headings start sections, tables become
 rows that name their columns, each slide is a section titled by its title and carries its
 notes, each sheet is a section of rows.
+
+No part's XML entities are expanded: python-docx, python-pptx and openpyxl's whole-part
+reads parse with lxml without resolving them, and openpyxl streams worksheets and shared
+strings through defusedxml, which refuses any entity declaration before it is used (the
+standard library's parser would expand a few kilobytes of references into gigabytes).
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from typing import Any
 
 import docx
 import openpyxl
+import openpyxl.xml
 import pptx
+from defusedxml import DefusedXmlException
 from docx.table import Table as WordTable
 from docx.table import _Cell as WordCell
 from docx.text.paragraph import Paragraph
@@ -33,6 +40,16 @@ Sections = list[tuple[str, str]]
 # hyperlinks, and the runs of those hyperlinks.
 _WORD_RUNS = "count(.//w:p/w:r | .//w:p/w:hyperlink | .//w:p/w:hyperlink/w:r)"
 
+# openpyxl chooses its streaming parser once, when it is imported: defusedxml's when that is
+# installed and OPENPYXL_DEFUSEDXML is unset or "True", else the standard library's, which
+# expands entities. Without the former no spreadsheet may be read, so refuse to start.
+if not openpyxl.xml.DEFUSEDXML:
+    raise ImportError(
+        "openpyxl is not reading XML through defusedxml (defusedxml is missing, or "
+        "OPENPYXL_DEFUSEDXML is set to something other than True): spreadsheets could "
+        "expand XML entities without bound"
+    )
+
 
 def _parse(source: str, what: str, parse: Callable[[], Any]) -> Any:
     try:
@@ -40,12 +57,32 @@ def _parse(source: str, what: str, parse: Callable[[], Any]) -> Any:
     except ChatQnAError:
         raise
     except Exception as exc:
+        forbidden = _forbidden_xml(exc)
+        if forbidden is not None:
+            raise DocumentLoadError(
+                f"{source} declares XML entities ({forbidden}), which no Office file needs; "
+                "it is refused without expanding them",
+                reason="xml_entities",
+            ) from exc
         # The parsers signal damaged input with many unrelated types (KeyError for a missing
         # part, lxml's XMLSyntaxError, ValueError, BadZipFile on a bad CRC...); to the
         # uploader they all mean "unreadable file".
         raise DocumentLoadError(
             f"{source} is not a readable {what} file: {exc}", reason="corrupt"
         ) from exc
+
+
+def _forbidden_xml(exc: BaseException) -> str | None:
+    """The defusedxml refusal that `exc` is or was raised from, as text (openpyxl wraps
+    the ones it meets opening a workbook in a ValueError); None if there is none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, DefusedXmlException):
+            return str(current)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 # --- Word ------------------------------------------------------------------------------

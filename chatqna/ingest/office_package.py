@@ -46,8 +46,12 @@ _SAFE_XML = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=Fa
 _XML_SUFFIXES = (".xml", ".rels")
 _SPREADSHEET = "application/vnd.openxmlformats-officedocument.spreadsheetml."
 # What openpyxl's read-only mode parses as a stream of rows or strings, never as one tree,
-# by content type (ECMA-376 Part 1, 12.3.24 and 12.3.15).
-XLSX_STREAMED = frozenset({_SPREADSHEET + "worksheet+xml", _SPREADSHEET + "sharedStrings+xml"})
+# by content type (ECMA-376 Part 1, 12.3.24 and 12.3.15), lowercased: media types compare
+# case-insensitively, and `_PartTypes` gives them lowercased.
+XLSX_STREAMED = frozenset(
+    content_type.lower()
+    for content_type in (_SPREADSHEET + "worksheet+xml", _SPREADSHEET + "sharedStrings+xml")
+)
 # The parts openpyxl opens by name and parses whole, however they are declared.
 _XLSX_READ_BY_NAME = frozenset(
     {"xl/workbook.xml", "xl/styles.xml", "docprops/core.xml", "docprops/custom.xml"}
@@ -183,6 +187,7 @@ def open_package(
     of a content type in `streamed` are read a piece at a time (not as one tree), so they
     are bounded by `max_unpacked_bytes` alone, unless a relationship of another kind leads
     to them."""
+    streamed = frozenset(content_type.lower() for content_type in streamed)
     if data.startswith(_OLE_SIGNATURE):
         if _ENCRYPTION_STREAM in data:
             raise DocumentLoadError(

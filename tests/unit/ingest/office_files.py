@@ -81,6 +81,16 @@ def one_paragraph_docx(inner: str, *, in_cell: bool = False) -> bytes:
     return with_parts(buffer.getvalue(), {"word/document.xml": filled})
 
 
+def declaring_entity(like: bytes, part: str, before: str) -> bytes:
+    """The zip `like` whose `part` declares the internal entity `e` ("EXPANDED") and refers
+    to it just before the text `before`."""
+    body = _part(like, part)
+    root = body[body.index("?>") + 2 :].lstrip()[1:].split(" ", 1)[0]
+    start = body.index("?>") + 2
+    body = f'{body[:start]}<!DOCTYPE {root} [<!ENTITY e "EXPANDED">]>{body[start:]}'
+    return with_parts(like, {part: body.replace(before, "&e;" + before, 1)})
+
+
 def onboarding_pptx() -> bytes:
     """A deck: a title slide, a bulleted slide with speaker notes, a slide with a table."""
     deck = pptx.Presentation()
@@ -240,6 +250,30 @@ def shared_string_xlsx(rows: int, text: str) -> bytes:
             "[Content_Types].xml": types,
         },
     )
+
+
+def entity_xlsx(part: str, refs: int) -> bytes:
+    """`shared_string_xlsx` whose worksheet (`part="worksheet"`) or shared strings
+    (`part="sst"`) declares an internal entity of 250 characters and refers to it `refs`
+    times in the second row's cell: four bytes per reference, 250 characters each if the
+    parser expanded them."""
+    like = shared_string_xlsx(rows=1, text="x")
+    doctype = f'<!DOCTYPE {part} [<!ENTITY e "{"A" * 250}">]>'
+    if part == "worksheet":
+        name = "xl/worksheets/sheet1.xml"
+        body = (
+            f'{doctype}<worksheet xmlns="{SHEET_NS}"><sheetData>'
+            '<row r="1"><c r="A1" t="s"><v>0</v></c></row>'
+            f'<row r="2"><c r="A2" t="inlineStr"><is><t>{"&e;" * refs}</t></is></c></row>'
+            "</sheetData></worksheet>"
+        )
+    else:
+        name = "xl/sharedStrings.xml"
+        body = (
+            f'{doctype}<sst xmlns="{SHEET_NS}"><si><t>Name</t></si>'
+            f"<si><t>{'&e;' * refs}</t></si></sst>"
+        )
+    return with_parts(like, {name: body})
 
 
 RELATIONSHIPS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"

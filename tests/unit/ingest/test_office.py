@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 
+import defusedxml.ElementTree
 import docx
+import openpyxl.xml.functions
 import pytest
 from docx.oxml.text.run import CT_R
 
@@ -14,7 +19,9 @@ from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.loaders import LoadLimits, load_document
 from chatqna.ingest.tables import TextCounter, table_rows
 from tests.unit.ingest.office_files import (
+    declaring_entity,
     empty_paragraphs_docx,
+    entity_xlsx,
     far_row_xlsx,
     handbook_docx,
     million_cell_xlsx,
@@ -222,6 +229,60 @@ def test_empty_rows_count_against_the_cell_limit() -> None:
     assert near.sections[0][1] == "Name: x"
     with pytest.raises(PayloadTooLarge, match="more than 1000 cells"):
         load_document("far.xlsx", far_row_xlsx(last_row=100_000), limits=limits)
+
+
+@pytest.mark.parametrize("part", ["worksheet", "sst"])
+def test_xml_entities_in_a_spreadsheet_are_refused_unexpanded(part: str) -> None:
+    # 40,001 references to 250 characters: past the text limit, were they expanded.
+    data = entity_xlsx(part, 40_001)
+    assert len(data) < 20_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(DocumentLoadError) as info:
+            load_document("entities.xlsx", data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    error = info.value
+    assert (error.status_code, error.code, error.reason) == (
+        422,
+        "document_unreadable",
+        "xml_entities",
+    )
+    assert "entities.xlsx declares XML entities (EntitiesForbidden(name='e'" in error.message
+    assert peak < 5_000_000  # expanded, the cell's text alone would take 10 MB
+
+
+def test_openpyxl_streams_spreadsheets_through_defusedxml() -> None:
+    # openpyxl picks its streaming parser once, when imported: without defusedxml it would
+    # be the standard library's, which expands entities.
+    assert openpyxl.xml.DEFUSEDXML is True
+    assert openpyxl.xml.functions.iterparse is defusedxml.ElementTree.iterparse
+
+
+def test_the_office_loaders_refuse_to_import_when_openpyxl_would_expand_entities() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "import chatqna.ingest.office"],
+        env={**os.environ, "OPENPYXL_DEFUSEDXML": "False"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr and "OPENPYXL_DEFUSEDXML" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("entity.docx", declaring_entity(handbook_docx(), "word/document.xml", "Welcome")),
+        ("entity.pptx", declaring_entity(onboarding_pptx(), "ppt/slides/slide2.xml", "Collect")),
+    ],
+)
+def test_word_and_powerpoint_leave_xml_entities_unexpanded(name: str, data: bytes) -> None:
+    # python-docx and python-pptx parse with lxml, resolve_entities=False.
+    doc = load_document(name, data)
+    assert doc.sections and not any("EXPANDED" in body for _, body in doc.sections)
 
 
 @pytest.mark.parametrize(

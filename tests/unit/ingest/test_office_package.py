@@ -3,9 +3,10 @@ content type and by what the relationships lead to."""
 
 from __future__ import annotations
 
+import io
 import tracemalloc
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from openpyxl.chartsheet import Chartsheet
@@ -13,6 +14,7 @@ from openpyxl.chartsheet import Chartsheet
 from chatqna.errors import PayloadTooLarge
 from chatqna.ingest import office_package
 from chatqna.ingest.loaders import LoadLimits, load_document
+from chatqna.ingest.office_package import XLSX_STREAMED
 from tests.unit.ingest.office_files import (
     RELATIONSHIPS,
     SHEET_NS,
@@ -22,6 +24,7 @@ from tests.unit.ingest.office_files import (
     million_cell_xlsx,
     price_list_xlsx,
     renamed_part,
+    shared_string_xlsx,
     sheet_target_xlsx,
     with_parts,
     zip_bomb,
@@ -85,6 +88,59 @@ def test_only_worksheets_and_shared_strings_are_exempt_by_their_content_type() -
         "xl/worksheets/data.bin",
     )
     assert load_document("rows.xlsx", rows, limits=limits).sections[0][1].count("\n\n") > 19_000
+
+
+def part_text(data: bytes, name: str) -> str:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return archive.read(name).decode()
+
+
+SHARED_STRINGS_TYPE = (
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"
+)
+
+
+def big_shared_strings(spelling: Callable[[str], str] = str) -> bytes:
+    """A workbook of 1.25 MB of shared strings (one string), their content type spelled
+    `spelling(SHARED_STRINGS_TYPE)`."""
+    data = shared_string_xlsx(rows=1, text="word " * 250_000)
+    types = part_text(data, "[Content_Types].xml")
+    new_types = types.replace(SHARED_STRINGS_TYPE, spelling(SHARED_STRINGS_TYPE))
+    return with_parts(data, {"[Content_Types].xml": new_types})
+
+
+def test_shared_strings_beyond_the_part_bound_are_read_as_a_stream() -> None:
+    # Over a 1 MiB part bound, but openpyxl reads them string by string: only the total
+    # bounds them.
+    data = big_shared_strings()
+    assert len(part_text(data, "xl/sharedStrings.xml")) > 1 << 20
+    doc = load_document("strings.xlsx", data, limits=LoadLimits(max_xml_part_bytes=1 << 20))
+    assert doc.sections[0][1] == "Name: " + ("word " * 250_000).strip()
+
+
+@pytest.mark.parametrize("spelling", [str.lower, str.upper])
+def test_streamed_content_types_compare_case_insensitively(
+    spelling: Callable[[str], str],
+) -> None:
+    limits = LoadLimits(max_xml_part_bytes=1 << 20)
+    office_package.open_package("s.xlsx", big_shared_strings(spelling), limits, XLSX_STREAMED)
+    upper = frozenset(t.upper() for t in XLSX_STREAMED)
+    office_package.open_package("s.xlsx", big_shared_strings(spelling), limits, upper)
+    with pytest.raises(PayloadTooLarge, match=r"xl/sharedStrings\.xml unpacks to"):
+        office_package.open_package("s.xlsx", big_shared_strings(spelling), limits)
+
+
+def test_shared_strings_reached_otherwise_keep_the_part_bound() -> None:
+    # The same part, but the workbook's relationships also lead to it as a drawing.
+    data = big_shared_strings()
+    rels = part_text(data, "xl/_rels/workbook.xml.rels").replace(
+        "</Relationships>",
+        f'<Relationship Id="rId98" Type="{RELATIONSHIPS}/drawing" Target="sharedStrings.xml"/>'
+        "</Relationships>",
+    )
+    data = with_parts(data, {"xl/_rels/workbook.xml.rels": rels})
+    with pytest.raises(PayloadTooLarge, match=r"xl/sharedStrings\.xml unpacks to"):
+        load_document("strings.xlsx", data, limits=LoadLimits(max_xml_part_bytes=1 << 20))
 
 
 class ChartsheetReads:
