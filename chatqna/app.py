@@ -7,6 +7,7 @@ in several processes on one port (`chatqna serve --workers N`).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import sys
@@ -158,7 +159,7 @@ def create_app(
     (`configure_propagation`).
     """
     configure_propagation()
-    owned_provider = configure_tracing(settings) if tracer_provider is None else None
+    owned_tracing = configure_tracing(settings) if tracer_provider is None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -181,8 +182,8 @@ def create_app(
             service.parse_pool.close()
             if owned:
                 await live.aclose()
-            if owned_provider is not None:
-                owned_provider.shutdown()  # flush the spans still batched
+            if owned_tracing is not None:  # flush the spans still batched, within a bound
+                await asyncio.to_thread(owned_tracing.shutdown)
 
     app = FastAPI(
         title="ChatQnA" if role == "megaservice" else "ChatQnA retriever",
