@@ -40,7 +40,12 @@ from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.errors import StartupFailed
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
-from chatqna.telemetry.tracing import configure_propagation, configure_tracing
+from chatqna.telemetry.tracing import (
+    CONTRIB_WARNING,
+    configure_propagation,
+    configure_tracing,
+    contrib_instrumented,
+)
 
 logger = logging.getLogger("chatqna")
 
@@ -165,6 +170,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for warning in settings.startup_warnings():
             logger.warning(warning)
+        if contrib_instrumented(app):
+            logger.warning(CONTRIB_WARNING)
         owned = backends is None
         if backends is not None:
             live = backends

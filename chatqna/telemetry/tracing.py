@@ -17,7 +17,9 @@ from the few variables `Settings` reads:
   names another.
 
 When a tracer provider is installed already (`opentelemetry-instrument`, a distro, an
-application embedding the service), it is used as it is and nothing is installed.
+application embedding the service), it is used as it is and nothing is installed. When
+opentelemetry-instrumentation-fastapi has instrumented the app (`opentelemetry-bootstrap -a
+install` installs it), FastAPI's own tracing steps aside for it; `contrib_instrumented` tells.
 
 `OTEL_PROPAGATORS=none` takes no context from the request headers and sends none upstream
 (`NoPropagation` stands in for what opentelemetry-api builds for it).
@@ -190,6 +192,31 @@ def service_resource() -> Resource:
         {"service.name": DEFAULT_SERVICE_NAME, "service.version": __version__}
     )
     return defaults.merge(OTELResourceDetector().detect())
+
+
+# opentelemetry-instrumentation-fastapi wraps an app's middleware stack in this ASGI
+# middleware (module, class); FastAPI's own tracing steps aside when it finds it there.
+CONTRIB_MIDDLEWARE = ("opentelemetry.instrumentation.asgi", "OpenTelemetryMiddleware")
+CONTRIB_WARNING = (
+    "tracing: opentelemetry-instrumentation-fastapi has instrumented the app, and FastAPI's "
+    "own tracing steps aside for it: a streamed answer makes a span per event and the probes "
+    "and /metrics are traced. Set OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi (or "
+    "uninstall the package) to keep the service's own request spans."
+)
+
+
+def contrib_instrumented(app: object) -> bool:
+    """Whether `app`'s built middleware stack (Starlette's `middleware_stack`) runs in
+    `CONTRIB_MIDDLEWARE`, as opentelemetry-instrumentation-fastapi leaves it. The stack is
+    built on the first ASGI call, the lifespan's included."""
+    layer = getattr(app, "middleware_stack", None)
+    seen: set[int] = set()
+    while layer is not None and id(layer) not in seen:
+        seen.add(id(layer))
+        if (type(layer).__module__, type(layer).__name__) == CONTRIB_MIDDLEWARE:
+            return True
+        layer = getattr(layer, "app", None)
+    return False
 
 
 @dataclass(frozen=True)
