@@ -7,6 +7,7 @@ in several processes on one port (`chatqna serve --workers N`).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import sys
@@ -39,7 +40,12 @@ from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.errors import StartupFailed
 from chatqna.settings import Settings
 from chatqna.telemetry.metrics import ServiceMetrics
-from chatqna.telemetry.tracing import configure_propagation, configure_tracing
+from chatqna.telemetry.tracing import (
+    CONTRIB_WARNING,
+    configure_propagation,
+    configure_tracing,
+    contrib_instrumented,
+)
 
 logger = logging.getLogger("chatqna")
 
@@ -158,12 +164,14 @@ def create_app(
     (`configure_propagation`).
     """
     configure_propagation()
-    owned_provider = configure_tracing(settings) if tracer_provider is None else None
+    owned_tracing = configure_tracing(settings) if tracer_provider is None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for warning in settings.startup_warnings():
             logger.warning(warning)
+        if contrib_instrumented(app):
+            logger.warning(CONTRIB_WARNING)
         owned = backends is None
         if backends is not None:
             live = backends
@@ -181,8 +189,8 @@ def create_app(
             service.parse_pool.close()
             if owned:
                 await live.aclose()
-            if owned_provider is not None:
-                owned_provider.shutdown()  # flush the spans still batched
+            if owned_tracing is not None:  # flush the spans still batched, within a bound
+                await asyncio.to_thread(owned_tracing.shutdown)
 
     app = FastAPI(
         title="ChatQnA" if role == "megaservice" else "ChatQnA retriever",

@@ -11,9 +11,10 @@ What is checked:
   comes from the `check-jsonschema` package (a pinned test dependency, which vendors the
   schema of the compose-spec project, Apache-2.0), with its SHA-256 pinned here.
 - Variables: every `${VAR}` and every pass-through environment entry of the compose files is
-  documented in `.env.example`; every documented variable is a setting or is used by a
-  compose file; every setting is documented, and reaches a ChatQnA container unless it is
-  in `NOT_PASSED` with a reason; defaults agree between the compose files and `.env.example`.
+  documented in `.env.example` (a pass-through one may be shown commented out); every
+  documented variable is a setting or is used by a compose file; every setting is
+  documented, and reaches a ChatQnA container unless it is in `NOT_PASSED` with a reason;
+  defaults agree between the compose files and `.env.example`.
 - Wiring: ChatQnA containers listen on the settings' default ports, every URL they (and the
   Grafana and scrape configs) are given names a compose service and a port it listens on,
   they wait for those services to be healthy, and bind mounts and volumes exist.
@@ -106,15 +107,33 @@ def all_setting_variables() -> set[str]:
 
 
 def sdk_variables() -> set[str]:
-    """The `OTEL_*` variables the OpenTelemetry SDK reads itself (a container may set them)."""
+    """The `OTEL_*` variables OpenTelemetry's SDK and API read themselves (a container may
+    set them): the API's own include `OTEL_PROPAGATORS`."""
+    import opentelemetry.environment_variables as api_environment
     import opentelemetry.sdk.environment_variables as sdk_environment
 
-    return {name for name in dir(sdk_environment) if name.startswith("OTEL_")}
+    return {
+        name
+        for module in (sdk_environment, api_environment)
+        for name in dir(module)
+        if name.startswith("OTEL_")
+    }
+
+
+# Variables of the container's process that neither the settings nor OpenTelemetry read: the
+# server's and the HTTP clients'.
+PROCESS_VARIABLES = {
+    "FORWARDED_ALLOW_IPS": "uvicorn: the proxies whose X-Forwarded-* headers are trusted",
+    "HTTP_PROXY": "the HTTP clients (httpx2, the OTLP exporter's requests)",
+    "HTTPS_PROXY": "the HTTP clients",
+    "NO_PROXY": "the HTTP clients",
+}
 
 
 def container_variables() -> set[str]:
-    """What a ChatQnA container may be given: the settings and the SDK's variables."""
-    return all_setting_variables() | sdk_variables()
+    """What a ChatQnA container may be given: the settings, OpenTelemetry's variables and
+    `PROCESS_VARIABLES`."""
+    return all_setting_variables() | sdk_variables() | set(PROCESS_VARIABLES)
 
 
 # --- .env.example --------------------------------------------------------------------------
@@ -127,6 +146,9 @@ class EnvExample:
     settings: dict[str, str] = field(default_factory=dict)
     compose: dict[str, str] = field(default_factory=dict)
     comments: dict[str, str] = field(default_factory=dict)
+    # `# NAME=example` lines: variables shown commented out, unset unless the operator sets
+    # them (a copied `NAME=` would set them empty, which the SDK does not read as unset).
+    commented: dict[str, str] = field(default_factory=dict)
 
     @property
     def values(self) -> dict[str, str]:
@@ -144,6 +166,8 @@ def parse_env_example(text: str) -> EnvExample:
         if match:
             section[match["name"]] = match["value"]
             found.comments[match["name"]] = previous
+        elif match := ASSIGNMENT.match(line.removeprefix("# ")):
+            found.commented[match["name"]] = match["value"]
         previous = line
     return found
 
@@ -291,13 +315,16 @@ def schema_problems(doc: Any, schema: Mapping[str, Any], where: str) -> list[Pro
 # --- variables -----------------------------------------------------------------------------
 
 
-def _reference_problems(refs: list[Reference], documented: Mapping[str, str]) -> list[Problem]:
-    """Each reference is documented, has a default, and the defaults agree."""
+def _reference_problems(
+    refs: list[Reference], documented: Mapping[str, str], commented: Mapping[str, str]
+) -> list[Problem]:
+    """Each reference is documented (a pass-through may be, commented out), has a default,
+    and the defaults agree."""
     problems = []
     defaults: dict[str, set[str]] = {}
     for ref in refs:
         given = documented.get(ref.name)
-        if given is None:
+        if given is None and not (ref.passthrough and ref.name in commented):
             problems.append(
                 Problem("undocumented_variable", ref.where, f"{ref.name} is not in .env.example")
             )
@@ -378,7 +405,7 @@ def variable_problems(
     refs = [ref for file, doc in docs.items() for ref in references(doc, file)]
     used = {ref.name for ref in refs}
     return (
-        _reference_problems(refs, env.values)
+        _reference_problems(refs, env.values, env.commented)
         + _env_example_problems(env, settings, used)
         + _setting_problems(env, settings, used, not_passed)
     )

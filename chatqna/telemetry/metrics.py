@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.util.http import sanitize_method
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
 
 # Label sets of `chatqna_requests` whose child is kept at hand (routes are templates, so a
-# handful; the cap only guards against a flood of odd methods or statuses).
+# handful, methods the standard ones; the cap only guards against a flood of odd statuses).
 MAX_CACHED_LABEL_SETS = 256
 STAGE_BUCKETS = (
     0.001,
@@ -124,7 +125,14 @@ class ServiceMetrics:
             child.observe(milliseconds / 1000.0)
 
     def count_request(self, route: str, method: str, status: int) -> None:
-        """One answered request; the labelled child is looked up once per label set."""
+        """One answered request; the labelled child is looked up once per label set.
+
+        A method outside HTTP's standard ones is counted as `_OTHER`, as OpenTelemetry's
+        HTTP conventions have it (`sanitize_method`, which keeps every method when
+        `OTEL_PYTHON_INSTRUMENTATION_HTTP_CAPTURE_ALL_METHODS` is set): a server that
+        accepts any token as a method (uvicorn on h11) would otherwise make a series of
+        each one a client invents."""
+        method = sanitize_method(method)
         key = (route, method, status)
         child = self._request_children.get(key)
         if child is None:

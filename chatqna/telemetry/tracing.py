@@ -17,17 +17,24 @@ from the few variables `Settings` reads:
   names another.
 
 When a tracer provider is installed already (`opentelemetry-instrument`, a distro, an
-application embedding the service), it is used as it is and nothing is installed.
+application embedding the service), it is used as it is and nothing is installed. When
+opentelemetry-instrumentation-fastapi has instrumented the app (`opentelemetry-bootstrap -a
+install` installs it), FastAPI's own tracing steps aside for it; `contrib_instrumented` tells.
 
 `OTEL_PROPAGATORS=none` takes no context from the request headers and sends none upstream
 (`NoPropagation` stands in for what opentelemetry-api builds for it).
+
+At shutdown the spans still batched get `SHUTDOWN_TIMEOUT_SECONDS` to reach the collector
+(`OwnedTracing.shutdown`); an unreachable one costs no more than that.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -45,6 +52,12 @@ logger = logging.getLogger(__name__)
 TRACER_NAME = "chatqna"
 DEFAULT_SERVICE_NAME = "chatqna"
 EXPORTER_GROUP = TRACES_EXPORTER_GROUP
+# How long the spans still batched at shutdown may take to reach the collector. The SDK's
+# own bound is 30 s per processor (and an OTLP export may take OTEL_EXPORTER_OTLP_TIMEOUT,
+# 10 s, per batch), past the 10 s a container gets between SIGTERM and SIGKILL by default
+# (`docker compose stop`), which the rest of the shutdown shares. What is not out by then is
+# dropped.
+SHUTDOWN_TIMEOUT_SECONDS = 5.0
 
 
 def dropped(parent: trace.Span) -> bool:
@@ -181,11 +194,70 @@ def service_resource() -> Resource:
     return defaults.merge(OTELResourceDetector().detect())
 
 
-def configure_tracing(settings: Settings) -> TracerProvider | None:
+# opentelemetry-instrumentation-fastapi wraps an app's middleware stack in this ASGI
+# middleware (module, class); FastAPI's own tracing steps aside when it finds it there.
+CONTRIB_MIDDLEWARE = ("opentelemetry.instrumentation.asgi", "OpenTelemetryMiddleware")
+CONTRIB_WARNING = (
+    "tracing: opentelemetry-instrumentation-fastapi has instrumented the app, and FastAPI's "
+    "own tracing steps aside for it: a streamed answer makes a span per event and the probes "
+    "and /metrics are traced. Set OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi (or "
+    "uninstall the package) to keep the service's own request spans."
+)
+
+
+def contrib_instrumented(app: object) -> bool:
+    """Whether `app`'s built middleware stack (Starlette's `middleware_stack`) runs in
+    `CONTRIB_MIDDLEWARE`, as opentelemetry-instrumentation-fastapi leaves it. The stack is
+    built on the first ASGI call, the lifespan's included."""
+    layer = getattr(app, "middleware_stack", None)
+    seen: set[int] = set()
+    while layer is not None and id(layer) not in seen:
+        seen.add(id(layer))
+        if (type(layer).__module__, type(layer).__name__) == CONTRIB_MIDDLEWARE:
+            return True
+        layer = getattr(layer, "app", None)
+    return False
+
+
+@dataclass(frozen=True)
+class OwnedTracing:
+    """The tracer provider `configure_tracing` installed and its batch processors."""
+
+    provider: TracerProvider
+    processors: tuple[BatchSpanProcessor, ...]
+
+    def shutdown(self, timeout_seconds: float | None = None) -> bool:
+        """Export the spans still batched and shut the provider down, waiting at most
+        `timeout_seconds` (`SHUTDOWN_TIMEOUT_SECONDS` unless given). Blocks: run it off the
+        event loop. Returns whether everything was exported in time.
+
+        Past the bound, each exporter is shut down (no more retries; later batches fail at
+        once) and the remaining spans are dropped. The SDK's threads are daemons, so an
+        export still waiting on the network does not keep the process alive.
+        """
+        bound = SHUTDOWN_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
+        worker = threading.Thread(
+            target=self.provider.shutdown, name="chatqna-tracing-shutdown", daemon=True
+        )
+        worker.start()
+        worker.join(bound)
+        if not worker.is_alive():
+            return True
+        for processor in self.processors:
+            processor.span_exporter.shutdown()
+        logger.warning(
+            "tracing: the spans not exported within %g s of shutdown were dropped "
+            "(is the collector at OTEL_EXPORTER_OTLP_ENDPOINT answering?)",
+            bound,
+        )
+        return False
+
+
+def configure_tracing(settings: Settings) -> OwnedTracing | None:
     """Install the SDK's tracer provider as the global one, exporting as configured.
 
-    Returns the provider installed here (to flush at shutdown), or None: tracing off, or a
-    provider already installed by someone else (used as it is).
+    Returns the provider installed here with its processors (to flush at shutdown), or
+    None: tracing off, or a provider already installed by someone else (used as it is).
     """
     if settings.otel_sdk_disabled:
         return None
@@ -196,12 +268,13 @@ def configure_tracing(settings: Settings) -> TracerProvider | None:
     if not names:
         return None
     provider = TracerProvider(resource=service_resource())
-    for name in names:
-        provider.add_span_processor(BatchSpanProcessor(build_exporter(name, settings)))
+    processors = tuple(BatchSpanProcessor(build_exporter(name, settings)) for name in names)
+    for processor in processors:
+        provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
     logger.info(
         "tracing on: %s, service %s",
         ",".join(names),
         provider.resource.attributes.get("service.name"),
     )
-    return provider
+    return OwnedTracing(provider, processors)

@@ -1,10 +1,12 @@
 """Minimal OTLP traces receivers on loopback: over HTTP (protobuf, gzip or not, over
 keep-alive connections, which it counts; it can answer its first requests with error
-statuses) and over gRPC (opentelemetry-proto's service on grpcio)."""
+statuses) and over gRPC (opentelemetry-proto's service on grpcio); and a collector that
+accepts connections and never answers."""
 
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent import futures
@@ -167,6 +169,29 @@ def otlp_grpc_receiver() -> Iterator[tuple[str, ReceivedSpans]]:
         yield f"http://127.0.0.1:{port}", received
     finally:
         server.stop(grace=None)
+
+
+@contextmanager
+def otlp_black_hole() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A loopback port that accepts connections and never reads or answers; yields its URL
+    and the connections accepted so far."""
+    accepted: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:  # the listener is closed
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.close()
 
 
 if __name__ == "__main__":  # python -m tests.integration.otlp_receiver PORT: serve until killed

@@ -2,11 +2,13 @@
 OTLP/gRPC to receivers started here, `OTEL_SDK_DISABLED`, `OTEL_RESOURCE_ATTRIBUTES`,
 `OTEL_PROPAGATORS=none`, and the service under `opentelemetry-instrument` (with
 opentelemetry-instrumentation-httpx installed, as the test extra has it), with an LLM
-stand-in that records the `traceparent` it is sent."""
+stand-in that records the `traceparent` it is sent; and a shutdown whose collector never
+answers."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 import time
@@ -20,7 +22,12 @@ import httpx2
 import pytest
 
 from tests.integration.conftest import SAMPLE_CORPUS, ingest_cli, start_server
-from tests.integration.otlp_receiver import ReceivedSpans, otlp_grpc_receiver, otlp_receiver
+from tests.integration.otlp_receiver import (
+    ReceivedSpans,
+    otlp_black_hole,
+    otlp_grpc_receiver,
+    otlp_receiver,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -201,6 +208,31 @@ def test_with_otel_propagators_none_no_context_is_taken_or_sent(tmp_path: Path, 
     by_name = assert_one_tree(spans)
     assert by_name["POST /v1/chatqna"]["parent_span_id"] == "", log
     assert seen and all("traceparent" not in headers for headers in seen)
+
+
+def test_a_collector_that_never_answers_does_not_hold_up_the_shutdown(
+    tmp_path: Path, data: Path
+) -> None:
+    """The export at shutdown would wait 60 s (OTEL_EXPORTER_OTLP_TIMEOUT) on this collector,
+    past the 20 s `stop` gives before it kills the server; the service gives up on the
+    spans after its own bound and exits cleanly."""
+    with otlp_black_hole() as (endpoint, accepted):
+        server = start_server(
+            data,
+            tmp_path / "server.log",
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_TIMEOUT="60",
+            CHATQNA_LOG_LEVEL="INFO",
+        )
+        try:
+            assert "x-trace-id" in ask(server.url).headers
+        finally:
+            log = server.stop()
+        assert accepted, "the spans were sent at shutdown"
+    # uvicorn ends by raising the signal it was stopped with again: not killed.
+    assert server.process.returncode == -signal.SIGTERM, log
+    assert "spans not exported within 5 s of shutdown were dropped" in log
+    assert "Application shutdown complete" in log
 
 
 def test_a_disabled_sdk_exports_nothing(tmp_path: Path, data: Path) -> None:

@@ -268,6 +268,31 @@ def test_settings_from_values_reach_every_chatqna_container(helm: Path) -> None:
         assert settings.multi_turn_mode == "condense" and settings.rrf_k == 30
 
 
+def test_sdk_server_and_proxy_variables_from_values_reach_every_chatqna_container(
+    helm: Path,
+) -> None:
+    """`config` takes the variables the SDK, uvicorn and the HTTP clients read, as compose
+    passes them through; a header with a key in it goes in `extraEnv` from a Secret."""
+    given = {
+        "OTEL_SERVICE_NAME": "chatqna-eu",
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=production",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": "/etc/ssl/collector-ca.pem",
+        "OTEL_PROPAGATORS": "tracecontext",
+        "FORWARDED_ALLOW_IPS": "10.0.0.0/8",
+        "HTTP_PROXY": "http://proxy.internal:3128",
+        "HTTPS_PROXY": "http://proxy.internal:3128",
+        "NO_PROXY": "localhost",
+    }
+    docs = checks.render(helm, sets={f"config.{key}": value for key, value in given.items()})
+    assert checks.manifest_problems(docs) == []
+    for component in ("backend", "retriever"):
+        workload = find(docs, "Deployment", component)
+        env = checks.environment(docs, workload, checks.containers(workload)[0])
+        assert {key: env.get(key) for key in given} == given, component
+
+
 def image_environment() -> dict[str, str]:
     """The ENV of the Dockerfile's last stage: what a pod sees unless the chart sets it."""
     from tests.deploy_checks import parse_dockerfile

@@ -142,6 +142,61 @@ def test_settings_in_env_reach_every_chatqna_container(compose: dict[str, Any]) 
         assert settings.rerank_top_n == 5, service
 
 
+# Read in the container by the OpenTelemetry SDK, uvicorn and the HTTP clients.
+PASSED_THROUGH = (
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_PROPAGATORS",
+    "FORWARDED_ALLOW_IPS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+)
+
+
+def test_sdk_server_and_proxy_variables_reach_every_chatqna_container_only_when_set(
+    compose: dict[str, Any], env: checks.EnvExample
+) -> None:
+    given = {name: f"value-of-{name}" for name in PASSED_THROUGH}
+    for service in checks.chatqna_services(compose):
+        entries = dict(checks.environment_entries(compose["services"][service]))
+        assert {name: entries.get(name, "missing") for name in PASSED_THROUGH} == dict.fromkeys(
+            PASSED_THROUGH
+        ), service
+        environment = checks.container_environment(compose, service, given)
+        assert {name: environment[name] for name in PASSED_THROUGH} == given, service
+        # With .env.example copied to .env, none is set: each is shown commented out.
+        assert not set(PASSED_THROUGH) & set(
+            checks.container_environment(compose, service, env.values)
+        )
+    assert set(PASSED_THROUGH) <= set(env.commented)
+
+
+def test_the_embedded_service_exports_traces_when_given_an_endpoint(
+    compose: dict[str, Any],
+) -> None:
+    collector = "http://collector.internal:4318"
+    given = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector}
+    embedded = container_settings(compose, "chatqna-embedded", given)
+    assert embedded.otel_exporter_otlp_endpoint == collector
+    assert container_settings(compose, "chatqna-embedded", {}).otel_exporter_otlp_endpoint is None
+
+
+def test_a_pass_through_shown_commented_out_counts_as_documented(
+    compose: dict[str, Any], env: checks.EnvExample
+) -> None:
+    compose["services"]["retriever"]["environment"]["OTEL_BSP_EXPORT_TIMEOUT"] = None
+    problems = planted_variable_problems(compose, env)
+    assert [p.kind for p in problems] == ["undocumented_variable"]
+    documented = copy.deepcopy(env)
+    documented.commented["OTEL_BSP_EXPORT_TIMEOUT"] = "5000"
+    assert planted_variable_problems(compose, documented) == []
+
+
 def test_redis_url_points_the_stack_at_an_external_cluster(compose: dict[str, Any]) -> None:
     # Any node of a Redis Cluster, as site/docs/deployment.md describes; credentials included.
     node = "redis://default:pw@redis-node-2.internal:7001"

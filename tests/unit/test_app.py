@@ -1,13 +1,15 @@
-"""`chatqna.app`: what a served process does with its start-up state."""
+"""`chatqna.app`: what a served process does with its start-up state, and the warning when
+opentelemetry-instrumentation-fastapi has taken over the request spans."""
 
 from __future__ import annotations
 
 import gc
+import logging
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from starlette.types import Message
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna import app as app_module
 from chatqna.app import create_app, freeze_startup_objects
@@ -65,3 +67,39 @@ async def test_any_other_startup_error_keeps_its_traceback(
     monkeypatch.setattr(app_module, "build_backends", bug)
     message = await startup_failure(create_app(Settings()))
     assert message.startswith("Traceback") and "KeyError: 'a bug'" in message
+
+
+class OpenTelemetryMiddleware:
+    """Stands in for opentelemetry-instrumentation-asgi's middleware (the module and class
+    name it has), which opentelemetry-instrumentation-fastapi wraps an app's stack in."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+OpenTelemetryMiddleware.__module__ = "opentelemetry.instrumentation.asgi"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("instrumented", [True, False])
+async def test_the_fastapi_instrumentation_is_named_once_at_start_up(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, instrumented: bool
+) -> None:
+    async def stop_there(settings: Settings) -> Any:
+        raise StartupFailed("stop after the warnings")
+
+    monkeypatch.setattr(app_module, "build_backends", stop_there)
+    app = create_app(Settings())
+    if instrumented:  # as instrument_app does: the built stack runs in its middleware
+        build = app.build_middleware_stack
+        monkeypatch.setattr(app, "build_middleware_stack", lambda: OpenTelemetryMiddleware(build()))
+    with caplog.at_level(logging.WARNING, logger="chatqna"):
+        await startup_failure(app)
+    named = [
+        r for r in caplog.records if "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi" in r.message
+    ]
+    assert len(named) == (1 if instrumented else 0)
+    assert all(record.levelno == logging.WARNING for record in named)

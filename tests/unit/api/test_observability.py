@@ -1,5 +1,6 @@
 """Request metrics and the turn's spans: a client that leaves is no server error (499), a
-refusal before routing is counted under its route, and an unknown path stays `unmatched`."""
+refusal before routing is counted under its route, an unknown path stays `unmatched`, and
+an invented method is `_OTHER`."""
 
 from __future__ import annotations
 
@@ -184,6 +185,23 @@ async def test_a_missing_key_is_counted_under_the_route_and_unknown_paths_stay_u
     assert requests_counted(scrape, UNMATCHED, 401) == 1
     assert requests_counted(scrape, UNMATCHED, 404) == 1
     assert "wp-login" not in scrape and ".env" not in scrape
+
+
+async def test_an_invented_method_is_counted_as_other(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    client = await client_for(settings_=settings)
+    for method in ("BREW", "WHEN", "brew"):
+        assert (await client.request(method, "/v1/chatqna")).status_code == 405
+    scrape = (await client.get("/metrics")).text
+    counted = [
+        line
+        for line in scrape.splitlines()
+        if line.startswith("chatqna_requests_total{") and 'route="/v1/chatqna"' in line
+    ]
+    assert counted == [
+        'chatqna_requests_total{method="_OTHER",route="/v1/chatqna",status="405"} 3.0'
+    ]
 
 
 async def _endpoint() -> None:

@@ -4,7 +4,9 @@ propagator for `OTEL_PROPAGATORS=none` that returns a context."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import threading
+from collections.abc import Iterator, Sequence
 
 import pytest
 import requests
@@ -17,8 +19,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
 from opentelemetry.propagators.composite import CompositePropagator
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
     ConsoleSpanExporter,
     SimpleSpanProcessor,
     SpanExporter,
@@ -33,6 +36,7 @@ from chatqna import __version__
 from chatqna.settings import Settings
 from chatqna.telemetry.tracing import (
     NoPropagation,
+    OwnedTracing,
     build_exporter,
     configure_propagation,
     configure_tracing,
@@ -279,3 +283,59 @@ def test_a_working_propagator_is_left_as_it_is() -> None:
     configured = propagate.get_global_textmap()
     configure_propagation()
     assert propagate.get_global_textmap() is configured
+
+
+# ----------------------------------------------------------------------- shutdown
+
+
+class CollectorStandIn(SpanExporter):
+    """Exports by waiting for `answer` (a collector that answers, or never does); `shutdown`
+    records the call and ends a wait still pending, as the OTLP exporters' shutdown does."""
+
+    def __init__(self, answers: bool) -> None:
+        self.answer = threading.Event()
+        if answers:
+            self.answer.set()
+        self.exported: list[str] = []
+        self.shut_down = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.answer.wait()
+        if self.shut_down.is_set():
+            return SpanExportResult.FAILURE
+        self.exported.extend(span.name for span in spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.shut_down.set()
+        self.answer.set()
+
+
+def owned(exporter: SpanExporter) -> OwnedTracing:
+    """A provider of its own (not the global one) with a batch processor on `exporter`,
+    holding two ended spans."""
+    processor = BatchSpanProcessor(exporter, schedule_delay_millis=60_000)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    for name in ("first", "second"):
+        provider.get_tracer("test").start_span(name).end()
+    return OwnedTracing(provider, (processor,))
+
+
+def test_shutdown_exports_the_spans_still_batched() -> None:
+    exporter = CollectorStandIn(answers=True)
+    assert owned(exporter).shutdown(timeout_seconds=30) is True
+    assert sorted(exporter.exported) == ["first", "second"]
+    assert exporter.shut_down.is_set()
+
+
+def test_a_collector_that_never_answers_costs_the_bound_and_the_spans(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exporter = CollectorStandIn(answers=False)
+    with caplog.at_level(logging.WARNING, logger="chatqna.telemetry.tracing"):
+        assert owned(exporter).shutdown(timeout_seconds=0.2) is False
+    # The exporter was told to stop: its pending export ends, and exports nothing.
+    assert exporter.shut_down.is_set()
+    assert exporter.exported == []
+    assert "dropped" in caplog.text and "OTEL_EXPORTER_OTLP_ENDPOINT" in caplog.text
