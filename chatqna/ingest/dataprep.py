@@ -230,10 +230,11 @@ async def ingest_files(
     total = sum(len(chunks) for _, _, chunks in pending)
     if on_plan is not None:
         on_plan(total)
-    texts = [chunk.indexed_text for _, _, chunks in pending for chunk in chunks]
+    # Each batch's texts (title line and text) are built when it is sent, not all at once.
+    every_chunk = [chunk for _, _, chunks in pending for chunk in chunks]
     vectors: list[np.ndarray] = []
-    for start in range(0, len(texts), embedder.max_batch):
-        batch = texts[start : start + embedder.max_batch]
+    for start in range(0, len(every_chunk), embedder.max_batch):
+        batch = [chunk.indexed_text for chunk in every_chunk[start : start + embedder.max_batch]]
         vectors.append(await embedder.embed(batch))
         if on_chunks_embedded is not None:
             on_chunks_embedded(len(batch))

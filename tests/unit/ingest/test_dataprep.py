@@ -386,3 +386,31 @@ async def test_loading_and_chunking_run_off_the_event_loop(
     results, _ = await asyncio.gather(ingest_files(corpus(), embedder, store), other_request())
     assert [r.status for r in results] == ["ingested", "ingested"]
     assert loader_threads and threading.main_thread() not in loader_threads
+
+
+async def test_each_batch_s_texts_are_built_when_it_is_sent(
+    store: EmbeddedHybridIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's indexed text (title line and text) exists only while its batch is embedded,
+    never for every chunk of the request at once."""
+    from chatqna import documents
+
+    built: list[int] = []
+    real = documents.indexed_text
+
+    def counting(title: str, text: str) -> str:
+        built.append(1)
+        return real(title, text)
+
+    seen: list[int] = []
+
+    class Recording(HashingEmbedder):
+        async def embed(self, texts: Sequence[str]) -> np.ndarray:
+            seen.append(len(built))
+            return await super().embed(texts)
+
+    monkeypatch.setattr(documents, "indexed_text", counting)
+    embedder = Recording(DIM, max_batch=2)
+    await ingest_files([*corpus(), IngestFile("faq.md", FAQ)], embedder, store)
+    # Five chunks in batches of 2, 2, 1: each batch built just before it was sent.
+    assert seen == [2, 4, 5]
