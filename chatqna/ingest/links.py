@@ -168,6 +168,7 @@ class LinkFetcher:
         self._max_bytes = settings.chatqna_dataprep_link_max_bytes
         self._max_redirects = settings.chatqna_dataprep_link_max_redirects
         self._proxy = settings.chatqna_dataprep_link_proxy
+        self._request_bytes = settings.chatqna_max_upload_request_bytes
         self._transport = transport
 
     def _client(self) -> httpx2.AsyncClient:
@@ -190,15 +191,18 @@ class LinkFetcher:
         )
 
     async def fetch_all(self, urls: Sequence[str]) -> list[IngestFile]:
-        """Every URL's content, in order; the first failure fails them all."""
+        """Every URL's content, in order; the first failure fails them all. The bodies
+        together may hold `CHATQNA_MAX_UPLOAD_REQUEST_BYTES`, as an upload's files may,
+        counted as they arrive."""
         if not urls:
             return []
         gate = asyncio.Semaphore(_CONCURRENT_FETCHES)
+        budget = _ByteBudget(self._request_bytes)
         async with self._client() as client:
 
             async def bounded(url: str) -> IngestFile:
                 async with gate:
-                    return await self.fetch(client, url)
+                    return await self.fetch(client, url, budget)
 
             try:
                 async with asyncio.TaskGroup() as group:
@@ -209,11 +213,14 @@ class LinkFetcher:
                 raise errors.exceptions[0] from None
         return [task.result() for task in tasks]
 
-    async def fetch(self, client: httpx2.AsyncClient, url: str) -> IngestFile:
-        """One URL, redirects and all, within the deadline."""
+    async def fetch(
+        self, client: httpx2.AsyncClient, url: str, budget: _ByteBudget | None = None
+    ) -> IngestFile:
+        """One URL, redirects and all, within the deadline; its body counts against
+        `budget` (the request's) as well as the per-link cap."""
         try:
             async with asyncio.timeout(self._timeout):
-                return await self._follow(client, url)
+                return await self._follow(client, url, budget)
         except TimeoutError as exc:
             raise LinkUnreadable(
                 f"{url}: not fetched within {self._timeout:g} s "
@@ -222,7 +229,9 @@ class LinkFetcher:
                 details={"url": url},
             ) from exc
 
-    async def _follow(self, client: httpx2.AsyncClient, url: str) -> IngestFile:
+    async def _follow(
+        self, client: httpx2.AsyncClient, url: str, budget: _ByteBudget | None
+    ) -> IngestFile:
         current = _parse_url(url, url)
         for _ in range(self._max_redirects + 1):
             # The host as it is looked up and as `PinnedBackend` sees it: ASCII (an IDN in
@@ -236,7 +245,7 @@ class LinkFetcher:
                     if response.status_code in _REDIRECTS and "location" in response.headers:
                         current = _parse_url(url, response.headers["location"], base=current)
                         continue
-                    return await self._read(url, response)
+                    return await self._read(url, response, budget)
             except httpx2.TimeoutException as exc:
                 raise TimeoutError from exc
             except UnicodeError as exc:  # httpx2 decodes a redirect's IDNA host as it reads it
@@ -270,7 +279,9 @@ class LinkFetcher:
             details={"url": url},
         )
 
-    async def _read(self, url: str, response: httpx2.Response) -> IngestFile:
+    async def _read(
+        self, url: str, response: httpx2.Response, budget: _ByteBudget | None
+    ) -> IngestFile:
         if response.status_code >= 300:  # an error, or a redirect with nothing to follow
             raise LinkUnreadable(
                 f"{url}: the server answered HTTP {response.status_code}"
@@ -289,6 +300,8 @@ class LinkFetcher:
                 body += part
                 if len(body) > self._max_bytes:
                     raise self._too_large(url)
+                if budget is not None:
+                    budget.take(url, len(part))
         except httpx2.DecodingError as exc:
             raise LinkUnreadable(
                 f"{url}: the body is not the {response.headers['content-encoding']} it is "
@@ -303,6 +316,24 @@ class LinkFetcher:
             f"{url}: larger than {self._max_bytes} bytes (CHATQNA_DATAPREP_LINK_MAX_BYTES)",
             details={"url": url, "limit": self._max_bytes},
         )
+
+
+class _ByteBudget:
+    """The bytes one request's links have brought in, against its limit."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self.count = 0
+
+    def take(self, url: str, size: int) -> None:
+        self.count += size
+        if self.count > self._limit:
+            raise PayloadTooLarge(
+                f"{url}: this request's links bring in more than {self._limit} bytes "
+                "together (CHATQNA_MAX_UPLOAD_REQUEST_BYTES); send them in several requests",
+                reason="request_too_large",
+                details={"url": url, "limit": self._limit},
+            )
 
 
 def _check_codings(url: str, response: httpx2.Response) -> None:

@@ -345,3 +345,14 @@ async def test_a_redirect_to_a_url_with_credentials_is_not_followed() -> None:
     assert info.value.reason == "bad_url"
     assert info.value.details == {"url": "https://docs.test/old"}
     assert seen == ["https://docs.test/old"]
+
+
+async def test_the_links_of_a_request_share_one_byte_budget() -> None:
+    body = b"x" * 3000
+    urls = [f"https://docs.test/p{i}.txt" for i in range(4)]
+    links = fetcher(lambda r: page(body, "text/plain"), chatqna_max_upload_request_bytes=10_000)
+    assert len(await links.fetch_all(urls[:3])) == 3  # 9000 bytes
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_MAX_UPLOAD_REQUEST_BYTES") as raised:
+        await links.fetch_all(urls)  # 12000 bytes
+    assert raised.value.reason == "request_too_large"
+    assert len(await links.fetch_all(urls[:3])) == 3  # each request has a budget of its own
