@@ -115,6 +115,25 @@ def _too_much(source: str, unit: str, count: int, limit: int) -> PayloadTooLarge
     )
 
 
+class RequestBytes:
+    """The bytes one request's links have brought in so far; past `limit`
+    (`CHATQNA_MAX_UPLOAD_REQUEST_BYTES`), the request is refused with a 413."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self.count = 0
+
+    def take(self, url: str, size: int) -> None:
+        self.count += size
+        if self.count > self._limit:
+            raise PayloadTooLarge(
+                f"{url}: this request's links bring in more than {self._limit} bytes "
+                "together (CHATQNA_MAX_UPLOAD_REQUEST_BYTES); send them in several requests",
+                reason="request_too_large",
+                details={"url": url, "limit": self._limit},
+            )
+
+
 # Refused in a name: controls (Cc), line and paragraph separators (Zl, Zp: a new line to
 # a log reader) and format characters (Cf: bidi overrides and marks that make a name
 # display as something it is not, invisible characters), except the zero-width non-joiner

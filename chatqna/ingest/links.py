@@ -36,7 +36,7 @@ from chatqna.errors import (
     PayloadTooLarge,
     UnsupportedFileType,
 )
-from chatqna.ingest.dataprep import IngestFile
+from chatqna.ingest.dataprep import IngestFile, RequestBytes
 from chatqna.ingest.link_policy import (
     LinkPolicy,
     PinnedBackend,
@@ -70,6 +70,9 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # The content codings `decoded_chunks` inflates (and the client asks for).
 _CODINGS = frozenset({"gzip", "deflate"})
 _CONCURRENT_FETCHES = 4
+# A request's links are all fetched within this many per-link deadlines (60 s by default),
+# so many slow but answering links cannot hold a parsing token for minutes.
+LINKS_DEADLINES = 4
 
 
 def parse_link_list(raw: str | None, limit: int) -> list[str]:
@@ -193,11 +196,13 @@ class LinkFetcher:
     async def fetch_all(self, urls: Sequence[str]) -> list[IngestFile]:
         """Every URL's content, in order; the first failure fails them all. The bodies
         together may hold `CHATQNA_MAX_UPLOAD_REQUEST_BYTES`, as an upload's files may,
-        counted as they arrive."""
+        counted as they arrive, and all are fetched within `LINKS_DEADLINES` per-link
+        deadlines."""
         if not urls:
             return []
         gate = asyncio.Semaphore(_CONCURRENT_FETCHES)
-        budget = _ByteBudget(self._request_bytes)
+        budget = RequestBytes(self._request_bytes)
+        deadline = self._timeout * LINKS_DEADLINES
         async with self._client() as client:
 
             async def bounded(url: str) -> IngestFile:
@@ -205,8 +210,18 @@ class LinkFetcher:
                     return await self.fetch(client, url, budget)
 
             try:
-                async with asyncio.TaskGroup() as group:
+                async with asyncio.timeout(deadline), asyncio.TaskGroup() as group:
                     tasks = [group.create_task(bounded(url)) for url in urls]
+            except TimeoutError as exc:
+                unfinished = [
+                    url for url, task in zip(urls, tasks, strict=True) if task.cancelled()
+                ]
+                raise LinkUnreadable(
+                    f"{len(unfinished)} of {len(urls)} links not fetched within {deadline:g} s "
+                    f"({LINKS_DEADLINES} x CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS)",
+                    reason="timeout",
+                    details={"urls": unfinished},
+                ) from exc
             except BaseExceptionGroup as errors:
                 # The first failure is the one to report; the group only says they ran
                 # side by side.
@@ -214,7 +229,7 @@ class LinkFetcher:
         return [task.result() for task in tasks]
 
     async def fetch(
-        self, client: httpx2.AsyncClient, url: str, budget: _ByteBudget | None = None
+        self, client: httpx2.AsyncClient, url: str, budget: RequestBytes | None = None
     ) -> IngestFile:
         """One URL, redirects and all, within the deadline; its body counts against
         `budget` (the request's) as well as the per-link cap."""
@@ -230,7 +245,7 @@ class LinkFetcher:
             ) from exc
 
     async def _follow(
-        self, client: httpx2.AsyncClient, url: str, budget: _ByteBudget | None
+        self, client: httpx2.AsyncClient, url: str, budget: RequestBytes | None
     ) -> IngestFile:
         current = _parse_url(url, url)
         for _ in range(self._max_redirects + 1):
@@ -280,7 +295,7 @@ class LinkFetcher:
         )
 
     async def _read(
-        self, url: str, response: httpx2.Response, budget: _ByteBudget | None
+        self, url: str, response: httpx2.Response, budget: RequestBytes | None
     ) -> IngestFile:
         if response.status_code >= 300:  # an error, or a redirect with nothing to follow
             raise LinkUnreadable(
@@ -316,24 +331,6 @@ class LinkFetcher:
             f"{url}: larger than {self._max_bytes} bytes (CHATQNA_DATAPREP_LINK_MAX_BYTES)",
             details={"url": url, "limit": self._max_bytes},
         )
-
-
-class _ByteBudget:
-    """The bytes one request's links have brought in, against its limit."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self.count = 0
-
-    def take(self, url: str, size: int) -> None:
-        self.count += size
-        if self.count > self._limit:
-            raise PayloadTooLarge(
-                f"{url}: this request's links bring in more than {self._limit} bytes "
-                "together (CHATQNA_MAX_UPLOAD_REQUEST_BYTES); send them in several requests",
-                reason="request_too_large",
-                details={"url": url, "limit": self._limit},
-            )
 
 
 def _check_codings(url: str, response: httpx2.Response) -> None:

@@ -356,3 +356,30 @@ async def test_the_links_of_a_request_share_one_byte_budget() -> None:
         await links.fetch_all(urls)  # 12000 bytes
     assert raised.value.reason == "request_too_large"
     assert len(await links.fetch_all(urls[:3])) == 3  # each request has a budget of its own
+
+
+async def test_slow_links_that_each_answer_in_time_are_cut_at_the_requests_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chatqna.ingest import links as links_module
+
+    # 0.05 x a 10 s per-link deadline: the request's links have 0.5 s together, and each
+    # link answers in 0.1 s, well inside its own deadline.
+    monkeypatch.setattr(links_module, "LINKS_DEADLINES", 0.05)
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await asyncio.sleep(0.1)
+        return page(b"ok", "text/plain")
+
+    links = LinkFetcher(
+        Settings(chatqna_dataprep_link_timeout_seconds=10),
+        resolver=fake_resolver,
+        transport=httpx2.MockTransport(slow),
+    )
+    urls = [f"https://docs.test/p{i}.txt" for i in range(40)]
+    with pytest.raises(LinkUnreadable, match="CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS") as raised:
+        await links.fetch_all(urls)
+    assert raised.value.reason == "timeout" and raised.value.status_code == 422
+    unfinished = raised.value.details["urls"]
+    assert unfinished and set(unfinished) < set(urls)
+    assert f"{len(unfinished)} of 40 links not fetched within 0.5 s" in raised.value.message
