@@ -48,7 +48,7 @@ class IngestFile:
     """A file to ingest: the name it will be known by (`source`) and its bytes.
 
     `kind` is the format when the name does not tell it (a fetched link, read by its
-    content type), `charset` an HTML page's charset from its HTTP header.
+    content type), `charset` a fetched page's charset from its HTTP header.
     """
 
     source: str

@@ -22,7 +22,7 @@ from pypdf.generic import DictionaryObject, StreamObject
 
 from chatqna.documents import MAX_HEADING_CHARS, LoadedDocument, clip_heading
 from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge, UnsupportedFileType
-from chatqna.ingest.html_text import decode_html, html_sections
+from chatqna.ingest.html_text import decode_declared, decode_html, html_sections
 from chatqna.ingest.office import load_docx, load_pptx, load_xlsx
 from chatqna.ingest.structured import load_csv, load_json, load_jsonl
 from chatqna.ingest.tables import Counters, LoadLimits, TextCounter
@@ -60,10 +60,11 @@ def load_document(
 ) -> LoadedDocument:
     """Parse `data`, the contents of the file named `source`, into a `LoadedDocument`.
 
-    `kind` overrides the format the suffix implies; `charset` is an HTML page's declared
-    charset (from an HTTP header). Raises `UnsupportedFileType` for a suffix not in
-    `SUPPORTED_SUFFIXES`, `DocumentLoadError` for a supported file that cannot be read or
-    holds no text, and `PayloadTooLarge` for one beyond `limits`.
+    `kind` overrides the format the suffix implies; `charset` is a fetched page's declared
+    charset (from its HTTP header), for HTML and the text formats. Raises
+    `UnsupportedFileType` for a suffix not in `SUPPORTED_SUFFIXES`, `DocumentLoadError` for
+    a supported file that cannot be read or holds no text, and `PayloadTooLarge` for one
+    beyond `limits`.
     """
     # Backslashes would otherwise leave a Windows-style upload name as one long "stem".
     path = PurePosixPath(source.replace("\\", "/"))
@@ -120,7 +121,7 @@ def _load(
         page = decode_html(source, data, charset)
         title, sections = html_sections(page, stem, Counters(source, limits))
         return LoadedDocument(source, title, _nonempty(sections))
-    text = _decode(source, data)
+    text = _decode(source, data, charset)
     if kind == "markdown":
         return _load_markdown(source, stem, text)
     tabular = {"csv": load_csv, "json": load_json, "jsonl": load_jsonl}.get(kind)
@@ -129,9 +130,12 @@ def _load(
     return LoadedDocument(source, stem, _nonempty([(stem, _tidy(text))]))
 
 
-def _decode(source: str, data: bytes) -> str:
+def _decode(source: str, data: bytes, charset: str | None) -> str:
+    """UTF-8 (strictly), unless a link's HTTP header names another charset (or its bytes
+    start with another byte-order mark) that `decode_declared` reads."""
+    declared = decode_declared(source, data, charset) if charset else None
     try:
-        text = data.decode("utf-8-sig")
+        text = declared if declared is not None else data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         # Guessing another encoding would index mojibake without anyone noticing; the
         # uploader can re-save the file as UTF-8.

@@ -412,3 +412,42 @@ def test_headings_count_against_the_text_limit() -> None:
     with pytest.raises(PayloadTooLarge, match="headings included") as raised:
         load_document("a.md", data, limits=LoadLimits(max_text_chars=250))
     assert raised.value.details == {"source": "a.md", "chars": 1 + 200 + 90}
+
+
+# --- a fetched page's charset ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["text", "markdown", "csv", "json"])
+def test_the_text_formats_are_decoded_with_the_charset_a_link_declares(kind: str) -> None:
+    text = {
+        "text": "Größe: 5 €",
+        "markdown": "# Größe\n\nFünf €",
+        "csv": "Größe,Preis\nM,5 €",
+        "json": '{"Größe": "5 €"}',
+    }[kind]
+    doc = load_document(
+        "https://docs.test/page", text.encode("utf-16-le"), kind=kind, charset="utf-16"
+    )
+    every = doc.title + " ".join(f"{heading} {body}" for heading, body in doc.sections)
+    assert "Größe" in every and "€" in every
+    latin = load_document(
+        "https://docs.test/l",
+        "Größe".encode("latin-1"),
+        kind=kind if kind != "json" else "text",
+        charset="ISO-8859-1",
+    )
+    assert "Größe" in latin.sections[0][1]
+
+
+def test_a_charset_no_text_codec_names_leaves_the_text_formats_to_utf8() -> None:
+    doc = load_document("https://docs.test/p", "Größe".encode(), kind="text", charset="base64")
+    assert doc.sections[0][1] == "Größe"
+    with pytest.raises(DocumentLoadError, match="not valid UTF-8"):
+        load_document(
+            "https://docs.test/p", "Größe".encode("utf-16-le"), kind="text", charset="x-bogus"
+        )
+
+
+def test_an_upload_without_a_charset_is_still_strict_utf8() -> None:
+    with pytest.raises(DocumentLoadError, match="not valid UTF-8"):
+        load_document("notes.txt", "Größe".encode("latin-1"))
