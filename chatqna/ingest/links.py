@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from email.message import Message
 
@@ -70,6 +71,10 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # The content codings `decoded_chunks` inflates (and the client asks for).
 _CODINGS = frozenset({"gzip", "deflate"})
 _CONCURRENT_FETCHES = 4
+try:  # the package every OpenTelemetry HTTP client instrumentation requires
+    from opentelemetry.instrumentation.utils import suppress_http_instrumentation as _untraced
+except ImportError:  # pragma: no cover - then nothing instruments httpx2 to suppress
+    _untraced = nullcontext  # type: ignore[assignment]
 # A request's links are all fetched within this many per-link deadlines (60 s by default),
 # so many slow but answering links cannot hold a parsing token for minutes.
 LINKS_DEADLINES = 4
@@ -234,8 +239,11 @@ class LinkFetcher:
         """One URL, redirects and all, within the deadline; its body counts against
         `budget` (the request's) as well as the per-link cap."""
         try:
-            async with asyncio.timeout(self._timeout):
-                return await self._follow(client, url, budget)
+            # Outside any HTTP client instrumentation (`opentelemetry-instrument` may patch
+            # httpx2): it would send the trace context and baggage to the page's server.
+            with _untraced():
+                async with asyncio.timeout(self._timeout):
+                    return await self._follow(client, url, budget)
         except TimeoutError as exc:
             raise LinkUnreadable(
                 f"{url}: not fetched within {self._timeout:g} s "

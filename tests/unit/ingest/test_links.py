@@ -12,11 +12,16 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx2
 import pytest
+import respx
+from opentelemetry import baggage, context
+from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chatqna.errors import LinkRefused, LinkUnreadable, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.link_policy import system_resolver
 from chatqna.ingest.links import LinkFetcher, parse_link_list
 from chatqna.settings import Settings
+from tests.unit.conftest import TRACER_PROVIDER
 
 pytestmark = pytest.mark.anyio
 
@@ -383,3 +388,31 @@ async def test_slow_links_that_each_answer_in_time_are_cut_at_the_requests_deadl
     unfinished = raised.value.details["urls"]
     assert unfinished and set(unfinished) < set(urls)
     assert f"{len(unfinished)} of 40 links not fetched within 0.5 s" in raised.value.message
+
+
+async def test_links_carry_no_trace_context_under_an_http_client_instrumentation(
+    spans: InMemorySpanExporter,
+) -> None:
+    """`opentelemetry-instrument` patches httpx2's own transport, which fetches through
+    `CHATQNA_DATAPREP_LINK_PROXY` use: the page's server must not be sent the trace id or
+    the baggage, and the fetch starts no span of the instrumentation's."""
+    settings = Settings(chatqna_dataprep_link_proxy="http://proxy.test:3128")  # type: ignore[call-arg]
+    links = LinkFetcher(settings, resolver=fake_resolver)
+    instrumentor = HTTPX2ClientInstrumentor()
+    instrumentor.instrument(tracer_provider=TRACER_PROVIDER)
+    tracer = TRACER_PROVIDER.get_tracer("test")
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        # httpcore2 is mocked, so the request goes through httpx2's own (instrumented) transport.
+        with respx.mock(using="httpcore2") as router, tracer.start_as_current_span("ingest"):
+            route = router.route(host="docs.test").respond(
+                200, text="ok", headers={"content-type": "text/plain"}
+            )
+            (fetched,) = await links.fetch_all(["http://docs.test/page.txt"])
+    finally:
+        context.detach(token)
+        instrumentor.uninstrument()
+    assert fetched.data == b"ok"
+    sent = route.calls[0].request.headers
+    assert "traceparent" not in sent and "baggage" not in sent
+    assert [span.name for span in spans.get_finished_spans()] == ["ingest"]
