@@ -50,6 +50,13 @@ from chatqna.telemetry.tracing import (
 logger = logging.getLogger("chatqna")
 
 
+# The multipart form of an upload to /v1/dataprep/ingest: at most this many files, and
+# this many other fields (link_list, chunk_size, chunk_overlap, and the fields OPEA's
+# clients add, which are ignored); beyond either, 400. What the files expand to is bounded
+# by CHATQNA_DATAPREP_MAX_REQUEST_TEXT_CHARS and CHATQNA_DATAPREP_MAX_REQUEST_CHUNKS.
+MAX_FORM_FILES = 1000
+MAX_FORM_FIELDS = 64
+
 # The probes and the scrape: frequent, and nobody looks for them in a trace.
 UNTRACED_PATHS = frozenset({"/metrics", "/v1/health_check", "/v1/ready"})
 
@@ -198,6 +205,7 @@ def create_app(
         description="Retrieval-augmented chat with multi-turn retrieval.",
         lifespan=lifespan,
         telemetry=fastapi_telemetry(tracer_provider),
+        form_limits={"max_files": MAX_FORM_FILES, "max_fields": MAX_FORM_FIELDS},
     )
     app.state.settings = settings
     app.state.metrics = ServiceMetrics()

@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     chatqna_dataprep_max_unpacked_bytes: int = Field(100 * 1024 * 1024, ge=1)
     chatqna_dataprep_max_cells: int = Field(200_000, ge=1)
     chatqna_dataprep_max_text_chars: int = Field(10_000_000, ge=1)
+    # What one ingest request's files and pages may expand to together.
+    chatqna_dataprep_max_request_text_chars: int = Field(25_000_000, ge=1)
+    chatqna_dataprep_max_request_chunks: int = Field(50_000, ge=1)
     chatqna_dataprep_max_links: int = Field(100, ge=1)
     chatqna_dataprep_link_timeout_seconds: float = Field(15.0, gt=0)
     chatqna_dataprep_link_max_bytes: int = Field(10 * 1024 * 1024, ge=1)

@@ -39,7 +39,13 @@ from chatqna.api.schemas import (
     SourceEntry,
 )
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
-from chatqna.ingest.dataprep import IngestFile, check_files, ingest_files, load_limits
+from chatqna.ingest.dataprep import (
+    IngestFile,
+    check_files,
+    ingest_files,
+    load_limits,
+    request_limits,
+)
 from chatqna.ingest.links import LinkFetcher, parse_link_list
 from chatqna.ingest.parse_pool import ParseSlot
 
@@ -123,6 +129,7 @@ async def ingest(
                 chunk_size=size,
                 chunk_overlap=overlap,
                 limits=load_limits(settings),
+                per_request=request_limits(settings),
                 parse_slot=slot,
                 checked=True,
             )

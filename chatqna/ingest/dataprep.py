@@ -28,9 +28,15 @@ import numpy as np
 
 from chatqna.backends.protocols import Embedder, Retriever, SourceBatch
 from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
-from chatqna.errors import InvalidRequest, UnsupportedFileType
+from chatqna.errors import InvalidRequest, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.chunking import chunk_document
-from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, format_of, load_document
+from chatqna.ingest.loaders import (
+    SUPPORTED_SUFFIXES,
+    LoadLimits,
+    format_of,
+    load_document,
+    text_chars,
+)
 from chatqna.ingest.parse_pool import ParseSlot
 from chatqna.settings import Settings
 
@@ -42,7 +48,7 @@ class IngestFile:
     """A file to ingest: the name it will be known by (`source`) and its bytes.
 
     `kind` is the format when the name does not tell it (a fetched link, read by its
-    content type), `charset` an HTML page's charset from its HTTP header.
+    content type), `charset` a fetched page's charset from its HTTP header.
     """
 
     source: str
@@ -58,6 +64,74 @@ def load_limits(settings: Settings) -> LoadLimits:
         max_cells=settings.chatqna_dataprep_max_cells,
         max_text_chars=settings.chatqna_dataprep_max_text_chars,
     )
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Bounds on what one request's files may expand to together, so many small files that
+    each unpack to just under `LoadLimits` cannot add up to gigabytes: the characters of
+    text they hold (headings included) and the chunks they are cut into. Counted as each
+    file is loaded and chunked; passing either refuses the request (413) before anything is
+    embedded or written."""
+
+    max_text_chars: int
+    max_chunks: int
+
+
+def request_limits(settings: Settings) -> RequestLimits:
+    """The `CHATQNA_DATAPREP_MAX_REQUEST_*` bounds on what one ingest request may expand to."""
+    return RequestLimits(
+        max_text_chars=settings.chatqna_dataprep_max_request_text_chars,
+        max_chunks=settings.chatqna_dataprep_max_request_chunks,
+    )
+
+
+class _Budget:
+    """What the files loaded so far hold together, against `RequestLimits`."""
+
+    def __init__(self, limits: RequestLimits | None) -> None:
+        self._limits = limits
+        self.chars = 0
+        self.chunks = 0
+
+    def add_text(self, source: str, chars: int) -> None:
+        self.chars += chars
+        if self._limits is not None and self.chars > self._limits.max_text_chars:
+            raise _too_much(source, "characters of text", self.chars, self._limits.max_text_chars)
+
+    def add_chunks(self, source: str, chunks: int) -> None:
+        self.chunks += chunks
+        if self._limits is not None and self.chunks > self._limits.max_chunks:
+            raise _too_much(source, "chunks", self.chunks, self._limits.max_chunks)
+
+
+def _too_much(source: str, unit: str, count: int, limit: int) -> PayloadTooLarge:
+    variable = "CHUNKS" if unit == "chunks" else "TEXT_CHARS"
+    return PayloadTooLarge(
+        f"this request's files and pages hold more than {limit} {unit} together ({count} "
+        f"with {source}; CHATQNA_DATAPREP_MAX_REQUEST_{variable}); send them in several requests",
+        reason="request_too_large",
+        details={"source": source, "count": count, "limit": limit},
+    )
+
+
+class RequestBytes:
+    """The bytes one request's links have brought in so far; past `limit`
+    (`CHATQNA_MAX_UPLOAD_REQUEST_BYTES`), the request is refused with a 413."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self.count = 0
+
+    def take(self, url: str, size: int) -> None:
+        self.count += size
+        if self.count > self._limit:
+            raise PayloadTooLarge(
+                f"{url}: this request's links bring in more than {self._limit} bytes "
+                "together (CHATQNA_MAX_UPLOAD_REQUEST_BYTES); send them in several requests",
+                reason="request_too_large",
+                details={"url": url, "limit": self._limit},
+            )
 
 
 # Refused in a name: controls (Cc), line and paragraph separators (Zl, Zp: a new line to
@@ -173,10 +247,13 @@ def _load_and_chunk(
     chunk_overlap: int,
     force: bool,
     limits: LoadLimits,
+    request: RequestLimits | None = None,
 ) -> tuple[Pending, dict[str, IngestResult]]:
-    """The files to embed (with their hash and chunks), and the unchanged ones' results."""
+    """The files to embed (with their hash and chunks), and the unchanged ones' results;
+    `request` bounds what the files to embed may expand to together."""
     pending: Pending = []
     results: dict[str, IngestResult] = {}
+    budget = _Budget(request)
     for item in files:
         digest = content_hash(item.data, chunk_size, chunk_overlap)
         if not force and known.get(item.source) == digest:
@@ -185,7 +262,9 @@ def _load_and_chunk(
         document = load_document(
             item.source, item.data, kind=item.kind, charset=item.charset, limits=limits
         )
+        budget.add_text(item.source, text_chars(document))
         chunks = chunk_document(document, max_chars=chunk_size, overlap_chars=chunk_overlap)
+        budget.add_chunks(item.source, len(chunks))
         pending.append((item, digest, chunks))
     return pending, results
 
@@ -199,6 +278,7 @@ async def ingest_files(
     chunk_overlap: int = 150,
     force: bool = False,
     limits: LoadLimits | None = None,
+    per_request: RequestLimits | None = None,
     on_chunks_embedded: ProgressCallback | None = None,
     on_plan: Callable[[int], None] | None = None,
     parse_slot: ParseSlot | None = None,
@@ -209,7 +289,8 @@ async def ingest_files(
     The service parses on the slot its parse pool admitted the request to, under the
     slot's `working()` token, so uploads never take the threads other requests need;
     without one (the CLI), on asyncio's default pool. `checked` says the caller has run
-    `check_files` on `files` already.
+    `check_files` on `files` already. `limits` bounds each file, `per_request` (when
+    given: the service gives it, the CLI does not) all of them together.
     """
     if not checked:
         check_files(files)
@@ -225,19 +306,14 @@ async def ingest_files(
         chunk_overlap,
         force,
         limits if limits is not None else LoadLimits(),
+        per_request,
     )
 
     total = sum(len(chunks) for _, _, chunks in pending)
     if on_plan is not None:
         on_plan(total)
-    texts = [chunk.indexed_text for _, _, chunks in pending for chunk in chunks]
-    vectors: list[np.ndarray] = []
-    for start in range(0, len(texts), embedder.max_batch):
-        batch = texts[start : start + embedder.max_batch]
-        vectors.append(await embedder.embed(batch))
-        if on_chunks_embedded is not None:
-            on_chunks_embedded(len(batch))
-
+    every_chunk = [chunk for _, _, chunks in pending for chunk in chunks]
+    vectors = await _embed(every_chunk, embedder, on_chunks_embedded)
     if pending:
         matrix = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
         batches: list[SourceBatch] = []
@@ -249,3 +325,17 @@ async def ingest_files(
             results[item.source] = IngestResult(item.source, "ingested", len(chunks))
         await retriever.replace_sources(batches)
     return [results[item.source] for item in files]
+
+
+async def _embed(
+    chunks: Sequence[Chunk], embedder: Embedder, on_chunks_embedded: ProgressCallback | None
+) -> list[np.ndarray]:
+    """The chunks' vectors, a batch at a time; each batch's texts (title line and text) are
+    built when it is sent, not all at once."""
+    vectors: list[np.ndarray] = []
+    for start in range(0, len(chunks), embedder.max_batch):
+        batch = [chunk.indexed_text for chunk in chunks[start : start + embedder.max_batch]]
+        vectors.append(await embedder.embed(batch))
+        if on_chunks_embedded is not None:
+            on_chunks_embedded(len(batch))
+    return vectors

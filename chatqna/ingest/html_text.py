@@ -23,7 +23,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from chatqna.errors import DocumentLoadError
 from chatqna.ingest.tables import CellCounter, Counters, table_rows
 
-__all__ = ["decode_html", "html_sections"]
+__all__ = ["decode_declared", "decode_html", "html_sections"]
 
 Sections = list[tuple[str, str]]
 
@@ -92,8 +92,9 @@ def _codec(label: str | None, *, from_meta: bool = False) -> str | None:
     return name
 
 
-def decode_html(source: str, data: bytes, header_charset: str | None = None) -> str:
-    """The page's text, decoded by BOM, then `header_charset`, then `<meta>`, else UTF-8.
+def decode_declared(source: str, data: bytes, header_charset: str | None) -> str | None:
+    """The text as its byte-order mark, else `header_charset` (through `_codec`) says it is
+    encoded; None when neither says anything usable.
 
     Raises `DocumentLoadError` (reason `encoding`) when the bytes cannot be decoded.
     """
@@ -101,9 +102,19 @@ def decode_html(source: str, data: bytes, header_charset: str | None = None) -> 
         if data.startswith(bom):
             return data[len(bom) :].decode(bom_encoding, errors="replace")
     encoding = _codec(header_charset)
-    if encoding is None:
-        match = _META_CHARSET.search(data[:1024])
-        encoding = _codec(match.group(1).decode("ascii"), from_meta=True) if match else None
+    return _decode_declared(source, data, encoding) if encoding is not None else None
+
+
+def decode_html(source: str, data: bytes, header_charset: str | None = None) -> str:
+    """The page's text, decoded by BOM, then `header_charset`, then `<meta>`, else UTF-8.
+
+    Raises `DocumentLoadError` (reason `encoding`) when the bytes cannot be decoded.
+    """
+    declared = decode_declared(source, data, header_charset)
+    if declared is not None:
+        return declared
+    match = _META_CHARSET.search(data[:1024])
+    encoding = _codec(match.group(1).decode("ascii"), from_meta=True) if match else None
     if encoding is not None:
         return _decode_declared(source, data, encoding)
     try:

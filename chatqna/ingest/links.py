@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from email.message import Message
 
@@ -36,7 +37,7 @@ from chatqna.errors import (
     PayloadTooLarge,
     UnsupportedFileType,
 )
-from chatqna.ingest.dataprep import IngestFile
+from chatqna.ingest.dataprep import IngestFile, RequestBytes
 from chatqna.ingest.link_policy import (
     LinkPolicy,
     PinnedBackend,
@@ -70,6 +71,13 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # The content codings `decoded_chunks` inflates (and the client asks for).
 _CODINGS = frozenset({"gzip", "deflate"})
 _CONCURRENT_FETCHES = 4
+try:  # the package every OpenTelemetry HTTP client instrumentation requires
+    from opentelemetry.instrumentation.utils import suppress_http_instrumentation as _untraced
+except ImportError:  # pragma: no cover - then nothing instruments httpx2 to suppress
+    _untraced = nullcontext  # type: ignore[assignment]
+# A request's links are all fetched within this many per-link deadlines (60 s by default),
+# so many slow but answering links cannot hold a parsing token for minutes.
+LINKS_DEADLINES = 4
 
 
 def parse_link_list(raw: str | None, limit: int) -> list[str]:
@@ -168,6 +176,7 @@ class LinkFetcher:
         self._max_bytes = settings.chatqna_dataprep_link_max_bytes
         self._max_redirects = settings.chatqna_dataprep_link_max_redirects
         self._proxy = settings.chatqna_dataprep_link_proxy
+        self._request_bytes = settings.chatqna_max_upload_request_bytes
         self._transport = transport
 
     def _client(self) -> httpx2.AsyncClient:
@@ -190,30 +199,51 @@ class LinkFetcher:
         )
 
     async def fetch_all(self, urls: Sequence[str]) -> list[IngestFile]:
-        """Every URL's content, in order; the first failure fails them all."""
+        """Every URL's content, in order; the first failure fails them all. The bodies
+        together may hold `CHATQNA_MAX_UPLOAD_REQUEST_BYTES`, as an upload's files may,
+        counted as they arrive, and all are fetched within `LINKS_DEADLINES` per-link
+        deadlines."""
         if not urls:
             return []
         gate = asyncio.Semaphore(_CONCURRENT_FETCHES)
+        budget = RequestBytes(self._request_bytes)
+        deadline = self._timeout * LINKS_DEADLINES
         async with self._client() as client:
 
             async def bounded(url: str) -> IngestFile:
                 async with gate:
-                    return await self.fetch(client, url)
+                    return await self.fetch(client, url, budget)
 
             try:
-                async with asyncio.TaskGroup() as group:
+                async with asyncio.timeout(deadline), asyncio.TaskGroup() as group:
                     tasks = [group.create_task(bounded(url)) for url in urls]
+            except TimeoutError as exc:
+                unfinished = [
+                    url for url, task in zip(urls, tasks, strict=True) if task.cancelled()
+                ]
+                raise LinkUnreadable(
+                    f"{len(unfinished)} of {len(urls)} links not fetched within {deadline:g} s "
+                    f"({LINKS_DEADLINES} x CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS)",
+                    reason="timeout",
+                    details={"urls": unfinished},
+                ) from exc
             except BaseExceptionGroup as errors:
                 # The first failure is the one to report; the group only says they ran
                 # side by side.
                 raise errors.exceptions[0] from None
         return [task.result() for task in tasks]
 
-    async def fetch(self, client: httpx2.AsyncClient, url: str) -> IngestFile:
-        """One URL, redirects and all, within the deadline."""
+    async def fetch(
+        self, client: httpx2.AsyncClient, url: str, budget: RequestBytes | None = None
+    ) -> IngestFile:
+        """One URL, redirects and all, within the deadline; its body counts against
+        `budget` (the request's) as well as the per-link cap."""
         try:
-            async with asyncio.timeout(self._timeout):
-                return await self._follow(client, url)
+            # Outside any HTTP client instrumentation (`opentelemetry-instrument` may patch
+            # httpx2): it would send the trace context and baggage to the page's server.
+            with _untraced():
+                async with asyncio.timeout(self._timeout):
+                    return await self._follow(client, url, budget)
         except TimeoutError as exc:
             raise LinkUnreadable(
                 f"{url}: not fetched within {self._timeout:g} s "
@@ -222,7 +252,9 @@ class LinkFetcher:
                 details={"url": url},
             ) from exc
 
-    async def _follow(self, client: httpx2.AsyncClient, url: str) -> IngestFile:
+    async def _follow(
+        self, client: httpx2.AsyncClient, url: str, budget: RequestBytes | None
+    ) -> IngestFile:
         current = _parse_url(url, url)
         for _ in range(self._max_redirects + 1):
             # The host as it is looked up and as `PinnedBackend` sees it: ASCII (an IDN in
@@ -236,7 +268,7 @@ class LinkFetcher:
                     if response.status_code in _REDIRECTS and "location" in response.headers:
                         current = _parse_url(url, response.headers["location"], base=current)
                         continue
-                    return await self._read(url, response)
+                    return await self._read(url, response, budget)
             except httpx2.TimeoutException as exc:
                 raise TimeoutError from exc
             except UnicodeError as exc:  # httpx2 decodes a redirect's IDNA host as it reads it
@@ -270,7 +302,9 @@ class LinkFetcher:
             details={"url": url},
         )
 
-    async def _read(self, url: str, response: httpx2.Response) -> IngestFile:
+    async def _read(
+        self, url: str, response: httpx2.Response, budget: RequestBytes | None
+    ) -> IngestFile:
         if response.status_code >= 300:  # an error, or a redirect with nothing to follow
             raise LinkUnreadable(
                 f"{url}: the server answered HTTP {response.status_code}"
@@ -289,6 +323,8 @@ class LinkFetcher:
                 body += part
                 if len(body) > self._max_bytes:
                     raise self._too_large(url)
+                if budget is not None:
+                    budget.take(url, len(part))
         except httpx2.DecodingError as exc:
             raise LinkUnreadable(
                 f"{url}: the body is not the {response.headers['content-encoding']} it is "

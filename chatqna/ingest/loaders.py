@@ -5,7 +5,8 @@ order, so the chunker can keep passages inside one section and label them with t
 heading. Everything here is a pure function of `(source, data)`; the caller reads the file
 (or receives the upload, or fetches the link) and decides what `source` is called. The
 format follows the suffix of `source`, or `kind` when the caller knows better (a link's
-content type). `LoadLimits` bounds what one file may unpack to.
+content type). `LoadLimits` bounds what one file may unpack to. A title or heading is cut
+to `MAX_HEADING_CHARS` (`chatqna.documents.clip_heading`), and counts as text.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from pathlib import PurePosixPath
 from pypdf import PdfReader
 from pypdf.generic import DictionaryObject, StreamObject
 
-from chatqna.documents import LoadedDocument
+from chatqna.documents import MAX_HEADING_CHARS, LoadedDocument, clip_heading
 from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge, UnsupportedFileType
-from chatqna.ingest.html_text import decode_html, html_sections
+from chatqna.ingest.html_text import decode_declared, decode_html, html_sections
 from chatqna.ingest.office import load_docx, load_pptx, load_xlsx
 from chatqna.ingest.structured import load_csv, load_json, load_jsonl
 from chatqna.ingest.tables import Counters, LoadLimits, TextCounter
 
 # Callers import the error types from chatqna.errors, where they map to HTTP statuses.
-__all__ = ["SUPPORTED_SUFFIXES", "LoadLimits", "format_of", "load_document"]
+__all__ = ["SUPPORTED_SUFFIXES", "LoadLimits", "format_of", "load_document", "text_chars"]
 
 # Suffix -> format. The format names are also what a fetched link's content type maps to.
 FORMATS = {
@@ -59,10 +60,11 @@ def load_document(
 ) -> LoadedDocument:
     """Parse `data`, the contents of the file named `source`, into a `LoadedDocument`.
 
-    `kind` overrides the format the suffix implies; `charset` is an HTML page's declared
-    charset (from an HTTP header). Raises `UnsupportedFileType` for a suffix not in
-    `SUPPORTED_SUFFIXES`, `DocumentLoadError` for a supported file that cannot be read or
-    holds no text, and `PayloadTooLarge` for one beyond `limits`.
+    `kind` overrides the format the suffix implies; `charset` is a fetched page's declared
+    charset (from its HTTP header), for HTML and the text formats. Raises
+    `UnsupportedFileType` for a suffix not in `SUPPORTED_SUFFIXES`, `DocumentLoadError` for
+    a supported file that cannot be read or holds no text, and `PayloadTooLarge` for one
+    beyond `limits`.
     """
     # Backslashes would otherwise leave a Windows-style upload name as one long "stem".
     path = PurePosixPath(source.replace("\\", "/"))
@@ -81,17 +83,29 @@ def load_document(
     if not data.strip():
         raise DocumentLoadError(f"{source} contains no text")
 
-    doc = _load(kind, source, stem, data, charset, limits)
+    doc = _clipped(_load(kind, source, stem, data, charset, limits))
     if not doc.sections:
         raise DocumentLoadError(f"{source} contains no text")
-    size = sum(len(text) for _, text in doc.sections)
+    size = text_chars(doc)
     if size > limits.max_text_chars:
         raise PayloadTooLarge(
-            f"{source} holds {size} characters of text, more than {limits.max_text_chars} "
-            "(CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into smaller files",
+            f"{source} holds {size} characters of text (headings included), more than "
+            f"{limits.max_text_chars} (CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into "
+            "smaller files",
             details={"source": source, "chars": size},
         )
     return doc
+
+
+def text_chars(doc: LoadedDocument) -> int:
+    """The characters of text `doc` holds: its title, and each section's heading and text."""
+    return len(doc.title) + sum(len(heading) + len(text) for heading, text in doc.sections)
+
+
+def _clipped(doc: LoadedDocument) -> LoadedDocument:
+    """`doc` with its title and headings cut to `MAX_HEADING_CHARS` (`clip_heading`)."""
+    sections = [(clip_heading(heading), text) for heading, text in doc.sections]
+    return LoadedDocument(doc.source, clip_heading(doc.title), sections)
 
 
 def _load(
@@ -107,7 +121,7 @@ def _load(
         page = decode_html(source, data, charset)
         title, sections = html_sections(page, stem, Counters(source, limits))
         return LoadedDocument(source, title, _nonempty(sections))
-    text = _decode(source, data)
+    text = _decode(source, data, charset)
     if kind == "markdown":
         return _load_markdown(source, stem, text)
     tabular = {"csv": load_csv, "json": load_json, "jsonl": load_jsonl}.get(kind)
@@ -116,9 +130,12 @@ def _load(
     return LoadedDocument(source, stem, _nonempty([(stem, _tidy(text))]))
 
 
-def _decode(source: str, data: bytes) -> str:
+def _decode(source: str, data: bytes, charset: str | None) -> str:
+    """UTF-8 (strictly), unless a link's HTTP header names another charset (or its bytes
+    start with another byte-order mark) that `decode_declared` reads."""
+    declared = decode_declared(source, data, charset) if charset else None
     try:
-        text = data.decode("utf-8-sig")
+        text = declared if declared is not None else data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         # Guessing another encoding would index mojibake without anyone noticing; the
         # uploader can re-save the file as UTF-8.
@@ -190,10 +207,16 @@ def _load_pdf(source: str, stem: str, data: bytes, limits: LoadLimits) -> Loaded
         raise DocumentLoadError(f"{source} is an encrypted PDF; upload an unencrypted copy")
 
     meta_title = str(metadata.title).strip() if metadata and metadata.title else ""
-    title = meta_title or stem
-    # One section per page keeps the page number next to each passage for citations.
-    sections = [(f"{title} (page {number})", page) for number, page in enumerate(pages, start=1)]
+    title = clip_heading(meta_title or stem)
+    # One section per page keeps the page number next to each passage for citations; a long
+    # title is cut before it, so the page number stays.
+    sections = [(_page_heading(title, number), page) for number, page in enumerate(pages, 1)]
     return LoadedDocument(source, title, _nonempty(sections))
+
+
+def _page_heading(title: str, number: int) -> str:
+    page = f" (page {number})"
+    return clip_heading(title, MAX_HEADING_CHARS - len(page)) + page
 
 
 def _page_texts(reader: PdfReader, text: TextCounter, drawn: _DrawingCounter) -> Iterator[str]:

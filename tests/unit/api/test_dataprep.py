@@ -149,3 +149,40 @@ async def test_delete_one_unknown_and_all(client_for: ClientFactory) -> None:
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
     await client.post("/v1/dataprep/delete", json={"file_path": "all"})
     assert await _sources(client) == {}
+
+
+async def test_a_request_beyond_its_chunk_budget_is_413_and_changes_nothing(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    small = settings.model_copy(update={"chatqna_dataprep_max_request_chunks": 2})
+    client = await client_for(await make_backends(small), small)
+    before = await _sources(client)
+    files = [
+        ("files", (f"n{i}.txt", b"Note %d about tomatoes." % i, "text/plain")) for i in range(3)
+    ]
+    response = await client.post("/v1/dataprep/ingest", files=files)
+    assert response.status_code == 413
+    body = response.json()
+    assert (body["error"], body["reason"]) == ("payload_too_large", "request_too_large")
+    assert "CHATQNA_DATAPREP_MAX_REQUEST_CHUNKS" in body["message"]
+    assert body["details"] == {"source": "n2.txt", "count": 3, "limit": 2}
+    assert await _sources(client) == before
+    fits = await client.post("/v1/dataprep/ingest", files=files[:2])
+    assert fits.status_code == 200, fits.text
+
+
+async def test_a_form_with_more_files_than_the_form_limit_is_400(
+    client_for: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatqna import app
+
+    monkeypatch.setattr(app, "MAX_FORM_FILES", 2)
+    client = await client_for()
+    before = await _sources(client)
+    files = [("files", (f"n{i}.txt", b"Note %d." % i, "text/plain")) for i in range(3)]
+    response = await client.post("/v1/dataprep/ingest", files=files)
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_request"
+    assert "Too many files" in response.json()["message"]
+    assert await _sources(client) == before
+    assert (await client.post("/v1/dataprep/ingest", files=files[:2])).status_code == 200

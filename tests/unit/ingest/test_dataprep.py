@@ -16,12 +16,20 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
-from chatqna.errors import DocumentLoadError, InvalidRequest, UnsupportedFileType
-from chatqna.ingest.dataprep import IngestFile, IngestResult, collect_files, ingest_files
+from chatqna.errors import DocumentLoadError, InvalidRequest, PayloadTooLarge, UnsupportedFileType
+from chatqna.ingest.dataprep import (
+    IngestFile,
+    IngestResult,
+    RequestLimits,
+    collect_files,
+    ingest_files,
+    request_limits,
+)
 from chatqna.ingest.dataprep import content_hash as file_hash
 from chatqna.ingest.loaders import LoadedDocument
 from chatqna.retrieval.embedded.chunk_store import STORE_FILE
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
+from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -386,3 +394,73 @@ async def test_loading_and_chunking_run_off_the_event_loop(
     results, _ = await asyncio.gather(ingest_files(corpus(), embedder, store), other_request())
     assert [r.status for r in results] == ["ingested", "ingested"]
     assert loader_threads and threading.main_thread() not in loader_threads
+
+
+async def test_each_batch_s_texts_are_built_when_it_is_sent(
+    store: EmbeddedHybridIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's indexed text (title line and text) exists only while its batch is embedded,
+    never for every chunk of the request at once."""
+    from chatqna import documents
+
+    built: list[int] = []
+    real = documents.indexed_text
+
+    def counting(title: str, text: str) -> str:
+        built.append(1)
+        return real(title, text)
+
+    seen: list[int] = []
+
+    class Recording(HashingEmbedder):
+        async def embed(self, texts: Sequence[str]) -> np.ndarray:
+            seen.append(len(built))
+            return await super().embed(texts)
+
+    monkeypatch.setattr(documents, "indexed_text", counting)
+    embedder = Recording(DIM, max_batch=2)
+    await ingest_files([*corpus(), IngestFile("faq.md", FAQ)], embedder, store)
+    # Five chunks in batches of 2, 2, 1: each batch built just before it was sent.
+    assert seen == [2, 4, 5]
+
+
+# --- what one request may expand to ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "refused"),
+    [
+        (RequestLimits(max_text_chars=len(GUIDE) + 10, max_chunks=100), "characters of text"),
+        (RequestLimits(max_text_chars=10_000, max_chunks=3), "chunks"),
+    ],
+)
+async def test_a_request_beyond_its_budget_is_refused_before_anything_is_embedded(
+    embedder: HashingEmbedder, store: EmbeddedHybridIndex, limits: RequestLimits, refused: str
+) -> None:
+    await ingest_files([IngestFile("faq.md", FAQ)], embedder, store)
+    before, batches = await snapshot(store), len(embedder.batches)
+    with pytest.raises(PayloadTooLarge, match=refused) as raised:
+        await ingest_files(corpus(), embedder, store, per_request=limits)
+    assert raised.value.status_code == 413
+    assert raised.value.reason == "request_too_large"
+    assert raised.value.details["source"] == "notes.txt"  # the file that passed the bound
+    assert len(embedder.batches) == batches
+    assert await snapshot(store) == before
+
+
+async def test_the_budget_counts_only_the_files_to_embed(
+    embedder: HashingEmbedder, store: EmbeddedHybridIndex
+) -> None:
+    await ingest_files(corpus(), embedder, store)
+    limits = RequestLimits(max_text_chars=200, max_chunks=1)  # FAQ alone fits
+    results = await ingest_files(
+        [*corpus(), IngestFile("faq.md", FAQ)], embedder, store, per_request=limits
+    )
+    assert [r.status for r in results] == ["unchanged", "unchanged", "ingested"]
+
+
+def test_request_limits_come_from_the_settings() -> None:
+    settings = Settings(
+        chatqna_dataprep_max_request_text_chars=123, chatqna_dataprep_max_request_chunks=45
+    )
+    assert request_limits(settings) == RequestLimits(max_text_chars=123, max_chunks=45)

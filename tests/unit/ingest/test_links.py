@@ -12,11 +12,16 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx2
 import pytest
+import respx
+from opentelemetry import baggage, context
+from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from chatqna.errors import LinkRefused, LinkUnreadable, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.link_policy import system_resolver
 from chatqna.ingest.links import LinkFetcher, parse_link_list
 from chatqna.settings import Settings
+from tests.unit.conftest import TRACER_PROVIDER
 
 pytestmark = pytest.mark.anyio
 
@@ -345,3 +350,69 @@ async def test_a_redirect_to_a_url_with_credentials_is_not_followed() -> None:
     assert info.value.reason == "bad_url"
     assert info.value.details == {"url": "https://docs.test/old"}
     assert seen == ["https://docs.test/old"]
+
+
+async def test_the_links_of_a_request_share_one_byte_budget() -> None:
+    body = b"x" * 3000
+    urls = [f"https://docs.test/p{i}.txt" for i in range(4)]
+    links = fetcher(lambda r: page(body, "text/plain"), chatqna_max_upload_request_bytes=10_000)
+    assert len(await links.fetch_all(urls[:3])) == 3  # 9000 bytes
+    with pytest.raises(PayloadTooLarge, match="CHATQNA_MAX_UPLOAD_REQUEST_BYTES") as raised:
+        await links.fetch_all(urls)  # 12000 bytes
+    assert raised.value.reason == "request_too_large"
+    assert len(await links.fetch_all(urls[:3])) == 3  # each request has a budget of its own
+
+
+async def test_slow_links_that_each_answer_in_time_are_cut_at_the_requests_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chatqna.ingest import links as links_module
+
+    # 0.05 x a 10 s per-link deadline: the request's links have 0.5 s together, and each
+    # link answers in 0.1 s, well inside its own deadline.
+    monkeypatch.setattr(links_module, "LINKS_DEADLINES", 0.05)
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await asyncio.sleep(0.1)
+        return page(b"ok", "text/plain")
+
+    links = LinkFetcher(
+        Settings(chatqna_dataprep_link_timeout_seconds=10),
+        resolver=fake_resolver,
+        transport=httpx2.MockTransport(slow),
+    )
+    urls = [f"https://docs.test/p{i}.txt" for i in range(40)]
+    with pytest.raises(LinkUnreadable, match="CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS") as raised:
+        await links.fetch_all(urls)
+    assert raised.value.reason == "timeout" and raised.value.status_code == 422
+    unfinished = raised.value.details["urls"]
+    assert unfinished and set(unfinished) < set(urls)
+    assert f"{len(unfinished)} of 40 links not fetched within 0.5 s" in raised.value.message
+
+
+async def test_links_carry_no_trace_context_under_an_http_client_instrumentation(
+    spans: InMemorySpanExporter,
+) -> None:
+    """`opentelemetry-instrument` patches httpx2's own transport, which fetches through
+    `CHATQNA_DATAPREP_LINK_PROXY` use: the page's server must not be sent the trace id or
+    the baggage, and the fetch starts no span of the instrumentation's."""
+    settings = Settings(chatqna_dataprep_link_proxy="http://proxy.test:3128")  # type: ignore[call-arg]
+    links = LinkFetcher(settings, resolver=fake_resolver)
+    instrumentor = HTTPX2ClientInstrumentor()
+    instrumentor.instrument(tracer_provider=TRACER_PROVIDER)
+    tracer = TRACER_PROVIDER.get_tracer("test")
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        # httpcore2 is mocked, so the request goes through httpx2's own (instrumented) transport.
+        with respx.mock(using="httpcore2") as router, tracer.start_as_current_span("ingest"):
+            route = router.route(host="docs.test").respond(
+                200, text="ok", headers={"content-type": "text/plain"}
+            )
+            (fetched,) = await links.fetch_all(["http://docs.test/page.txt"])
+    finally:
+        context.detach(token)
+        instrumentor.uninstrument()
+    assert fetched.data == b"ok"
+    sent = route.calls[0].request.headers
+    assert "traceparent" not in sent and "baggage" not in sent
+    assert [span.name for span in spans.get_finished_spans()] == ["ingest"]

@@ -15,6 +15,7 @@ from pypdf.generic import (
     NumberObject,
 )
 
+from chatqna.documents import MAX_HEADING_CHARS, clip_heading
 from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, load_document
 
@@ -345,3 +346,108 @@ def test_empty_file_contains_no_text(source: str, data: bytes) -> None:
 def test_no_extracted_text_is_rejected(source: str, data: bytes) -> None:
     with pytest.raises(DocumentLoadError, match="contains no text"):
         load_document(source, data)
+
+
+# --- headings and titles -------------------------------------------------------------------
+
+
+def test_a_heading_up_to_the_cap_is_kept_as_it_is() -> None:
+    heading = "word " * (MAX_HEADING_CHARS // 5 - 1) + "last"
+    assert len(heading) <= MAX_HEADING_CHARS
+    assert clip_heading(heading) == heading
+    assert clip_heading("x" * MAX_HEADING_CHARS) == "x" * MAX_HEADING_CHARS
+
+
+def test_a_long_heading_is_cut_on_a_word_boundary() -> None:
+    heading = "refunds and returns " * 100
+    clipped = clip_heading(heading)
+    assert len(clipped) <= MAX_HEADING_CHARS
+    assert clipped.endswith("…")
+    kept = clipped[:-1]
+    assert heading.startswith(kept)
+    assert heading[len(kept)] == " "  # the cut falls between words
+    assert len(kept) > MAX_HEADING_CHARS - len("returns ") - 2
+
+
+def test_a_long_heading_without_spaces_is_cut_at_the_cap() -> None:
+    assert clip_heading("h" * 10_000) == "h" * (MAX_HEADING_CHARS - 1) + "…"
+    assert clip_heading("word " + "h" * 10_000) == "word " + "h" * (MAX_HEADING_CHARS - 6) + "…"
+
+
+def test_long_markdown_headings_are_cut_where_they_are_loaded() -> None:
+    long = "Refund policy " * 100_000
+    data = f"# {long}\n\n## {long}\n\nRefunds take five days.\n\n## Short\n\nOk.\n".encode()
+    doc = load_document("notes.md", data)
+    clipped = clip_heading(long.strip())
+    assert doc.title == clipped
+    assert doc.sections == [(clipped, "Refunds take five days."), ("Short", "Ok.")]
+
+
+def test_a_long_html_title_and_heading_are_cut() -> None:
+    long = "Plans " * 10_000
+    page = f"<title>{long}</title><p>Intro.</p><h2>{long}</h2><p>Seats.</p>".encode()
+    doc = load_document("plans.html", page)
+    assert len(doc.title) <= MAX_HEADING_CHARS
+    assert [len(heading) <= MAX_HEADING_CHARS for heading, _ in doc.sections] == [True, True]
+    assert [text for _, text in doc.sections] == ["Intro.", "Seats."]
+
+
+def test_a_long_pdf_title_is_cut_before_the_page_number() -> None:
+    doc = load_document("m.pdf", minimal_pdf("Hello PDF", title="Manual " * 200, pages=2))
+    assert len(doc.title) <= MAX_HEADING_CHARS
+    headings = [heading for heading, _ in doc.sections]
+    assert [h.endswith(f"… (page {n})") for n, h in enumerate(headings, 1)] == [True, True]
+    assert all(len(h) <= MAX_HEADING_CHARS for h in headings)
+
+
+def test_a_text_links_name_is_cut_as_its_title() -> None:
+    doc = load_document("https://example.test/" + "a" * 1_000_000, b"Body.", kind="text")
+    assert doc.title == "a" * (MAX_HEADING_CHARS - 1) + "…"
+    assert doc.sections == [(doc.title, "Body.")]
+
+
+def test_headings_count_against_the_text_limit() -> None:
+    data = b"# T\n\n## " + b"h" * 200 + b"\n\n" + b"b" * 90 + b"\n"
+    assert len(load_document("a.md", data, limits=LoadLimits(max_text_chars=400)).sections) == 1
+    with pytest.raises(PayloadTooLarge, match="headings included") as raised:
+        load_document("a.md", data, limits=LoadLimits(max_text_chars=250))
+    assert raised.value.details == {"source": "a.md", "chars": 1 + 200 + 90}
+
+
+# --- a fetched page's charset ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["text", "markdown", "csv", "json"])
+def test_the_text_formats_are_decoded_with_the_charset_a_link_declares(kind: str) -> None:
+    text = {
+        "text": "Größe: 5 €",
+        "markdown": "# Größe\n\nFünf €",
+        "csv": "Größe,Preis\nM,5 €",
+        "json": '{"Größe": "5 €"}',
+    }[kind]
+    doc = load_document(
+        "https://docs.test/page", text.encode("utf-16-le"), kind=kind, charset="utf-16"
+    )
+    every = doc.title + " ".join(f"{heading} {body}" for heading, body in doc.sections)
+    assert "Größe" in every and "€" in every
+    latin = load_document(
+        "https://docs.test/l",
+        "Größe".encode("latin-1"),
+        kind=kind if kind != "json" else "text",
+        charset="ISO-8859-1",
+    )
+    assert "Größe" in latin.sections[0][1]
+
+
+def test_a_charset_no_text_codec_names_leaves_the_text_formats_to_utf8() -> None:
+    doc = load_document("https://docs.test/p", "Größe".encode(), kind="text", charset="base64")
+    assert doc.sections[0][1] == "Größe"
+    with pytest.raises(DocumentLoadError, match="not valid UTF-8"):
+        load_document(
+            "https://docs.test/p", "Größe".encode("utf-16-le"), kind="text", charset="x-bogus"
+        )
+
+
+def test_an_upload_without_a_charset_is_still_strict_utf8() -> None:
+    with pytest.raises(DocumentLoadError, match="not valid UTF-8"):
+        load_document("notes.txt", "Größe".encode("latin-1"))
