@@ -6,6 +6,10 @@ word, and only as a last resort inside a word), and each piece after the first s
 up to `overlap_chars` of the previous piece's end, so a fact that straddles a cut is still
 retrievable with its context. The output depends only on the input, so ids are stable
 across re-ingestion.
+
+Pieces are cut one at a time, so a bound on their number (`max_chunks`: what is left of an
+ingest request's chunk budget) stops the cutting as soon as it is passed, before a small
+stride over a long text has built millions of them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Iterator
 
 from chatqna.documents import Chunk, LoadedDocument, chunk_id_for
 
-__all__ = ["chunk_document"]
+__all__ = ["TooManyChunks", "chunk_document"]
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 # A sentence ends at . ! or ? (optionally followed by a closing quote or bracket) before
@@ -31,13 +35,29 @@ _SCAN_CHARS = 64 * 1024
 _Unit = tuple[str, str]
 
 
+class TooManyChunks(Exception):
+    """`doc` is cut into more than `limit` chunks: `count` (= `limit + 1`) were cut when
+    the cutting stopped."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(f"more than {limit} chunks")
+        self.count = count
+        self.limit = limit
+
+
 def chunk_document(
-    doc: LoadedDocument, max_chars: int = 1200, overlap_chars: int = 150
+    doc: LoadedDocument,
+    max_chars: int = 1200,
+    overlap_chars: int = 150,
+    *,
+    max_chunks: int | None = None,
 ) -> list[Chunk]:
     """Split `doc` into chunks of at most `max_chars` characters, indexed 0..n-1.
 
     Each chunk's `title` is its section heading (or the document title when the heading is
-    empty). Raises `ValueError` unless `max_chars > overlap_chars >= 0`.
+    empty). Raises `ValueError` unless `max_chars > overlap_chars >= 0`, and
+    `TooManyChunks` as soon as a piece past the first `max_chunks` is cut (no bound when
+    `None`).
     """
     if not max_chars > overlap_chars >= 0:
         raise ValueError(
@@ -49,9 +69,11 @@ def chunk_document(
         text = text.strip()
         if not text:
             continue
-        pieces = [text] if len(text) <= max_chars else _split(text, max_chars, overlap_chars)
+        pieces = (text,) if len(text) <= max_chars else _split(text, max_chars, overlap_chars)
         for piece in pieces:
             index = len(chunks)
+            if max_chunks is not None and index >= max_chunks:
+                raise TooManyChunks(index + 1, max_chunks)
             chunks.append(
                 Chunk(
                     id=chunk_id_for(doc.source, index),
@@ -64,10 +86,10 @@ def chunk_document(
     return chunks
 
 
-def _split(text: str, max_chars: int, overlap_chars: int) -> list[str]:
+def _split(text: str, max_chars: int, overlap_chars: int) -> Iterator[str]:
+    """The pieces of `text`, one at a time: none is cut before the one ahead is taken."""
     # Units are kept short enough that a full overlap still fits in front of any of them.
     units = _units(text, max_chars - overlap_chars)
-    pieces: list[str] = []
     current = ""
     for separator, unit in units:
         if not current:
@@ -75,38 +97,36 @@ def _split(text: str, max_chars: int, overlap_chars: int) -> list[str]:
         elif len(current) + len(separator) + len(unit) <= max_chars:
             current += separator + unit
         else:
-            pieces.append(current)
+            yield current
             room = min(overlap_chars, max_chars - len(separator) - len(unit))
             tail = _tail(current, room)
             current = tail + separator + unit if tail else unit
     if current:
-        pieces.append(current)
-    return pieces
+        yield current
 
 
-def _units(text: str, limit: int) -> list[_Unit]:
-    """Break `text` into pieces of at most `limit` chars, as coarsely as possible."""
-    units: list[_Unit] = []
+def _units(text: str, limit: int) -> Iterator[_Unit]:
+    """Break `text` into pieces of at most `limit` chars, as coarsely as possible. (The
+    first one's separator is "", and `_split` does not read it.)"""
+    started = False  # a paragraph has been given; every paragraph gives a piece
     for paragraph in _paragraphs(text):
         paragraph = paragraph.strip()
         if not paragraph:
             continue
-        separator = "\n\n" if units else ""
+        separator = "\n\n" if started else ""
+        started = True
         if len(paragraph) <= limit:
-            units.append((separator, paragraph))
+            yield (separator, paragraph)
             continue
         for sentence_sep, sentence in _sentences(paragraph):
             sep = separator or sentence_sep
             separator = ""
             if len(sentence) <= limit:
-                units.append((sep, sentence))
+                yield (sep, sentence)
                 continue
             for word_sep, piece in _hard_split(sentence, limit):
-                units.append((sep or word_sep, piece))
+                yield (sep or word_sep, piece)
                 sep = ""
-    if units:
-        units[0] = ("", units[0][1])
-    return units
 
 
 def _paragraphs(text: str) -> Iterator[str]:
@@ -150,43 +170,39 @@ def _sentence_breaks(paragraph: str) -> Iterator[tuple[int, int]]:
         start = following
 
 
-def _sentences(paragraph: str) -> list[_Unit]:
-    sentences: list[_Unit] = []
+def _sentences(paragraph: str) -> Iterator[_Unit]:
     start = 0
     separator = ""
     for begin, end in _sentence_breaks(paragraph):
         sentence = paragraph[start:begin].strip()
         if sentence:
-            sentences.append((separator, sentence))
+            yield (separator, sentence)
             # Keep "" after a CJK full stop; any run of whitespace reads the same as one space.
             separator = " " if end > begin else ""
         start = end
     if paragraph[start:].strip():
-        sentences.append((separator, paragraph[start:].strip()))
-    return sentences
+        yield (separator, paragraph[start:].strip())
 
 
-def _hard_split(sentence: str, limit: int) -> list[_Unit]:
+def _hard_split(sentence: str, limit: int) -> Iterator[_Unit]:
     """Cut at the last whitespace before `limit`; inside a word only if there is none.
 
     Walks `sentence` by index: slicing off the rest at every cut would copy it each time,
     quadratic in a long text without sentence or paragraph breaks.
     """
-    pieces: list[_Unit] = []
     separator = ""
     start, end = 0, len(sentence)
     while end - start > limit:
         spaces = _WHITESPACE.finditer(sentence, start, start + limit + 1)
         cut = max((m.start() for m in spaces), default=start)
         if cut > start:
-            pieces.append((separator, sentence[start:cut].rstrip()))
+            yield (separator, sentence[start:cut].rstrip())
             start, separator = _next_non_space(sentence, cut), " "
         else:
-            pieces.append((separator, sentence[start : start + limit]))
+            yield (separator, sentence[start : start + limit])
             start, separator = start + limit, ""
     if start < end:
-        pieces.append((separator, sentence[start:]))
-    return pieces
+        yield (separator, sentence[start:])
 
 
 def _next_non_space(text: str, start: int) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 from chatqna.backends.protocols import Embedder, Retriever, SourceBatch
 from chatqna.documents import INDEXED_TEXT_VERSION, Chunk
 from chatqna.errors import InvalidRequest, PayloadTooLarge, UnsupportedFileType
-from chatqna.ingest.chunking import chunk_document
+from chatqna.ingest.chunking import TooManyChunks, chunk_document
 from chatqna.ingest.loaders import (
     SUPPORTED_SUFFIXES,
     LoadLimits,
@@ -71,8 +71,9 @@ class RequestLimits:
     """Bounds on what one request's files may expand to together, so many small files that
     each unpack to just under `LoadLimits` cannot add up to gigabytes: the characters of
     text they hold (headings included) and the chunks they are cut into. Counted as each
-    file is loaded and chunked; passing either refuses the request (413) before anything is
-    embedded or written."""
+    file is loaded and chunked (a file's chunking stops as soon as it passes what is left of
+    `max_chunks`); passing either refuses the request (413) before anything is embedded or
+    written."""
 
     max_text_chars: int
     max_chunks: int
@@ -98,6 +99,10 @@ class _Budget:
         self.chars += chars
         if self._limits is not None and self.chars > self._limits.max_text_chars:
             raise _too_much(source, "characters of text", self.chars, self._limits.max_text_chars)
+
+    def chunks_left(self) -> int | None:
+        """How many more chunks the request may have (`None`: no bound)."""
+        return None if self._limits is None else max(self._limits.max_chunks - self.chunks, 0)
 
     def add_chunks(self, source: str, chunks: int) -> None:
         self.chunks += chunks
@@ -263,8 +268,17 @@ def _load_and_chunk(
             item.source, item.data, kind=item.kind, charset=item.charset, limits=limits
         )
         budget.add_text(item.source, text_chars(document))
-        chunks = chunk_document(document, max_chars=chunk_size, overlap_chars=chunk_overlap)
-        budget.add_chunks(item.source, len(chunks))
+        try:
+            chunks = chunk_document(
+                document,
+                max_chars=chunk_size,
+                overlap_chars=chunk_overlap,
+                max_chunks=budget.chunks_left(),
+            )
+            count = len(chunks)
+        except TooManyChunks as stopped:  # cut short past what was left: refused just below
+            chunks, count = [], stopped.count
+        budget.add_chunks(item.source, count)
         pending.append((item, digest, chunks))
     return pending, results
 

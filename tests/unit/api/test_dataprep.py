@@ -171,6 +171,25 @@ async def test_a_request_beyond_its_chunk_budget_is_413_and_changes_nothing(
     assert fits.status_code == 200, fits.text
 
 
+async def test_a_one_character_stride_over_a_long_text_is_413_at_the_chunk_budget(
+    client_for: ClientFactory, settings: Settings
+) -> None:
+    small = settings.model_copy(update={"chatqna_dataprep_max_request_chunks": 50})
+    client = await client_for(await make_backends(small), small)
+    before = await _sources(client)
+    text = b"x" * 200_000  # a stride of one character: unbounded, some 200,000 chunks
+    response = await client.post(
+        "/v1/dataprep/ingest",
+        files=[("files", ("big.txt", text, "text/plain"))],
+        data={"chunk_size": "100", "chunk_overlap": "99"},
+    )
+    assert response.status_code == 413
+    body = response.json()
+    assert (body["error"], body["reason"]) == ("payload_too_large", "request_too_large")
+    assert body["details"] == {"source": "big.txt", "count": 51, "limit": 50}
+    assert await _sources(client) == before
+
+
 async def test_a_form_with_more_files_than_the_form_limit_is_400(
     client_for: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+import chatqna
 from chatqna.documents import LoadedDocument, chunk_id_for
 from chatqna.ingest import chunking
 from chatqna.ingest.chunking import chunk_document
@@ -167,7 +172,7 @@ TEXT = st.lists(
 @given(TEXT, st.integers(min_value=1, max_value=30))
 def test_the_hard_split_matches_the_slicing_reference(text: str, limit: int) -> None:
     sentence = text.strip()
-    assert chunking._hard_split(sentence, limit) == _hard_split_by_slicing(sentence, limit)
+    assert list(chunking._hard_split(sentence, limit)) == _hard_split_by_slicing(sentence, limit)
 
 
 @given(TEXT, st.integers(min_value=2, max_value=40), st.data())
@@ -242,3 +247,99 @@ def test_a_paragraph_longer_than_the_scan_window_is_cut_as_by_one_scan() -> None
         patch.setattr(chunking, "_SCAN_CHARS", len(text) + 1)  # one scan of the whole text
         assert chunks == [c.text for c in chunk_document(doc, 1200, 150)]
     assert chunks[-1].endswith("end! Last")
+
+
+# --- a bound on the number of chunks --------------------------------------------------------------
+
+
+def counting_split(patch: pytest.MonkeyPatch) -> list[str]:
+    """Make `chunk_document` cut through a spy; returns the pieces it drew, as it draws them."""
+    drawn: list[str] = []
+    split = chunking._split
+
+    def spy(text: str, max_chars: int, overlap_chars: int) -> Iterator[str]:
+        for piece in split(text, max_chars, overlap_chars):
+            drawn.append(piece)
+            yield piece
+
+    patch.setattr(chunking, "_split", spy)
+    return drawn
+
+
+def test_the_cutting_stops_as_soon_as_the_bound_is_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stride of one character: unbounded, this body is cut into about 20,000 chunks.
+    doc = LoadedDocument("big.txt", "Big", [("Intro", "Short."), ("Body", "x" * 20_000)])
+    assert len(chunk_document(doc, 100, 99)) > 19_000
+    drawn = counting_split(monkeypatch)
+    with pytest.raises(chunking.TooManyChunks) as stopped:
+        chunk_document(doc, 100, 99, max_chunks=10)
+    assert (stopped.value.count, stopped.value.limit) == (11, 10)
+    assert 1 + len(drawn) == 11  # the short section, then body pieces up to the eleventh
+
+
+@pytest.mark.parametrize(("max_chars", "overlap"), [(200, 40), (100, 99)])
+def test_a_bound_that_is_not_passed_changes_nothing(max_chars: int, overlap: int) -> None:
+    doc = LoadedDocument("p.txt", "P", [("A", "Short."), ("B", long_paragraphs(3, 4))])
+    unbounded = chunk_document(doc, max_chars, overlap)
+    assert chunk_document(doc, max_chars, overlap, max_chunks=len(unbounded)) == unbounded
+    with pytest.raises(chunking.TooManyChunks) as stopped:
+        chunk_document(doc, max_chars, overlap, max_chunks=len(unbounded) - 1)
+    assert stopped.value.count == len(unbounded)
+
+
+def test_a_bound_of_zero_refuses_any_chunk_but_not_an_empty_document() -> None:
+    assert chunk_document(LoadedDocument("e.txt", "E", [("E", " \n ")]), max_chunks=0) == []
+    with pytest.raises(chunking.TooManyChunks):
+        chunk_document(LoadedDocument("a.txt", "A", [("A", "a")]), max_chunks=0)
+
+
+# --- the chunks themselves, as released ---------------------------------------------------------
+
+SAMPLE_CORPUS = Path(chatqna.__file__).parent / "sample_corpus"
+
+
+def golden_documents(case: str) -> list[LoadedDocument]:
+    if case == "sample":
+        return [load_document(p.name, p.read_bytes()) for p in sorted(SAMPLE_CORPUS.glob("*.md"))]
+    texts = {
+        "paragraphs": long_paragraphs(paragraphs=6, sentences_each=5),
+        "log": "word\n" * 2_000,
+        "cjk": "".join(
+            f"第{n}句讲的是退款和发票。" + ("真的吗？" if n % 3 else "") for n in range(80)
+        ),
+        "nospace": "x" * 1_000 + " y",
+        "mixed": 'He said "stop." Then\u00a0left!\t(Really.)  Yes\u3000no\n \n' * 40,
+    }
+    if case in texts:
+        return [LoadedDocument(f"{case}.txt", case.title(), [(case, texts[case])])]
+    sections = [("One", sentence(1)), ("", "  \n "), ("", long_paragraphs(2, 4)), ("Two", "ok")]
+    return [LoadedDocument("sections.md", "Sections", sections)]
+
+
+# The chunks' ids, indexes, titles and texts as released (a digest of them, and their number):
+# retrieval results, and the benchmarks measured on them, depend on every byte.
+GOLDEN = {
+    ("sample", 1200, 150): ("8b5dfebc056bef37", 36),
+    ("sample", 300, 60): ("fabe1e292fee10ae", 109),
+    ("sample", 100, 99): ("07efbbd25645ff43", 2846),
+    ("sample", 40, 0): ("11599d33d23662d3", 594),
+    ("paragraphs", 500, 80): ("100916b7d9c9b70d", 6),
+    ("paragraphs", 200, 199): ("3a581a78f232e485", 299),
+    ("log", 100, 10): ("b6767b0ff9632efd", 112),
+    ("cjk", 60, 20): ("32286dd17b9cc765", 39),
+    ("cjk", 7, 6): ("474fce0677238bc1", 1236),
+    ("nospace", 300, 50): ("5413ef97723adf23", 5),
+    ("mixed", 80, 30): ("a99ec8a1cd6cd7ca", 40),
+    ("mixed", 12, 11): ("45ddbec819be6959", 319),
+    ("sections", 120, 40): ("295bdaf520d61502", 10),
+}
+
+
+@pytest.mark.parametrize(("case", "max_chars", "overlap"), sorted(GOLDEN))
+def test_chunks_are_those_released(case: str, max_chars: int, overlap: int) -> None:
+    chunks = [
+        chunk for doc in golden_documents(case) for chunk in chunk_document(doc, max_chars, overlap)
+    ]
+    rows = [[c.id, c.index, c.title, c.text, c.source] for c in chunks]
+    digest = hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()[:16]
+    assert (digest, len(chunks)) == GOLDEN[case, max_chars, overlap]

@@ -7,7 +7,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.errors import DocumentLoadError, InvalidRequest, PayloadTooLarge, UnsupportedFileType
+from chatqna.ingest import chunking
 from chatqna.ingest.dataprep import (
     IngestFile,
     IngestResult,
@@ -446,6 +447,50 @@ async def test_a_request_beyond_its_budget_is_refused_before_anything_is_embedde
     assert raised.value.details["source"] == "notes.txt"  # the file that passed the bound
     assert len(embedder.batches) == batches
     assert await snapshot(store) == before
+
+
+async def test_a_file_cut_into_too_many_chunks_stops_being_cut_at_the_bound(
+    embedder: HashingEmbedder, store: EmbeddedHybridIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await ingest_files([IngestFile("faq.md", FAQ)], embedder, store)
+    before, batches = await snapshot(store), len(embedder.batches)
+    drawn = 0
+    split = chunking._split
+
+    def counting(text: str, max_chars: int, overlap_chars: int) -> Iterator[str]:
+        nonlocal drawn
+        for piece in split(text, max_chars, overlap_chars):
+            drawn += 1
+            yield piece
+
+    monkeypatch.setattr(chunking, "_split", counting)
+    # A stride of one character over 200,000: unbounded, some 200,000 chunks.
+    big = IngestFile("big.txt", b"x" * 200_000)
+    limits = RequestLimits(max_text_chars=1_000_000, max_chunks=50)
+    with pytest.raises(PayloadTooLarge, match="chunks") as raised:
+        await ingest_files(
+            [IngestFile("notes.txt", NOTES), big],
+            embedder,
+            store,
+            chunk_size=100,
+            chunk_overlap=99,
+            per_request=limits,
+        )
+    assert raised.value.status_code == 413
+    assert raised.value.reason == "request_too_large"
+    assert raised.value.details == {"source": "big.txt", "count": 51, "limit": 50}
+    assert drawn == 50  # notes.txt is one chunk; big.txt's 50th piece passed the bound
+    assert len(embedder.batches) == batches
+    assert await snapshot(store) == before
+
+
+async def test_without_a_request_budget_a_file_is_cut_whole(
+    embedder: HashingEmbedder, store: EmbeddedHybridIndex
+) -> None:
+    # The CLI gives no per-request budget: nothing bounds the cutting.
+    big = IngestFile("big.txt", b"x" * 700)
+    [result] = await ingest_files([big], embedder, store, chunk_size=100, chunk_overlap=99)
+    assert (result.status, result.chunks) == ("ingested", 601)
 
 
 async def test_the_budget_counts_only_the_files_to_embed(
