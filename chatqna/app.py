@@ -1,8 +1,9 @@
 """`create_app(settings, backends=None)`: the FastAPI application.
 
 The lifespan builds the backends once (unless a test passes its own) and closes them at
-shutdown; start-up warnings from the settings are logged once. `serve_workers` runs the app
-in several processes on one port (`chatqna serve --workers N`).
+shutdown; start-up warnings (from the settings, and spreadsheets refused when openpyxl
+would expand XML entities) are logged once. `serve_workers` runs the app in several
+processes on one port (`chatqna serve --workers N`).
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for warning in settings.startup_warnings():
+        for warning in [*settings.startup_warnings(), *dataprep.startup_warnings()]:
             logger.warning(warning)
         if contrib_instrumented(app):
             logger.warning(CONTRIB_WARNING)
