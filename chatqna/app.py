@@ -46,6 +46,7 @@ from chatqna.telemetry.tracing import (
     configure_propagation,
     configure_tracing,
     contrib_instrumented,
+    tracing_recorded,
 )
 
 logger = logging.getLogger("chatqna")
@@ -178,7 +179,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for warning in [*settings.startup_warnings(), *dataprep.startup_warnings()]:
             logger.warning(warning)
-        if contrib_instrumented(app):
+        if contrib_instrumented(app) and tracing_recorded():
             logger.warning(CONTRIB_WARNING)
         owned = backends is None
         if backends is not None:
