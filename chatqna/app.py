@@ -1,8 +1,9 @@
 """`create_app(settings, backends=None)`: the FastAPI application.
 
 The lifespan builds the backends once (unless a test passes its own) and closes them at
-shutdown; start-up warnings from the settings are logged once. `serve_workers` runs the app
-in several processes on one port (`chatqna serve --workers N`).
+shutdown; start-up warnings (from the settings, and spreadsheets refused when openpyxl
+would expand XML entities) are logged once. `serve_workers` runs the app in several
+processes on one port (`chatqna serve --workers N`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from chatqna.telemetry.tracing import (
     configure_propagation,
     configure_tracing,
     contrib_instrumented,
+    tracing_recorded,
 )
 
 logger = logging.getLogger("chatqna")
@@ -175,9 +177,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for warning in settings.startup_warnings():
+        for warning in [*settings.startup_warnings(), *dataprep.startup_warnings()]:
             logger.warning(warning)
-        if contrib_instrumented(app):
+        if contrib_instrumented(app) and tracing_recorded():
             logger.warning(CONTRIB_WARNING)
         owned = backends is None
         if backends is not None:

@@ -17,7 +17,8 @@ What is checked:
   defaults agree between the compose files and `.env.example`.
 - Wiring: ChatQnA containers listen on the settings' default ports, every URL they (and the
   Grafana and scrape configs) are given names a compose service and a port it listens on,
-  they wait for those services to be healthy, and bind mounts and volumes exist.
+  they wait for those services to be healthy, their `NO_PROXY` and `no_proxy` name every
+  service they call, and bind mounts and volumes exist.
 - The Dockerfile: multi-stage, a non-root user, a health check on `/v1/health_check`, the
   settings' ports exposed, every `COPY` source present and not excluded by `.dockerignore`,
   the same GGUF package pin as `scripts/setup-venv`; and every data file of the `chatqna`
@@ -127,7 +128,11 @@ PROCESS_VARIABLES = {
     "HTTP_PROXY": "the HTTP clients (httpx2, the OTLP exporter's requests)",
     "HTTPS_PROXY": "the HTTP clients",
     "NO_PROXY": "the HTTP clients",
+    "no_proxy": "the HTTP clients: NO_PROXY's lower-case twin, read where both are set",
 }
+
+# The variables that keep a ChatQnA container's calls into the stack off a proxy.
+PROXY_BYPASS = ("NO_PROXY", "no_proxy")
 
 
 def container_variables() -> set[str]:
@@ -318,12 +323,15 @@ def schema_problems(doc: Any, schema: Mapping[str, Any], where: str) -> list[Pro
 def _reference_problems(
     refs: list[Reference], documented: Mapping[str, str], commented: Mapping[str, str]
 ) -> list[Problem]:
-    """Each reference is documented (a pass-through may be, commented out), has a default,
-    and the defaults agree."""
+    """Each reference is documented, has a default, and the defaults agree. A pass-through
+    may be documented commented out, and so may a variable compose gives a default (the
+    commented value is then that default)."""
     problems = []
     defaults: dict[str, set[str]] = {}
     for ref in refs:
         given = documented.get(ref.name)
+        if given is None and ref.default is not None:
+            given = commented.get(ref.name)
         if given is None and not (ref.passthrough and ref.name in commented):
             problems.append(
                 Problem("undocumented_variable", ref.where, f"{ref.name} is not in .env.example")
@@ -534,6 +542,39 @@ def _chatqna_problems(doc: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
+def called_hosts(doc: Mapping[str, Any], service: str) -> set[str]:
+    """The stack's hosts a ChatQnA container calls: those its URLs name, and the services
+    it waits for."""
+    services = doc["services"]
+    hosts = service_hosts(doc)
+    called = set(_depends_on(services[service]))
+    for _, value in environment_entries(services[service]):
+        host = urlsplit(value).hostname if value and "://" in value else None
+        if host in hosts:
+            called.add(host)
+    return called
+
+
+def proxy_problems(doc: Mapping[str, Any]) -> list[Problem]:
+    """Each ChatQnA container's NO_PROXY and no_proxy name every host of the stack it
+    calls, so a proxy set for the outside world never carries its calls into the stack."""
+    problems = []
+    for name in chatqna_services(doc):
+        entries = dict(environment_entries(doc["services"][name]))
+        for variable in PROXY_BYPASS:
+            listed = {host.strip() for host in (entries.get(variable) or "").split(",")}
+            missing = sorted(called_hosts(doc, name) - listed)
+            if missing:
+                problems.append(
+                    Problem(
+                        "proxied_service",
+                        f"services.{name}.environment.{variable}",
+                        f"does not name {', '.join(missing)}",
+                    )
+                )
+    return problems
+
+
 def _dependency_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Dependencies exist, and those waited on as healthy have a health check."""
     problems = []
@@ -581,7 +622,7 @@ def wiring_problems(
     extra_urls: list[tuple[str, str]] | None = None,
 ) -> list[Problem]:
     """Ports, URLs, dependencies, health checks, mounts and volumes of an interpolated file."""
-    problems = _chatqna_problems(doc)
+    problems = _chatqna_problems(doc) + proxy_problems(doc)
     for where, url in extra_urls or []:
         problems.extend(url_problems(doc, where, url))
     return problems + _dependency_problems(doc) + _volume_problems(doc, repo)

@@ -39,6 +39,7 @@ from chatqna.api.schemas import (
     SourceEntry,
 )
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
+from chatqna.ingest import office
 from chatqna.ingest.dataprep import (
     IngestFile,
     check_files,
@@ -55,6 +56,11 @@ router = APIRouter(
     tags=["dataprep"],
     responses=error_responses(401, 500, 503),
 )
+
+
+def startup_warnings() -> list[str]:
+    """The files this process refuses to ingest, and why (logged once at start-up)."""
+    return office.startup_warnings()
 
 
 async def link_fetcher(state: State) -> LinkFetcher:

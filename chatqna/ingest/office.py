@@ -10,11 +10,15 @@ No part's XML entities are expanded: python-docx, python-pptx and openpyxl's who
 reads parse with lxml without resolving them, and openpyxl streams worksheets and shared
 strings through defusedxml, which refuses any entity declaration before it is used (the
 standard library's parser would expand a few kilobytes of references into gigabytes).
+When openpyxl is set not to use defusedxml (`OPENPYXL_DEFUSEDXML` other than exactly
+`True`), spreadsheets are refused (422, reason `xml_unprotected`) and a warning is logged
+at start-up; the other formats are read as ever.
 """
 
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,7 +36,7 @@ from chatqna.errors import ChatQnAError, DocumentLoadError
 from chatqna.ingest.office_package import XLSX_STREAMED, open_package
 from chatqna.ingest.tables import CellCounter, Counters, LoadLimits, table_rows
 
-__all__ = ["load_docx", "load_pptx", "load_xlsx"]
+__all__ = ["XLSX_PROTECTED", "load_docx", "load_pptx", "load_xlsx", "startup_warnings"]
 
 Sections = list[tuple[str, str]]
 
@@ -40,15 +44,24 @@ Sections = list[tuple[str, str]]
 # hyperlinks, and the runs of those hyperlinks.
 _WORD_RUNS = "count(.//w:p/w:r | .//w:p/w:hyperlink | .//w:p/w:hyperlink/w:r)"
 
-# openpyxl chooses its streaming parser once, when it is imported: defusedxml's when that is
-# installed and OPENPYXL_DEFUSEDXML is unset or "True", else the standard library's, which
-# expands entities. Without the former no spreadsheet may be read, so refuse to start.
-if not openpyxl.xml.DEFUSEDXML:
-    raise ImportError(
-        "openpyxl is not reading XML through defusedxml (defusedxml is missing, or "
-        "OPENPYXL_DEFUSEDXML is set to something other than True): spreadsheets could "
-        "expand XML entities without bound"
-    )
+# openpyxl chooses its XML parsers once, when it is imported: defusedxml's when that is
+# installed and OPENPYXL_DEFUSEDXML is unset or exactly "True", else the standard library's,
+# which expands entities. Without the former no spreadsheet is read (`load_xlsx` refuses
+# them); Word and PowerPoint files, parsed by lxml without resolving entities, still are.
+XLSX_PROTECTED: bool = openpyxl.xml.DEFUSEDXML
+_DEFUSEDXML_SETTING = os.environ.get("OPENPYXL_DEFUSEDXML")  # as openpyxl read it
+
+
+def startup_warnings() -> list[str]:
+    """What to log once when the service starts: spreadsheets refused, and why."""
+    if XLSX_PROTECTED:
+        return []
+    return [
+        "openpyxl is not reading XML through defusedxml (OPENPYXL_DEFUSEDXML="
+        f"{_DEFUSEDXML_SETTING!r}; it must be unset or exactly True, "
+        "and defusedxml installed): .xlsx uploads are refused with 422 document_unreadable, "
+        "reason xml_unprotected"
+    ]
 
 
 def _parse(source: str, what: str, parse: Callable[[], Any]) -> Any:
@@ -227,6 +240,12 @@ def _read_pptx(deck: Any, stem: str, source: str, limits: LoadLimits) -> tuple[s
 
 
 def load_xlsx(source: str, stem: str, data: bytes, limits: LoadLimits) -> tuple[str, Sections]:
+    if not XLSX_PROTECTED:
+        raise DocumentLoadError(
+            f"{source} is refused: this service reads no spreadsheets, as its XML parser "
+            "would expand entities; OPENPYXL_DEFUSEDXML must be unset or exactly True",
+            reason="xml_unprotected",
+        )
     open_package(source, data, limits, streamed=XLSX_STREAMED)
     result: tuple[str, Sections] = _parse(
         source, "Excel", lambda: _read_xlsx(data, stem, source, limits)

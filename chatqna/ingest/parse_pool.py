@@ -78,14 +78,23 @@ class ParseSlot:
         waits leaves the line (the limiter passes a token just handed to it on to the
         next) and does nothing more. `waiting`, when given, runs the wait for the token
         and may stop it (the API's `while_connected` does when the client leaves): what it
-        raises then leaves the line the same way, holding no token."""
+        raises then leaves the line the same way, holding no token, also when it is
+        stopped just as the token comes (a cancelled request gives a token granted to it
+        back at once). A `waiting` that raises has ended the wait it runs."""
         if self._pool.closed:
             raise ServiceUnavailable(_CLOSED)
         limiter = self._pool.limiter
         # The slot borrows the token, not the task: `run` hands the work to a job of its
         # own, and a cancelled request's token stays borrowed until that job is done.
         taking = limiter.acquire_on_behalf_of(self)
-        await (taking if waiting is None else waiting(taking))
+        try:
+            await (taking if waiting is None else waiting(taking))
+        except BaseException:
+            # Stopped (cancelled) just as the token came: the wait itself finished, so the
+            # limiter did not take the token back, and the request will never release it.
+            if self in limiter.statistics().borrowers:
+                limiter.release_on_behalf_of(self)
+            raise
         self._working = True
         try:
             yield

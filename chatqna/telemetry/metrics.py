@@ -131,8 +131,9 @@ class ServiceMetrics:
         HTTP conventions have it (`sanitize_method`, which keeps every method when
         `OTEL_PYTHON_INSTRUMENTATION_HTTP_CAPTURE_ALL_METHODS` is set): a server that
         accepts any token as a method (uvicorn on h11) would otherwise make a series of
-        each one a client invents."""
-        method = sanitize_method(method)
+        each one a client invents. Methods are case-sensitive: `get` is not `GET`, so a
+        method counts under its name only as `sanitize_method` spells it (upper case)."""
+        method = method if sanitize_method(method) == method else "_OTHER"
         key = (route, method, status)
         child = self._request_children.get(key)
         if child is None:

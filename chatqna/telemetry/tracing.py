@@ -19,7 +19,8 @@ from the few variables `Settings` reads:
 When a tracer provider is installed already (`opentelemetry-instrument`, a distro, an
 application embedding the service), it is used as it is and nothing is installed. When
 opentelemetry-instrumentation-fastapi has instrumented the app (`opentelemetry-bootstrap -a
-install` installs it), FastAPI's own tracing steps aside for it; `contrib_instrumented` tells.
+install` installs it), FastAPI's own tracing steps aside for it; `contrib_instrumented` tells,
+and `tracing_recorded` whether spans are recorded at all.
 
 `OTEL_PROPAGATORS=none` takes no context from the request headers and sends none upstream
 (`NoPropagation` stands in for what opentelemetry-api builds for it).
@@ -217,6 +218,17 @@ def contrib_instrumented(app: object) -> bool:
             return True
         layer = getattr(layer, "app", None)
     return False
+
+
+def tracing_recorded() -> bool:
+    """Whether the process's tracer provider records spans, as the instrumentation would
+    get its tracer from it: not while none is installed (the API's proxy), nor with a no-op
+    one, nor with the SDK's under `OTEL_SDK_DISABLED=true` (it hands out no-op tracers),
+    all of which `opentelemetry-instrument` may leave while it still instruments."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider):
+        return False
+    return not isinstance(provider.get_tracer(CONTRIB_MIDDLEWARE[0]), trace.NoOpTracer)
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,6 @@ PASSED_THROUGH = (
     "FORWARDED_ALLOW_IPS",
     "HTTP_PROXY",
     "HTTPS_PROXY",
-    "NO_PROXY",
 )
 
 
@@ -174,6 +173,49 @@ def test_sdk_server_and_proxy_variables_reach_every_chatqna_container_only_when_
             checks.container_environment(compose, service, env.values)
         )
     assert set(PASSED_THROUGH) <= set(env.commented)
+
+
+def test_the_stack_s_services_are_never_reached_through_a_proxy(
+    compose: dict[str, Any], env: checks.EnvExample
+) -> None:
+    proxy = {
+        "HTTP_PROXY": "http://proxy.internal:3128",
+        "HTTPS_PROXY": "http://proxy.internal:3128",
+    }
+    defaults = checks.interpolate_doc(compose, {})
+    for service in checks.chatqna_services(compose):
+        # The hosts the container calls, from the file's own endpoints and dependencies.
+        called = checks.called_hosts(defaults, service)
+        environment = checks.container_environment(compose, service, proxy)
+        for variable in checks.PROXY_BYPASS:
+            assert called <= set(environment[variable].split(",")), (service, variable)
+        # .env.example shows the same list, commented out.
+        assert environment["NO_PROXY"] == env.commented["NO_PROXY"]
+        # An operator's own NO_PROXY is used as given, by both spellings.
+        own = checks.container_environment(compose, service, {**proxy, "NO_PROXY": "corp.internal"})
+        assert [own[variable] for variable in checks.PROXY_BYPASS] == ["corp.internal"] * 2
+    backend = checks.called_hosts(defaults, "chatqna-xeon-backend-server")
+    assert {"tei-embedding-service", "vllm-service", "retriever", "victoriatraces"} <= backend
+
+
+@pytest.mark.parametrize("variable", ["NO_PROXY", "no_proxy"])
+def test_a_service_left_out_of_no_proxy_is_reported(compose: dict[str, Any], variable: str) -> None:
+    backend = compose["services"]["chatqna-xeon-backend-server"]["environment"]
+    backend[variable] = "localhost,127.0.0.1,tei-embedding-service,vllm-service"
+    problems = planted_wiring_problems(compose)
+    assert [(p.kind, p.where) for p in problems] == [
+        ("proxied_service", f"services.chatqna-xeon-backend-server.environment.{variable}")
+    ]
+    for host in ("tei-reranking-service", "redis-vector-db", "retriever", "victoriatraces"):
+        assert host in problems[0].detail
+
+
+def test_a_no_proxy_default_that_disagrees_with_env_example_is_reported(
+    compose: dict[str, Any], env: checks.EnvExample
+) -> None:
+    planted = copy.deepcopy(env)
+    planted.commented["NO_PROXY"] = "localhost,127.0.0.1"
+    assert "default_mismatch" in kinds(planted_variable_problems(compose, planted))
 
 
 def test_the_embedded_service_exports_traces_when_given_an_endpoint(
@@ -377,20 +419,21 @@ def test_a_misspelt_setting_in_a_container_is_reported(compose: dict[str, Any]) 
 
 
 @pytest.mark.parametrize(
-    ("url", "kind"),
+    ("url", "expected"),
     [
-        ("http://tei-embeding-service:80", "unknown_host"),
-        ("http://tei-embedding-service:6006", "wrong_port"),
-        ("http://grafana:3000", "missing_dependency"),
+        ("http://tei-embeding-service:80", {"unknown_host"}),
+        ("http://tei-embedding-service:6006", {"wrong_port"}),
+        # Neither waited for nor in NO_PROXY.
+        ("http://grafana:3000", {"missing_dependency", "proxied_service"}),
     ],
 )
 def test_an_endpoint_that_misses_its_service_is_reported(
-    compose: dict[str, Any], url: str, kind: str
+    compose: dict[str, Any], url: str, expected: set[str]
 ) -> None:
     backend = compose["services"]["chatqna-xeon-backend-server"]
     backend["environment"]["TEI_EMBEDDING_ENDPOINT"] = url
     problems = planted_wiring_problems(compose)
-    assert kinds(problems) == {kind}
+    assert kinds(problems) == expected
 
 
 def test_an_endpoint_outside_the_stack_is_not_checked(compose: dict[str, Any]) -> None:

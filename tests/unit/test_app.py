@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna import app as app_module
@@ -83,11 +85,11 @@ class OpenTelemetryMiddleware:
 OpenTelemetryMiddleware.__module__ = "opentelemetry.instrumentation.asgi"
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("instrumented", [True, False])
-async def test_the_fastapi_instrumentation_is_named_once_at_start_up(
+async def contrib_warnings(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, instrumented: bool
-) -> None:
+) -> list[logging.LogRecord]:
+    """The warnings naming the FastAPI instrumentation that the app logs at start-up."""
+
     async def stop_there(settings: Settings) -> Any:
         raise StartupFailed("stop after the warnings")
 
@@ -101,5 +103,36 @@ async def test_the_fastapi_instrumentation_is_named_once_at_start_up(
     named = [
         r for r in caplog.records if "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=fastapi" in r.message
     ]
-    assert len(named) == (1 if instrumented else 0)
     assert all(record.levelno == logging.WARNING for record in named)
+    return named
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("instrumented", [True, False])
+async def test_the_fastapi_instrumentation_is_named_once_at_start_up(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, instrumented: bool
+) -> None:
+    # The tests' global provider is the SDK's, recording.
+    assert len(await contrib_warnings(monkeypatch, caplog, instrumented)) == int(instrumented)
+
+
+def sdk_disabled_provider(monkeypatch: pytest.MonkeyPatch) -> TracerProvider:
+    """What opentelemetry-instrument installs under OTEL_SDK_DISABLED=true."""
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    provider = TracerProvider()
+    monkeypatch.delenv("OTEL_SDK_DISABLED")
+    return provider
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provider", ["sdk_disabled", "none_installed", "no_op"])
+async def test_the_instrumentation_is_not_named_when_nothing_is_recorded(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, provider: str
+) -> None:
+    installed = {
+        "sdk_disabled": sdk_disabled_provider(monkeypatch),
+        "none_installed": trace.ProxyTracerProvider(),
+        "no_op": trace.NoOpTracerProvider(),
+    }[provider]
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: installed)
+    assert await contrib_warnings(monkeypatch, caplog, instrumented=True) == []

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tracemalloc
 import zipfile
+from pathlib import Path
 
 import defusedxml.ElementTree
 import docx
@@ -16,6 +17,7 @@ import pytest
 from docx.oxml.text.run import CT_R
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
+from chatqna.ingest import office
 from chatqna.ingest.loaders import LoadLimits, load_document
 from chatqna.ingest.tables import TextCounter, table_rows
 from tests.unit.ingest.office_files import (
@@ -260,16 +262,78 @@ def test_openpyxl_streams_spreadsheets_through_defusedxml() -> None:
     assert openpyxl.xml.functions.iterparse is defusedxml.ElementTree.iterparse
 
 
-def test_the_office_loaders_refuse_to_import_when_openpyxl_would_expand_entities() -> None:
+# Run with OPENPYXL_DEFUSEDXML=false (openpyxl takes only "True"): the service starts and
+# warns, a spreadsheet is refused, a Word file is read.
+UNPROTECTED_SERVICE = """
+import asyncio, logging
+from chatqna import app as app_module
+from chatqna.errors import DocumentLoadError, StartupFailed
+from chatqna.ingest.loaders import load_document
+from chatqna.settings import Settings
+from tests.unit.ingest.office_files import handbook_docx, price_list_xlsx
+
+logging.basicConfig(level=logging.WARNING, format="logged %(levelname)s %(message)s")
+
+async def stop(settings):
+    raise StartupFailed("stop after the warnings")
+
+async def start() -> None:
+    app_module.build_backends = stop
+    app = app_module.create_app(Settings())
+    try:
+        async with app.router.lifespan_context(app):
+            pass
+    except StartupFailed:
+        pass
+
+asyncio.run(start())
+print("docx:", load_document("handbook.docx", handbook_docx()).title)
+try:
+    load_document("prices.xlsx", price_list_xlsx())
+except DocumentLoadError as error:
+    print("xlsx:", error.status_code, error.code, error.reason, error.message)
+"""
+
+
+def test_without_defusedxml_the_service_starts_warns_and_refuses_spreadsheets() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", "import chatqna.ingest.office"],
-        env={**os.environ, "OPENPYXL_DEFUSEDXML": "False"},
+        [sys.executable, "-c", UNPROTECTED_SERVICE],
+        env={**os.environ, "OPENPYXL_DEFUSEDXML": "false"},
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert result.returncode != 0
-    assert "ImportError" in result.stderr and "OPENPYXL_DEFUSEDXML" in result.stderr
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "docx: Employee Handbook" in lines
+    (refused,) = [line for line in lines if line.startswith("xlsx:")]
+    assert refused.startswith("xlsx: 422 document_unreadable xml_unprotected prices.xlsx")
+    assert "OPENPYXL_DEFUSEDXML must be unset or exactly True" in refused
+    warned = [line for line in result.stderr.splitlines() if "OPENPYXL_DEFUSEDXML=" in line]
+    assert len(warned) == 1 and warned[0].startswith("logged WARNING")
+    assert "OPENPYXL_DEFUSEDXML='false'" in warned[0] and "xml_unprotected" in warned[0]
+
+
+def test_with_defusedxml_nothing_is_warned_about_spreadsheets() -> None:
+    assert office.startup_warnings() == []
+
+
+def test_spreadsheets_are_refused_before_they_are_opened_when_unprotected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened: list[str] = []
+    monkeypatch.setattr(office, "XLSX_PROTECTED", False)
+    monkeypatch.setattr(office.openpyxl, "load_workbook", lambda *a, **k: opened.append("xlsx"))
+    with pytest.raises(DocumentLoadError) as info:
+        load_document("prices.xlsx", price_list_xlsx())
+    assert (info.value.status_code, info.value.code, info.value.reason) == (
+        422,
+        "document_unreadable",
+        "xml_unprotected",
+    )
+    assert opened == []
+    assert load_document("hr/handbook.docx", handbook_docx()).title == "Employee Handbook"
 
 
 @pytest.mark.parametrize(

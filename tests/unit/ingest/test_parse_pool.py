@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Awaitable
 import anyio
 import anyio.to_thread
 import pytest
+from starlette.types import Message
 
+from chatqna.api.disconnects import while_connected
 from chatqna.errors import ServiceUnavailable, TooManyRequests
 from chatqna.ingest.parse_pool import ParsePool
 
@@ -389,3 +391,40 @@ async def test_a_wait_that_lets_the_token_come_works_as_ever() -> None:
         assert seen == ["waiting"]
         assert pool.limiter.borrowed_tokens == 0
         assert pool.admitted == 0
+
+
+async def test_a_request_cancelled_just_as_its_token_comes_gives_the_token_back() -> None:
+    async with gated_pool(queue=1) as (pool, gate):
+        running = asyncio.create_task(pool.run(gate.job, 1))
+        await gate.wait_started(1)
+        worked: list[str] = []
+
+        async def stays_connected() -> Message:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        async def granted_then_cancelled(taking: Awaitable[None]) -> None:
+            await taking
+            # The token is the request's, and the request is cancelled (the server's
+            # graceful-shutdown timeout) before `while_connected` hands it over.
+            queued.cancel()
+
+        async def watched(taking: Awaitable[None]) -> None:
+            await while_connected(stays_connected, granted_then_cancelled(taking))
+
+        async def request() -> None:
+            async with pool.admit() as slot, slot.working(watched):
+                worked.append("read its uploads")
+
+        queued = asyncio.create_task(request())
+        while pool.limiter.statistics().tasks_waiting < 1:
+            await asyncio.sleep(0)
+        gate.release.set()  # the running job ends and its token goes to the queued request
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert await running == 1
+        assert worked == []
+        assert pool.admitted == 0
+        assert pool.limiter.borrowed_tokens == 0
+        async with asyncio.timeout(10):  # guards against a hang; the pool's one token is free
+            assert await pool.run(gate.job, 2) == 2

@@ -33,6 +33,18 @@ def test_standard_methods_keep_their_name(method: str) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("method", "label"), [("get", "_OTHER"), ("Post", "_OTHER"), ("GET", "GET"), ("BREW", "_OTHER")]
+)
+def test_a_method_keeps_its_name_only_as_http_spells_it(method: str, label: str) -> None:
+    # HTTP methods are case-sensitive: `get` is another method than `GET`.
+    metrics = ServiceMetrics()
+    metrics.count_request("/v1/chatqna", method, 405)
+    assert series(metrics) == [
+        f'chatqna_requests_total{{method="{label}",route="/v1/chatqna",status="405"}} 1.0'
+    ]
+
+
 def test_every_method_is_kept_when_opentelemetry_is_told_to_capture_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
