@@ -21,6 +21,8 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   privileges; every pod runs as non-root without a Kubernetes API token. Services and
   disruption budgets select pods of the release, and
   ConfigMaps and Secrets referenced by pods are rendered (or named as external).
+- With an API key, the metrics scraper's jobs send it (`authorization.credentials_file`, a
+  file mounted from the key's Secret); without one, they send no credentials.
 - Grafana's dashboards are deploy/grafana's, byte for byte, and its datasources are
   deploy/grafana's except for the URLs.
 - Chart files: values.yaml's `config` keys are settings, with .env.example's defaults;
@@ -476,6 +478,71 @@ def grafana_problems(docs: list[Manifest], repo: Path = REPO) -> list[Problem]:
     return problems
 
 
+def api_key_secrets(docs: list[Manifest]) -> set[str]:
+    """The Secrets ChatQnA containers take CHATQNA_API_KEY from, less rendered ones without
+    that key (an optional reference to a missing key sets nothing)."""
+    rendered = by_kind(docs, "Secret")
+    names = {
+        entry["valueFrom"]["secretKeyRef"]["name"]
+        for workload in workloads(docs)
+        for container in containers(workload)
+        if is_chatqna(container)
+        for entry in container.get("env") or []
+        if entry["name"] == "CHATQNA_API_KEY" and "secretKeyRef" in (entry.get("valueFrom") or {})
+    }
+    return {
+        name
+        for name in names
+        if name not in rendered
+        or "CHATQNA_API_KEY"
+        in {**rendered[name].get("data", {}), **rendered[name].get("stringData", {})}
+    }
+
+
+def secret_file(workload: Manifest, container: Mapping[str, Any], path: str) -> tuple[str, str]:
+    """(Secret, key) a container's file comes from, or ("", "") if none."""
+    volumes = {v["name"]: v for v in pod_spec(workload).get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        source = volumes.get(mount["name"], {}).get("secret")
+        directory = mount["mountPath"].rstrip("/")
+        if source is None or not path.startswith(f"{directory}/"):
+            continue
+        name = path[len(directory) + 1 :]
+        items = source.get("items") or [{"key": name, "path": name}]
+        key = next((i["key"] for i in items if i["path"] == name), "")
+        return (source["secretName"], key) if key else ("", "")
+    return "", ""
+
+
+def scrape_auth_problems(docs: list[Manifest]) -> list[Problem]:
+    """With an API key, every scrape job of a mounted prometheus.yml sends it, read from a file
+    mounted from the key's Secret; without one, no job sends credentials."""
+    secrets = api_key_secrets(docs)
+    maps = by_kind(docs, "ConfigMap")
+    problems = []
+    for workload in workloads(docs):
+        volumes = {v["name"]: v for v in pod_spec(workload).get("volumes") or []}
+        for container in containers(workload):
+            for mount in container.get("volumeMounts") or []:
+                source = volumes.get(mount["name"], {}).get("configMap") or {}
+                data = (maps.get(source.get("name", "")) or {}).get("data") or {}
+                if "prometheus.yml" not in data:
+                    continue
+                config = yaml.safe_load(data["prometheus.yml"]) or {}
+                for job in config.get("scrape_configs") or []:
+                    where = f"{name_of(workload)}:{job.get('job_name')}"
+                    path = (job.get("authorization") or {}).get("credentials_file")
+                    if not secrets:
+                        if {"authorization", "basic_auth", "bearer_token"} & set(job):
+                            problems.append(Problem("scrape_auth", where, "credentials, no key"))
+                        continue
+                    secret, key = secret_file(workload, container, str(path or ""))
+                    if secret not in secrets or key != "CHATQNA_API_KEY":
+                        detail = f"credentials_file {path!r} is not the API key of {secrets}"
+                        problems.append(Problem("scrape_auth", where, detail))
+    return problems
+
+
 def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()) -> list[Problem]:
     return (
         schema_problems(docs)
@@ -485,6 +552,7 @@ def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()
         + url_problems(docs)
         + reference_problems(docs, external_secrets)
         + grafana_problems(docs)
+        + scrape_auth_problems(docs)
     )
 
 

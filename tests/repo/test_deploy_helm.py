@@ -242,6 +242,62 @@ def test_without_a_key_no_secret_is_rendered(default_docs: list[Manifest]) -> No
     assert env_entry(container(default_docs, "Deployment", "backend"), "CHATQNA_API_KEY") is None
 
 
+def scrape_jobs(docs: list[Manifest]) -> list[dict[str, Any]]:
+    data = find(docs, "ConfigMap", "victoriametrics-scrape")["data"]["prometheus.yml"]
+    jobs: list[dict[str, Any]] = yaml.safe_load(data)["scrape_configs"]
+    return jobs
+
+
+@pytest.mark.parametrize(
+    ("sets", "secret"),
+    [
+        ({"secrets.apiKey": "s3cret-key"}, f"{PREFIX}-secrets"),
+        ({"secrets.existingSecret": "chatqna-keys"}, "chatqna-keys"),
+    ],
+)
+def test_with_an_api_key_the_metrics_scraper_sends_it(
+    helm: Path, sets: dict[str, str], secret: str
+) -> None:
+    docs = checks.render(helm, sets=sets)
+    (job,) = scrape_jobs(docs)
+    path = job["authorization"]["credentials_file"]
+    workload = find(docs, "Deployment", "victoriametrics")
+    item = checks.containers(workload)[0]
+    assert checks.secret_file(workload, item, path) == (secret, "CHATQNA_API_KEY")
+    assert "s3cret-key" not in yaml.safe_dump(workload)
+    assert checks.scrape_auth_problems(docs) == []
+    assert checks.manifest_problems(docs, external_secrets=["chatqna-keys"]) == []
+
+
+def test_without_an_api_key_the_metrics_scraper_sends_no_credentials(helm: Path) -> None:
+    docs = checks.render(helm, sets={"secrets.openaiApiKey": "sk-only"})
+    assert all("authorization" not in job for job in scrape_jobs(docs))
+    workload = find(docs, "Deployment", "victoriametrics")
+    assert all("secret" not in v for v in checks.pod_spec(workload)["volumes"])
+    assert checks.scrape_auth_problems(docs) == []
+
+
+def test_scrape_credentials_that_miss_the_api_key_are_reported(
+    helm: Path, default_docs: list[Manifest]
+) -> None:
+    keyed = checks.render(helm, sets={"secrets.apiKey": "s3cret-key"})
+
+    def unauthorized(docs: list[Manifest]) -> None:
+        scrape = find(docs, "ConfigMap", "victoriametrics-scrape")["data"]
+        scrape["prometheus.yml"] = scrape["prometheus.yml"].replace("authorization:", "x_auth:")
+
+    def unmounted(docs: list[Manifest]) -> None:
+        checks.containers(find(docs, "Deployment", "victoriametrics"))[0]["volumeMounts"].pop()
+
+    def needless(docs: list[Manifest]) -> None:
+        scrape = find(docs, "ConfigMap", "victoriametrics-scrape")["data"]
+        scrape["prometheus.yml"] += "    bearer_token: x\n"
+
+    assert kinds(planted(keyed, unauthorized)) == {"scrape_auth"}
+    assert kinds(planted(keyed, unmounted)) == {"scrape_auth"}
+    assert kinds(planted(default_docs, needless)) == {"scrape_auth"}
+
+
 def test_replicas_and_resources_are_honoured(helm: Path) -> None:
     docs = checks.render(
         helm,

@@ -101,6 +101,16 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding CHATQNA_API_KEY, if any: secrets.existingSecret, or the chart's own
+when secrets.apiKey is given. */}}
+{{- define "chatqna.apiKeySecret" -}}
+{{- if .Values.secrets.existingSecret -}}
+{{- .Values.secrets.existingSecret -}}
+{{- else if .Values.secrets.apiKey -}}
+{{- include "chatqna.component" (list . "secrets") -}}
+{{- end -}}
+{{- end -}}
+
 {{/* One env entry from the Secret, optional: a key the Secret lacks is simply unset. */}}
 {{- define "chatqna.secretEnv" -}}
 {{- $ := index . 0 -}}
