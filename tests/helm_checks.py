@@ -17,9 +17,11 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   environment variable and settings ConfigMap key is a setting of chatqna/settings.py;
   secrets (the API key, upstream tokens) come from a Secret, never a literal or a ConfigMap;
   every in-cluster URL they are given names a rendered Service and one of its ports.
-- Every container has probes, CPU and memory requests, a memory limit, and cannot escalate
-  privileges; every pod runs as non-root without a Kubernetes API token. Services and
-  disruption budgets select pods of the release, and
+- ChatQnA pods wait in an init container (the ChatQnA image) for the model servers and Redis
+  of the release their role uses, and for nothing else (not for external endpoints).
+- Every container has probes (init containers aside), CPU and memory requests, a memory
+  limit, and cannot escalate privileges; every pod runs as non-root without a Kubernetes
+  API token. Services and disruption budgets select pods of the release, and
   ConfigMaps and Secrets referenced by pods are rendered (or named as external).
 - With an API key, the metrics scraper's jobs send it (`authorization.credentials_file`, a
   file mounted from the key's Secret); without one, they send no credentials.
@@ -335,7 +337,7 @@ def security_problems(docs: list[Manifest]) -> list[Problem]:
             problems.append(
                 Problem("service_account_token", name_of(workload), "API token mounted")
             )
-        for container in containers(workload):
+        for container in [*(spec.get("initContainers") or []), *containers(workload)]:
             where = f"{name_of(workload)}/{container['name']}"
             own = container.get("securityContext") or {}
             non_root = own.get("runAsNonRoot", pod.get("runAsNonRoot"))
@@ -543,6 +545,48 @@ def scrape_auth_problems(docs: list[Manifest]) -> list[Problem]:
     return problems
 
 
+# Upstreams a ChatQnA role checks as it starts: in the release, an init container waits for them.
+WAITED_FOR = ("TEI_EMBEDDING_ENDPOINT", "TEI_RERANKING_ENDPOINT", "REDIS_URL")
+
+
+def _release_service(url: str, services: Mapping[str, Manifest]) -> str | None:
+    """The rendered Service an in-cluster URL names, if any."""
+    host = urlsplit(url).hostname or ""
+    short = host.removesuffix(f".{NAMESPACE}.svc.cluster.local").removesuffix(f".{NAMESPACE}.svc")
+    return short if short in services else None
+
+
+def startup_wait_problems(docs: list[Manifest]) -> list[Problem]:
+    """A ChatQnA pod waits, in an init container of the ChatQnA image, for each model server
+    and Redis of the release that its role uses (TEI on /health), and for nothing else."""
+    services = by_kind(docs, "Service")
+    problems = []
+    for workload in workloads(docs):
+        inits = list(pod_spec(workload).get("initContainers") or [])
+        waited = {
+            urlsplit(str(arg)).netloc: urlsplit(str(arg))
+            for init in inits
+            for arg in init.get("args") or []
+            if "://" in str(arg)
+        }
+        needed: set[str] = set()
+        for container in containers(workload):
+            if is_chatqna(container):
+                env = environment(docs, workload, container)
+                urls = [env.get(key) or "" for key in WAITED_FOR]
+                needed |= {urlsplit(u).netloc for u in urls if _release_service(u, services)}
+        where = name_of(workload)
+        for netloc in sorted(needed - set(waited)):
+            problems.append(Problem("no_startup_wait", where, netloc))
+        for netloc, parts in sorted(waited.items()):
+            if netloc not in needed:
+                problems.append(Problem("needless_startup_wait", where, parts.geturl()))
+            elif parts.scheme.startswith("http") and parts.path != "/health":
+                problems.append(Problem("startup_wait_path", where, parts.geturl()))
+        problems += [Problem("wait_image", where, i["image"]) for i in inits if not is_chatqna(i)]
+    return problems
+
+
 def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()) -> list[Problem]:
     return (
         schema_problems(docs)
@@ -553,6 +597,7 @@ def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()
         + reference_problems(docs, external_secrets)
         + grafana_problems(docs)
         + scrape_auth_problems(docs)
+        + startup_wait_problems(docs)
     )
 
 

@@ -298,6 +298,84 @@ def test_scrape_credentials_that_miss_the_api_key_are_reported(
     assert kinds(planted(default_docs, needless)) == {"scrape_auth"}
 
 
+def waits(docs: list[Manifest], component: str) -> list[str]:
+    """What the component's pods wait for before they start (the init containers' targets)."""
+    inits = checks.pod_spec(find(docs, "Deployment", component)).get("initContainers") or []
+    return [str(arg) for init in inits for arg in init.get("args") or []]
+
+
+def test_chatqna_pods_wait_for_the_model_servers_and_redis_of_the_release(
+    default_docs: list[Manifest],
+) -> None:
+    embedding, reranking = (
+        f"http://{PREFIX}-tei-{r}:80/health" for r in ("embedding", "reranking")
+    )
+    redis = f"redis://{PREFIX}-redis:6379"
+    assert waits(default_docs, "backend") == [embedding, reranking, redis]
+    assert waits(default_docs, "retriever") == [embedding, redis]  # it does not rerank
+    for component in ("backend", "retriever"):
+        spec = checks.pod_spec(find(default_docs, "Deployment", component))
+        (init,) = spec["initContainers"]
+        main = spec["containers"][0]
+        assert init["image"] == main["image"] and init["command"][:2] == ["python", "-c"]
+        assert init["securityContext"] == main["securityContext"]
+    assert checks.startup_wait_problems(default_docs) == []
+
+
+def test_external_and_disabled_upstreams_are_not_waited_for(
+    helm: Path, cluster_docs: list[Manifest], embedded_docs: list[Manifest]
+) -> None:
+    # values-redis-cluster.yaml: Redis is outside the release, the model servers are not.
+    assert waits(cluster_docs, "backend") == [
+        f"http://{PREFIX}-tei-embedding:80/health",
+        f"http://{PREFIX}-tei-reranking:80/health",
+    ]
+    assert waits(embedded_docs, "backend") == []
+    docs = checks.render(
+        helm,
+        sets={
+            "tei.embedding.enabled": False,
+            "tei.embedding.externalUrl": "http://tei.models.svc:80",
+            "tei.reranking.enabled": False,
+            "redis.enabled": False,
+            "redis.externalUrl": "redis://redis.data.svc:6379",
+        },
+    )
+    for component in ("backend", "retriever"):
+        assert "initContainers" not in checks.pod_spec(find(docs, "Deployment", component))
+    assert checks.startup_wait_problems(docs) == []
+
+
+def test_startup_wait_mistakes_are_reported(default_docs: list[Manifest]) -> None:
+    def removed(docs: list[Manifest]) -> None:
+        checks.pod_spec(find(docs, "Deployment", "retriever")).pop("initContainers")
+
+    def needless(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "retriever"))["initContainers"][0]
+        init["args"].append(f"http://{PREFIX}-tei-reranking:80/health")
+
+    def wrong_path(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "backend"))["initContainers"][0]
+        init["args"][0] = init["args"][0].replace("/health", "/info")
+
+    def other_image(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "backend"))["initContainers"][0]
+        init["image"] = "busybox:1.36"
+
+    def escalating(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "backend"))["initContainers"][0]
+        init["securityContext"].pop("allowPrivilegeEscalation")
+
+    assert [(p.kind, p.detail) for p in planted(default_docs, removed)] == [
+        ("no_startup_wait", f"{PREFIX}-redis:6379"),
+        ("no_startup_wait", f"{PREFIX}-tei-embedding:80"),
+    ]
+    assert kinds(planted(default_docs, needless)) == {"needless_startup_wait"}
+    assert kinds(planted(default_docs, wrong_path)) == {"startup_wait_path"}
+    assert kinds(planted(default_docs, other_image)) == {"wait_image"}
+    assert kinds(planted(default_docs, escalating)) == {"privilege_escalation"}
+
+
 def test_replicas_and_resources_are_honoured(helm: Path) -> None:
     docs = checks.render(
         helm,
@@ -699,7 +777,8 @@ def test_a_url_to_no_service_or_the_wrong_port_is_reported(default_docs: list[Ma
         assert entry is not None
         entry["value"] = f"http://{PREFIX}-vllm:8000/v1"  # the pod's port, not the Service's
 
-    assert kinds(planted(default_docs, typo)) == {"unknown_service"}
+    # The pods still wait for the Service the URL should have named.
+    assert kinds(planted(default_docs, typo)) == {"unknown_service", "needless_startup_wait"}
     assert kinds(planted(default_docs, port)) == {"wrong_port"}
 
 

@@ -160,6 +160,60 @@ readinessProbe:
   failureThreshold: 3
 {{- end -}}
 
+{{/* An init container of a ChatQnA pod: waits for the model servers and Redis the release
+itself runs (TEI's /health, Redis's PING), up to 20 minutes, before the role starts and
+checks them. Without it a first install crash-loops the pods while TEI downloads its model,
+and the back-off then delays their start by up to 5 minutes more. External endpoints are not
+waited for. Arguments: the root context, whether the role uses reranking, its resources. */}}
+{{- define "chatqna.waitForUpstreams" -}}
+{{- $ := index . 0 -}}
+{{- $targets := list -}}
+{{- if $.Values.tei.embedding.enabled -}}
+{{- $targets = append $targets (printf "%s/health" (include "chatqna.embeddingUrl" $)) -}}
+{{- end -}}
+{{- if and (index . 1) $.Values.tei.reranking.enabled -}}
+{{- $targets = append $targets (printf "%s/health" (include "chatqna.rerankingUrl" $)) -}}
+{{- end -}}
+{{- if $.Values.redis.enabled -}}
+{{- $targets = append $targets (include "chatqna.redisUrl" $) -}}
+{{- end -}}
+{{- if $targets }}
+initContainers:
+  - name: wait-for-upstreams
+    image: {{ include "chatqna.image" $ }}
+    imagePullPolicy: {{ $.Values.image.pullPolicy }}
+    command:
+      - python
+      - -c
+      - |
+        import sys, time, urllib.request
+        import redis
+        deadline = time.monotonic() + 1200
+        def up(target):
+            try:
+                if target.startswith("redis://"):
+                    return redis.Redis.from_url(target, socket_timeout=5).ping()
+                with urllib.request.urlopen(target, timeout=5) as response:
+                    return response.status == 200
+            except (OSError, redis.RedisError):
+                return False
+        for target in sys.argv[1:]:
+            while not up(target):
+                if time.monotonic() > deadline:
+                    sys.exit(f"{target} is still not up after 20 minutes")
+                print(f"waiting for {target}", flush=True)
+                time.sleep(5)
+    args:
+      {{- range $targets }}
+      - {{ . | quote }}
+      {{- end }}
+    resources:
+      {{- toYaml (index . 2) | nindent 6 }}
+    securityContext:
+      {{- toYaml $.Values.securityContext | nindent 6 }}
+{{- end }}
+{{- end -}}
+
 {{/* A volume: a PVC of the given name when persistence is on, else an emptyDir. */}}
 {{- define "chatqna.dataVolume" -}}
 {{- $ := index . 0 -}}
