@@ -571,7 +571,11 @@ def test_grafana_is_provisioned_from_deploy_grafana(default_docs: list[Manifest]
     )
     (job,) = scrape["scrape_configs"]
     assert job["dns_sd_configs"][0]["names"] == [f"{PREFIX}-backend-pods.{checks.NAMESPACE}.svc"]
-    assert find(default_docs, "Service", "backend-pods")["spec"]["clusterIP"] == "None"
+    pods = find(default_docs, "Service", "backend-pods")["spec"]
+    assert pods["clusterIP"] == "None"
+    # Scraped while unready (an upstream outage); clients reach only ready pods.
+    assert pods["publishNotReadyAddresses"] is True
+    assert "publishNotReadyAddresses" not in find(default_docs, "Service", "backend")["spec"]
 
 
 def test_the_packaged_chart_carries_the_dashboards(helm: Path, tmp_path: Path) -> None:
