@@ -171,6 +171,16 @@ def test_the_backend_is_wired_like_the_compose_backend(default_docs: list[Manife
     assert retriever.llm_endpoint is None and retriever.retriever_endpoint is None
 
 
+@pytest.mark.parametrize("repository", ["vllm/vllm-openai-cpu", "vllm/vllm-openai"])
+def test_vllm_has_a_user_name_without_a_passwd_entry(helm: Path, repository: str) -> None:
+    # The CUDA image has no passwd entry for the pod's uid; getpass.getuser() reads $USER.
+    docs = checks.render(helm, sets={"vllm.image.repository": repository})
+    vllm = container(docs, "StatefulSet", "vllm")
+    assert checks.pod_spec(find(docs, "StatefulSet", "vllm"))["securityContext"]["runAsUser"] != 0
+    assert env_entry(vllm, "USER") == {"name": "USER", "value": "vllm"}
+    assert env_entry(vllm, "HOME") == {"name": "HOME", "value": "/tmp"}
+
+
 def test_redis_runs_as_a_statefulset_with_a_volume_claim(default_docs: list[Manifest]) -> None:
     redis = find(default_docs, "StatefulSet", "redis")
     (claim,) = redis["spec"]["volumeClaimTemplates"]
