@@ -160,8 +160,10 @@ def test_the_backend_is_wired_like_the_compose_backend(default_docs: list[Manife
         f"http://{PREFIX}-victoriatraces:10428/insert/opentelemetry"
     )
     assert backend.chatqna_api_key is None
-    vllm = container(default_docs, "StatefulSet", "vllm")["args"]
-    assert vllm[vllm.index("--model") + 1] == backend.llm_model_id
+    vllm = container(default_docs, "StatefulSet", "vllm")
+    # `vllm serve <model>`: the model positionally, whatever the image's entrypoint.
+    assert vllm["command"] == ["vllm", "serve"]
+    assert vllm["args"][0] == backend.llm_model_id and "--model" not in vllm["args"]
     tei = container(default_docs, "StatefulSet", "tei-embedding")["args"]
     assert tei[tei.index("--max-client-batch-size") + 1] == str(backend.tei_embedding_max_batch)
     # The retriever gets the shared endpoints but not the backend's own.
