@@ -27,6 +27,8 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   file mounted from the key's Secret); without one, they send no credentials.
 - Grafana's dashboards are deploy/grafana's, byte for byte, and its datasources are
   deploy/grafana's except for the URLs.
+- Names: StatefulSets within 52 characters (their revision-hash label must fit in 63),
+  Services and label values within 63, also with a release name of Helm's maximum 53.
 - Chart files: values.yaml's `config` keys are settings, with .env.example's defaults;
   every top-level key of values.yaml is in the chart README's values table and every key
   in that table exists.
@@ -114,11 +116,12 @@ def render_text(
     values: Iterable[Path] = (),
     sets: Mapping[str, Any] | None = None,
     chart: Path = CHART,
+    release: str = RELEASE,
 ) -> str:
     command = [
         str(helm),
         "template",
-        RELEASE,
+        release,
         str(chart),
         "--namespace",
         NAMESPACE,
@@ -141,8 +144,9 @@ def render(
     values: Iterable[Path] = (),
     sets: Mapping[str, Any] | None = None,
     chart: Path = CHART,
+    release: str = RELEASE,
 ) -> list[Manifest]:
-    return parse_manifests(render_text(helm, values, sets, chart))
+    return parse_manifests(render_text(helm, values, sets, chart, release))
 
 
 def lint_problems(helm: Path, values: Iterable[Path] = (), chart: Path = CHART) -> list[Problem]:
@@ -545,6 +549,28 @@ def scrape_auth_problems(docs: list[Manifest]) -> list[Problem]:
     return problems
 
 
+# Helm's longest release name; a StatefulSet's name plus "-" and a revision hash of up to 10
+# characters is its pods' controller-revision-hash label, at most 63 characters.
+LONGEST_RELEASE = 53
+STATEFULSET_NAME_LIMIT = 52
+LABEL_LIMIT = 63
+
+
+def name_length_problems(docs: list[Manifest]) -> list[Problem]:
+    """Names and label values Kubernetes accepts and can build on: StatefulSets within 52
+    characters, Services and label values within 63."""
+    problems = []
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        limit = {"StatefulSet": STATEFULSET_NAME_LIMIT, "Service": LABEL_LIMIT}.get(doc["kind"])
+        if limit is not None and len(name) > limit:
+            problems.append(Problem("name_length", name_of(doc), f"{len(name)} > {limit}"))
+        for value in (doc["metadata"].get("labels") or {}).values():
+            if len(str(value)) > LABEL_LIMIT:
+                problems.append(Problem("label_length", name_of(doc), str(value)))
+    return problems
+
+
 # Upstreams a ChatQnA role checks as it starts: in the release, an init container waits for them.
 WAITED_FOR = ("TEI_EMBEDDING_ENDPOINT", "TEI_RERANKING_ENDPOINT", "REDIS_URL")
 
@@ -598,6 +624,7 @@ def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()
         + grafana_problems(docs)
         + scrape_auth_problems(docs)
         + startup_wait_problems(docs)
+        + name_length_problems(docs)
     )
 
 
@@ -678,7 +705,12 @@ def chart_problems(helm: Path, chart: Path = CHART) -> list[Problem]:
             continue
         found = manifest_problems(docs) + schema_problems(docs, OLDEST_KUBERNETES_VERSION)
         problems += [Problem(p.kind, f"{label}:{p.where}", p.detail) for p in found]
-    return problems
+    try:
+        long_names = render(helm, chart=chart, release="r" * LONGEST_RELEASE)
+    except RenderError as error:
+        return [*problems, Problem("render", "longest release name", str(error))]
+    found = name_length_problems(long_names)
+    return problems + [Problem(p.kind, f"longest release name:{p.where}", p.detail) for p in found]
 
 
 if __name__ == "__main__":

@@ -388,6 +388,37 @@ def test_startup_wait_mistakes_are_reported(default_docs: list[Manifest]) -> Non
     assert kinds(planted(default_docs, escalating)) == {"privilege_escalation"}
 
 
+@pytest.mark.parametrize(
+    ("release", "sets"),
+    [
+        ("r" * checks.LONGEST_RELEASE, {}),
+        ("chatqna-" + "r" * (checks.LONGEST_RELEASE - 8), {}),
+        (checks.RELEASE, {"fullnameOverride": "f" * 63}),
+    ],
+)
+def test_the_longest_names_leave_statefulsets_room_for_their_revision_label(
+    helm: Path, release: str, sets: dict[str, str]
+) -> None:
+    docs = checks.render(helm, sets=sets, release=release)
+    statefulsets = checks.by_kind(docs, "StatefulSet")
+    assert len(statefulsets) == 4
+    assert max(len(name) for name in statefulsets) == checks.STATEFULSET_NAME_LIMIT
+    assert checks.name_length_problems(docs) == []
+
+
+def test_overlong_names_are_reported(default_docs: list[Manifest]) -> None:
+    def longer(docs: list[Manifest]) -> None:
+        find(docs, "StatefulSet", "tei-embedding")["metadata"]["name"] = "s" * 53
+
+    def label(docs: list[Manifest]) -> None:
+        find(docs, "Service", "redis")["metadata"]["labels"]["app.kubernetes.io/instance"] = (
+            "l" * 64
+        )
+
+    assert kinds(planted(default_docs, longer)) == {"name_length"}
+    assert kinds(planted(default_docs, label)) == {"label_length"}
+
+
 def test_replicas_and_resources_are_honoured(helm: Path) -> None:
     docs = checks.render(
         helm,

@@ -3,15 +3,27 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The fullname's length limit: a StatefulSet's name may have at most 52 characters (its
+pods' controller-revision-hash label, the name and a hash of up to 11 characters, must fit
+in 63), so 52 less the longest StatefulSet suffix ("-tei-embedding"). */}}
+{{- define "chatqna.fullnameLimit" -}}
+{{- $longest := 0 -}}
+{{- range list "tei-embedding" "tei-reranking" "vllm" "redis" -}}
+{{- $longest = max $longest (len (printf "-%s" .)) -}}
+{{- end -}}
+{{- sub 52 $longest -}}
+{{- end -}}
+
 {{- define "chatqna.fullname" -}}
+{{- $limit := int (include "chatqna.fullnameLimit" .) -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc $limit | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- .Release.Name | trunc $limit | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc $limit | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
