@@ -621,6 +621,27 @@ def test_grafana_is_provisioned_from_deploy_grafana(default_docs: list[Manifest]
     assert "publishNotReadyAddresses" not in find(default_docs, "Service", "backend")["spec"]
 
 
+def notes(helm: Path, *args: str) -> str:
+    """The release notes `helm install` prints (a client-side dry run: no cluster)."""
+    command = [str(helm), "install", checks.RELEASE, str(CHART), "--dry-run=client"]
+    command += ["--namespace", checks.NAMESPACE, *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("\nNOTES:\n", 1)[1]
+
+
+def test_the_notes_say_how_to_ingest_and_what_to_secure(helm: Path) -> None:
+    text = notes(helm)
+    ingest = f"exec deploy/{PREFIX}-backend -- chatqna ingest /opt/chatqna/sample_corpus"
+    assert f"kubectl -n {checks.NAMESPACE} {ingest}" in text
+    assert "downloads the models" in text and "wait (Init)" in text
+    assert "change the admin password" in text and "No API key is set" in text
+    embedded = notes(helm, "-f", str(CHART / "values-embedded.yaml"), "--set", "secrets.apiKey=k")
+    assert ingest in embedded
+    assert "downloads the models" not in embedded and "No API key" not in embedded
+    assert "Grafana" not in embedded
+
+
 def test_the_packaged_chart_carries_the_dashboards(helm: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [str(helm), "package", str(CHART), "--destination", str(tmp_path)],
