@@ -17,12 +17,18 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   environment variable and settings ConfigMap key is a setting of chatqna/settings.py;
   secrets (the API key, upstream tokens) come from a Secret, never a literal or a ConfigMap;
   every in-cluster URL they are given names a rendered Service and one of its ports.
-- Every container has probes, CPU and memory requests, a memory limit, and cannot escalate
-  privileges; every pod runs as non-root without a Kubernetes API token. Services and
-  disruption budgets select pods of the release, and
+- ChatQnA pods wait in an init container (the ChatQnA image) for the model servers and Redis
+  of the release their role uses, and for nothing else (not for external endpoints).
+- Every container has probes (init containers aside), CPU and memory requests, a memory
+  limit, and cannot escalate privileges; every pod runs as non-root without a Kubernetes
+  API token. Services and disruption budgets select pods of the release, and
   ConfigMaps and Secrets referenced by pods are rendered (or named as external).
+- With an API key, the metrics scraper's jobs send it (`authorization.credentials_file`, a
+  file mounted from the key's Secret); without one, they send no credentials.
 - Grafana's dashboards are deploy/grafana's, byte for byte, and its datasources are
   deploy/grafana's except for the URLs.
+- Names: StatefulSets within 52 characters (their revision-hash label must fit in 63),
+  Services and label values within 63, also with a release name of Helm's maximum 53.
 - Chart files: values.yaml's `config` keys are settings, with .env.example's defaults;
   every top-level key of values.yaml is in the chart README's values table and every key
   in that table exists.
@@ -110,11 +116,12 @@ def render_text(
     values: Iterable[Path] = (),
     sets: Mapping[str, Any] | None = None,
     chart: Path = CHART,
+    release: str = RELEASE,
 ) -> str:
     command = [
         str(helm),
         "template",
-        RELEASE,
+        release,
         str(chart),
         "--namespace",
         NAMESPACE,
@@ -137,8 +144,9 @@ def render(
     values: Iterable[Path] = (),
     sets: Mapping[str, Any] | None = None,
     chart: Path = CHART,
+    release: str = RELEASE,
 ) -> list[Manifest]:
-    return parse_manifests(render_text(helm, values, sets, chart))
+    return parse_manifests(render_text(helm, values, sets, chart, release))
 
 
 def lint_problems(helm: Path, values: Iterable[Path] = (), chart: Path = CHART) -> list[Problem]:
@@ -333,7 +341,7 @@ def security_problems(docs: list[Manifest]) -> list[Problem]:
             problems.append(
                 Problem("service_account_token", name_of(workload), "API token mounted")
             )
-        for container in containers(workload):
+        for container in [*(spec.get("initContainers") or []), *containers(workload)]:
             where = f"{name_of(workload)}/{container['name']}"
             own = container.get("securityContext") or {}
             non_root = own.get("runAsNonRoot", pod.get("runAsNonRoot"))
@@ -476,6 +484,135 @@ def grafana_problems(docs: list[Manifest], repo: Path = REPO) -> list[Problem]:
     return problems
 
 
+def api_key_secrets(docs: list[Manifest]) -> set[str]:
+    """The Secrets ChatQnA containers take CHATQNA_API_KEY from, less rendered ones without
+    that key (an optional reference to a missing key sets nothing)."""
+    rendered = by_kind(docs, "Secret")
+    names = {
+        entry["valueFrom"]["secretKeyRef"]["name"]
+        for workload in workloads(docs)
+        for container in containers(workload)
+        if is_chatqna(container)
+        for entry in container.get("env") or []
+        if entry["name"] == "CHATQNA_API_KEY" and "secretKeyRef" in (entry.get("valueFrom") or {})
+    }
+    return {
+        name
+        for name in names
+        if name not in rendered
+        or "CHATQNA_API_KEY"
+        in {**rendered[name].get("data", {}), **rendered[name].get("stringData", {})}
+    }
+
+
+def secret_file(workload: Manifest, container: Mapping[str, Any], path: str) -> tuple[str, str]:
+    """(Secret, key) a container's file comes from, or ("", "") if none."""
+    volumes = {v["name"]: v for v in pod_spec(workload).get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        source = volumes.get(mount["name"], {}).get("secret")
+        directory = mount["mountPath"].rstrip("/")
+        if source is None or not path.startswith(f"{directory}/"):
+            continue
+        name = path[len(directory) + 1 :]
+        items = source.get("items") or [{"key": name, "path": name}]
+        key = next((i["key"] for i in items if i["path"] == name), "")
+        return (source["secretName"], key) if key else ("", "")
+    return "", ""
+
+
+def scrape_auth_problems(docs: list[Manifest]) -> list[Problem]:
+    """With an API key, every scrape job of a mounted prometheus.yml sends it, read from a file
+    mounted from the key's Secret; without one, no job sends credentials."""
+    secrets = api_key_secrets(docs)
+    maps = by_kind(docs, "ConfigMap")
+    problems = []
+    for workload in workloads(docs):
+        volumes = {v["name"]: v for v in pod_spec(workload).get("volumes") or []}
+        for container in containers(workload):
+            for mount in container.get("volumeMounts") or []:
+                source = volumes.get(mount["name"], {}).get("configMap") or {}
+                data = (maps.get(source.get("name", "")) or {}).get("data") or {}
+                if "prometheus.yml" not in data:
+                    continue
+                config = yaml.safe_load(data["prometheus.yml"]) or {}
+                for job in config.get("scrape_configs") or []:
+                    where = f"{name_of(workload)}:{job.get('job_name')}"
+                    path = (job.get("authorization") or {}).get("credentials_file")
+                    if not secrets:
+                        if {"authorization", "basic_auth", "bearer_token"} & set(job):
+                            problems.append(Problem("scrape_auth", where, "credentials, no key"))
+                        continue
+                    secret, key = secret_file(workload, container, str(path or ""))
+                    if secret not in secrets or key != "CHATQNA_API_KEY":
+                        detail = f"credentials_file {path!r} is not the API key of {secrets}"
+                        problems.append(Problem("scrape_auth", where, detail))
+    return problems
+
+
+# Helm's longest release name; a StatefulSet's name plus "-" and a revision hash of up to 10
+# characters is its pods' controller-revision-hash label, at most 63 characters.
+LONGEST_RELEASE = 53
+STATEFULSET_NAME_LIMIT = 52
+LABEL_LIMIT = 63
+
+
+def name_length_problems(docs: list[Manifest]) -> list[Problem]:
+    """Names and label values Kubernetes accepts and can build on: StatefulSets within 52
+    characters, Services and label values within 63."""
+    problems = []
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        limit = {"StatefulSet": STATEFULSET_NAME_LIMIT, "Service": LABEL_LIMIT}.get(doc["kind"])
+        if limit is not None and len(name) > limit:
+            problems.append(Problem("name_length", name_of(doc), f"{len(name)} > {limit}"))
+        for value in (doc["metadata"].get("labels") or {}).values():
+            if len(str(value)) > LABEL_LIMIT:
+                problems.append(Problem("label_length", name_of(doc), str(value)))
+    return problems
+
+
+# Upstreams a ChatQnA role checks as it starts: in the release, an init container waits for them.
+WAITED_FOR = ("TEI_EMBEDDING_ENDPOINT", "TEI_RERANKING_ENDPOINT", "REDIS_URL")
+
+
+def _release_service(url: str, services: Mapping[str, Manifest]) -> str | None:
+    """The rendered Service an in-cluster URL names, if any."""
+    host = urlsplit(url).hostname or ""
+    short = host.removesuffix(f".{NAMESPACE}.svc.cluster.local").removesuffix(f".{NAMESPACE}.svc")
+    return short if short in services else None
+
+
+def startup_wait_problems(docs: list[Manifest]) -> list[Problem]:
+    """A ChatQnA pod waits, in an init container of the ChatQnA image, for each model server
+    and Redis of the release that its role uses (TEI on /health), and for nothing else."""
+    services = by_kind(docs, "Service")
+    problems = []
+    for workload in workloads(docs):
+        inits = list(pod_spec(workload).get("initContainers") or [])
+        waited = {
+            urlsplit(str(arg)).netloc: urlsplit(str(arg))
+            for init in inits
+            for arg in init.get("args") or []
+            if "://" in str(arg)
+        }
+        needed: set[str] = set()
+        for container in containers(workload):
+            if is_chatqna(container):
+                env = environment(docs, workload, container)
+                urls = [env.get(key) or "" for key in WAITED_FOR]
+                needed |= {urlsplit(u).netloc for u in urls if _release_service(u, services)}
+        where = name_of(workload)
+        for netloc in sorted(needed - set(waited)):
+            problems.append(Problem("no_startup_wait", where, netloc))
+        for netloc, parts in sorted(waited.items()):
+            if netloc not in needed:
+                problems.append(Problem("needless_startup_wait", where, parts.geturl()))
+            elif parts.scheme.startswith("http") and parts.path != "/health":
+                problems.append(Problem("startup_wait_path", where, parts.geturl()))
+        problems += [Problem("wait_image", where, i["image"]) for i in inits if not is_chatqna(i)]
+    return problems
+
+
 def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()) -> list[Problem]:
     return (
         schema_problems(docs)
@@ -485,6 +622,9 @@ def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()
         + url_problems(docs)
         + reference_problems(docs, external_secrets)
         + grafana_problems(docs)
+        + scrape_auth_problems(docs)
+        + startup_wait_problems(docs)
+        + name_length_problems(docs)
     )
 
 
@@ -565,7 +705,12 @@ def chart_problems(helm: Path, chart: Path = CHART) -> list[Problem]:
             continue
         found = manifest_problems(docs) + schema_problems(docs, OLDEST_KUBERNETES_VERSION)
         problems += [Problem(p.kind, f"{label}:{p.where}", p.detail) for p in found]
-    return problems
+    try:
+        long_names = render(helm, chart=chart, release="r" * LONGEST_RELEASE)
+    except RenderError as error:
+        return [*problems, Problem("render", "longest release name", str(error))]
+    found = name_length_problems(long_names)
+    return problems + [Problem(p.kind, f"longest release name:{p.where}", p.detail) for p in found]
 
 
 if __name__ == "__main__":

@@ -160,8 +160,10 @@ def test_the_backend_is_wired_like_the_compose_backend(default_docs: list[Manife
         f"http://{PREFIX}-victoriatraces:10428/insert/opentelemetry"
     )
     assert backend.chatqna_api_key is None
-    vllm = container(default_docs, "StatefulSet", "vllm")["args"]
-    assert vllm[vllm.index("--model") + 1] == backend.llm_model_id
+    vllm = container(default_docs, "StatefulSet", "vllm")
+    # `vllm serve <model>`: the model positionally, whatever the image's entrypoint.
+    assert vllm["command"] == ["vllm", "serve"]
+    assert vllm["args"][0] == backend.llm_model_id and "--model" not in vllm["args"]
     tei = container(default_docs, "StatefulSet", "tei-embedding")["args"]
     assert tei[tei.index("--max-client-batch-size") + 1] == str(backend.tei_embedding_max_batch)
     # The retriever gets the shared endpoints but not the backend's own.
@@ -169,6 +171,16 @@ def test_the_backend_is_wired_like_the_compose_backend(default_docs: list[Manife
     assert retriever.redis_url == backend.redis_url
     assert retriever.tei_embedding_endpoint == backend.tei_embedding_endpoint
     assert retriever.llm_endpoint is None and retriever.retriever_endpoint is None
+
+
+@pytest.mark.parametrize("repository", ["vllm/vllm-openai-cpu", "vllm/vllm-openai"])
+def test_vllm_has_a_user_name_without_a_passwd_entry(helm: Path, repository: str) -> None:
+    # The CUDA image has no passwd entry for the pod's uid; getpass.getuser() reads $USER.
+    docs = checks.render(helm, sets={"vllm.image.repository": repository})
+    vllm = container(docs, "StatefulSet", "vllm")
+    assert checks.pod_spec(find(docs, "StatefulSet", "vllm"))["securityContext"]["runAsUser"] != 0
+    assert env_entry(vllm, "USER") == {"name": "USER", "value": "vllm"}
+    assert env_entry(vllm, "HOME") == {"name": "HOME", "value": "/tmp"}
 
 
 def test_redis_runs_as_a_statefulset_with_a_volume_claim(default_docs: list[Manifest]) -> None:
@@ -240,6 +252,171 @@ def test_an_existing_secret_is_referenced_and_not_created(helm: Path) -> None:
 def test_without_a_key_no_secret_is_rendered(default_docs: list[Manifest]) -> None:
     assert f"{PREFIX}-secrets" not in checks.by_kind(default_docs, "Secret")
     assert env_entry(container(default_docs, "Deployment", "backend"), "CHATQNA_API_KEY") is None
+
+
+def scrape_jobs(docs: list[Manifest]) -> list[dict[str, Any]]:
+    data = find(docs, "ConfigMap", "victoriametrics-scrape")["data"]["prometheus.yml"]
+    jobs: list[dict[str, Any]] = yaml.safe_load(data)["scrape_configs"]
+    return jobs
+
+
+@pytest.mark.parametrize(
+    ("sets", "secret"),
+    [
+        ({"secrets.apiKey": "s3cret-key"}, f"{PREFIX}-secrets"),
+        ({"secrets.existingSecret": "chatqna-keys"}, "chatqna-keys"),
+    ],
+)
+def test_with_an_api_key_the_metrics_scraper_sends_it(
+    helm: Path, sets: dict[str, str], secret: str
+) -> None:
+    docs = checks.render(helm, sets=sets)
+    (job,) = scrape_jobs(docs)
+    path = job["authorization"]["credentials_file"]
+    workload = find(docs, "Deployment", "victoriametrics")
+    item = checks.containers(workload)[0]
+    assert checks.secret_file(workload, item, path) == (secret, "CHATQNA_API_KEY")
+    assert "s3cret-key" not in yaml.safe_dump(workload)
+    assert checks.scrape_auth_problems(docs) == []
+    assert checks.manifest_problems(docs, external_secrets=["chatqna-keys"]) == []
+
+
+def test_without_an_api_key_the_metrics_scraper_sends_no_credentials(helm: Path) -> None:
+    docs = checks.render(helm, sets={"secrets.openaiApiKey": "sk-only"})
+    assert all("authorization" not in job for job in scrape_jobs(docs))
+    workload = find(docs, "Deployment", "victoriametrics")
+    assert all("secret" not in v for v in checks.pod_spec(workload)["volumes"])
+    assert checks.scrape_auth_problems(docs) == []
+
+
+def test_scrape_credentials_that_miss_the_api_key_are_reported(
+    helm: Path, default_docs: list[Manifest]
+) -> None:
+    keyed = checks.render(helm, sets={"secrets.apiKey": "s3cret-key"})
+
+    def unauthorized(docs: list[Manifest]) -> None:
+        scrape = find(docs, "ConfigMap", "victoriametrics-scrape")["data"]
+        scrape["prometheus.yml"] = scrape["prometheus.yml"].replace("authorization:", "x_auth:")
+
+    def unmounted(docs: list[Manifest]) -> None:
+        checks.containers(find(docs, "Deployment", "victoriametrics"))[0]["volumeMounts"].pop()
+
+    def needless(docs: list[Manifest]) -> None:
+        scrape = find(docs, "ConfigMap", "victoriametrics-scrape")["data"]
+        scrape["prometheus.yml"] += "    bearer_token: x\n"
+
+    assert kinds(planted(keyed, unauthorized)) == {"scrape_auth"}
+    assert kinds(planted(keyed, unmounted)) == {"scrape_auth"}
+    assert kinds(planted(default_docs, needless)) == {"scrape_auth"}
+
+
+def waits(docs: list[Manifest], component: str) -> list[str]:
+    """What the component's pods wait for before they start (the init containers' targets)."""
+    inits = checks.pod_spec(find(docs, "Deployment", component)).get("initContainers") or []
+    return [str(arg) for init in inits for arg in init.get("args") or []]
+
+
+def test_chatqna_pods_wait_for_the_model_servers_and_redis_of_the_release(
+    default_docs: list[Manifest],
+) -> None:
+    embedding, reranking = (
+        f"http://{PREFIX}-tei-{r}:80/health" for r in ("embedding", "reranking")
+    )
+    redis = f"redis://{PREFIX}-redis:6379"
+    assert waits(default_docs, "backend") == [embedding, reranking, redis]
+    assert waits(default_docs, "retriever") == [embedding, redis]  # it does not rerank
+    for component in ("backend", "retriever"):
+        spec = checks.pod_spec(find(default_docs, "Deployment", component))
+        (init,) = spec["initContainers"]
+        main = spec["containers"][0]
+        assert init["image"] == main["image"] and init["command"][:2] == ["python", "-c"]
+        assert init["securityContext"] == main["securityContext"]
+    assert checks.startup_wait_problems(default_docs) == []
+
+
+def test_external_and_disabled_upstreams_are_not_waited_for(
+    helm: Path, cluster_docs: list[Manifest], embedded_docs: list[Manifest]
+) -> None:
+    # values-redis-cluster.yaml: Redis is outside the release, the model servers are not.
+    assert waits(cluster_docs, "backend") == [
+        f"http://{PREFIX}-tei-embedding:80/health",
+        f"http://{PREFIX}-tei-reranking:80/health",
+    ]
+    assert waits(embedded_docs, "backend") == []
+    docs = checks.render(
+        helm,
+        sets={
+            "tei.embedding.enabled": False,
+            "tei.embedding.externalUrl": "http://tei.models.svc:80",
+            "tei.reranking.enabled": False,
+            "redis.enabled": False,
+            "redis.externalUrl": "redis://redis.data.svc:6379",
+        },
+    )
+    for component in ("backend", "retriever"):
+        assert "initContainers" not in checks.pod_spec(find(docs, "Deployment", component))
+    assert checks.startup_wait_problems(docs) == []
+
+
+def test_startup_wait_mistakes_are_reported(default_docs: list[Manifest]) -> None:
+    def removed(docs: list[Manifest]) -> None:
+        checks.pod_spec(find(docs, "Deployment", "retriever")).pop("initContainers")
+
+    def needless(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "retriever"))["initContainers"][0]
+        init["args"].append(f"http://{PREFIX}-tei-reranking:80/health")
+
+    def wrong_path(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "backend"))["initContainers"][0]
+        init["args"][0] = init["args"][0].replace("/health", "/info")
+
+    def other_image(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "backend"))["initContainers"][0]
+        init["image"] = "busybox:1.36"
+
+    def escalating(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "backend"))["initContainers"][0]
+        init["securityContext"].pop("allowPrivilegeEscalation")
+
+    assert [(p.kind, p.detail) for p in planted(default_docs, removed)] == [
+        ("no_startup_wait", f"{PREFIX}-redis:6379"),
+        ("no_startup_wait", f"{PREFIX}-tei-embedding:80"),
+    ]
+    assert kinds(planted(default_docs, needless)) == {"needless_startup_wait"}
+    assert kinds(planted(default_docs, wrong_path)) == {"startup_wait_path"}
+    assert kinds(planted(default_docs, other_image)) == {"wait_image"}
+    assert kinds(planted(default_docs, escalating)) == {"privilege_escalation"}
+
+
+@pytest.mark.parametrize(
+    ("release", "sets"),
+    [
+        ("r" * checks.LONGEST_RELEASE, {}),
+        ("chatqna-" + "r" * (checks.LONGEST_RELEASE - 8), {}),
+        (checks.RELEASE, {"fullnameOverride": "f" * 63}),
+    ],
+)
+def test_the_longest_names_leave_statefulsets_room_for_their_revision_label(
+    helm: Path, release: str, sets: dict[str, str]
+) -> None:
+    docs = checks.render(helm, sets=sets, release=release)
+    statefulsets = checks.by_kind(docs, "StatefulSet")
+    assert len(statefulsets) == 4
+    assert max(len(name) for name in statefulsets) == checks.STATEFULSET_NAME_LIMIT
+    assert checks.name_length_problems(docs) == []
+
+
+def test_overlong_names_are_reported(default_docs: list[Manifest]) -> None:
+    def longer(docs: list[Manifest]) -> None:
+        find(docs, "StatefulSet", "tei-embedding")["metadata"]["name"] = "s" * 53
+
+    def label(docs: list[Manifest]) -> None:
+        find(docs, "Service", "redis")["metadata"]["labels"]["app.kubernetes.io/instance"] = (
+            "l" * 64
+        )
+
+    assert kinds(planted(default_docs, longer)) == {"name_length"}
+    assert kinds(planted(default_docs, label)) == {"label_length"}
 
 
 def test_replicas_and_resources_are_honoured(helm: Path) -> None:
@@ -437,7 +614,32 @@ def test_grafana_is_provisioned_from_deploy_grafana(default_docs: list[Manifest]
     )
     (job,) = scrape["scrape_configs"]
     assert job["dns_sd_configs"][0]["names"] == [f"{PREFIX}-backend-pods.{checks.NAMESPACE}.svc"]
-    assert find(default_docs, "Service", "backend-pods")["spec"]["clusterIP"] == "None"
+    pods = find(default_docs, "Service", "backend-pods")["spec"]
+    assert pods["clusterIP"] == "None"
+    # Scraped while unready (an upstream outage); clients reach only ready pods.
+    assert pods["publishNotReadyAddresses"] is True
+    assert "publishNotReadyAddresses" not in find(default_docs, "Service", "backend")["spec"]
+
+
+def notes(helm: Path, *args: str) -> str:
+    """The release notes `helm install` prints (a client-side dry run: no cluster)."""
+    command = [str(helm), "install", checks.RELEASE, str(CHART), "--dry-run=client"]
+    command += ["--namespace", checks.NAMESPACE, *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("\nNOTES:\n", 1)[1]
+
+
+def test_the_notes_say_how_to_ingest_and_what_to_secure(helm: Path) -> None:
+    text = notes(helm)
+    ingest = f"exec deploy/{PREFIX}-backend -- chatqna ingest /opt/chatqna/sample_corpus"
+    assert f"kubectl -n {checks.NAMESPACE} {ingest}" in text
+    assert "downloads the models" in text and "wait (Init)" in text
+    assert "change the admin password" in text and "No API key is set" in text
+    embedded = notes(helm, "-f", str(CHART / "values-embedded.yaml"), "--set", "secrets.apiKey=k")
+    assert ingest in embedded
+    assert "downloads the models" not in embedded and "No API key" not in embedded
+    assert "Grafana" not in embedded
 
 
 def test_the_packaged_chart_carries_the_dashboards(helm: Path, tmp_path: Path) -> None:
@@ -643,7 +845,8 @@ def test_a_url_to_no_service_or_the_wrong_port_is_reported(default_docs: list[Ma
         assert entry is not None
         entry["value"] = f"http://{PREFIX}-vllm:8000/v1"  # the pod's port, not the Service's
 
-    assert kinds(planted(default_docs, typo)) == {"unknown_service"}
+    # The pods still wait for the Service the URL should have named.
+    assert kinds(planted(default_docs, typo)) == {"unknown_service", "needless_startup_wait"}
     assert kinds(planted(default_docs, port)) == {"wrong_port"}
 
 

@@ -3,15 +3,27 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The fullname's length limit: a StatefulSet's name may have at most 52 characters (its
+pods' controller-revision-hash label, the name and a hash of up to 11 characters, must fit
+in 63), so 52 less the longest StatefulSet suffix ("-tei-embedding"). */}}
+{{- define "chatqna.fullnameLimit" -}}
+{{- $longest := 0 -}}
+{{- range list "tei-embedding" "tei-reranking" "vllm" "redis" -}}
+{{- $longest = max $longest (len (printf "-%s" .)) -}}
+{{- end -}}
+{{- sub 52 $longest -}}
+{{- end -}}
+
 {{- define "chatqna.fullname" -}}
+{{- $limit := int (include "chatqna.fullnameLimit" .) -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc $limit | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- .Release.Name | trunc $limit | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc $limit | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -101,6 +113,16 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding CHATQNA_API_KEY, if any: secrets.existingSecret, or the chart's own
+when secrets.apiKey is given. */}}
+{{- define "chatqna.apiKeySecret" -}}
+{{- if .Values.secrets.existingSecret -}}
+{{- .Values.secrets.existingSecret -}}
+{{- else if .Values.secrets.apiKey -}}
+{{- include "chatqna.component" (list . "secrets") -}}
+{{- end -}}
+{{- end -}}
+
 {{/* One env entry from the Secret, optional: a key the Secret lacks is simply unset. */}}
 {{- define "chatqna.secretEnv" -}}
 {{- $ := index . 0 -}}
@@ -148,6 +170,60 @@ readinessProbe:
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
+{{- end -}}
+
+{{/* An init container of a ChatQnA pod: waits for the model servers and Redis the release
+itself runs (TEI's /health, Redis's PING), up to 20 minutes, before the role starts and
+checks them. Without it a first install crash-loops the pods while TEI downloads its model,
+and the back-off then delays their start by up to 5 minutes more. External endpoints are not
+waited for. Arguments: the root context, whether the role uses reranking, its resources. */}}
+{{- define "chatqna.waitForUpstreams" -}}
+{{- $ := index . 0 -}}
+{{- $targets := list -}}
+{{- if $.Values.tei.embedding.enabled -}}
+{{- $targets = append $targets (printf "%s/health" (include "chatqna.embeddingUrl" $)) -}}
+{{- end -}}
+{{- if and (index . 1) $.Values.tei.reranking.enabled -}}
+{{- $targets = append $targets (printf "%s/health" (include "chatqna.rerankingUrl" $)) -}}
+{{- end -}}
+{{- if $.Values.redis.enabled -}}
+{{- $targets = append $targets (include "chatqna.redisUrl" $) -}}
+{{- end -}}
+{{- if $targets }}
+initContainers:
+  - name: wait-for-upstreams
+    image: {{ include "chatqna.image" $ }}
+    imagePullPolicy: {{ $.Values.image.pullPolicy }}
+    command:
+      - python
+      - -c
+      - |
+        import sys, time, urllib.request
+        import redis
+        deadline = time.monotonic() + 1200
+        def up(target):
+            try:
+                if target.startswith("redis://"):
+                    return redis.Redis.from_url(target, socket_timeout=5).ping()
+                with urllib.request.urlopen(target, timeout=5) as response:
+                    return response.status == 200
+            except (OSError, redis.RedisError):
+                return False
+        for target in sys.argv[1:]:
+            while not up(target):
+                if time.monotonic() > deadline:
+                    sys.exit(f"{target} is still not up after 20 minutes")
+                print(f"waiting for {target}", flush=True)
+                time.sleep(5)
+    args:
+      {{- range $targets }}
+      - {{ . | quote }}
+      {{- end }}
+    resources:
+      {{- toYaml (index . 2) | nindent 6 }}
+    securityContext:
+      {{- toYaml $.Values.securityContext | nindent 6 }}
+{{- end }}
 {{- end -}}
 
 {{/* A volume: a PVC of the given name when persistence is on, else an emptyDir. */}}
