@@ -127,8 +127,10 @@ def test_backend_is_wired_to_the_stack(compose: dict[str, Any], env: checks.EnvE
     assert backend.otel_exporter_otlp_endpoint == "http://victoriatraces:10428/insert/opentelemetry"
     assert backend.chatqna_api_key is None
     # The model vLLM serves is the one the backend asks for.
-    vllm = checks.interpolate(compose["services"]["vllm-service"]["command"], env.values)
-    assert f"--model {backend.llm_model_id} " in vllm
+    service = compose["services"]["vllm-service"]
+    assert service["entrypoint"] == ["vllm", "serve"]
+    vllm = checks.interpolate(service["command"], env.values)
+    assert vllm.split()[0] == backend.llm_model_id
     # TEI accepts the batches the backend sends.
     tei = checks.interpolate(compose["services"]["tei-embedding-service"]["command"], env.values)
     assert f"--max-client-batch-size {backend.tei_embedding_max_batch}" in tei
