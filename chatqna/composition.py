@@ -81,7 +81,8 @@ async def build_embedder(settings: Settings) -> Embedder:
 
 async def index_dimension(settings: Settings, embedder: Embedder) -> int:
     """The width the index is opened at: the embedder's, measured by one call when it has
-    none. A TEI embedder is then held to it, so a reply of another width fails alone."""
+    none. A TEI embedder is then held to it, so a reply of another width fails alone, and
+    named by the model it serves (`TEIEmbedder.identify`), which the index checks."""
     from chatqna.backends.tei import TEIEmbedder
 
     if not isinstance(embedder, TEIEmbedder):
@@ -94,7 +95,16 @@ async def index_dimension(settings: Settings, embedder: Embedder) -> int:
     )
     with configured_by("TEI_EMBEDDING_ENDPOINT"):
         embedder.dimension = await embedding_dimension(embedder)
+        await embedder.identify()
     return embedder.dimension
+
+
+def earlier_names(embedder: Embedder) -> tuple[str, ...]:
+    """Names besides `embedder.name` that an index it built may record (a TEI embedder's
+    URL form, once it is named by its model)."""
+    from chatqna.backends.tei import TEIEmbedder
+
+    return embedder.earlier_names if isinstance(embedder, TEIEmbedder) else ()
 
 
 def uses_embedded_index(settings: Settings) -> bool:
@@ -135,10 +145,12 @@ async def open_retriever(settings: Settings, embedder: Embedder) -> Retriever:
     existing = next(path for path in (data_dir, *data_dir.parents) if path.exists())
     if not existing.is_dir():
         raise StartupFailed(f"CHATQNA_DATA_DIR must be a directory: {existing} is a file")
+    dimension = await index_dimension(settings, embedder)  # first: it may rename the embedder
     return await EmbeddedHybridIndex.open(
         settings.index_dir,
         embedder_name=embedder.name,
-        dimension=await index_dimension(settings, embedder),
+        embedder_aliases=earlier_names(embedder),
+        dimension=dimension,
         rrf_k=settings.rrf_k,
         exact_max=settings.chatqna_embedded_exact_max_chunks,
     )
@@ -153,10 +165,12 @@ async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder
     timeout = settings.redis_timeout_seconds
     logger.info("start-up: connecting to REDIS_URL, up to %gs (REDIS_TIMEOUT_SECONDS)", timeout)
     store = RedisClusterHybridIndex if await cluster_enabled(url, timeout) else RedisHybridIndex
+    dimension = await index_dimension(settings, embedder)  # first: it may rename the embedder
     opened: Retriever = await store.open(
         url,
         embedder_name=embedder.name,
-        dimension=await index_dimension(settings, embedder),
+        embedder_aliases=earlier_names(embedder),
+        dimension=dimension,
         index_name=settings.index_name,
         vector=VectorIndexParams(
             algorithm=settings.redis_vector_algorithm,

@@ -6,13 +6,17 @@
   long as it fits `max_batch` (TEI's `--max-client-batch-size`, 32 by default).
 - Reranking: `POST /rerank` with `{"query", "texts"}`, answered by `[{"index", "score"}]`.
 
-Both calls are idempotent: each attempt is bounded by `timeout_seconds` as a whole, and a
+- Identity: `GET /info`, whose `model_id` names the model served (`TEIEmbedder.identify`).
+
+The calls are idempotent: each attempt is bounded by `timeout_seconds` as a whole, and a
 retryable failure is tried again by the `RetryPolicy` given (none by default).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,11 +31,14 @@ from chatqna.upstream.policy import (
     NO_RETRY,
     UPSTREAM_FAILURES,
     RetryPolicy,
+    get_reply,
     post_json,
     raise_for_status,
     require,
     translate_http_error,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def _is_number(value: object) -> bool:
@@ -57,6 +64,15 @@ def in_input_order(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         what=f"indexes {indexes} do not name the {len(items)} inputs once each",
     )
     return sorted(items, key=lambda item: int(item["index"]))
+
+
+def served_model_id(body: Any) -> str | None:
+    """The model a TEI `GET /info` body names (`model_id`: the `--model-id` TEI was started
+    with, a Hub id or a local path), or None when it names none."""
+    model_id = body.get("model_id") if isinstance(body, dict) else None
+    if isinstance(model_id, str) and model_id.strip():
+        return model_id.strip()
+    return None
 
 
 def embeddings_matrix(body: Any, count: int) -> np.ndarray:
@@ -107,6 +123,10 @@ def embeddings_matrix(body: Any, count: int) -> np.ndarray:
 class TEIEmbedder:
     """Embedder backed by a TEI server's `/v1/embeddings`; one HTTP call per batch.
 
+    `name`, what an index records as the embedder that built it, is `tei:<endpoint>` until
+    `identify()` reads the model TEI serves: `tei:<model_id>` from then on, so the same
+    model reached through another URL opens the same index. `url_name` stays the URL form.
+
     `dimension` is the width every vector must have, when it is known: given here, or set
     by `chatqna.composition` to the width of the index the service opened. Without it (a
     retriever service holds the index), replies are held to the width the latest readiness
@@ -133,7 +153,9 @@ class TEIEmbedder:
         self.endpoint = without_credentials(endpoint)
         self._timeout = timeout_seconds
         self._retry = retry if retry is not None else NO_RETRY
-        self.name = f"tei:{self.endpoint}"
+        self.url_name = f"tei:{self.endpoint}"
+        self.name = self.url_name
+        self.model_id: str | None = None
         self.max_batch = max_batch
         self.dimension = dimension
         self._probed_dimension: int | None = None
@@ -182,6 +204,53 @@ class TEIEmbedder:
         )
         return l2_normalise(matrix)
 
+    async def identify(self) -> str:
+        """Name this embedder by the model TEI serves, read from `GET /info`, and return
+        the name: `tei:<model_id>`, or `tei:<endpoint>` from a TEI-compatible server
+        without `/info` (a 4xx, a body that is not JSON or has no `model_id`). Tried as an
+        embedding call is (`timeout_seconds` each, the `RetryPolicy`); a failure that
+        outlasts them raises, rather than name the embedder by a guess.
+
+        Only the model id counts, not its revision (`model_sha`): a model re-uploaded under
+        the same id, with other vectors, is not told apart.
+        """
+        reply = await get_reply(
+            self._client,
+            "/info",
+            backend="embedder",
+            retry=self._retry,
+            timeout_seconds=self._timeout,
+        )
+        self.model_id, found = None, f"HTTP {reply.status}"
+        if reply.status < 400:
+            try:
+                self.model_id, found = served_model_id(reply.json()), "no model_id"
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                found = "a body that is not JSON"
+        self.name = self.url_name if self.model_id is None else f"tei:{self.model_id}"
+        if self.model_id is not None:
+            logger.info(
+                "embedder identity: %s, from GET /info of %s (an index built by this model "
+                "through another URL opens too)",
+                self.name,
+                self.endpoint,
+            )
+        else:
+            logger.info(
+                "embedder identity: %s, GET /info of %s gave %s (an index built through "
+                "another URL is refused)",
+                self.name,
+                self.endpoint,
+                found,
+            )
+        return self.name
+
+    @property
+    def earlier_names(self) -> tuple[str, ...]:
+        """Names an index built by this embedder may record besides `name`: once it is
+        named by its model, the URL form, which indexes built by earlier versions record."""
+        return () if self.name == self.url_name else (self.url_name,)
+
     async def describe(self) -> dict[str, Any]:
         # Every time, as the other roles' probes: TEI answers now, at the index's width if
         # known. One attempt, so the probe is bounded by `timeout_seconds` as a whole.
@@ -191,6 +260,7 @@ class TEIEmbedder:
         return {
             "kind": "tei",
             "endpoint": self.endpoint,
+            "model": self.model_id,
             "dimension": self._probed_dimension,
             "calls": self.calls,
             "texts_embedded": self.texts_embedded,

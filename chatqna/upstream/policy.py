@@ -257,6 +257,37 @@ async def with_retries(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+def _retry_deadline(retry: RetryPolicy, timeout_seconds: float | None) -> float | None:
+    """The latest `retry.clock()` time a retry may start at, in a call of `retry.attempts`
+    attempts of up to `timeout_seconds` each (None: no bound)."""
+    if timeout_seconds is None:
+        return None
+    return retry.clock() + (retry.attempts - 1) * timeout_seconds
+
+
+async def get_reply(
+    client: UpstreamClient,
+    path: str,
+    *,
+    backend: str,
+    retry: RetryPolicy = NO_RETRY,
+    timeout_seconds: float | None = None,
+) -> Reply:
+    """GET `path` under `post_json`'s bounds and retries, for a caller to whom an error
+    status may be an answer (`404`: the route is not there). A retryable status (429,
+    5xx) is retried and, once the attempts are spent, raised as a typed error like a
+    transport failure; any other reply is returned whatever its status."""
+
+    async def attempt() -> Reply:
+        async with asyncio.timeout(timeout_seconds):
+            reply = await client.get(path)
+        return raise_for_status(reply) if reply.status == 429 or reply.status >= 500 else reply
+
+    what = f"GET {path}"
+    deadline = _retry_deadline(retry, timeout_seconds)
+    return await with_retries(attempt, retry=retry, backend=backend, what=what, deadline=deadline)
+
+
 async def post_json(
     client: UpstreamClient,
     path: str,
@@ -280,10 +311,8 @@ async def post_json(
             reply = await client.post(path, payload)
         return raise_for_status(reply)
 
-    deadline = None
-    if timeout_seconds is not None:
-        deadline = retry.clock() + (retry.attempts - 1) * timeout_seconds
     what = f"POST {path}"
+    deadline = _retry_deadline(retry, timeout_seconds)
     reply = await with_retries(attempt, retry=retry, backend=backend, what=what, deadline=deadline)
     try:
         return reply.json()

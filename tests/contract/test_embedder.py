@@ -106,3 +106,12 @@ async def test_describe_reports_the_dimension(embedder: Embedder) -> None:
     dimension = (await embedder.embed(["probe"])).shape[1]
     details = await embedder.describe()
     assert isinstance(details["kind"], str) and details["dimension"] == dimension
+
+
+async def test_tei_is_named_by_the_model_its_info_names(tmp_path: Path) -> None:
+    identified = tei()
+    assert await identified.identify() == f"tei:{wire.INFO['model_id']}"
+    cached = CachingEmbedder(identified, EmbeddingCache(tmp_path, identified.name))
+    assert cached.name == identified.name
+    await cached.aclose()
+    await identified.aclose()

@@ -1,7 +1,8 @@
 """Stand-in upstreams on `httpx2.MockTransport`, speaking each one's documented wire format.
 
 - TEI `POST /v1/embeddings` (OpenAI's embeddings shape) and `POST /rerank`
-  (`[{"index", "score"}]`, best first), `GET /health`;
+  (`[{"index", "score"}]`, best first), `GET /health`, and `GET /info` naming the model
+  served (`model_id`, with the rest of TEI's `Info`);
 - an OpenAI-compatible `POST /v1/chat/completions`, whole or streamed as
   `chat.completion.chunk` events ending with `data: [DONE]`, and `GET /v1/models`.
 
@@ -21,6 +22,23 @@ import numpy as np
 from chatqna.backends.fakes import HashingEmbedder
 
 DIMENSION = 64
+# TEI's `GET /info`, in the shape of its `Info` schema.
+INFO = {
+    "model_id": "contract/feature-hashing",
+    "model_sha": None,
+    "model_dtype": "float32",
+    "model_type": {"embedding": {"pooling": "mean"}},
+    "max_concurrent_requests": 512,
+    "max_input_length": 512,
+    "max_batch_tokens": 16384,
+    "max_batch_requests": None,
+    "max_client_batch_size": 32,
+    "auto_truncate": True,
+    "tokenization_workers": 1,
+    "version": "contract",
+    "sha": None,
+    "docker_label": None,
+}
 REPLY = "Refunds for annual plans are paid within thirty days of the request"
 _HASHING = HashingEmbedder(DIMENSION)
 
@@ -31,9 +49,11 @@ def _unit(text: str) -> np.ndarray:
 
 
 def tei(request: httpx2.Request) -> httpx2.Response:
-    """TEI's embeddings, rerank and health routes."""
+    """TEI's embeddings, rerank, health and info routes."""
     if request.url.path == "/health":
         return httpx2.Response(200)
+    if request.url.path == "/info":
+        return httpx2.Response(200, json=INFO)
     body = json.loads(request.content)
     if request.url.path == "/v1/embeddings":
         texts = [body["input"]] if isinstance(body["input"], str) else body["input"]

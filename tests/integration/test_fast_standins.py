@@ -39,6 +39,7 @@ CHAT = {"model": "standin", "messages": [{"role": "user", "content": QUESTION}]}
 SAME_ANSWERS: list[tuple[str, str, Any]] = [
     ("GET", "/health", None),
     ("GET", "/v1/ready", None),
+    ("GET", "/info", None),
     ("GET", "/v1/models", None),
     ("GET", "/condense/v1/models", None),
     ("POST", "/v1/dataprep/get", None),

@@ -2,7 +2,7 @@
 
 `python -m tests.standins.servers` runs on FastAPI and uvicorn, which costs the client core
 of a benchmark more than the orchestrators it measures. This module answers the same
-routes with the same bytes (`GET /health`, `GET /v1/ready`, `POST /v1/embeddings`,
+routes with the same bytes (`GET /health`, `GET /v1/ready`, `GET /info`, `POST /v1/embeddings`,
 `POST /rerank`, `POST /v1/retrieval`, `POST /v1/dataprep/get`, `POST /v1/chat/completions`
 streamed or not, `GET /v1/models`, and the `/condense` chat model) on a small HTTP/1.1
 server of its own: an `asyncio.Protocol` feeding `httptools`' parser, on uvloop when it is
@@ -43,7 +43,14 @@ from typing import Any, cast
 
 import httptools
 
-from tests.standins.servers import DIMENSION, DOCUMENTS, ChatModel, _retrieved, hashed_vector
+from tests.standins.servers import (
+    DIMENSION,
+    DOCUMENTS,
+    ChatModel,
+    _retrieved,
+    hashed_vector,
+    tei_info,
+)
 
 try:
     import orjson
@@ -126,6 +133,7 @@ class StandinRoutes:
         self.table: dict[bytes, tuple[bytes, Callable[[bytes], Reply]]] = {
             b"/health": (b"GET", self._constant(_compact({"status": "ok"}))),
             b"/v1/ready": (b"GET", self._constant(_compact({"status": "ready"}))),
+            b"/info": (b"GET", self._constant(_compact(tei_info()))),
             b"/v1/models": (b"GET", self._constant(models)),
             b"/condense/v1/models": (b"GET", self._constant(models)),
             b"/v1/dataprep/get": (b"POST", self._constant(_compact(sources))),

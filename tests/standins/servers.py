@@ -6,6 +6,7 @@ known. One app serves every upstream role:
 | route        | path                                              | wire format          |
 |--------------|---------------------------------------------------|----------------------|
 | `embeddings` | `POST /v1/embeddings`                             | TEI (OpenAI-style)   |
+| `info`       | `GET /info` (the model served: `model_id`)        | TEI                  |
 | `rerank`     | `POST /rerank`                                    | TEI                  |
 | `chat`       | `POST /v1/chat/completions`                       | OpenAI, streamed too |
 | `condense`   | `POST /condense/v1/chat/completions`              | OpenAI (a 2nd model) |
@@ -61,9 +62,10 @@ from tests.standins.faults import (
     tracked,
 )
 
-__all__ = ["Fault", "FaultBook", "create_standin_app", "free_port", "serve_in_thread"]
+__all__ = ["Fault", "FaultBook", "create_standin_app", "free_port", "serve_in_thread", "tei_info"]
 
 DIMENSION = 64
+MODEL_ID = "standin/feature-hashing"
 
 DOCUMENTS = [
     ("export.md", "Export", "Open Settings and choose Export to download your workspace data."),
@@ -210,14 +212,36 @@ def _add_control_routes(app: FastAPI, book: FaultBook) -> None:
         return book.snapshot()
 
 
+def tei_info(model_id: str = MODEL_ID) -> dict[str, Any]:
+    """TEI's `GET /info` for the stand-in embedding model, in the shape of TEI's `Info`."""
+    return {
+        "model_id": model_id,
+        "model_sha": None,
+        "model_dtype": "float32",
+        "model_type": {"embedding": {"pooling": "mean"}},
+        "max_concurrent_requests": 512,
+        "max_input_length": 512,
+        "max_batch_tokens": 16384,
+        "max_batch_requests": None,
+        "max_client_batch_size": 32,
+        "auto_truncate": True,
+        "tokenization_workers": 1,
+        "version": "standin",
+        "sha": None,
+        "docker_label": None,
+    }
+
+
 def create_standin_app(
     *,
     delay: float = 0.0,
     tokens: int = 20,
     token_interval: float = 0.0,
     dimension: int = DIMENSION,
+    model_id: str = MODEL_ID,
 ) -> FastAPI:
-    """One app serving every upstream role (see the module docstring); faults start off."""
+    """One app serving every upstream role (see the module docstring); faults start off.
+    `model_id` is the embedding model `GET /info` names."""
     app = FastAPI()
     book = FaultBook()
     app.state.faults = book
@@ -232,6 +256,10 @@ def create_standin_app(
     @app.get("/v1/ready")
     async def ready() -> dict[str, str]:
         return {"status": "ready"}
+
+    @app.get("/info")
+    async def info() -> dict[str, Any]:
+        return tei_info(model_id)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:

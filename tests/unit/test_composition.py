@@ -4,6 +4,8 @@ part-way closes every backend it already built."""
 
 from __future__ import annotations
 
+import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from chatqna.backends.tei import TEIEmbedder, TEIReranker
 from chatqna.composition import build_reranker
 from chatqna.errors import BadUpstreamResponse, IndexUnavailable, StartupFailed
 from chatqna.multiturn.history import Message
+from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -141,15 +144,91 @@ async def test_a_tei_embedder_is_held_to_the_width_of_the_embedded_index(
     with respx.mock(using="httpcore2") as router:
         route = router.post("http://tei.test/v1/embeddings")
         route.respond(json={"data": [{"index": 0, "embedding": [0.6, 0.8]}]})
+        router.get("http://tei.test/info").respond(json={"model_id": "BAAI/bge-small-en-v1.5"})
         index = await composition.build_retriever(settings, embedder)
         try:
             assert embedder.dimension == 2
+            assert embedder.name == "tei:BAAI/bge-small-en-v1.5"
             route.respond(json={"data": [{"index": 0, "embedding": [1.0, 0.0, 0.0]}]})
             with pytest.raises(BadUpstreamResponse, match="dimension 3, expected 2"):
                 await embedder.embed(["a query"])
         finally:
             await index.aclose()
             await embedder.aclose()
+
+
+async def open_through(
+    tmp_path: Path, url: str, info: dict[str, Any] | None, embedder_name: str | None = None
+) -> TEIEmbedder:
+    """Open (then close) the embedded index through a TEI at `url` answering `/info` with
+    `info` (None: a 404), over one that `embedder_name` built when given; the embedder,
+    identified."""
+    if embedder_name is not None:
+        index = await EmbeddedHybridIndex.open(
+            Settings(chatqna_data_dir=tmp_path).index_dir, embedder_name=embedder_name, dimension=2
+        )
+        await index.aclose()
+    settings = Settings(tei_embedding_endpoint=url, chatqna_data_dir=tmp_path)
+    embedder = await composition.build_embedder(settings)
+    assert isinstance(embedder, TEIEmbedder)
+    with respx.mock(using="httpcore2") as router:
+        router.post(f"{url}/v1/embeddings").respond(json={"data": [{"embedding": [0.6, 0.8]}]})
+        router.get(f"{url}/info").respond(404 if info is None else 200, json=info)
+        try:
+            await (await composition.build_retriever(settings, embedder)).aclose()
+        finally:
+            await embedder.aclose()
+    return embedder
+
+
+MODEL = {"model_id": "BAAI/bge-small-en-v1.5", "model_sha": None}
+
+
+async def test_an_index_built_through_one_url_opens_through_another_of_the_same_model(
+    tmp_path: Path,
+) -> None:
+    await open_through(tmp_path, "http://127.0.0.1:6006", MODEL)
+    reopened = await open_through(tmp_path, "http://tei-embedding-service:80", MODEL)
+    assert reopened.name == "tei:BAAI/bge-small-en-v1.5"
+
+
+async def test_an_index_built_by_another_model_is_refused_at_start_up(tmp_path: Path) -> None:
+    await open_through(tmp_path, "http://tei.test", MODEL)
+    other = {"model_id": "BAAI/bge-small-zh-v1.5"}
+    refused = re.escape("built with embedder 'tei:BAAI/bge-small-en-v1.5'")
+    with pytest.raises(StartupFailed, match=refused):
+        await open_through(tmp_path, "http://tei.test", other)
+
+
+async def test_an_index_named_by_the_url_opens_through_that_url_once_the_model_is_known(
+    tmp_path: Path,
+) -> None:
+    embedder = await open_through(tmp_path, "http://tei.test", MODEL, "tei:http://tei.test")
+    assert embedder.name == "tei:BAAI/bge-small-en-v1.5"
+    with pytest.raises(StartupFailed, match=re.escape("built with embedder 'tei:http://tei.test'")):
+        await open_through(tmp_path, "http://tei.other", MODEL)
+
+
+async def test_a_tei_without_info_is_named_by_its_url_as_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="chatqna.backends.tei")
+    embedder = await open_through(tmp_path, "http://tei.test", None, "tei:http://tei.test")
+    assert embedder.name == "tei:http://tei.test"
+    assert any("tei:http://tei.test" in r.getMessage() for r in caplog.records)
+    with pytest.raises(StartupFailed, match=re.escape("built with embedder 'tei:http://tei.test'")):
+        await open_through(tmp_path, "http://tei.other", None)
+
+
+async def test_the_embedded_embedder_keeps_its_name(tmp_path: Path) -> None:
+    embedder = HashingEmbedder(dimension=2)
+    index = await composition.build_retriever(Settings(chatqna_data_dir=tmp_path), embedder)
+    await index.aclose()
+    assert composition.earlier_names(embedder) == ()
+    meta = sqlite3.connect(tmp_path / "index" / "chunks.sqlite3").execute(
+        "SELECT value FROM meta WHERE key='embedder'"
+    )
+    assert meta.fetchone() == (embedder.name,)
 
 
 async def test_with_a_retriever_service_the_embedder_width_is_left_open() -> None:

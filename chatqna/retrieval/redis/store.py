@@ -151,6 +151,7 @@ class RedisHybridIndex(RedisIndexBase):
         transactions: aioredis.Redis,
         embedder_name: str,
         dimension: int,
+        embedder_aliases: tuple[str, ...] = (),
         index_name: str = DEFAULT_INDEX_NAME,
         vector: VectorIndexParams | None = None,
         rrf_k: int = DEFAULT_RRF_K,
@@ -173,6 +174,7 @@ class RedisHybridIndex(RedisIndexBase):
         )
         super().__init__(
             embedder_name=embedder_name,
+            embedder_aliases=embedder_aliases,
             dimension=dimension,
             index_name=index_name,
             vector=vector,

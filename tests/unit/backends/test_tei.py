@@ -15,6 +15,7 @@ import respx
 from chatqna.backends.tei import TEIEmbedder, TEIReranker
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
+from chatqna.upstream.policy import RetryPolicy
 from tests.unit.backends.conftest import shape
 
 pytestmark = pytest.mark.anyio
@@ -348,6 +349,146 @@ async def test_describe_fails_when_the_width_is_not_the_expected_one(
             await embedder.describe()
     finally:
         await embedder.aclose()
+
+
+# --------------------------------------------------------------------------- identity
+
+# TEI's `GET /info` answer, in the shape of its OpenAPI `Info` schema.
+TEI_INFO: dict[str, Any] = {
+    "model_id": "BAAI/bge-base-en-v1.5",
+    "model_sha": "a5beb1e3e68b9ab74eb54cfd186867f64f240e1a",
+    "model_dtype": "float16",
+    "model_type": {"embedding": {"pooling": "cls"}},
+    "max_concurrent_requests": 512,
+    "max_input_length": 512,
+    "max_batch_tokens": 16384,
+    "max_batch_requests": None,
+    "max_client_batch_size": 32,
+    "auto_truncate": False,
+    "tokenization_workers": 4,
+    "version": "1.5.0",
+    "sha": None,
+    "docker_label": None,
+}
+
+
+async def test_identify_names_the_embedder_by_the_model_tei_serves(
+    router: respx.MockRouter, embedder: TEIEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    route = router.get("/info").respond(json=TEI_INFO)
+    assert embedder.name == "tei:http://tei.test" and embedder.earlier_names == ()
+    caplog.set_level("INFO", logger="chatqna.backends.tei")
+    assert await embedder.identify() == "tei:BAAI/bge-base-en-v1.5"
+    assert route.call_count == 1
+    assert embedder.name == "tei:BAAI/bge-base-en-v1.5"
+    assert embedder.model_id == "BAAI/bge-base-en-v1.5"
+    assert embedder.earlier_names == ("tei:http://tei.test",)
+    (logged,) = [r for r in caplog.records if "embedder identity" in r.getMessage()]
+    assert logged.levelname == "INFO" and "tei:BAAI/bge-base-en-v1.5" in logged.getMessage()
+
+
+async def test_the_same_model_behind_two_urls_is_one_embedder() -> None:
+    def tei(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json=TEI_INFO)
+
+    names = []
+    for url in ("http://127.0.0.1:6006", "http://tei-embedding-service:80"):
+        client = TEIEmbedder(url, transport=httpx2.MockTransport(tei))
+        assert client.name == f"tei:{url}"
+        names.append(await client.identify())
+        await client.aclose()
+    assert names == ["tei:BAAI/bge-base-en-v1.5"] * 2
+
+
+def without_model_id() -> dict[str, Any]:
+    return {key: value for key, value in TEI_INFO.items() if key != "model_id"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "found"),
+    [
+        (httpx.Response(404, json={"error": "not found"}), "HTTP 404"),
+        (httpx.Response(405), "HTTP 405"),
+        (httpx.Response(200, json=without_model_id()), "no model_id"),
+        (httpx.Response(200, json={**TEI_INFO, "model_id": "  "}), "no model_id"),
+        (httpx.Response(200, json={**TEI_INFO, "model_id": 7}), "no model_id"),
+        (httpx.Response(200, json=["BAAI/bge-base-en-v1.5"]), "no model_id"),
+        (httpx.Response(200, text="<html>TEI-compatible</html>"), "not JSON"),
+    ],
+    ids=["404", "405", "absent", "blank", "number", "list", "html"],
+)
+async def test_without_a_model_id_from_info_the_url_names_the_embedder(
+    router: respx.MockRouter,
+    embedder: TEIEmbedder,
+    caplog: pytest.LogCaptureFixture,
+    answer: httpx.Response,
+    found: str,
+) -> None:
+    router.get("/info").mock(return_value=answer)
+    caplog.set_level("INFO", logger="chatqna.backends.tei")
+    assert await embedder.identify() == "tei:http://tei.test"
+    assert embedder.name == "tei:http://tei.test" and embedder.model_id is None
+    assert embedder.earlier_names == ()
+    (logged,) = [r for r in caplog.records if "embedder identity" in r.getMessage()]
+    assert logged.levelname == "INFO" and found in logged.getMessage()
+    details = await describe_with_probe(router, embedder)
+    assert details["model"] is None and details["endpoint"] == BASE
+
+
+async def describe_with_probe(router: respx.MockRouter, embedder: TEIEmbedder) -> dict[str, Any]:
+    router.post("/v1/embeddings").respond(json=embeddings_body([[0.6, 0.8]]))
+    return await embedder.describe()
+
+
+async def test_describe_names_the_model_identified(
+    router: respx.MockRouter, embedder: TEIEmbedder
+) -> None:
+    router.get("/info").respond(json=TEI_INFO)
+    await embedder.identify()
+    details = await describe_with_probe(router, embedder)
+    assert details["model"] == "BAAI/bge-base-en-v1.5" and details["endpoint"] == BASE
+
+
+async def test_credentials_in_the_endpoint_never_reach_the_name(router: respx.MockRouter) -> None:
+    router.get("/info").respond(404)
+    client = TEIEmbedder("http://user:secret@tei.test")
+    try:
+        assert await client.identify() == "tei:http://tei.test"
+    finally:
+        await client.aclose()
+
+
+async def test_identify_retries_by_the_embedder_s_policy_then_fails_rather_than_guess(
+    router: respx.MockRouter,
+) -> None:
+    waits: list[float] = []
+
+    async def wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    route = router.get("/info")
+    route.side_effect = [httpx.Response(503), httpx.Response(200, json=TEI_INFO)]
+    retry = RetryPolicy(attempts=2, backoff_seconds=0.1, sleep=wait, jitter=lambda: 1.0)
+    client = TEIEmbedder(BASE, retry=retry)
+    try:
+        assert await client.identify() == "tei:BAAI/bge-base-en-v1.5"
+        assert route.call_count == 2 and waits == pytest.approx([0.1])
+        route.side_effect = None
+        route.respond(503)
+        with pytest.raises(UpstreamError, match=r"GET /info returned HTTP 503"):
+            await client.identify()
+    finally:
+        await client.aclose()
+
+
+async def test_identify_is_bounded_by_the_embedding_timeout(router: respx.MockRouter) -> None:
+    router.get("/info").mock(side_effect=httpx2.ReadTimeout("stalled"))
+    client = TEIEmbedder(BASE, timeout_seconds=0.5)
+    try:
+        with pytest.raises(UpstreamTimeout, match="GET /info timed out"):
+            await client.identify()
+    finally:
+        await client.aclose()
 
 
 # --------------------------------------------------------------------------- reranker

@@ -29,6 +29,7 @@ from chatqna.upstream.policy import (
     ERROR_BODY_BYTES,
     HTTPStatusFailure,
     RetryPolicy,
+    get_reply,
     is_retryable,
     post_json,
     raise_for_status,
@@ -98,6 +99,16 @@ async def post(script: Script, retry: RetryPolicy, timeout: float | None = None)
             retry=retry,
             timeout_seconds=timeout,
         )
+    finally:
+        await client.aclose()
+
+
+async def get(script: Script, retry: RetryPolicy) -> Reply:
+    client = UpstreamClient(
+        BASE, timeout_seconds=5, connect_timeout_seconds=1, transport=script.transport
+    )
+    try:
+        return await get_reply(client, "/info", backend="embedder", retry=retry, timeout_seconds=5)
     finally:
         await client.aclose()
 
@@ -200,6 +211,32 @@ async def test_attempts_are_bounded_and_the_error_says_how_many() -> None:
     assert info.value.message == (
         "embedder: POST /v1/embeddings returned HTTP 503 (after 4 attempts)"
     )
+
+
+@pytest.mark.parametrize("status", [404, 405, 401])
+async def test_a_get_answered_with_a_4xx_returns_it_without_a_retry(status: int) -> None:
+    script = Script(httpx2.Response(status), httpx2.Response(200, json={}))
+    waits = Waits()
+    reply = await get(script, policy(waits=waits))
+    assert reply.status == status and len(script.calls) == 1 and waits.seconds == []
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_a_get_retries_a_retryable_status_by_the_policy(status: int) -> None:
+    script = Script(httpx2.Response(status), httpx2.Response(200, json={"model_id": "m"}))
+    waits = Waits()
+    reply = await get(script, policy(waits=waits))
+    assert reply.status == 200 and reply.json() == {"model_id": "m"}
+    assert [call.method for call in script.calls] == ["GET", "GET"]
+    assert waits.seconds == pytest.approx([0.2])
+
+
+async def test_a_get_that_spends_its_attempts_raises_the_typed_error() -> None:
+    script = Script(httpx2.Response(503))
+    with pytest.raises(UpstreamError) as info:
+        await get(script, policy(attempts=2))
+    assert len(script.calls) == 2
+    assert info.value.message == "embedder: GET /info returned HTTP 503 (after 2 attempts)"
 
 
 async def test_one_attempt_means_no_retry() -> None:
