@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     chatqna_dataprep_max_request_chunks: int = Field(50_000, ge=1)
     chatqna_dataprep_max_links: int = Field(100, ge=1)
     chatqna_dataprep_link_timeout_seconds: float = Field(15.0, gt=0)
+    # All of one request's links together, so slow but answering links cannot hold a
+    # parsing token for minutes.
+    chatqna_dataprep_links_timeout_seconds: float = Field(120.0, gt=0)
     chatqna_dataprep_link_max_bytes: int = Field(10 * 1024 * 1024, ge=1)
     chatqna_dataprep_link_max_redirects: int = Field(5, ge=0, le=20)
     chatqna_dataprep_link_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)

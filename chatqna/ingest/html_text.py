@@ -2,10 +2,11 @@
 
 The bytes are decoded as a browser would: a byte-order mark wins, then the charset of the
 HTTP `Content-Type` header (for fetched links), then a `<meta charset>` or
-`<meta http-equiv="Content-Type">` in the first 1024 bytes, else UTF-8. What a reader does
-not see is dropped: navigation, footers, banners, scripts, styles, `<noscript>`,
-`<template>`, `<svg>`, and elements that are `hidden`, `aria-hidden` or styled
-`display: none` / `visibility: hidden`. The main content is `<main>` (or `role="main"`, or
+`<meta http-equiv="Content-Type">` in the first 1024 bytes, else UTF-8; a label the WHATWG
+Encoding Standard does not list is ignored, and bytes the encoding does not map are read as
+U+FFFD. What a reader does not see is dropped: navigation, footers, banners, scripts,
+styles, `<noscript>`, `<template>`, `<svg>`, and elements that are `hidden`, `aria-hidden`
+or styled `display: none` / `visibility: hidden`. The main content is `<main>` (or `role="main"`, or
 the page's only `<article>`), else the body. Every `<h1>`-`<h6>` starts a section named by
 its text, `<pre>` keeps its text verbatim, and a table becomes rows that name their columns
 (a table nested in a cell is part of that cell's text).
@@ -18,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import webencodings
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from chatqna.errors import DocumentLoadError
@@ -51,58 +53,55 @@ _BOMS = (
 _META_CHARSET = re.compile(
     rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE
 )
-# The HTML standard reads these labels as windows-1252, and a declared UTF-16 in a <meta>
-# (which an ASCII-compatible prescan could not have read) as UTF-8.
-_LABEL_OVERRIDES = {
-    "iso-8859-1": "cp1252",
-    "latin-1": "cp1252",
-    "ascii": "cp1252",
-    "us-ascii": "cp1252",
-}
+# What the HTML standard reads a <meta> naming these as: the prescan that found the <meta>
+# read the bytes as ASCII, which UTF-16 is not.
+_META_OVERRIDES = {"utf-16le": "utf-8", "utf-16be": "utf-8", "x-user-defined": "windows-1252"}
 
 
-# Names Python's codec registry knows that are not encodings a page is written in. The
-# bytes-to-bytes codecs (hex, zlib, base64, rot13...) are caught by `_is_text_encoding`;
-# these three decode to text but raise on ordinary bytes or read them as something else.
-# The Encoding standard knows no UTF-32 label, and a page whose <meta> an ASCII prescan could
-# read is not UTF-32: both fall back as an unknown label does.
-_NOT_PAGE_CODECS = frozenset({"idna", "undefined", "punycode"})
+def _encoding(label: str | None, *, from_meta: bool = False) -> webencodings.Encoding | None:
+    """The encoding a charset label names in the WHATWG Encoding Standard (whose labels are
+    the only ones a browser knows), or None for any other label.
 
-
-def _codec(label: str | None, *, from_meta: bool = False) -> str | None:
-    """The Python codec for a charset label, or None for a label no browser would use.
-
-    UTF-16 named by a `<meta>` is read as UTF-8, as the HTML standard says (the prescan
-    that found it read the bytes as ASCII, which UTF-16 is not); named by the HTTP header,
-    it is UTF-16, and plain `utf-16` (no byte-order mark: one would have won) is the
-    little-endian form, as the Encoding standard reads that label.
+    So `latin-1` and `ascii` are windows-1252, plain `utf-16` is UTF-16LE, and names only
+    Python's codec registry knows (`utf-7`, `unicode_escape`, `hex`, `utf-32`...) are
+    unknown. UTF-16 named by a `<meta>` is read as UTF-8, as the HTML standard says.
     """
-    if not label:
-        return None
-    label = label.strip().lower()
-    try:
-        info = codecs.lookup(_LABEL_OVERRIDES.get(label, label))
-    except LookupError:
-        return None
-    name = info.name
-    if not info._is_text_encoding or name in _NOT_PAGE_CODECS or name.startswith("utf-32"):
-        return None
-    if name.startswith("utf-16"):
-        return "utf-8" if from_meta else {"utf-16": "utf-16-le"}.get(name, name)
-    return name
+    encoding = webencodings.lookup(label) if label else None
+    if encoding is not None and from_meta and encoding.name in _META_OVERRIDES:
+        return webencodings.lookup(_META_OVERRIDES[encoding.name])
+    return encoding
 
 
-def decode_declared(source: str, data: bytes, header_charset: str | None) -> str | None:
-    """The text as its byte-order mark, else `header_charset` (through `_codec`) says it is
-    encoded; None when neither says anything usable.
+def _refuse_replacement(source: str, label: str | None, encoding: webencodings.Encoding) -> None:
+    # The standard maps ISO-2022-KR, HZ-GB-2312 and the like to "replacement": their bytes
+    # are not read as text at all.
+    if encoding.name == "replacement":
+        raise DocumentLoadError(
+            f"{source} declares the charset {label!r}, which is not read as text "
+            "(the Encoding Standard maps it to 'replacement'); re-save it as UTF-8",
+            reason="encoding",
+        )
 
-    Raises `DocumentLoadError` (reason `encoding`) when the bytes cannot be decoded.
+
+def decode_declared(
+    source: str, data: bytes, header_charset: str | None, *, strict: bool = False
+) -> str | None:
+    """The text as its byte-order mark, else `header_charset` (a WHATWG Encoding Standard
+    label), says it is encoded; None when neither says anything usable.
+
+    Bytes the encoding does not map become U+FFFD, as in a browser, unless `strict`.
+    Raises `DocumentLoadError` (reason `encoding`) for a strict decode that fails, or a
+    label the standard reads as no text.
     """
     for bom, bom_encoding in _BOMS:
         if data.startswith(bom):
-            return data[len(bom) :].decode(bom_encoding, errors="replace")
-    encoding = _codec(header_charset)
-    return _decode_declared(source, data, encoding) if encoding is not None else None
+            body = data[len(bom) :]
+            return _decode(source, body, codecs.lookup(bom_encoding), strict, "byte-order mark")
+    encoding = _encoding(header_charset)
+    if encoding is None:
+        return None
+    _refuse_replacement(source, header_charset, encoding)
+    return _decode(source, data, encoding.codec_info, strict, f"charset {header_charset!r}")
 
 
 def decode_html(source: str, data: bytes, header_charset: str | None = None) -> str:
@@ -114,9 +113,11 @@ def decode_html(source: str, data: bytes, header_charset: str | None = None) -> 
     if declared is not None:
         return declared
     match = _META_CHARSET.search(data[:1024])
-    encoding = _codec(match.group(1).decode("ascii"), from_meta=True) if match else None
+    label = match.group(1).decode("ascii") if match else None
+    encoding = _encoding(label, from_meta=True)
     if encoding is not None:
-        return _decode_declared(source, data, encoding)
+        _refuse_replacement(source, label, encoding)
+        return _decode(source, data, encoding.codec_info, False, f"<meta> charset {label!r}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -127,14 +128,16 @@ def decode_html(source: str, data: bytes, header_charset: str | None = None) -> 
         ) from exc
 
 
-def _decode_declared(source: str, data: bytes, encoding: str) -> str:
+def _decode(source: str, data: bytes, codec: codecs.CodecInfo, strict: bool, said: str) -> str:
+    if not strict:
+        return codec.decode(data, "replace")[0]
     try:
-        return data.decode(encoding, errors="replace")
-    except (UnicodeError, LookupError) as exc:
-        # `errors="replace"` covers bad bytes in every codec `_codec` lets through; a codec
-        # that still fails is the page's fault, not the service's.
+        return codec.decode(data, "strict")[0]
+    except UnicodeDecodeError as exc:
+        # Replacing the bytes would index mojibake without anyone noticing.
         raise DocumentLoadError(
-            f"{source} cannot be decoded as its declared charset {encoding!r}: {exc}",
+            f"{source} is not valid {codec.name}, as its {said} says it is (invalid byte at "
+            f"offset {exc.start}); serve it with the charset it is written in, or as UTF-8",
             reason="encoding",
         ) from exc
 

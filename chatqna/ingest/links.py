@@ -1,7 +1,8 @@
 """Fetching `link_list` URLs for dataprep: bounded, checked, all or nothing.
 
-Each URL is fetched with httpx2 within one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`)
-and one size cap (`CHATQNA_DATAPREP_LINK_MAX_BYTES`, counted after content decoding). A
+Each URL is fetched with httpx2 within one deadline (`CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS`),
+all of a request's URLs within another (`CHATQNA_DATAPREP_LINKS_TIMEOUT_SECONDS`), and each
+within one size cap (`CHATQNA_DATAPREP_LINK_MAX_BYTES`, counted after content decoding). A
 `gzip` or `deflate` body (the codings asked for) is inflated in bounded steps, as upstream
 answers are (`chatqna.upstream.decoding`), so a compressed bomb is stopped at the cap
 without ever being decoded in one large piece; a body in any other coding is refused.
@@ -75,9 +76,6 @@ try:  # the package every OpenTelemetry HTTP client instrumentation requires
     from opentelemetry.instrumentation.utils import suppress_http_instrumentation as _untraced
 except ImportError:  # pragma: no cover - then nothing instruments httpx2 to suppress
     _untraced = nullcontext  # type: ignore[assignment]
-# A request's links are all fetched within this many per-link deadlines (60 s by default),
-# so many slow but answering links cannot hold a parsing token for minutes.
-LINKS_DEADLINES = 4
 
 
 def parse_link_list(raw: str | None, limit: int) -> list[str]:
@@ -173,6 +171,7 @@ class LinkFetcher:
         self._policy = LinkPolicy.from_entries(settings.chatqna_dataprep_link_allowlist)
         self._resolver = resolver if resolver is not None else system_resolver
         self._timeout = settings.chatqna_dataprep_link_timeout_seconds
+        self._request_timeout = settings.chatqna_dataprep_links_timeout_seconds
         self._max_bytes = settings.chatqna_dataprep_link_max_bytes
         self._max_redirects = settings.chatqna_dataprep_link_max_redirects
         self._proxy = settings.chatqna_dataprep_link_proxy
@@ -201,13 +200,13 @@ class LinkFetcher:
     async def fetch_all(self, urls: Sequence[str]) -> list[IngestFile]:
         """Every URL's content, in order; the first failure fails them all. The bodies
         together may hold `CHATQNA_MAX_UPLOAD_REQUEST_BYTES`, as an upload's files may,
-        counted as they arrive, and all are fetched within `LINKS_DEADLINES` per-link
-        deadlines."""
+        counted as they arrive, and all are fetched within
+        `CHATQNA_DATAPREP_LINKS_TIMEOUT_SECONDS`, however many there are."""
         if not urls:
             return []
         gate = asyncio.Semaphore(_CONCURRENT_FETCHES)
         budget = RequestBytes(self._request_bytes)
-        deadline = self._timeout * LINKS_DEADLINES
+        deadline = self._request_timeout
         async with self._client() as client:
 
             async def bounded(url: str) -> IngestFile:
@@ -223,7 +222,7 @@ class LinkFetcher:
                 ]
                 raise LinkUnreadable(
                     f"{len(unfinished)} of {len(urls)} links not fetched within {deadline:g} s "
-                    f"({LINKS_DEADLINES} x CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS)",
+                    "(CHATQNA_DATAPREP_LINKS_TIMEOUT_SECONDS)",
                     reason="timeout",
                     details={"urls": unfinished},
                 ) from exc

@@ -131,9 +131,9 @@ def _load(
 
 
 def _decode(source: str, data: bytes, charset: str | None) -> str:
-    """UTF-8 (strictly), unless a link's HTTP header names another charset (or its bytes
-    start with another byte-order mark) that `decode_declared` reads."""
-    declared = decode_declared(source, data, charset) if charset else None
+    """UTF-8, unless a link's HTTP header names another charset (a WHATWG Encoding Standard
+    label) or its bytes start with a byte-order mark; decoded strictly either way."""
+    declared = decode_declared(source, data, charset, strict=True) if charset else None
     try:
         text = declared if declared is not None else data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -141,7 +141,8 @@ def _decode(source: str, data: bytes, charset: str | None) -> str:
         # uploader can re-save the file as UTF-8.
         raise DocumentLoadError(
             f"{source} is not valid UTF-8 (invalid byte at offset {exc.start}); "
-            "re-save it as UTF-8 and upload it again"
+            "re-save it as UTF-8 and upload it again",
+            reason="encoding",
         ) from exc
     return text.replace("\r\n", "\n").replace("\r", "\n")
 

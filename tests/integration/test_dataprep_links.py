@@ -33,6 +33,20 @@ GUIDE_V2 = b"""<html><head><title>Lantern guide</title></head><body><main>
 <h2>Night mode</h2><p>Lantern mode is now switched on by hand only.</p></main></body></html>"""
 
 
+# path -> (body, the charset its Content-Type declares)
+SERVED_TEXT = {
+    "/latin.txt": (
+        "Cr\u00e8me br\u00fbl\u00e9e at the Lantern caf\u00e9.".encode("latin-1"),
+        "utf-8",
+    ),
+    "/wide.txt": (
+        "Cr\u00e8me br\u00fbl\u00e9e at the Lantern caf\u00e9.".encode("utf-16-le"),
+        "utf-16",
+    ),
+    "/escaped.txt": (b"Lantern +AGE- C:\\x41", "unicode_escape"),
+}
+
+
 class Pages:
     """An aiohttp server on 127.0.0.1 whose routes the tests steer."""
 
@@ -47,6 +61,10 @@ class Pages:
             return web.Response(body=self.guide, content_type="text/html")
         if request.path == "/prices.csv":
             return web.Response(body=b"Plan,Price\nLantern Pro,12 EUR\n", content_type="text/csv")
+        if request.path in SERVED_TEXT:
+            body, charset = SERVED_TEXT[request.path]
+            headers = {"Content-Type": f"text/plain; charset={charset}"}
+            return web.Response(body=body, headers=headers)
         if request.path == "/to-private":
             raise web.HTTPFound("http://10.255.0.1/admin")
         if request.path == "/to-loopback":
@@ -251,3 +269,32 @@ async def test_a_bad_upload_fails_the_request_before_any_link_is_fetched(
         )
     assert response.status_code == status, response.text
     assert pages.hits == []
+
+
+async def test_a_text_link_is_decoded_strictly_with_the_charset_it_declares(
+    pages: Pages, tmp_path: Any
+) -> None:
+    app = await service(tmp_path, chatqna_dataprep_link_allowlist=["127.0.0.1"])
+    base = f"http://127.0.0.1:{pages.port}"
+    before, refused, after, wide, top, escaped, listing = await run(
+        app,
+        {},
+        links(f"{base}/latin.txt"),
+        {},
+        links(f"{base}/wide.txt"),
+        {"ask": "Cr\u00e8me br\u00fbl\u00e9e at the Lantern caf\u00e9"},
+        links(f"{base}/escaped.txt"),
+        {},
+    )
+    assert refused.status_code == 422, refused.text
+    body = refused.json()
+    assert (body["error"], body["reason"]) == ("document_unreadable", "encoding")
+    assert "latin.txt" in body["message"] and after == before
+    assert wide.status_code == 200, wide.text
+    assert (top["source"], top["text"]) == (
+        f"{base}/wide.txt",
+        SERVED_TEXT["/wide.txt"][0].decode("utf-16-le"),
+    )
+    # unicode_escape is no Encoding Standard label: the bytes are read as UTF-8.
+    assert escaped.status_code == 200, escaped.text
+    assert listing[f"{base}/escaped.txt"] == 1

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
-from collections.abc import Iterator
-
 import pytest
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
@@ -120,23 +117,25 @@ def test_undeclared_non_utf8_page_is_a_load_error() -> None:
         load_document("latin.html", "<p>caf\u00e9</p>".encode("latin-1"))
 
 
-# Codecs Python knows that are no page encoding: bytes-to-bytes codecs, codecs that raise
-# on ordinary bytes, and UTF-32 (no HTML label). A browser ignores such a label.
+# Labels the WHATWG Encoding Standard does not list, though Python has a codec by the name:
+# bytes-to-bytes codecs, codecs that raise on ordinary bytes or read escapes, UTF-7, UTF-32.
+# A browser ignores such a label.
 NOT_PAGE_ENCODINGS = [
     "hex", "rot13", "zlib", "base64", "bz2", "uu", "quopri", "idna", "undefined",
-    "punycode", "utf-32", "no-such-charset",
+    "punycode", "utf-32", "utf-7", "unicode_escape", "raw_unicode_escape", "no-such-charset",
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("label", NOT_PAGE_ENCODINGS)
 def test_a_label_that_names_no_page_encoding_falls_back_to_utf8(label: str) -> None:
-    page = f'<meta charset="{label}"><p>Cr\u00e8me</p>'.encode()
-    assert load_document("menu.html", page).sections == [("menu", "Cr\u00e8me")]
-    fetched = "<p>Cr\u00e8me</p>".encode()
-    assert load_document("menu.html", fetched, charset=label).sections == [("menu", "Cr\u00e8me")]
+    page = f'<meta charset="{label}"><p>Cr\u00e8me +AGE- \\x41</p>'.encode()
+    expected = [("menu", "Cr\u00e8me +AGE- \\x41")]
+    assert load_document("menu.html", page).sections == expected
+    fetched = "<p>Cr\u00e8me +AGE- \\x41</p>".encode()
+    assert load_document("menu.html", fetched, charset=label).sections == expected
 
 
-@pytest.mark.parametrize("label", ["hex", "idna"])
+@pytest.mark.parametrize("label", ["hex", "idna", "utf-7"])
 def test_a_non_utf8_page_with_such_a_label_is_a_load_error(label: str) -> None:
     page = f'<meta charset="{label}"><p>caf\u00e9</p>'.encode("latin-1")
     with pytest.raises(DocumentLoadError) as caught:
@@ -144,26 +143,29 @@ def test_a_non_utf8_page_with_such_a_label_is_a_load_error(label: str) -> None:
     assert caught.value.reason == "encoding"
 
 
-def _broken_codec(name: str) -> codecs.CodecInfo | None:
-    def fail(data: object, errors: str = "strict") -> tuple[str, int]:
-        raise UnicodeError("this codec cannot decode anything")
-
-    return codecs.CodecInfo(fail, fail, name=name) if name == "chatqna_broken" else None
-
-
-@pytest.fixture
-def broken_codec() -> Iterator[None]:
-    codecs.register(_broken_codec)
-    yield
-    codecs.unregister(_broken_codec)
+def test_bytes_a_declared_charset_does_not_map_are_read_as_replacement_characters() -> None:
+    page = "<p>caf\u00e9</p>".encode("latin-1")
+    assert decode_html("h.html", page, header_charset="utf-8") == "<p>caf\ufffd</p>"
+    meta = b'<meta charset="utf-8"><p>caf\xe9</p>'
+    assert decode_html("m.html", meta).endswith("<p>caf\ufffd</p>")
+    bom = b"\xef\xbb\xbf<p>caf\xe9</p>"
+    assert decode_html("b.html", bom) == "<p>caf\ufffd</p>"
 
 
-@pytest.mark.usefixtures("broken_codec")
-def test_a_declared_codec_that_fails_to_decode_is_a_load_error() -> None:
-    page = b'<meta charset="chatqna-broken"><p>text</p>'
-    with pytest.raises(DocumentLoadError, match="declared charset") as caught:
-        load_document("broken.html", page)
+@pytest.mark.parametrize("header", [True, False])
+def test_a_charset_the_standard_maps_to_replacement_is_a_load_error(header: bool) -> None:
+    body = b"<p>\x1b$)C text</p>"
+    page = body if header else b'<meta charset="iso-2022-kr">' + body
+    with pytest.raises(DocumentLoadError, match="replacement") as caught:
+        load_document("kr.html", page, charset="ISO-2022-KR" if header else None)
     assert (caught.value.status_code, caught.value.reason) == (422, "encoding")
+
+
+def test_labels_are_read_as_the_encoding_standard_reads_them() -> None:
+    # latin-1 is windows-1252 (0x80 is the euro sign); x-user-defined in a <meta> too.
+    assert decode_html("l.html", b"<p>\x80</p>", header_charset=" Latin1 ") == "<p>\u20ac</p>"
+    page = b'<meta charset="x-user-defined"><p>\x80</p>'
+    assert decode_html("x.html", page).endswith("<p>\u20ac</p>")
 
 
 def test_deeply_nested_page_does_not_exhaust_the_stack() -> None:

@@ -363,31 +363,44 @@ async def test_the_links_of_a_request_share_one_byte_budget() -> None:
     assert len(await links.fetch_all(urls[:3])) == 3  # each request has a budget of its own
 
 
-async def test_slow_links_that_each_answer_in_time_are_cut_at_the_requests_deadline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from chatqna.ingest import links as links_module
+async def slow_text(request: httpx2.Request, delay: float) -> httpx2.Response:
+    await asyncio.sleep(delay)
+    return page(b"ok", "text/plain")
 
-    # 0.05 x a 10 s per-link deadline: the request's links have 0.5 s together, and each
-    # link answers in 0.1 s, well inside its own deadline.
-    monkeypatch.setattr(links_module, "LINKS_DEADLINES", 0.05)
 
-    async def slow(request: httpx2.Request) -> httpx2.Response:
-        await asyncio.sleep(0.1)
-        return page(b"ok", "text/plain")
-
+async def test_slow_links_that_each_answer_in_time_are_cut_at_the_requests_deadline() -> None:
+    # The request's links have 0.5 s together; each answers in 0.1 s, well inside its own
+    # 10 s deadline, and 40 of them four at a time take 1 s.
     links = LinkFetcher(
-        Settings(chatqna_dataprep_link_timeout_seconds=10),
+        Settings(
+            chatqna_dataprep_link_timeout_seconds=10,
+            chatqna_dataprep_links_timeout_seconds=0.5,
+        ),
         resolver=fake_resolver,
-        transport=httpx2.MockTransport(slow),
+        transport=httpx2.MockTransport(lambda request: slow_text(request, 0.1)),
     )
     urls = [f"https://docs.test/p{i}.txt" for i in range(40)]
-    with pytest.raises(LinkUnreadable, match="CHATQNA_DATAPREP_LINK_TIMEOUT_SECONDS") as raised:
+    with pytest.raises(LinkUnreadable, match="CHATQNA_DATAPREP_LINKS_TIMEOUT_SECONDS") as raised:
         await links.fetch_all(urls)
     assert raised.value.reason == "timeout" and raised.value.status_code == 422
     unfinished = raised.value.details["urls"]
     assert unfinished and set(unfinished) < set(urls)
     assert f"{len(unfinished)} of 40 links not fetched within 0.5 s" in raised.value.message
+
+
+async def test_the_requests_deadline_does_not_follow_the_per_link_one_or_the_link_count() -> None:
+    # 96 links four at a time, 0.05 s each: 1.2 s in all, longer than four 0.25 s per-link
+    # deadlines, but within the request's own deadline (its default).
+    settings = Settings(chatqna_dataprep_link_timeout_seconds=0.25)
+    assert settings.chatqna_dataprep_links_timeout_seconds == 120
+    links = LinkFetcher(
+        settings,
+        resolver=fake_resolver,
+        transport=httpx2.MockTransport(lambda request: slow_text(request, 0.05)),
+    )
+    urls = [f"https://docs.test/p{i}.txt" for i in range(96)]
+    fetched = await links.fetch_all(urls)
+    assert [item.source for item in fetched] == urls
 
 
 async def test_links_carry_no_trace_context_under_an_http_client_instrumentation(

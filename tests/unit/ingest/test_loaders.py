@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import io
 
 import pytest
@@ -449,5 +450,58 @@ def test_a_charset_no_text_codec_names_leaves_the_text_formats_to_utf8() -> None
 
 
 def test_an_upload_without_a_charset_is_still_strict_utf8() -> None:
-    with pytest.raises(DocumentLoadError, match="not valid UTF-8"):
+    with pytest.raises(DocumentLoadError, match="not valid UTF-8") as caught:
         load_document("notes.txt", "Größe".encode("latin-1"))
+    assert (caught.value.status_code, caught.value.reason) == (422, "encoding")
+
+
+@pytest.mark.parametrize("kind", ["text", "markdown", "csv", "json"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"a": "caf\u00e9 cr\u00e8me"}'.encode("latin-1"),
+        bytes(range(128, 256)) * 4,
+    ],
+    ids=["latin-1", "random"],
+)
+def test_bytes_the_declared_charset_cannot_decode_are_a_load_error(kind: str, data: bytes) -> None:
+    with pytest.raises(DocumentLoadError, match="charset 'utf-8'") as caught:
+        load_document("https://docs.test/n", data, kind=kind, charset="utf-8")
+    assert (caught.value.status_code, caught.value.reason) == (422, "encoding")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xef\xbb\xbf" + "caf\u00e9".encode("latin-1"),
+        b"\xff\xfe" + b"odd length utf-8 text",
+        b"\xff\xfe" + "\ud800".encode("utf-16-le", "surrogatepass") + b"a\x00",
+    ],
+    ids=["utf-8", "utf-16-odd", "utf-16-lone-surrogate"],
+)
+def test_bytes_their_byte_order_mark_cannot_decode_are_a_load_error(data: bytes) -> None:
+    with pytest.raises(DocumentLoadError, match="byte-order mark") as caught:
+        load_document("https://docs.test/b", data, kind="text", charset="utf-8")
+    assert caught.value.reason == "encoding"
+
+
+@pytest.mark.parametrize("label", ["utf-7", "unicode_escape", "raw_unicode_escape", "hex"])
+def test_a_label_the_encoding_standard_does_not_list_is_no_label(label: str) -> None:
+    text = "a+b=c, +AGE-, C:\\new\\x41 Gr\u00f6\u00dfe"
+    doc = load_document("https://docs.test/u", text.encode(), kind="text", charset=label)
+    assert doc.sections[0][1] == text
+    with pytest.raises(DocumentLoadError, match="not valid UTF-8") as caught:
+        load_document("https://docs.test/u", text.encode("latin-1"), kind="text", charset=label)
+    assert caught.value.reason == "encoding"
+
+
+def test_a_charset_the_encoding_standard_reads_as_no_text_is_a_load_error() -> None:
+    with pytest.raises(DocumentLoadError, match="replacement") as caught:
+        load_document("https://docs.test/k", b"\x1b$)C text", kind="text", charset="hz-gb-2312")
+    assert caught.value.reason == "encoding"
+
+
+def test_a_text_link_declared_as_utf16_with_a_byte_order_mark_decodes() -> None:
+    data = codecs.BOM_UTF16_BE + "Gr\u00fc\u00dfe \u20ac".encode("utf-16-be")
+    doc = load_document("https://docs.test/w", data, kind="text", charset="utf-16")
+    assert doc.sections[0][1] == "Gr\u00fc\u00dfe \u20ac"
