@@ -27,8 +27,8 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   ConfigMaps and Secrets referenced by pods are rendered (or named as external).
 - With an API key, the metrics scraper's jobs send it (`authorization.credentials_file`, a
   file mounted from the key's Secret); without one, they send no credentials. A Secret the
-  chart does not render (`secrets.existingSecret`) has the key unless the scraper's pod
-  mounts none of it (`secrets.existingSecretHasApiKey=false`).
+  chart does not render (`secrets.existingSecret`) holds the key unless the caller names
+  it as keyless (`secrets.existingSecretHasApiKey=false`).
 - Grafana's dashboards are deploy/grafana's, byte for byte, and its datasources are
   deploy/grafana's except for the URLs.
 - Names: StatefulSets within 52 characters (their revision-hash label must fit in 63),
@@ -489,9 +489,10 @@ def grafana_problems(docs: list[Manifest], repo: Path = REPO) -> list[Problem]:
     return problems
 
 
-def api_key_secrets(docs: list[Manifest]) -> set[str]:
+def api_key_secrets(docs: list[Manifest], keyless: Iterable[str] = ()) -> set[str]:
     """The Secrets ChatQnA containers take CHATQNA_API_KEY from, less rendered ones without
-    that key (an optional reference to a missing key sets nothing)."""
+    that key and the external ones named in `keyless` (an optional reference to a missing
+    key sets nothing)."""
     rendered = by_kind(docs, "Secret")
     names = {
         entry["valueFrom"]["secretKeyRef"]["name"]
@@ -501,6 +502,7 @@ def api_key_secrets(docs: list[Manifest]) -> set[str]:
         for entry in container.get("env") or []
         if entry["name"] == "CHATQNA_API_KEY" and "secretKeyRef" in (entry.get("valueFrom") or {})
     }
+    names -= set(keyless)
     return {
         name
         for name in names
@@ -525,10 +527,11 @@ def secret_file(workload: Manifest, container: Mapping[str, Any], path: str) -> 
     return "", ""
 
 
-def scrape_auth_problems(docs: list[Manifest]) -> list[Problem]:
+def scrape_auth_problems(docs: list[Manifest], keyless: Iterable[str] = ()) -> list[Problem]:
     """With an API key, every scrape job of a mounted prometheus.yml sends it, read from a file
-    mounted from the key's Secret; without one, no job sends credentials."""
-    secrets = api_key_secrets(docs)
+    mounted from the key's Secret; without one, no job sends credentials. `keyless`: external
+    Secrets known to lack the key."""
+    secrets = api_key_secrets(docs, keyless)
     maps = by_kind(docs, "ConfigMap")
     problems = []
     for workload in workloads(docs):
@@ -660,7 +663,13 @@ def wait_script_problems(docs: list[Manifest]) -> list[Problem]:
     return problems
 
 
-def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()) -> list[Problem]:
+def manifest_problems(
+    docs: list[Manifest],
+    external_secrets: Iterable[str] = (),
+    keyless_secrets: Iterable[str] = (),
+) -> list[Problem]:
+    """Every check of rendered manifests. `external_secrets`: Secrets the release uses but does
+    not render; `keyless_secrets`: those of them without CHATQNA_API_KEY."""
     return (
         schema_problems(docs)
         + probe_problems(docs)
@@ -669,7 +678,7 @@ def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()
         + url_problems(docs)
         + reference_problems(docs, external_secrets)
         + grafana_problems(docs)
-        + scrape_auth_problems(docs)
+        + scrape_auth_problems(docs, keyless_secrets)
         + startup_wait_problems(docs)
         + wait_script_problems(docs)
         + name_length_problems(docs)

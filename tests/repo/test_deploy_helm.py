@@ -269,7 +269,17 @@ def scrape_jobs(docs: list[Manifest]) -> list[dict[str, Any]]:
     ("sets", "secret"),
     [
         ({"secrets.apiKey": "s3cret-key"}, f"{PREFIX}-secrets"),
+        # The documented install: a Secret with the key, no other flag.
         ({"secrets.existingSecret": "chatqna-keys"}, "chatqna-keys"),
+        (
+            {"secrets.existingSecret": "chatqna-keys", "secrets.existingSecretHasApiKey": True},
+            "chatqna-keys",
+        ),
+        # The flag speaks of existingSecret only: the chart knows its own Secret's keys.
+        (
+            {"secrets.apiKey": "s3cret-key", "secrets.existingSecretHasApiKey": False},
+            f"{PREFIX}-secrets",
+        ),
     ],
 )
 def test_with_an_api_key_the_metrics_scraper_sends_it(
@@ -292,6 +302,27 @@ def test_without_an_api_key_the_metrics_scraper_sends_no_credentials(helm: Path)
     workload = find(docs, "Deployment", "victoriametrics")
     assert all("secret" not in v for v in checks.pod_spec(workload)["volumes"])
     assert checks.scrape_auth_problems(docs) == []
+
+
+def test_an_existing_secret_without_the_api_key_is_scraped_without_credentials(
+    helm: Path,
+) -> None:
+    # A Secret with only OPENAI_API_KEY or HF_TOKEN: the backend's /metrics is open, and a
+    # credentials_file from a Secret item that is not there would fail every scrape.
+    sets = {"secrets.existingSecret": "chatqna-keys", "secrets.existingSecretHasApiKey": False}
+    docs = checks.render(helm, sets=sets)
+    assert all("authorization" not in job for job in scrape_jobs(docs))
+    workload = find(docs, "Deployment", "victoriametrics")
+    assert all("secret" not in v for v in checks.pod_spec(workload)["volumes"])
+    # The backend still takes the key should the Secret hold one: never open by mistake.
+    entry = env_entry(container(docs, "Deployment", "backend"), "CHATQNA_API_KEY")
+    assert entry is not None and entry["valueFrom"]["secretKeyRef"]["name"] == "chatqna-keys"
+    keys = {"external_secrets": ["chatqna-keys"], "keyless_secrets": ["chatqna-keys"]}
+    assert checks.manifest_problems(docs, **keys) == []
+    # Checked against what the Secret holds, either flag that says otherwise is reported.
+    assert kinds(checks.scrape_auth_problems(docs)) == {"scrape_auth"}
+    keyed = checks.render(helm, sets={"secrets.existingSecret": "chatqna-keys"})
+    assert kinds(checks.scrape_auth_problems(keyed, ["chatqna-keys"])) == {"scrape_auth"}
 
 
 def test_scrape_credentials_that_miss_the_api_key_are_reported(
@@ -776,6 +807,28 @@ def test_the_notes_say_how_to_ingest_and_what_to_secure(helm: Path) -> None:
     assert ingest in embedded
     assert "downloads the models" not in embedded and "No API key" not in embedded
     assert "Grafana" not in embedded
+
+
+@pytest.mark.parametrize(
+    ("args", "warned"),
+    [
+        (("--set", "secrets.existingSecret=chatqna-keys"), False),
+        (
+            (
+                "--set",
+                "secrets.existingSecret=chatqna-keys",
+                "--set",
+                "secrets.existingSecretHasApiKey=false",
+            ),
+            True,
+        ),
+        (("--set", "secrets.apiKey=k", "--set", "secrets.existingSecretHasApiKey=false"), False),
+    ],
+)
+def test_the_notes_warn_of_an_open_api_as_the_scraper_sees_it(
+    helm: Path, args: tuple[str, ...], warned: bool
+) -> None:
+    assert ("No API key is set" in notes(helm, *args)) is warned
 
 
 def test_the_packaged_chart_carries_the_dashboards(helm: Path, tmp_path: Path) -> None:

@@ -113,11 +113,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
-{{/* The Secret holding CHATQNA_API_KEY, if any: secrets.existingSecret, or the chart's own
-when secrets.apiKey is given. */}}
+{{/* The Secret holding CHATQNA_API_KEY, if any: secrets.existingSecret (unless
+secrets.existingSecretHasApiKey is false: the chart cannot look inside it), or the chart's
+own when secrets.apiKey is given. */}}
 {{- define "chatqna.apiKeySecret" -}}
 {{- if .Values.secrets.existingSecret -}}
+{{- if .Values.secrets.existingSecretHasApiKey -}}
 {{- .Values.secrets.existingSecret -}}
+{{- end -}}
 {{- else if .Values.secrets.apiKey -}}
 {{- include "chatqna.component" (list . "secrets") -}}
 {{- end -}}
