@@ -18,13 +18,17 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   secrets (the API key, upstream tokens) come from a Secret, never a literal or a ConfigMap;
   every in-cluster URL they are given names a rendered Service and one of its ports.
 - ChatQnA pods wait in an init container (the ChatQnA image) for the model servers and Redis
-  of the release their role uses, and for nothing else (not for external endpoints).
+  of the release their role uses, and for nothing else (not for external endpoints); its
+  script compiles, and each attempt catches any exception (an answer in another protocol
+  raises http.client's errors or ValueError, not OSError), so the wait never crashes.
 - Every container has probes (init containers aside), CPU and memory requests, a memory
   limit, and cannot escalate privileges; every pod runs as non-root without a Kubernetes
   API token. Services and disruption budgets select pods of the release, and
   ConfigMaps and Secrets referenced by pods are rendered (or named as external).
 - With an API key, the metrics scraper's jobs send it (`authorization.credentials_file`, a
-  file mounted from the key's Secret); without one, they send no credentials.
+  file mounted from the key's Secret); without one, they send no credentials. A Secret the
+  chart does not render (`secrets.existingSecret`) holds the key unless the caller names
+  it as keyless (`secrets.existingSecretHasApiKey=false`).
 - Grafana's dashboards are deploy/grafana's, byte for byte, and its datasources are
   deploy/grafana's except for the URLs.
 - Names: StatefulSets within 52 characters (their revision-hash label must fit in 63),
@@ -36,6 +40,7 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -484,9 +489,10 @@ def grafana_problems(docs: list[Manifest], repo: Path = REPO) -> list[Problem]:
     return problems
 
 
-def api_key_secrets(docs: list[Manifest]) -> set[str]:
+def api_key_secrets(docs: list[Manifest], keyless: Iterable[str] = ()) -> set[str]:
     """The Secrets ChatQnA containers take CHATQNA_API_KEY from, less rendered ones without
-    that key (an optional reference to a missing key sets nothing)."""
+    that key and the external ones named in `keyless` (an optional reference to a missing
+    key sets nothing)."""
     rendered = by_kind(docs, "Secret")
     names = {
         entry["valueFrom"]["secretKeyRef"]["name"]
@@ -496,6 +502,7 @@ def api_key_secrets(docs: list[Manifest]) -> set[str]:
         for entry in container.get("env") or []
         if entry["name"] == "CHATQNA_API_KEY" and "secretKeyRef" in (entry.get("valueFrom") or {})
     }
+    names -= set(keyless)
     return {
         name
         for name in names
@@ -520,10 +527,11 @@ def secret_file(workload: Manifest, container: Mapping[str, Any], path: str) -> 
     return "", ""
 
 
-def scrape_auth_problems(docs: list[Manifest]) -> list[Problem]:
+def scrape_auth_problems(docs: list[Manifest], keyless: Iterable[str] = ()) -> list[Problem]:
     """With an API key, every scrape job of a mounted prometheus.yml sends it, read from a file
-    mounted from the key's Secret; without one, no job sends credentials."""
-    secrets = api_key_secrets(docs)
+    mounted from the key's Secret; without one, no job sends credentials. `keyless`: external
+    Secrets known to lack the key."""
+    secrets = api_key_secrets(docs, keyless)
     maps = by_kind(docs, "ConfigMap")
     problems = []
     for workload in workloads(docs):
@@ -613,7 +621,55 @@ def startup_wait_problems(docs: list[Manifest]) -> list[Problem]:
     return problems
 
 
-def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()) -> list[Problem]:
+WAIT_CONTAINER = "wait-for-upstreams"
+# Handlers that catch whatever one attempt of the wait raises.
+CATCH_ALL = {"Exception", "BaseException"}
+
+
+def wait_script(workload: Manifest) -> tuple[str, list[str]] | None:
+    """The Python script of a pod's start-up wait and its targets, if it has one."""
+    for init in pod_spec(workload).get("initContainers") or []:
+        if init["name"] == WAIT_CONTAINER:
+            command = [str(part) for part in init.get("command") or []]
+            if command[:2] != ["python", "-c"] or len(command) != 3:
+                return " ".join(command), []
+            return command[2], [str(arg) for arg in init.get("args") or []]
+    return None
+
+
+def _catches_everything(handler: ast.ExceptHandler) -> bool:
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(n is None or (isinstance(n, ast.Name) and n.id in CATCH_ALL) for n in names)
+
+
+def wait_script_problems(docs: list[Manifest]) -> list[Problem]:
+    """The start-up wait's script is Python that compiles, and each attempt in it catches any
+    exception: an exception it lets through ends the init container, and Kubernetes restarts
+    it with a growing back-off instead of the wait going on."""
+    problems = []
+    for workload in workloads(docs):
+        found = wait_script(workload)
+        if found is None:
+            continue
+        where = f"{name_of(workload)}/{WAIT_CONTAINER}"
+        try:
+            tree = ast.parse(found[0])
+        except SyntaxError as error:
+            problems.append(Problem("wait_script", where, f"does not compile: {error}"))
+            continue
+        tries = [node for node in ast.walk(tree) if isinstance(node, ast.Try)]
+        if not tries or not all(any(map(_catches_everything, t.handlers)) for t in tries):
+            problems.append(Problem("wait_script", where, "an attempt lets exceptions through"))
+    return problems
+
+
+def manifest_problems(
+    docs: list[Manifest],
+    external_secrets: Iterable[str] = (),
+    keyless_secrets: Iterable[str] = (),
+) -> list[Problem]:
+    """Every check of rendered manifests. `external_secrets`: Secrets the release uses but does
+    not render; `keyless_secrets`: those of them without CHATQNA_API_KEY."""
     return (
         schema_problems(docs)
         + probe_problems(docs)
@@ -622,8 +678,9 @@ def manifest_problems(docs: list[Manifest], external_secrets: Iterable[str] = ()
         + url_problems(docs)
         + reference_problems(docs, external_secrets)
         + grafana_problems(docs)
-        + scrape_auth_problems(docs)
+        + scrape_auth_problems(docs, keyless_secrets)
         + startup_wait_problems(docs)
+        + wait_script_problems(docs)
         + name_length_problems(docs)
     )
 

@@ -11,8 +11,13 @@ from __future__ import annotations
 import copy
 import shlex
 import shutil
+import socket
 import subprocess
+import sys
 import tarfile
+import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -264,7 +269,17 @@ def scrape_jobs(docs: list[Manifest]) -> list[dict[str, Any]]:
     ("sets", "secret"),
     [
         ({"secrets.apiKey": "s3cret-key"}, f"{PREFIX}-secrets"),
+        # The documented install: a Secret with the key, no other flag.
         ({"secrets.existingSecret": "chatqna-keys"}, "chatqna-keys"),
+        (
+            {"secrets.existingSecret": "chatqna-keys", "secrets.existingSecretHasApiKey": True},
+            "chatqna-keys",
+        ),
+        # The flag speaks of existingSecret only: the chart knows its own Secret's keys.
+        (
+            {"secrets.apiKey": "s3cret-key", "secrets.existingSecretHasApiKey": False},
+            f"{PREFIX}-secrets",
+        ),
     ],
 )
 def test_with_an_api_key_the_metrics_scraper_sends_it(
@@ -287,6 +302,27 @@ def test_without_an_api_key_the_metrics_scraper_sends_no_credentials(helm: Path)
     workload = find(docs, "Deployment", "victoriametrics")
     assert all("secret" not in v for v in checks.pod_spec(workload)["volumes"])
     assert checks.scrape_auth_problems(docs) == []
+
+
+def test_an_existing_secret_without_the_api_key_is_scraped_without_credentials(
+    helm: Path,
+) -> None:
+    # A Secret with only OPENAI_API_KEY or HF_TOKEN: the backend's /metrics is open, and a
+    # credentials_file from a Secret item that is not there would fail every scrape.
+    sets = {"secrets.existingSecret": "chatqna-keys", "secrets.existingSecretHasApiKey": False}
+    docs = checks.render(helm, sets=sets)
+    assert all("authorization" not in job for job in scrape_jobs(docs))
+    workload = find(docs, "Deployment", "victoriametrics")
+    assert all("secret" not in v for v in checks.pod_spec(workload)["volumes"])
+    # The backend still takes the key should the Secret hold one: never open by mistake.
+    entry = env_entry(container(docs, "Deployment", "backend"), "CHATQNA_API_KEY")
+    assert entry is not None and entry["valueFrom"]["secretKeyRef"]["name"] == "chatqna-keys"
+    keys = {"external_secrets": ["chatqna-keys"], "keyless_secrets": ["chatqna-keys"]}
+    assert checks.manifest_problems(docs, **keys) == []
+    # Checked against what the Secret holds, either flag that says otherwise is reported.
+    assert kinds(checks.scrape_auth_problems(docs)) == {"scrape_auth"}
+    keyed = checks.render(helm, sets={"secrets.existingSecret": "chatqna-keys"})
+    assert kinds(checks.scrape_auth_problems(keyed, ["chatqna-keys"])) == {"scrape_auth"}
 
 
 def test_scrape_credentials_that_miss_the_api_key_are_reported(
@@ -386,6 +422,137 @@ def test_startup_wait_mistakes_are_reported(default_docs: list[Manifest]) -> Non
     assert kinds(planted(default_docs, wrong_path)) == {"startup_wait_path"}
     assert kinds(planted(default_docs, other_image)) == {"wait_image"}
     assert kinds(planted(default_docs, escalating)) == {"privilege_escalation"}
+
+
+# --- the start-up wait's script, run on loopback ---------------------------------------------
+
+
+class Answers:
+    """A loopback listener (TCP, or a Unix socket at `path`) that answers each connection's
+    first bytes with the next of `replies` (the last one over and over), then closes it; it
+    keeps what each connection sent first."""
+
+    def __init__(self, replies: list[bytes], path: Path | None = None) -> None:
+        self.replies, self.received = replies, list[bytes]()
+        if path is None:
+            self.listener = socket.create_server(("127.0.0.1", 0))
+            self.url = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        else:
+            self.listener = socket.socket(socket.AF_UNIX)
+            self.listener.bind(str(path))
+            self.listener.listen()
+            self.url = str(path)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            with connection:
+                connection.settimeout(10)
+                self.received.append(connection.recv(65536))
+                connection.sendall(self.replies[min(len(self.received), len(self.replies)) - 1])
+                connection.shutdown(socket.SHUT_WR)
+                while connection.recv(65536):  # until the client closes: no reset
+                    pass
+
+    def __enter__(self) -> Answers:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread's accept(); close does not
+        self.listener.close()
+        self.thread.join(timeout=10)
+
+
+HEALTHY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+
+
+def run_wait(
+    docs: list[Manifest], targets: list[str], monkeypatch: pytest.MonkeyPatch, pace: float = 1
+) -> None:
+    """The backend's rendered wait script on `targets`, in this process, on a clock that its
+    sleeps move on, `pace` times as far as they ask (20 minutes pass without waiting them).
+    Raises SystemExit as it exits."""
+    found = checks.wait_script(find(docs, "Deployment", "backend"))
+    assert found is not None
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds * pace
+
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(sys, "argv", ["-c", *targets])
+    exec(compile(found[0], "wait-for-upstreams", "exec"), {"__name__": "__main__"})
+
+
+def test_the_wait_outlasts_answers_in_another_protocol_and_ends_when_healthy(
+    default_docs: list[Manifest],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A status line that is not HTTP's, then one longer than http.client reads: neither is an
+    # OSError. Then TEI's healthy answer: the wait ends, and the pod's container starts.
+    replies = [b"SSH-2.0-OpenSSH_9.6\r\n", b"x" * 70_000 + b"\r\n", HEALTHY]
+    with Answers(replies) as server:
+        run_wait(default_docs, [f"http://{server.url}/health"], monkeypatch)
+    assert len(server.received) == 3 and server.received[0].startswith(b"GET /health HTTP/1.1")
+    output = capsys.readouterr().out
+    assert "BadStatusLine" in output and "LineTooLong" in output
+
+
+def test_the_wait_outlasts_a_redis_that_answers_garbage_until_its_deadline(
+    default_docs: list[Manifest],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A bulk string whose length is not a number: redis-py's parser raises ValueError.
+    with Answers([b"$abc\r\n"]) as server, pytest.raises(SystemExit) as exit_:
+        run_wait(default_docs, [f"redis://{server.url}"], monkeypatch)
+    assert str(exit_.value).startswith(f"redis://{server.url} is still not up after 20 minutes")
+    assert "ValueError" in str(exit_.value)
+    assert len(server.received) > 100  # every 5 s for 20 minutes, retries aside
+    assert all(first.startswith(b"*2\r\n$5\r\nHELLO") for first in server.received)
+    assert capsys.readouterr().out.count(f"waiting for redis://{server.url}") > 100
+
+
+def test_the_wait_takes_rediss_and_unix_urls_for_redis(
+    default_docs: list[Manifest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The listener says nothing and closes: each attempt fails, the wait ends at its deadline
+    # (exit 1 with a message). What it was sent says which client the URL went to. Each
+    # sleep of 5 s moves the clock 5 minutes: a TLS client takes a while to set up.
+    with Answers([b""]) as server, pytest.raises(SystemExit, match="after 20 minutes"):
+        run_wait(default_docs, [f"rediss://{server.url}"], monkeypatch, pace=60)
+    assert server.received and server.received[0].startswith(b"\x16\x03")  # a TLS ClientHello
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "redis.sock"
+        with Answers([b""], path) as server, pytest.raises(SystemExit, match="after 20 minutes"):
+            run_wait(default_docs, [f"unix://{path}"], monkeypatch, pace=60)
+    assert server.received and server.received[0].startswith(b"*2\r\n$5\r\nHELLO")
+
+
+def test_a_wait_script_that_lets_exceptions_through_is_reported(
+    default_docs: list[Manifest],
+) -> None:
+    def narrow(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "backend"))["initContainers"][0]
+        init["command"][2] = init["command"][2].replace("except Exception", "except OSError")
+
+    def broken(docs: list[Manifest]) -> None:
+        init = checks.pod_spec(find(docs, "Deployment", "retriever"))["initContainers"][0]
+        init["command"][2] = init["command"][2].replace("    try:", "  try:", 1)
+
+    assert checks.wait_script_problems(default_docs) == []
+    assert [(p.kind, p.detail) for p in planted(default_docs, narrow)] == [
+        ("wait_script", "an attempt lets exceptions through")
+    ]
+    (problem,) = planted(default_docs, broken)
+    assert problem.kind == "wait_script" and problem.detail.startswith("does not compile")
 
 
 @pytest.mark.parametrize(
@@ -642,6 +809,28 @@ def test_the_notes_say_how_to_ingest_and_what_to_secure(helm: Path) -> None:
     assert "Grafana" not in embedded
 
 
+@pytest.mark.parametrize(
+    ("args", "warned"),
+    [
+        (("--set", "secrets.existingSecret=chatqna-keys"), False),
+        (
+            (
+                "--set",
+                "secrets.existingSecret=chatqna-keys",
+                "--set",
+                "secrets.existingSecretHasApiKey=false",
+            ),
+            True,
+        ),
+        (("--set", "secrets.apiKey=k", "--set", "secrets.existingSecretHasApiKey=false"), False),
+    ],
+)
+def test_the_notes_warn_of_an_open_api_as_the_scraper_sees_it(
+    helm: Path, args: tuple[str, ...], warned: bool
+) -> None:
+    assert ("No API key is set" in notes(helm, *args)) is warned
+
+
 def test_the_packaged_chart_carries_the_dashboards(helm: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [str(helm), "package", str(CHART), "--destination", str(tmp_path)],
@@ -680,6 +869,8 @@ def test_the_packaged_chart_carries_the_dashboards(helm: Path, tmp_path: Path) -
             "needs retriever.enabled=true",
         ),
         ({"redis.externalUrl": "redis://r:6379"}, "redis.externalUrl is used when"),
+        # The chart's Redis, its probe and the pods' start-up wait know no password.
+        ({"redis.urlSecret.name": "redis-credentials"}, "redis.urlSecret is used when"),
         ({"victoriametrics.enabled": False}, "grafana reads victoriametrics"),
         ({"backend.persistence.enabled": True}, "one ReadWriteOnce volume"),
     ],

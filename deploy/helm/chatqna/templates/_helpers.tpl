@@ -113,11 +113,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
-{{/* The Secret holding CHATQNA_API_KEY, if any: secrets.existingSecret, or the chart's own
-when secrets.apiKey is given. */}}
+{{/* The Secret holding CHATQNA_API_KEY, if any: secrets.existingSecret (unless
+secrets.existingSecretHasApiKey is false: the chart cannot look inside it), or the chart's
+own when secrets.apiKey is given. */}}
 {{- define "chatqna.apiKeySecret" -}}
 {{- if .Values.secrets.existingSecret -}}
+{{- if .Values.secrets.existingSecretHasApiKey -}}
 {{- .Values.secrets.existingSecret -}}
+{{- end -}}
 {{- else if .Values.secrets.apiKey -}}
 {{- include "chatqna.component" (list . "secrets") -}}
 {{- end -}}
@@ -176,7 +179,9 @@ readinessProbe:
 itself runs (TEI's /health, Redis's PING), up to 20 minutes, before the role starts and
 checks them. Without it a first install crash-loops the pods while TEI downloads its model,
 and the back-off then delays their start by up to 5 minutes more. External endpoints are not
-waited for. Arguments: the root context, whether the role uses reranking, its resources. */}}
+waited for. Any failed attempt (refused, a timeout, an answer in another protocol) is
+retried until the deadline, so an odd answer does not crash-loop the init container.
+Arguments: the root context, whether the role uses reranking, its resources. */}}
 {{- define "chatqna.waitForUpstreams" -}}
 {{- $ := index . 0 -}}
 {{- $targets := list -}}
@@ -201,19 +206,21 @@ initContainers:
         import sys, time, urllib.request
         import redis
         deadline = time.monotonic() + 1200
-        def up(target):
+        def attempt(target):
+            """None once the target answers, else what it did instead."""
             try:
-                if target.startswith("redis://"):
-                    return redis.Redis.from_url(target, socket_timeout=5).ping()
+                if target.startswith(("redis://", "rediss://", "unix://")):
+                    with redis.Redis.from_url(target, socket_timeout=5) as client:
+                        return None if client.ping() else "no PONG"
                 with urllib.request.urlopen(target, timeout=5) as response:
-                    return response.status == 200
-            except (OSError, redis.RedisError):
-                return False
+                    return None if response.status == 200 else f"HTTP {response.status}"
+            except Exception as error:  # whatever it answered, or not: try again
+                return f"{type(error).__name__}: {error}"
         for target in sys.argv[1:]:
-            while not up(target):
+            while (problem := attempt(target)) is not None:
                 if time.monotonic() > deadline:
-                    sys.exit(f"{target} is still not up after 20 minutes")
-                print(f"waiting for {target}", flush=True)
+                    sys.exit(f"{target} is still not up after 20 minutes ({problem})")
+                print(f"waiting for {target} ({problem})", flush=True)
                 time.sleep(5)
     args:
       {{- range $targets }}
