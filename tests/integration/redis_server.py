@@ -354,9 +354,11 @@ class RedisClusterProcesses:
 
 
 @contextlib.contextmanager
-def redis_cluster(tmp_dir: Path, *, primaries: int = 3) -> Iterator[RedisClusterProcesses]:
+def redis_cluster(
+    tmp_dir: Path, *, primaries: int = 3, node_timeout_ms: int = CLUSTER_NODE_TIMEOUT_MS
+) -> Iterator[RedisClusterProcesses]:
     """A started 3-primary, 3-replica cluster in `tmp_dir`; stopped on exit."""
-    cluster = RedisClusterProcesses(tmp_dir, primaries=primaries)
+    cluster = RedisClusterProcesses(tmp_dir, primaries=primaries, node_timeout_ms=node_timeout_ms)
     try:
         cluster.start()
         yield cluster

@@ -56,6 +56,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterPr
         yield running
 
 
+@pytest.fixture
+def slow_failover_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RedisClusterProcesses]:
+    """A cluster that takes several seconds to fail a silent primary over, so calls that time
+    out against it do so before the failover, also on a loaded machine."""
+    with redis_cluster(tmp_path_factory.mktemp("cluster"), node_timeout_ms=5000) as running:
+        yield running
+
+
 def source_batch(rng: np.random.Generator, name: str, chunks: int = 10) -> SourceBatch:
     passages = [" ".join(rng.choice(WORDS, 20)) for _ in range(chunks)]
     rows = [Chunk(chunk_id_for(name, i), text, name, "", i) for i, text in enumerate(passages)]
@@ -312,13 +322,14 @@ async def search_outcome(store: RedisClusterHybridIndex, rng: np.random.Generato
 
 
 async def test_a_hung_primary_fails_a_search_after_one_timeout(
-    cluster: RedisClusterProcesses,
+    slow_failover_cluster: RedisClusterProcesses,
 ) -> None:
     """A primary that hangs fails searches and listings after the timeout once: a timeout is
     not retried (only a connection error is, at once). Resumed, the node runs what each call
     sent it while it hung: once, not again on another connection. Hung for good, it is
     failed over, and the search that timed out makes the next one reread the topology:
     searches succeed again instead of asking the old primary for ever."""
+    cluster = slow_failover_cluster
     rng = np.random.default_rng(5)
     store = await open_store(cluster, timeout_seconds=1.0)
     try:
@@ -340,7 +351,7 @@ async def test_a_hung_primary_fails_a_search_after_one_timeout(
         assert calls.get("eval", 0) <= 1, calls  # the listing's script, at most once
         assert accepted <= 2, accepted  # at most one new connection per call
         with hung(victim):
-            for _ in range(300):  # node timeout 1 s: a few seconds
+            for _ in range(300):  # node timeout 5 s: several seconds
                 if marked_failed(cluster, victim):
                     break
                 await asyncio.sleep(0.1)
