@@ -20,25 +20,11 @@ import httpx2
 import numpy as np
 
 from chatqna.backends.fakes import HashingEmbedder
+from tests.standins.servers import tei_info
 
 DIMENSION = 64
 # TEI's `GET /info`, in the shape of its `Info` schema.
-INFO = {
-    "model_id": "contract/feature-hashing",
-    "model_sha": None,
-    "model_dtype": "float32",
-    "model_type": {"embedding": {"pooling": "mean"}},
-    "max_concurrent_requests": 512,
-    "max_input_length": 512,
-    "max_batch_tokens": 16384,
-    "max_batch_requests": None,
-    "max_client_batch_size": 32,
-    "auto_truncate": True,
-    "tokenization_workers": 1,
-    "version": "contract",
-    "sha": None,
-    "docker_label": None,
-}
+INFO = {**tei_info("contract/feature-hashing"), "version": "contract"}
 REPLY = "Refunds for annual plans are paid within thirty days of the request"
 _HASHING = HashingEmbedder(DIMENSION)
 
