@@ -17,7 +17,8 @@ What is checked:
   defaults agree between the compose files and `.env.example`.
 - Wiring: ChatQnA containers listen on the settings' default ports, every URL they (and the
   Grafana and scrape configs) are given names a compose service and a port it listens on,
-  they wait for those services to be healthy, their `NO_PROXY` and `no_proxy` name every
+  they wait for those services to be healthy, each one the stack starts by default is a
+  target of the scrape config on its role's port, their `NO_PROXY` and `no_proxy` name every
   service they call, and bind mounts and volumes exist.
 - The Dockerfile: multi-stage, a non-root user, a health check on `/v1/health_check`, the
   settings' ports exposed, every `COPY` source present and not excluded by `.dockerignore`,
@@ -48,6 +49,7 @@ from chatqna.settings import Settings
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = "docker-compose.yaml"
 OVERRIDE_FILES = ("compose.gpu.yaml",)
+SCRAPE_CONFIG = "deploy/prometheus/prometheus.yml"
 ENV_EXAMPLE = ".env.example"
 COMPOSE_SECTION_MARKER = "docker compose only"
 
@@ -646,7 +648,7 @@ def deploy_config_urls(repo: Path = REPO) -> list[tuple[str, str]]:
     datasources = repo / "deploy/grafana/provisioning/datasources/datasources.yaml"
     for item in load_yaml(datasources.read_text(encoding="utf-8"))["datasources"]:
         urls.append((f"{datasources.relative_to(repo)}:{item['name']}", item["url"]))
-    scrape = repo / "deploy/prometheus/prometheus.yml"
+    scrape = repo / SCRAPE_CONFIG
     for job in load_yaml(scrape.read_text(encoding="utf-8"))["scrape_configs"]:
         for static in job.get("static_configs", []):
             for target in static.get("targets", []):
@@ -656,6 +658,25 @@ def deploy_config_urls(repo: Path = REPO) -> list[tuple[str, str]]:
                     (f"{scrape.relative_to(repo)}:{job['job_name']}", f"{scheme}://{target}{path}")
                 )
     return urls
+
+
+def scrape_coverage_problems(doc: Mapping[str, Any], scrape: Mapping[str, Any]) -> list[Problem]:
+    """Every ChatQnA service the stack starts by default (one without `profiles`) is a target
+    of a job of the scrape config (`scrape`, parsed), by a name on the compose network and on
+    its role's port: every role serves /metrics."""
+    hosts = service_hosts(doc)
+    scraped = set()
+    for job in scrape.get("scrape_configs") or []:
+        for static in job.get("static_configs") or []:
+            for target in static.get("targets") or []:
+                host, _, port = str(target).rpartition(":")
+                if host in hosts and port.isdigit():
+                    scraped.add((hosts[host], int(port)))
+    return [
+        Problem("not_scraped", f"services.{name}", f"no scrape job targets it on {role_port(s)}")
+        for name, s in chatqna_services(doc).items()
+        if not s.get("profiles") and (name, role_port(s)) not in scraped
+    ]
 
 
 # --- settings as a container sees them -----------------------------------------------------
@@ -891,6 +912,8 @@ def repository_problems(repo: Path = REPO) -> list[Problem]:
             merged = interpolate_doc(merge(base, doc), env.values)
             problems += schema_problems(merged, schema, f"{COMPOSE_FILE}+{name}")
     problems += wiring_problems(interpolate_doc(base, {}), repo, deploy_config_urls(repo))
+    scrape = load_yaml((repo / SCRAPE_CONFIG).read_text(encoding="utf-8"))
+    problems += scrape_coverage_problems(interpolate_doc(base, {}), scrape)
     problems += dockerfile_problems(
         (repo / "Dockerfile").read_text(encoding="utf-8"),
         (repo / ".dockerignore").read_text(encoding="utf-8"),

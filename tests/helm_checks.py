@@ -29,6 +29,11 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   file mounted from the key's Secret); without one, they send no credentials. A Secret the
   chart does not render (`secrets.existingSecret`) holds the key unless the caller names
   it as keyless (`secrets.existingSecretHasApiKey=false`).
+- With a metrics scraper, every pod of each ChatQnA workload is a scrape target (a job
+  resolving a headless Service that selects it, on its role's port).
+- ChatQnA containers sleep in preStop (Kubernetes' sleep action) and the pod's grace period
+  exceeds that sleep plus uvicorn's graceful shutdown (chatqna/cli.py) and the tracing's
+  shutdown bound (chatqna/telemetry/tracing.py).
 - Grafana's dashboards are deploy/grafana's, byte for byte, and its datasources are
   deploy/grafana's except for the URLs.
 - Names: StatefulSets within 52 characters (their revision-hash label must fit in 63),
@@ -557,6 +562,85 @@ def scrape_auth_problems(docs: list[Manifest], keyless: Iterable[str] = ()) -> l
     return problems
 
 
+def scrape_config(docs: list[Manifest]) -> dict[str, Any] | None:
+    """The parsed prometheus.yml of the release's ConfigMaps, if it renders one."""
+    for config_map in by_kind(docs, "ConfigMap").values():
+        text = (config_map.get("data") or {}).get("prometheus.yml")
+        if text is not None:
+            found: dict[str, Any] = yaml.safe_load(text) or {}
+            return found
+    return None
+
+
+def _scraped_services(docs: list[Manifest], config: Mapping[str, Any]) -> list[tuple[Any, int]]:
+    """(selector, port) of each headless Service a scrape job resolves to its pods' records."""
+    services = by_kind(docs, "Service")
+    scraped = []
+    for job in config.get("scrape_configs") or []:
+        for sd in job.get("dns_sd_configs") or []:
+            for name in sd.get("names") or []:
+                service = services.get(str(name).removesuffix(f".{NAMESPACE}.svc"))
+                if service is not None and service["spec"].get("clusterIP") == "None":
+                    scraped.append((service["spec"].get("selector") or {}, int(sd.get("port", 0))))
+    return scraped
+
+
+def scrape_coverage_problems(docs: list[Manifest]) -> list[Problem]:
+    """With a metrics scraper, each pod of every ChatQnA workload (each role serves /metrics)
+    is a target: a job resolves a headless Service selecting its pods, on the role's port."""
+    config = scrape_config(docs)
+    if config is None:
+        return []
+    scraped = _scraped_services(docs, config)
+    problems = []
+    for workload in workloads(docs):
+        labels = workload["spec"]["template"]["metadata"].get("labels") or {}
+        for container in filter(is_chatqna, containers(workload)):
+            _, port = _role_port(container, environment(docs, workload, container))
+            if not any(
+                p == port and selector and selector.items() <= labels.items()
+                for selector, p in scraped
+            ):
+                where = f"{name_of(workload)}/{container['name']}"
+                problems.append(Problem("not_scraped", where, f"no scrape job for port {port}"))
+    return problems
+
+
+def shutdown_bound_seconds() -> float:
+    """How long a ChatQnA server may take to stop after SIGTERM: uvicorn's graceful shutdown
+    (chatqna/cli.py) and then the flush of queued spans (chatqna/telemetry/tracing.py)."""
+    from chatqna.cli import server_options
+    from chatqna.settings import Settings
+    from chatqna.telemetry.tracing import SHUTDOWN_TIMEOUT_SECONDS
+
+    graceful = float(server_options(Settings())["timeout_graceful_shutdown"])
+    return graceful + SHUTDOWN_TIMEOUT_SECONDS
+
+
+# Kubernetes' default terminationGracePeriodSeconds.
+DEFAULT_GRACE_SECONDS = 30
+
+
+def termination_problems(docs: list[Manifest], bound: float | None = None) -> list[Problem]:
+    """ChatQnA containers sleep in preStop (Kubernetes' sleep action) while the endpoints drop
+    the pod, and the pod's grace period exceeds that sleep plus `bound` (the server's and
+    the tracing's shutdown bounds), so SIGKILL never cuts a graceful shutdown short."""
+    bound = shutdown_bound_seconds() if bound is None else bound
+    problems = []
+    for workload in workloads(docs):
+        grace = pod_spec(workload).get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+        for container in filter(is_chatqna, containers(workload)):
+            where = f"{name_of(workload)}/{container['name']}"
+            pre_stop = (container.get("lifecycle") or {}).get("preStop") or {}
+            sleep = int((pre_stop.get("sleep") or {}).get("seconds", 0))
+            if not sleep:
+                problems.append(Problem("no_prestop_sleep", where, f"preStop {pre_stop}"))
+            if grace <= sleep + bound:
+                detail = f"terminationGracePeriodSeconds {grace} <= preStop {sleep} + {bound}"
+                problems.append(Problem("grace_period", where, detail))
+    return problems
+
+
 # Helm's longest release name; a StatefulSet's name plus "-" and a revision hash of up to 10
 # characters is its pods' controller-revision-hash label, at most 63 characters.
 LONGEST_RELEASE = 53
@@ -679,6 +763,8 @@ def manifest_problems(
         + reference_problems(docs, external_secrets)
         + grafana_problems(docs)
         + scrape_auth_problems(docs, keyless_secrets)
+        + scrape_coverage_problems(docs)
+        + termination_problems(docs)
         + startup_wait_problems(docs)
         + wait_script_problems(docs)
         + name_length_problems(docs)

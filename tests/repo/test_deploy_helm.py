@@ -286,11 +286,13 @@ def test_with_an_api_key_the_metrics_scraper_sends_it(
     helm: Path, sets: dict[str, str], secret: str
 ) -> None:
     docs = checks.render(helm, sets=sets)
-    (job,) = scrape_jobs(docs)
-    path = job["authorization"]["credentials_file"]
+    jobs = scrape_jobs(docs)
+    assert [job["job_name"] for job in jobs] == ["chatqna", "chatqna-retriever"]
     workload = find(docs, "Deployment", "victoriametrics")
     item = checks.containers(workload)[0]
-    assert checks.secret_file(workload, item, path) == (secret, "CHATQNA_API_KEY")
+    for job in jobs:
+        path = job["authorization"]["credentials_file"]
+        assert checks.secret_file(workload, item, path) == (secret, "CHATQNA_API_KEY")
     assert "s3cret-key" not in yaml.safe_dump(workload)
     assert checks.scrape_auth_problems(docs) == []
     assert checks.manifest_problems(docs, external_secrets=["chatqna-keys"]) == []
@@ -344,6 +346,72 @@ def test_scrape_credentials_that_miss_the_api_key_are_reported(
     assert kinds(planted(keyed, unauthorized)) == {"scrape_auth"}
     assert kinds(planted(keyed, unmounted)) == {"scrape_auth"}
     assert kinds(planted(default_docs, needless)) == {"scrape_auth"}
+
+
+def test_the_retriever_is_scraped_only_when_it_runs(
+    helm: Path, default_docs: list[Manifest]
+) -> None:
+    assert checks.scrape_coverage_problems(default_docs) == []
+    docs = checks.render(helm, sets={"retriever.enabled": False})
+    assert [job["job_name"] for job in scrape_jobs(docs)] == ["chatqna"]
+    assert f"{PREFIX}-retriever-pods" not in checks.by_kind(docs, "Service")
+    assert checks.manifest_problems(docs) == []
+
+
+def test_a_chatqna_workload_without_a_scrape_job_is_reported(
+    default_docs: list[Manifest],
+) -> None:
+    def unscraped(docs: list[Manifest]) -> None:
+        scrape = find(docs, "ConfigMap", "victoriametrics-scrape")["data"]
+        config = yaml.safe_load(scrape["prometheus.yml"])
+        config["scrape_configs"].pop()
+        scrape["prometheus.yml"] = yaml.safe_dump(config)
+
+    def not_headless(docs: list[Manifest]) -> None:
+        del find(docs, "Service", "retriever-pods")["spec"]["clusterIP"]
+
+    for mutate in (unscraped, not_headless):
+        (problem,) = planted(default_docs, mutate)
+        assert (problem.kind, problem.where) == (
+            "not_scraped",
+            f"Deployment/{PREFIX}-retriever/retriever",
+        )
+
+
+def test_chatqna_pods_drain_before_they_stop(helm: Path, default_docs: list[Manifest]) -> None:
+    # uvicorn's 5 s graceful shutdown (chatqna/cli.py), then up to 5 s of span export.
+    assert checks.shutdown_bound_seconds() == 10
+    for component in ("backend", "retriever"):
+        workload = find(default_docs, "Deployment", component)
+        assert checks.containers(workload)[0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+        assert checks.pod_spec(workload)["terminationGracePeriodSeconds"] == 20
+    assert checks.termination_problems(default_docs) == []
+    docs = checks.render(helm, sets={"backend.preStopSleepSeconds": 12})
+    assert (
+        checks.pod_spec(find(docs, "Deployment", "backend"))["terminationGracePeriodSeconds"] > 22
+    )
+    assert checks.termination_problems(docs) == []
+    # 0 turns the sleep off; the missing sleep is then reported, the grace period still fits.
+    docs = checks.render(helm, sets={"retriever.preStopSleepSeconds": 0})
+    assert "lifecycle" not in container(docs, "Deployment", "retriever")
+    assert checks.schema_problems(docs) == []
+    assert kinds(checks.termination_problems(docs)) == {"no_prestop_sleep"}
+
+
+def test_a_grace_period_shorter_than_the_shutdown_is_reported(
+    default_docs: list[Manifest],
+) -> None:
+    def short(docs: list[Manifest]) -> None:
+        checks.pod_spec(find(docs, "Deployment", "backend"))["terminationGracePeriodSeconds"] = 15
+
+    def defaulted(docs: list[Manifest]) -> None:
+        del checks.pod_spec(find(docs, "Deployment", "backend"))["terminationGracePeriodSeconds"]
+
+    (problem,) = planted(default_docs, short)
+    assert (problem.kind, problem.where) == ("grace_period", f"Deployment/{PREFIX}-backend/backend")
+    assert planted(default_docs, defaulted) == []  # Kubernetes' 30 s cover 5 + 10
+    longer = checks.termination_problems(default_docs, bound=30)
+    assert kinds(longer) == {"grace_period"} and len(longer) == 2
 
 
 def waits(docs: list[Manifest], component: str) -> list[str]:
@@ -779,13 +847,16 @@ def test_grafana_is_provisioned_from_deploy_grafana(default_docs: list[Manifest]
     scrape = yaml.safe_load(
         find(default_docs, "ConfigMap", "victoriametrics-scrape")["data"]["prometheus.yml"]
     )
-    (job,) = scrape["scrape_configs"]
-    assert job["dns_sd_configs"][0]["names"] == [f"{PREFIX}-backend-pods.{checks.NAMESPACE}.svc"]
-    pods = find(default_docs, "Service", "backend-pods")["spec"]
-    assert pods["clusterIP"] == "None"
-    # Scraped while unready (an upstream outage); clients reach only ready pods.
-    assert pods["publishNotReadyAddresses"] is True
-    assert "publishNotReadyAddresses" not in find(default_docs, "Service", "backend")["spec"]
+    backend, retriever = scrape["scrape_configs"]
+    for job, component in ((backend, "backend"), (retriever, "retriever")):
+        names = job["dns_sd_configs"][0]["names"]
+        assert names == [f"{PREFIX}-{component}-pods.{checks.NAMESPACE}.svc"]
+        pods = find(default_docs, "Service", f"{component}-pods")["spec"]
+        assert pods["clusterIP"] == "None"
+        # Scraped while unready (an upstream outage); clients reach only ready pods.
+        assert pods["publishNotReadyAddresses"] is True
+        assert "publishNotReadyAddresses" not in find(default_docs, "Service", component)["spec"]
+    assert retriever["dns_sd_configs"][0]["port"] == 7000
 
 
 def notes(helm: Path, *args: str) -> str:
@@ -951,8 +1022,8 @@ def test_a_role_listening_off_its_port_is_reported(default_docs: list[Manifest])
         assert entry is not None
         entry["value"] = "9000"
 
-    # The process would listen on 9000: no declared port, and the probes miss it.
-    assert kinds(planted(default_docs, mutate)) == {"role_port", "probe_port"}
+    # The process would listen on 9000: no declared port, and the probes and scraper miss it.
+    assert kinds(planted(default_docs, mutate)) == {"role_port", "probe_port", "not_scraped"}
 
 
 def test_an_unknown_setting_is_reported(default_docs: list[Manifest]) -> None:

@@ -362,6 +362,8 @@ def test_scrape_config_targets_the_service_metrics_endpoint() -> None:
     assert re.search(r"^\s+metrics_path:\s*/metrics$", text, re.M)
     port = Settings().mega_service_port
     assert re.search(rf"^\s+-\s*[\"']?chatqna-backend:{port}[\"']?$", text, re.M)
+    port = Settings().retriever_service_port
+    assert re.search(rf"^\s+-\s*[\"']?retriever:{port}[\"']?$", text, re.M)
 
 
 def test_readme_endpoints_resolve_to_the_victoriatraces_otlp_path() -> None:

@@ -116,6 +116,39 @@ def container_settings(doc: dict[str, Any], service: str, values: dict[str, str]
         return Settings()
 
 
+def scrape() -> dict[str, Any]:
+    doc: dict[str, Any] = checks.load_yaml(read(checks.SCRAPE_CONFIG))
+    return doc
+
+
+def test_every_chatqna_role_the_stack_starts_is_scraped(compose: dict[str, Any]) -> None:
+    doc = checks.interpolate_doc(compose, {})
+    assert checks.scrape_coverage_problems(doc, scrape()) == []
+    jobs = {job["job_name"]: job for job in scrape()["scrape_configs"]}
+    # The retriever's job carries the backend job's settings (and, by hand, its credentials).
+    retriever = jobs["chatqna-retriever"]
+    assert retriever["static_configs"][0]["targets"] == ["retriever:7000"]
+    assert {k for k in jobs["chatqna"] if k != "static_configs"} == {
+        k for k in retriever if k != "static_configs"
+    }
+
+
+def test_a_chatqna_role_without_a_scrape_job_is_reported(compose: dict[str, Any]) -> None:
+    doc = checks.interpolate_doc(compose, {})
+    config = scrape()
+    config["scrape_configs"] = [
+        job for job in config["scrape_configs"] if job["job_name"] != "chatqna-retriever"
+    ]
+    (problem,) = checks.scrape_coverage_problems(doc, config)
+    assert (problem.kind, problem.where) == ("not_scraped", "services.retriever")
+    # A target on another port does not count; a service under a profile need not be scraped.
+    wrong = scrape()
+    wrong["scrape_configs"][-1]["static_configs"][0]["targets"] = ["retriever:8888"]
+    assert kinds(checks.scrape_coverage_problems(doc, wrong)) == {"not_scraped"}
+    doc["services"]["retriever"]["profiles"] = ["split"]
+    assert checks.scrape_coverage_problems(doc, config) == []
+
+
 def test_backend_is_wired_to_the_stack(compose: dict[str, Any], env: checks.EnvExample) -> None:
     # With .env.example copied to .env, as the docs say, the settings still validate.
     backend = container_settings(compose, "chatqna-xeon-backend-server", env.values)

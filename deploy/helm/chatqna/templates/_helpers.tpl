@@ -175,6 +175,25 @@ readinessProbe:
   failureThreshold: 3
 {{- end -}}
 
+{{/* How a ChatQnA pod stops. preStop sleeps (Kubernetes' own sleep action) while the
+endpoints drop the pod, so requests routed to it meanwhile are still served; then SIGTERM
+starts the server's graceful shutdown (uvicorn's timeout_graceful_shutdown, 5 s, in
+chatqna/cli.py) and the flush of queued spans (SHUTDOWN_TIMEOUT_SECONDS, 5 s, in
+chatqna/telemetry/tracing.py). The grace period covers all three with 5 s to spare.
+"chatqna.terminationGrace" and "chatqna.preStop" take the role's values. */}}
+{{- define "chatqna.terminationGrace" -}}
+terminationGracePeriodSeconds: {{ add (int .preStopSleepSeconds) 5 5 5 }}
+{{- end -}}
+
+{{- define "chatqna.preStop" -}}
+{{- with .preStopSleepSeconds -}}
+lifecycle:
+  preStop:
+    sleep:
+      seconds: {{ int . }}
+{{- end }}
+{{- end -}}
+
 {{/* An init container of a ChatQnA pod: waits for the model servers and Redis the release
 itself runs (TEI's /health, Redis's PING), up to 20 minutes, before the role starts and
 checks them. Without it a first install crash-loops the pods while TEI downloads its model,
