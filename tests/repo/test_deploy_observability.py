@@ -216,7 +216,16 @@ def test_every_metric_in_the_dashboard_is_exposed_by_the_service() -> None:
 def test_the_dashboard_uses_only_labels_the_metrics_have() -> None:
     exposed = _series_names()
     exprs = _exprs(_dashboard())
-    for metric, label, _, _ in _matchers(exprs):
+    # `job` is the scrape job's own label: the dashboard reads the megaservice's job only,
+    # so the retriever service's metrics (the same names) do not mix into its panels.
+    jobs = {job["job_name"] for job in yaml.safe_load(SCRAPE.read_text())["scrape_configs"]}
+    for expr in exprs:
+        selected = [metric for metric, label, _, _ in _matchers([expr]) if label == "job"]
+        assert sorted(selected) == sorted(METRIC.findall(expr)), expr
+    for metric, label, operator, value in _matchers(exprs):
+        if label == "job":
+            assert (operator, value) == ("=", "chatqna") and value in jobs, (metric, value)
+            continue
         assert label in exposed[metric], (metric, label)
     every_label = set().union(*exposed.values())
     for expr in exprs:
