@@ -73,9 +73,9 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CODINGS = frozenset({"gzip", "deflate"})
 _CONCURRENT_FETCHES = 4
 try:  # the package every OpenTelemetry HTTP client instrumentation requires
-    from opentelemetry.instrumentation.utils import suppress_http_instrumentation as _untraced
+    from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 except ImportError:  # pragma: no cover - then nothing instruments httpx2 to suppress
-    _untraced = nullcontext  # type: ignore[assignment]
+    suppress_http_instrumentation = nullcontext  # type: ignore[assignment]
 
 
 def parse_link_list(raw: str | None, limit: int) -> list[str]:
@@ -240,7 +240,7 @@ class LinkFetcher:
         try:
             # Outside any HTTP client instrumentation (`opentelemetry-instrument` may patch
             # httpx2): it would send the trace context and baggage to the page's server.
-            with _untraced():
+            with suppress_http_instrumentation():
                 async with asyncio.timeout(self._timeout):
                     return await self._follow(client, url, budget)
         except TimeoutError as exc:
