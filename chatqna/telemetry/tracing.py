@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -43,8 +43,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators import textmap
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from chatqna import __version__
 from chatqna.settings import OTLP_BY_PROTOCOL, TRACES_EXPORTER_GROUP, Settings
@@ -231,9 +231,47 @@ def tracing_recorded() -> bool:
     return not isinstance(provider.get_tracer(CONTRIB_MIDDLEWARE[0]), trace.NoOpTracer)
 
 
+class ShutdownOnceExporter(SpanExporter):
+    """A span exporter that is shut down once, however often it is told to.
+
+    Past its bound, `OwnedTracing.shutdown` shuts the exporters down (an OTLP exporter then
+    stops retrying), and the SDK's batch processor shuts its exporter down again once its
+    worker stops: the OTLP exporters log "Exporter already shutdown" for that second call,
+    and for each batch the worker still hands them. Here the second call does nothing, and
+    a batch after the shutdown fails without reaching the exporter (`OwnedTracing.shutdown`
+    has logged that those spans are dropped)."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self.exporter = exporter
+        self._lock = threading.Lock()
+        self._shut_down = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shut_down:
+            return SpanExportResult.FAILURE
+        return self.exporter.export(spans)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
+def batch_processor(exporter: SpanExporter, **options: Any) -> BatchSpanProcessor:
+    """The SDK's batch processor on `exporter`, shut down once (`ShutdownOnceExporter`);
+    `options` are `BatchSpanProcessor`'s, the unset ones read from `OTEL_BSP_*`."""
+    return BatchSpanProcessor(ShutdownOnceExporter(exporter), **options)
+
+
 @dataclass(frozen=True)
 class OwnedTracing:
-    """The tracer provider `configure_tracing` installed and its batch processors."""
+    """The tracer provider `configure_tracing` installed and its batch processors (built
+    with `batch_processor`, so that their exporters are shut down once)."""
 
     provider: TracerProvider
     processors: tuple[BatchSpanProcessor, ...]
@@ -280,7 +318,7 @@ def configure_tracing(settings: Settings) -> OwnedTracing | None:
     if not names:
         return None
     provider = TracerProvider(resource=service_resource())
-    processors = tuple(BatchSpanProcessor(build_exporter(name, settings)) for name in names)
+    processors = tuple(batch_processor(build_exporter(name, settings)) for name in names)
     for processor in processors:
         provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)

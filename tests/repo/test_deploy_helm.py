@@ -1,6 +1,6 @@
 """The Helm chart renders, validates and wires the services as the compose stack does.
 
-`tests/helm_checks.py` holds the checks; here they run on the chart rendered with each values
+`tests/helm_checks/` holds the checks; here they run on the chart rendered with each values
 file it ships, on renders with other values, and on copies with one planted mistake each.
 helm comes from `scripts/k8s-tools` (installed once into .cache/k8s-tools, like the browser
 of the chat UI test); `helm template` is offline and takes a fraction of a second.

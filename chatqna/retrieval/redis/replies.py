@@ -129,8 +129,17 @@ def straddles(hits: Sequence[tuple[str, float]], depth: int) -> bool:
 
 @parses_reply
 def stored_fields(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any] | None]:
-    """`HMGET key RETURNED...` rows as fields (None for a key that no longer exists)."""
-    return [None if row[0] is None else dict(zip(RETURNED, row, strict=True)) for row in rows]
+    """`HMGET key RETURNED...` rows as fields (None for a key that no longer exists).
+
+    A field the hash lacks (HMGET's nil) is left out, as `FT.SEARCH` leaves it out of a
+    hit's fields: `stored_chunk` then reads a passage alike from either reply, so a missing
+    `content` is an `UnexpectedReply`, never the text "None"."""
+    return [None if row[0] is None else present_fields(row) for row in rows]
+
+
+def present_fields(row: Sequence[Any]) -> dict[str, Any]:
+    """An `HMGET key RETURNED...` row's fields the hash holds."""
+    return {name: value for name, value in zip(RETURNED, row, strict=True) if value is not None}
 
 
 def vector_of(fields: dict[str, Any]) -> np.ndarray:

@@ -21,7 +21,6 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
     ConsoleSpanExporter,
     SimpleSpanProcessor,
     SpanExporter,
@@ -37,6 +36,7 @@ from chatqna.settings import Settings
 from chatqna.telemetry.tracing import (
     NoPropagation,
     OwnedTracing,
+    batch_processor,
     build_exporter,
     configure_propagation,
     configure_tracing,
@@ -298,6 +298,7 @@ class CollectorStandIn(SpanExporter):
             self.answer.set()
         self.exported: list[str] = []
         self.shut_down = threading.Event()
+        self.shutdowns = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         self.answer.wait()
@@ -307,6 +308,7 @@ class CollectorStandIn(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
+        self.shutdowns += 1
         self.shut_down.set()
         self.answer.set()
 
@@ -314,7 +316,7 @@ class CollectorStandIn(SpanExporter):
 def owned(exporter: SpanExporter) -> OwnedTracing:
     """A provider of its own (not the global one) with a batch processor on `exporter`,
     holding two ended spans."""
-    processor = BatchSpanProcessor(exporter, schedule_delay_millis=60_000)
+    processor = batch_processor(exporter, schedule_delay_millis=60_000)
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(processor)
     for name in ("first", "second"):
@@ -326,7 +328,7 @@ def test_shutdown_exports_the_spans_still_batched() -> None:
     exporter = CollectorStandIn(answers=True)
     assert owned(exporter).shutdown(timeout_seconds=30) is True
     assert sorted(exporter.exported) == ["first", "second"]
-    assert exporter.shut_down.is_set()
+    assert exporter.shutdowns == 1
 
 
 def test_a_collector_that_never_answers_costs_the_bound_and_the_spans(
@@ -339,3 +341,9 @@ def test_a_collector_that_never_answers_costs_the_bound_and_the_spans(
     assert exporter.shut_down.is_set()
     assert exporter.exported == []
     assert "dropped" in caplog.text and "OTEL_EXPORTER_OTLP_ENDPOINT" in caplog.text
+    # The provider's shutdown ends in its thread once the processor's worker has stopped,
+    # and the processor shuts its exporter down too: that second call does not reach it.
+    for thread in threading.enumerate():
+        if thread.name == "chatqna-tracing-shutdown":
+            thread.join()
+    assert exporter.shutdowns == 1

@@ -13,6 +13,7 @@ import pytest
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.redis import replies
 from chatqna.retrieval.redis.consistency import Ranking, read_ranked, seen_digests
+from chatqna.retrieval.redis.query import RETURNED
 from chatqna.retrieval.redis.replies import (
     UNSCORED,
     UnexpectedReply,
@@ -21,6 +22,7 @@ from chatqna.retrieval.redis.replies import (
     hybrid_results,
     knn_hits,
     source_info,
+    stored_fields,
     unavailable_on_error,
     unscored,
 )
@@ -86,6 +88,7 @@ STORED = {
     "title": b"Export",
     "chunk_index": b"0",
     "embedding": VECTOR.tobytes(),
+    "digest": b"d1",
 }
 
 
@@ -145,3 +148,45 @@ def test_an_error_building_a_source_from_a_good_reply_is_not_blamed_on_the_reply
     monkeypatch.setattr(replies, "SourceInfo", broken)
     with pytest.raises(BuildBug):
         source_info("export.md", [b"h1", b"3"])
+
+
+def hmget_row(fields: dict[str, Any]) -> list[Any]:
+    """What `HMGET key RETURNED...` returns for a hash of `fields`: nil for each one it lacks."""
+    return [fields.get(name) for name in RETURNED]
+
+
+def without(name: str) -> dict[str, Any]:
+    return {key: value for key, value in STORED.items() if key != name}
+
+
+# Not `chunk_id`: HMGET answers a key that no longer exists with nil for every field, so a
+# row without it is a passage deleted since the ranking, skipped (`stored_fields`).
+@pytest.mark.parametrize("missing", ["content", "source"])
+@pytest.mark.anyio
+async def test_a_passage_without_a_required_field_is_an_unexpected_reply_from_either_read(
+    missing: str,
+) -> None:
+    read = stored_fields([hmget_row(without(missing))])  # the hybrid search's read
+    knn = without(missing)  # a dense-only search's KNN hit, which leaves the field out
+    for build in (
+        lambda: hybrid_results([("k:c1", 0.03)], {"k:c1": 0.9}, {}, read, VECTOR),
+        lambda: dense_results([(0.9, knn)]),
+    ):
+        with pytest.raises(IndexUnavailable, match="unexpected reply") as raised:
+            async with unavailable_on_error("rag-redis", "127.0.0.1:6379", "search"):
+                build()
+        assert (raised.value.status_code, raised.value.code) == (503, "index_unavailable")
+
+
+def test_a_passage_without_an_optional_field_reads_alike_from_either_read() -> None:
+    bare = {key: STORED[key] for key in ("chunk_id", "content", "source", "digest")}
+    assert stored_fields([hmget_row(bare)]) == [bare]
+    (fused,) = hybrid_results([("k:c1", 0.03)], {"k:c1": 0.9}, {}, [bare], VECTOR)
+    (dense,) = dense_results([(0.9, bare)])
+    for found in (fused, dense):
+        assert (found.chunk.text, found.chunk.title, found.chunk.index) == (
+            "Export from Settings.",
+            "",
+            0,
+        )
+        assert found.embedding is None
