@@ -282,6 +282,70 @@ async def test_slot_migration_during_searches_never_duplicates_or_drops(
         await store.aclose()
 
 
+async def test_readiness_and_listing_recover_after_a_failover_without_a_search(
+    cluster: RedisClusterProcesses,
+) -> None:
+    """`describe()` (what `/v1/ready` asks) and the listing reread the topology when a
+    primary is gone and try again on the node that took over: a pod without search traffic
+    gets ready again once its primary failed over, instead of asking the dead one for ever."""
+    rng = np.random.default_rng(11)
+    store = await open_store(cluster, timeout_seconds=1.0)
+    try:
+        names = {f"s{i:02d}.md" for i in range(12)}
+        await store.replace_sources([source_batch(rng, name, 3) for name in sorted(names)])
+        await store.describe()  # the topology is current: nothing makes it stale but a fault
+        victim = next(
+            n for n in cluster.primary_nodes() if n.port == store.topology.primaries[0].port
+        )
+        victim.kill()
+        for _ in range(300):  # node timeout 1 s: a few seconds
+            if marked_failed(cluster, victim):
+                break
+            await asyncio.sleep(0.1)
+        assert marked_failed(cluster, victim), "the cluster did not fail the primary over"
+        described = await store.describe()  # the first, without a search before it
+        assert victim.url.removeprefix("redis://") not in described["primaries"]
+        assert len(described["primaries"]) == 3 and described["sources"] == len(names)
+        assert {s.source for s in await store.list_sources()} == names
+    finally:
+        await store.aclose()
+
+
+async def test_concurrent_searches_on_a_hung_primary_reread_the_topology_once(
+    slow_failover_cluster: RedisClusterProcesses,
+) -> None:
+    """Searches that arrive while one primary hangs, after a search that timed out on it,
+    share one reread of the topology (each then fails after its own round's timeout) rather
+    than rereading one after another, each waiting for the one before."""
+    cluster = slow_failover_cluster
+    rng = np.random.default_rng(13)
+    store = await open_store(cluster, timeout_seconds=1.0)
+    rereads = 0
+    read_nodes = store.topology._nodes_reply
+
+    async def counted() -> bytes:
+        nonlocal rereads
+        rereads += 1
+        return await read_nodes()
+
+    store.topology._nodes_reply = counted  # type: ignore[method-assign]
+    try:
+        await store.replace_sources([source_batch(rng, f"s{i:02d}.md") for i in range(6)])
+        victim = next(
+            n for n in cluster.primary_nodes() if n.port == store.topology.primaries[0].port
+        )
+        # Asked first for the topology, as a reread that asks one node after another would.
+        store.topology.nodes.sort(key=lambda node: node.port != victim.port)
+        with hung(victim):
+            assert await search_outcome(store, rng) == "503"  # makes the topology stale
+            rereads = 0
+            outcomes = await asyncio.gather(*(search_outcome(store, rng) for _ in range(8)))
+        assert outcomes == ["503"] * 8
+        assert rereads <= 2, rereads  # one; a second only on a stalled event loop
+    finally:
+        await store.aclose()
+
+
 @contextmanager
 def hung(node: RedisStackProcess) -> Iterator[None]:
     """The node stops answering (SIGSTOP) without closing a connection, then resumes."""
@@ -349,7 +413,10 @@ async def test_a_hung_primary_fails_a_search_after_one_timeout(
         # on a new connection: the one that timed out is dropped.
         assert calls.get("FT.SEARCH") == 2, calls
         assert calls.get("eval", 0) <= 1, calls  # the listing's script, at most once
-        assert accepted <= 2, accepted  # at most one new connection per call
+        # At most one new connection per call, and one per reread of the topology, which
+        # asks every node at once, the hung one too: the listing rereads before its script
+        # (the search made the topology stale) and after it.
+        assert accepted <= 4, accepted
         with hung(victim):
             for _ in range(300):  # node timeout 5 s: several seconds
                 if marked_failed(cluster, victim):

@@ -30,7 +30,11 @@ search reads it; one that owns no slot yet but imports one is searched with `ASK
 primary that cannot be reached, or hangs past the timeout, fails the search with
 `IndexUnavailable` (503) and the next search rereads the topology from any node: while its
 replica is being promoted (about `cluster-node-timeout` plus a second of election),
-searches fail, then they succeed again. A primary whose index another version rebuilt (of
+searches fail, then they succeed again. Listing and `describe()` (what `/v1/ready` asks)
+reread the topology too, and try once more when another node took over: readiness recovers
+without a search. Searches that find the topology stale together share one reread, which
+asks every node at once and takes the first answer (`topology`), so a primary that hangs
+fails each search after one timeout. A primary whose index another version rebuilt (of
 another layout format: its KNN hits come back without their distance) fails searches with
 `IndexUnavailable` and the way out, as at start-up, until that index is dropped.
 Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
@@ -50,7 +54,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError, TryAgainError
+from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from chatqna.backends.protocols import SearchQuery, SourceInfo
@@ -80,6 +84,7 @@ from chatqna.retrieval.redis.replies import (
 )
 from chatqna.retrieval.redis.schema import (
     DEFAULT_INDEX_NAME,
+    IndexInfo,
     VectorIndexParams,
     index_info,
     refuse_eviction,
@@ -236,7 +241,8 @@ class RedisClusterHybridIndex(RedisIndexBase):
             shards = await self.topology.shards()
             last = attempt == ROUND_ATTEMPTS - 1
             try:
-                found = await self._round(shards, vector, depth, text_query)
+                with self.topology.marks_stale():  # gone or hung: may be failed over
+                    found = await self._round(shards, vector, depth, text_query)
                 if not found.unscored or last:
                     return shards, found  # unscored hits left: the read drops them
                 logger.warning(
@@ -252,11 +258,6 @@ class RedisClusterHybridIndex(RedisIndexBase):
                 if not is_missing_index(exc) or last:
                     raise
                 self.topology.forget_indexes()  # flushed or dropped: build it again
-            except (ConnectionError, OSError, RedisTimeoutError):
-                # Gone or hung: either way the cluster may fail it over, so the next search
-                # rereads the topology instead of asking the old primary again.
-                self.topology.stale = True
-                raise
             self.topology.stale = True
         raise AssertionError("unreachable")
 
@@ -315,11 +316,8 @@ class RedisClusterHybridIndex(RedisIndexBase):
     async def describe(self) -> dict[str, Any]:
         async with self._redis("describe"):
             for attempt in range(ROUND_ATTEMPTS):
-                shards = await self.topology.shards()
                 try:
-                    infos = [
-                        await index_info(self.topology.client(s.address), s.index) for s in shards
-                    ]
+                    shards, infos = await self.topology.on_primaries(self._index_infos)
                     break
                 except (MovedError, AskError, TryAgainError):  # an index name's slot moved
                     if attempt == ROUND_ATTEMPTS - 1:
@@ -333,6 +331,10 @@ class RedisClusterHybridIndex(RedisIndexBase):
         return self._description(
             "redis-cluster", present, int(sources), primaries=[s.address for s in shards]
         )
+
+    async def _index_infos(self, shards: list[Shard]) -> tuple[list[Shard], list[IndexInfo | None]]:
+        infos = [await index_info(self.topology.client(s.address), s.index) for s in shards]
+        return shards, infos
 
     async def _close_clients(self) -> None:
         await self.topology.aclose()

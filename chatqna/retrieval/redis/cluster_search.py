@@ -18,6 +18,7 @@ import numpy as np
 
 from chatqna.backends.protocols import SearchQuery
 from chatqna.retrieval.fusion import reciprocal_rank_fusion
+from chatqna.retrieval.redis.cluster_nodes import ClusterNode, own_view
 from chatqna.retrieval.redis.consistency import Ranking, seen_digests
 from chatqna.retrieval.redis.query import bm25_search, knn_search
 from chatqna.retrieval.redis.replies import (
@@ -27,7 +28,7 @@ from chatqna.retrieval.redis.replies import (
     top_bm25,
     unscored,
 )
-from chatqna.retrieval.redis.topology import ClusterNode, Shard, own_view
+from chatqna.retrieval.redis.topology import Shard
 
 # A primary's KNN hits, BM25 hits, the digest each hit was seen at, its CLUSTER NODES, and
 # whether a KNN hit came back without its distance.

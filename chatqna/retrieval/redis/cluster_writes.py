@@ -133,22 +133,25 @@ class ClusterWriter:
     async def source_names(self) -> list[str]:
         """The names in every membership set, sorted: one script per primary reads the sets
         of the slots it owns; while slots move, one keyed `SMEMBERS` per set instead (16,385
-        commands: about 0.7 s, against some 10 ms)."""
-        shards = await self.topology.shards()
+        commands: about 0.7 s, against some 10 ms). A primary that is gone or hangs rereads
+        the topology (`ClusterTopology.on_primaries`)."""
         try:
-            replies = await asyncio.gather(
-                *(
-                    self.topology.client(shard.address).eval(MEMBERS_SCRIPT, 0, *keys)
-                    for shard in shards
-                    for keys in [self._membership_keys_of(shard)]
-                )
-            )
+            replies = await self.topology.on_primaries(self._members)
         except ResponseError:  # a slot moved (MOVED, ASK, TRYAGAIN)
             self.topology.stale = True
             replies = await self.topology.run(
                 [("SMEMBERS", key) for key in self.layout.membership_keys()]
             )
         return sorted({text(name) for members in replies for name in members})
+
+    async def _members(self, shards: list[Shard]) -> list[Any]:
+        return await asyncio.gather(
+            *(
+                self.topology.client(shard.address).eval(MEMBERS_SCRIPT, 0, *keys)
+                for shard in shards
+                for keys in [self._membership_keys_of(shard)]
+            )
+        )
 
     def _membership_keys_of(self, shard: Shard) -> list[str]:
         keys = [self.layout.slot_membership_key(slot) for slot in sorted(shard.slots)]
@@ -200,10 +203,11 @@ class ClusterWriter:
             address = asking or owner.address
             writer = self.topology.writer(address)
             try:
-                async with bounded(deadline, timeout, f"a script over {chunk_keys} chunk keys"):
-                    if asking is not None:
-                        await writer.execute_command("ASKING")  # type: ignore[no-untyped-call]
-                    result = await writer.eval(script, len(keys), *keys, *argv)
+                with self.topology.marks_stale():
+                    async with bounded(deadline, timeout, f"a script over {chunk_keys} chunk keys"):
+                        if asking is not None:
+                            await writer.execute_command("ASKING")  # type: ignore[no-untyped-call]
+                        result = await writer.eval(script, len(keys), *keys, *argv)
             except MovedError:
                 await self.topology.refresh()
                 asking = None
@@ -216,7 +220,6 @@ class ClusterWriter:
                 asking = None
                 continue
             except (ConnectionError, OSError):
-                self.topology.stale = True
                 await self.topology.drop_writer(address)
                 raise
             target = next((s for s in shards if s.address == address), None)

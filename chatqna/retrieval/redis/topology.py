@@ -18,12 +18,13 @@ found is checked as at start-up: one another version built is refused until it i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -33,82 +34,16 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import AskError, ConnectionError, MovedError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from chatqna.retrieval.redis.replies import parses_reply
+from chatqna.retrieval.redis.cluster_nodes import ClusterNode, parse_cluster_nodes
 from chatqna.retrieval.redis.schema import IndexSchema
 
 logger = logging.getLogger(__name__)
 
 REDIRECTS = 5  # how many ASK, MOVED or TRYAGAIN a keyed read follows
 _REDIRECTS = (AskError, MovedError, TryAgainError)
-
-
-@dataclass(frozen=True)
-class ClusterNode:
-    """One line of `CLUSTER NODES`."""
-
-    node_id: str
-    host: str
-    port: int
-    primary: bool
-    failed: bool
-    primary_id: str | None  # a replica's primary
-    slots: frozenset[int]
-    migrating: bool  # this node imports or migrates a slot right now
-    myself: bool
-    moving_to: tuple[tuple[int, str], ...] = ()  # (slot, destination id) it migrates
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def _slots(fields: list[str]) -> tuple[frozenset[int], bool, tuple[tuple[int, str], ...]]:
-    owned: set[int] = set()
-    migrating = False
-    moving: list[tuple[int, str]] = []
-    for field in fields:
-        if field.startswith("["):  # [slot->-id] migrating, [slot-<-id] importing
-            migrating = True
-            slot, arrow, target = field.strip("[]").partition("->-")
-            if arrow:
-                moving.append((int(slot), target))
-            continue
-        first, _, last = field.partition("-")
-        owned.update(range(int(first), int(last or first) + 1))
-    return frozenset(owned), migrating, tuple(moving)
-
-
-@parses_reply
-def parse_cluster_nodes(reply: bytes | str) -> list[ClusterNode]:
-    """The nodes of a `CLUSTER NODES` reply (nodes still in handshake or without an
-    address are left out)."""
-    text = reply.decode() if isinstance(reply, bytes) else reply
-    nodes = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        flags = set(fields[2].split(","))
-        if flags & {"handshake", "noaddr"}:
-            continue
-        address = fields[1].split("@", 1)[0].split(",", 1)[0]
-        host, _, port = address.rpartition(":")
-        slots, migrating, moving = _slots(fields[8:])
-        nodes.append(
-            ClusterNode(
-                node_id=fields[0],
-                host=host,
-                port=int(port),
-                primary="master" in flags,
-                failed="fail" in flags,
-                primary_id=None if fields[3] == "-" else fields[3],
-                slots=slots,
-                migrating=migrating,
-                myself="myself" in flags,
-                moving_to=moving,
-            )
-        )
-    return nodes
+# A node that is gone (refused, reset) or hangs (a socket's timeout, or a deadline's).
+UNREACHABLE = (ConnectionError, OSError, RedisTimeoutError)
+T = TypeVar("T")
 
 
 @cache
@@ -176,19 +111,14 @@ def shards_of(nodes: list[ClusterNode], base: str) -> list[Shard]:
     return sorted(shards, key=lambda shard: shard.address)
 
 
-def own_view(reply: bytes | str) -> ClusterNode | None:
-    """The `myself` line of one node's `CLUSTER NODES`."""
-    return next((node for node in parse_cluster_nodes(reply) if node.myself), None)
-
-
 class ClusterTopology:
     """The nodes, the primaries with their index, and one connection pool per node.
 
     `refresh()` rereads `CLUSTER NODES` (from a reply at hand, or from the first node that
     answers) and builds the index on every primary that lacks it, waiting for its initial
     scan, or checks the one it has, before that primary is searched. `stale` makes the next
-    `shards()` reread. `meta` is the index's `N:meta` hash, which names the embedder in a
-    refusal.
+    `shards()` reread; a node that is gone or hangs sets it (`marks_stale`), on every path.
+    `meta` is the index's `N:meta` hash, which names the embedder in a refusal.
     """
 
     def __init__(
@@ -206,6 +136,9 @@ class ClusterTopology:
         self._clients: dict[str, aioredis.Redis] = {}
         self._writers: dict[str, aioredis.Redis] = {}
         self._lock = asyncio.Lock()
+        self._asks: set[asyncio.Task[bytes]] = set()  # `CLUSTER NODES` still being cancelled
+        self._refreshes = 0  # refreshes done (or failed) so far
+        self._refresh_error: Exception | None = None  # the last one's, when it failed
 
     def _options(self, address: str) -> dict[str, Any]:
         host, _, port = address.rpartition(":")
@@ -322,12 +255,35 @@ class ClusterTopology:
             if asking:
                 pipe.execute_command("ASKING")
             pipe.execute_command(*command)
-        try:
+        with self.marks_stale():
             replies = await pipe.execute(raise_on_error=False)
-        except (ConnectionError, OSError, RedisTimeoutError):
-            self.stale = True  # gone or hung: reread the topology before the next call
-            raise
         return list(replies[1::2] if asking else replies)
+
+    @contextlib.contextmanager
+    def marks_stale(self) -> Iterator[None]:
+        """A node that is gone or hangs makes the next `shards()` reread the topology: either
+        way the cluster may fail it over, and the old primary must not be asked for ever."""
+        try:
+            yield
+        except UNREACHABLE:
+            self.stale = True
+            raise
+
+    async def on_primaries(self, call: Callable[[list[Shard]], Awaitable[T]]) -> T:
+        """`call` on the current primaries. A node that is gone or hangs rereads the topology,
+        and `call` is tried once more when another node has taken over; else its error stands
+        (a primary that hangs costs one timeout, not two)."""
+        shards = await self.shards()
+        try:
+            with self.marks_stale():
+                return await call(shards)
+        except UNREACHABLE:
+            again = await self.shards()
+            if [s.address for s in again] == [s.address for s in shards]:
+                self.stale = True  # not failed over yet: the next call rereads again
+                raise
+        with self.marks_stale():
+            return await call(again)
 
     async def shards(self) -> list[Shard]:
         if self.stale:
@@ -335,35 +291,60 @@ class ClusterTopology:
         return self.primaries
 
     async def _nodes_reply(self) -> bytes:
-        """`CLUSTER NODES` from the first node that answers (one that hangs is passed over
-        after its timeout): known nodes, then the URL's."""
-        parts = urlsplit(self.url)
-        addresses = [node.address for node in self.nodes if not node.failed]
-        addresses += [node.address for node in self.nodes if node.failed]
-        addresses.append(f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}")
-        error: Exception | None = None
-        for address in dict.fromkeys(addresses):
-            try:
-                reply = await self.client(address).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
-                return cast(bytes, reply)
-            except (ConnectionError, OSError, RedisTimeoutError) as exc:
-                error = exc
-        raise ConnectionError(f"no cluster node answers CLUSTER NODES: {error}")
+        """`CLUSTER NODES` from the first node that answers: every known node and the URL's
+        asked at once, within the timeout, so one that is gone or hangs delays no refresh."""
+        addresses = [*(node.address for node in self.nodes), self._nodes_fallback()]
+        asks = [asyncio.ensure_future(self._cluster_nodes(a)) for a in dict.fromkeys(addresses)]
+        error: BaseException | None = None
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                for answer in asyncio.as_completed(asks):
+                    try:
+                        return await answer
+                    except UNREACHABLE as exc:
+                        error = exc
+        except TimeoutError as exc:  # the deadline's: every node left hangs
+            error = exc
+        finally:
+            for ask in asks:  # not awaited: redis-py may finish one it is connecting on at
+                ask.cancel()  # its own timeout; `aclose()` awaits what is left
+                self._asks.add(ask)
+                ask.add_done_callback(_forget_ask(self._asks))
+        raise ConnectionError(f"no cluster node answers CLUSTER NODES: {error!r}")
+
+    async def _cluster_nodes(self, address: str) -> bytes:
+        reply = await self.client(address).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+        return cast(bytes, reply)
 
     async def refresh(
         self, reply: bytes | None = None, views: Sequence[ClusterNode | None] = ()
     ) -> None:
         """Reread the topology (from `reply`, with each primary's own line in `views`
-        preferred) and build the index on every primary that lacks it."""
+        preferred) and build the index on every primary that lacks it. Without a `reply`, a
+        caller that waited for another refresh takes that one's outcome (its topology, or its
+        error) rather than asking again: searches that all find a node gone reread once."""
+        asked = self._refreshes
         async with self._lock:
-            nodes = parse_cluster_nodes(reply if reply is not None else await self._nodes_reply())
-            own = {view.node_id: view for view in views if view is not None}
-            nodes = [own.get(node.node_id, node) for node in nodes]
-            shards = shards_of(nodes, self.schema.name)
-            for shard in shards:
-                if (shard.address, shard.index) not in self._ready:
-                    await self._build(shard)
-            self.nodes, self.primaries, self.stale = nodes, shards, False
+            if reply is None and self._refreshes != asked:
+                if self._refresh_error is not None:
+                    raise self._refresh_error
+                return
+            try:
+                await self._reread(reply, views)
+            except Exception as exc:
+                self._refresh_error, self._refreshes = exc, self._refreshes + 1
+                raise
+            self._refresh_error, self._refreshes = None, self._refreshes + 1
+
+    async def _reread(self, reply: bytes | None, views: Sequence[ClusterNode | None]) -> None:
+        nodes = parse_cluster_nodes(reply if reply is not None else await self._nodes_reply())
+        own = {view.node_id: view for view in views if view is not None}
+        nodes = [own.get(node.node_id, node) for node in nodes]
+        shards = shards_of(nodes, self.schema.name)
+        for shard in shards:
+            if (shard.address, shard.index) not in self._ready:
+                await self._build(shard)
+        self.nodes, self.primaries, self.stale = nodes, shards, False
 
     def forget_indexes(self) -> None:
         """Every index is checked (and built) again at the next refresh (its topology
@@ -386,10 +367,20 @@ class ClusterTopology:
         logger.info("Redis index %r ready on primary %s", shard.index, shard.address)
 
     async def aclose(self) -> None:
+        await asyncio.gather(*self._asks, return_exceptions=True)
         for client in [*self._clients.values(), *self._writers.values()]:
             await client.aclose()
         self._clients.clear()
         self._writers.clear()
+
+
+def _forget_ask(asks: set[asyncio.Task[bytes]]) -> Callable[[asyncio.Task[bytes]], None]:
+    def forget(ask: asyncio.Task[bytes]) -> None:
+        asks.discard(ask)
+        if not ask.cancelled():
+            ask.exception()  # retrieved: another node answered first
+
+    return forget
 
 
 class _AskingRedis(aioredis.Redis):

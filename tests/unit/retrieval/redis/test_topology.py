@@ -1,46 +1,21 @@
-"""Reading `CLUSTER NODES`, and the per-primary index names hashed into owned slots."""
+"""The primaries and their index names hashed into owned slots, and rereading the topology."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from redis.asyncio import BlockingConnectionPool
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from chatqna.errors import IndexUnavailable
+from chatqna.retrieval.redis.cluster_nodes import parse_cluster_nodes
 from chatqna.retrieval.redis.schema import IndexSchema, VectorIndexParams
-from chatqna.retrieval.redis.topology import (
-    ClusterTopology,
-    own_view,
-    parse_cluster_nodes,
-    shard_index_name,
-    shards_of,
-)
-
-NODES = """\
-a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [5461->-b2]
-b2 127.0.0.1:7001@17001 master - 0 1 2 connected 5461-10922 [5461-<-a1] [6000->-g7]
-c3 127.0.0.1:7002@17002,host-c master,fail - 0 1 3 connected 10923-16383
-d4 127.0.0.1:7003@17003 slave a1 0 1 1 connected
-e5 127.0.0.1:7004@17004 slave b2 0 1 2 connected
-f6 127.0.0.1:7005@17005 slave,fail c3 0 1 3 connected
-g7 127.0.0.1:7006@17006 master - 0 1 0 connected
-h8 :0@0 master,noaddr - 0 1 0 disconnected
-"""
-
-
-def test_parse_reads_roles_slots_and_migrations() -> None:
-    nodes = {node.node_id: node for node in parse_cluster_nodes(NODES.encode())}
-    assert set(nodes) == {"a1", "b2", "c3", "d4", "e5", "f6", "g7"}  # no address: left out
-    a1 = nodes["a1"]
-    assert a1.myself and a1.primary and not a1.failed and a1.migrating
-    assert a1.slots == frozenset(range(5461)) and a1.address == "127.0.0.1:7000"
-    assert nodes["b2"].migrating and 5461 in nodes["b2"].slots
-    assert nodes["c3"].failed and nodes["c3"].host == "127.0.0.1"  # hostname dropped
-    assert nodes["d4"].primary_id == "a1" and not nodes["d4"].primary
-    assert nodes["g7"].primary and not nodes["g7"].slots
-    assert own_view(NODES) == a1
+from chatqna.retrieval.redis.topology import ClusterTopology, Shard, shard_index_name, shards_of
+from tests.unit.retrieval.redis.test_cluster_nodes import NODES
 
 
 def test_shards_are_primaries_with_slots_and_count_live_replicas() -> None:
@@ -123,3 +98,112 @@ async def test_an_index_another_version_built_is_refused_at_every_refresh() -> N
     topology._clients["127.0.0.1:7000"] = IndexedNode(current)  # type: ignore[assignment]
     await topology.refresh(ONE_PRIMARY)
     assert [shard.address for shard in topology.primaries] == ["127.0.0.1:7000"]
+
+
+THREE_PRIMARIES = b"""\
+a1 127.0.0.1:7000@17000 master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001 myself,master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7002@17002 master - 0 1 3 connected 10923-16383
+"""
+FAILED_OVER = b"""\
+a1 127.0.0.1:7000@17000 master,fail - 0 0 1 connected
+b2 127.0.0.1:7001@17001 myself,master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7002@17002 master - 0 1 3 connected 10923-16383
+d4 127.0.0.1:7003@17003 master - 0 1 4 connected 0-5460
+"""
+
+
+class Node:
+    """A node's search client: answers `CLUSTER NODES` with `view`, or hangs until its
+    socket timeout (then raises redis' `TimeoutError`), or is gone."""
+
+    def __init__(self, *, hangs: bool = False, gone: bool = False) -> None:
+        self.view, self.hangs, self.gone = THREE_PRIMARIES, hangs, gone
+        self.asked = 0
+        self.timed_out = False
+
+    async def execute_command(self, *args: Any) -> Any:
+        assert args == ("CLUSTER", "NODES"), args
+        self.asked += 1
+        if self.gone:
+            raise RedisConnectionError("Connection refused")
+        if self.hangs:
+            await asyncio.sleep(0.2)  # the socket timeout
+            self.timed_out = True
+            raise RedisTimeoutError("Timeout reading from socket")
+        return self.view
+
+    async def aclose(self) -> None:
+        pass
+
+
+def topology_of(nodes: dict[str, Node]) -> ClusterTopology:
+    """A topology over the fake `nodes` (the first is the URL's, and the first known),
+    their indexes all built."""
+    schema = IndexSchema("rag", "rag:chunk:", "e", 8, VectorIndexParams())
+    topology = ClusterTopology(f"redis://{next(iter(nodes))}", schema, 2.5)
+    topology._clients.update(nodes)  # type: ignore[arg-type]
+    topology.nodes = [n for n in parse_cluster_nodes(THREE_PRIMARIES) if n.address in nodes]
+    topology.nodes.sort(key=lambda node: list(nodes).index(node.address))
+    for view in (THREE_PRIMARIES, FAILED_OVER):
+        shards = shards_of(parse_cluster_nodes(view), "rag")
+        topology._ready |= {(shard.address, shard.index) for shard in shards}
+    return topology
+
+
+def addresses(*ports: int) -> list[str]:
+    return [f"127.0.0.1:{port}" for port in ports]
+
+
+@pytest.mark.anyio
+async def test_concurrent_rereads_share_one_that_a_hung_node_does_not_hold_up() -> None:
+    """Searches that all find the topology stale reread it once between them, and that
+    reread takes the first answer: a node that hangs (asked first) delays none of them."""
+    nodes = {address: Node() for address in addresses(7000, 7001, 7002)}
+    nodes["127.0.0.1:7000"].hangs = True
+    topology = topology_of(nodes)
+    found = await asyncio.gather(*(topology.shards() for _ in range(8)))
+    assert not nodes["127.0.0.1:7000"].timed_out  # answered before the hung node's timeout
+    assert [node.asked for node in nodes.values()] == [1, 1, 1]  # one reread, not eight
+    assert all([s.address for s in shards] == list(nodes) for shards in found)
+    await topology.aclose()
+
+
+@pytest.mark.anyio
+async def test_callers_that_waited_for_a_failed_reread_share_its_error() -> None:
+    nodes = {address: Node(gone=True) for address in addresses(7000, 7001)}
+    topology = topology_of(nodes)
+    outcomes = await asyncio.gather(*(topology.shards() for _ in range(4)), return_exceptions=True)
+    assert all(isinstance(o, RedisConnectionError) for o in outcomes), outcomes
+    assert [node.asked for node in nodes.values()] == [1, 1]  # one reread, not four
+    assert topology.stale  # the next call asks again
+    await topology.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_call_on_a_primary_gone_is_tried_again_once_another_took_over() -> None:
+    """Listing and describing (the readiness check) reread the topology when a primary is
+    gone or hangs, and try again at once when another node took over its slots."""
+    nodes = {address: Node() for address in addresses(7001, 7000, 7002, 7003)}
+    nodes["127.0.0.1:7000"].gone = True
+    topology = topology_of(nodes)
+    await topology.shards()
+    seen: list[list[str]] = []
+
+    async def call(shards: list[Shard]) -> str:
+        seen.append([shard.address for shard in shards])
+        if "127.0.0.1:7000" in seen[-1]:
+            raise RedisConnectionError("Connection refused")
+        return "answered"
+
+    with pytest.raises(RedisConnectionError):  # not failed over yet: tried once
+        await topology.on_primaries(call)
+    assert seen == [addresses(7000, 7001, 7002)]
+    assert topology.stale  # the reread found the same primaries: the next call rereads
+    await topology.shards()
+    for node in nodes.values():
+        node.view = FAILED_OVER
+    assert await topology.on_primaries(call) == "answered"
+    assert seen[1:] == [addresses(7000, 7001, 7002), addresses(7001, 7002, 7003)]
+    assert not topology.stale
+    await topology.aclose()
