@@ -1,9 +1,7 @@
 """Blend at less embedding cost: cached per-message history vectors vs the joined history text.
 
     .venv/bin/python benchmarks/blend_cost.py \\
-        [--dataset DIR ...] [--cache-dir benchmarks/.cache] [--repeat 3]
-
-The datasets default to ../shared/datasets/mtrag-clapnq and the handbook lab.
+        --dataset path/to/mtrag-clapnq [--dataset DIR ...] [--cache-dir benchmarks/.cache]
 
 The service's blend embeds the follow-up and the joined history window (its messages,
 newest first, as `Settings` configures them) in one call, and mixes the two vectors with
@@ -17,7 +15,7 @@ questions, fusion weights, 50 per leg), retrieved from the embedded index, depth
 Reports follow-up Recall@5 per variant with the paired difference to today's path, and
 the embedding stage of a follow-up on the packaged MiniLM: the joined path's one call of
 two inputs against the query alone (every history message cached) and against the query
-plus each history message (nothing cached), `--repeat` passes over the follow-ups.
+plus each history message (nothing cached), three passes over the follow-ups.
 Writes `results/blend_cost.json`.
 """
 
@@ -200,18 +198,23 @@ def print_table(name: str, result: dict[str, Any]) -> None:
 
 async def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--dataset", type=Path, action="append")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        action="append",
+        required=True,
+        help="a dataset in the MTRAG layout, such as MTRAG's ClapNQ or "
+        "benchmarks/datasets/handbook-lab: a directory holding corpus.jsonl and "
+        "conversations.jsonl (see 'Getting the datasets' in site/docs/benchmarks.md); "
+        "repeat for each dataset",
+    )
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "blend_cost.json")
     args = parser.parse_args(argv)
     start_run()
-    datasets = args.dataset or [
-        REPO.parent / "shared" / "datasets" / "mtrag-clapnq",
-        HERE / "datasets" / "handbook-lab",
-    ]
     settings = Settings.model_validate({})
     results = {}
-    for path in datasets:
+    for path in args.dataset:
         results[path.name] = await run_dataset(path, args.cache_dir, settings)
         print_table(path.name, results[path.name])
     document = {

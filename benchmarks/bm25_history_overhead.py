@@ -1,7 +1,7 @@
 """What the history-aware BM25 leg adds to the retrieval stage of a follow-up turn.
 
     .venv/bin/python benchmarks/bm25_history_overhead.py \\
-        [--dataset ../shared/datasets/mtrag-clapnq] [--rounds 5] [--no-redis]
+        --dataset path/to/mtrag-clapnq [--rounds 5] [--no-redis]
 
 The corpus of the dataset (4,841 ClapNQ passages) is indexed in the embedded index and, with
 `--redis` (the default), in a fresh Redis Stack (FLAT vectors). For every follow-up turn the
@@ -13,8 +13,8 @@ is there). Searches on the embedded index include its `asyncio.to_thread` hop; R
 searches include the loopback round trips. Prints medians and p95 per variant, the median of
 the paired differences (the two variants of a follow-up run back to back, which cancels
 most of a shared machine's noise) and the added share (that difference over the plain
-median), and writes `results/bm25_history_overhead.json`. The bound it checks: the leg adds
-no more than 10% to the stage.
+median), and writes `results/bm25_history_overhead.json` (or `--output`). The bound it checks:
+the leg adds no more than 10% to the stage.
 """
 
 from __future__ import annotations
@@ -117,11 +117,18 @@ async def measure(
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--dataset", type=Path, default=REPO.parent / "shared/datasets/mtrag-clapnq"
+        "--dataset",
+        type=Path,
+        required=True,
+        help="MTRAG's ClapNQ dataset: a directory holding corpus.jsonl and "
+        "conversations.jsonl (see 'Getting the datasets' in site/docs/benchmarks.md)",
     )
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--redis", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--output", type=Path, default=HERE / "results" / "bm25_history_overhead.json"
+    )
     args = parser.parse_args()
     start_run()
     dataset = load_dataset(args.dataset)
@@ -182,9 +189,8 @@ async def main() -> None:
             f"{row['paired_difference_median_ms']:+.3f} | {row['added_share_paired']:+.1%} | "
             f"{row['added_share_median']:+.1%} |"
         )
-    output = HERE / "results" / "bm25_history_overhead.json"
-    write_result(output, results)
-    print(f"wrote {output}", file=sys.stderr)
+    write_result(args.output, results)
+    print(f"wrote {args.output}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Per-primary BM25 statistics on a Redis Cluster: how far ClapNQ rankings move from one node.
 
     .venv/bin/python benchmarks/cluster_bm25_stats.py \\
-        [--dataset ../shared/datasets/mtrag-clapnq]
+        --dataset path/to/mtrag-clapnq
 
 The 4,841 ClapNQ passages go into one Redis Stack node and into a Redis Cluster of 3
 primaries and 3 replicas (both FLAT, exact vectors), with each Wikipedia article (the
@@ -183,7 +183,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--dataset", type=Path, default=REPO.parent / "shared/datasets/mtrag-clapnq"
+        "--dataset",
+        type=Path,
+        required=True,
+        help="MTRAG's ClapNQ dataset: a directory holding corpus.jsonl and "
+        "conversations.jsonl (see 'Getting the datasets' in site/docs/benchmarks.md)",
     )
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "cluster_bm25_stats.json")

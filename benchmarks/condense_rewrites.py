@@ -77,7 +77,14 @@ async def run(dataset_dir: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", type=Path, default=HERE / "datasets" / "handbook-lab")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=HERE / "datasets" / "handbook-lab",
+        help="a dataset in the MTRAG layout: a directory holding corpus.jsonl and "
+        "conversations.jsonl (see 'Getting the datasets' in site/docs/benchmarks.md); "
+        "by default the handbook lab, benchmarks/datasets/handbook-lab",
+    )
     parser.add_argument("--output", type=Path, default=HERE / "results" / "condense_rewrites.json")
     args = parser.parse_args()
     start_run()

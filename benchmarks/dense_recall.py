@@ -1,7 +1,7 @@
 """Recall of the embedded index's dense search paths on real embeddings (ClapNQ, MiniLM).
 
     .venv/bin/python benchmarks/dense_recall.py \
-        [--dataset ../shared/datasets/mtrag-clapnq] [--cache-dir benchmarks/.cache]
+        --dataset path/to/mtrag-clapnq [--cache-dir benchmarks/.cache]
 
 The corpus is the dataset's passages (one vector each, as `chatqna bench` indexes them) and
 the queries are the user questions of its scored turns, all embedded by the embedded
@@ -50,8 +50,6 @@ from chatqna.retrieval.embedded import vector_graph  # noqa: E402
 from chatqna.retrieval.embedded.vector_graph import VectorGraph  # noqa: E402
 from chatqna.retrieval.embedded.vectors import VectorSet, quantize, scan_candidates  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
-
-DEFAULT_DATASET = REPO.parent / "shared" / "datasets" / "mtrag-clapnq"
 
 
 async def embed(texts: list[str], cache_dir: Path) -> np.ndarray:
@@ -154,7 +152,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        required=True,
+        help="MTRAG's ClapNQ dataset: a directory holding corpus.jsonl and "
+        "conversations.jsonl (see 'Getting the datasets' in site/docs/benchmarks.md)",
+    )
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "dense_recall.json")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """Choose the shipped follow-up configuration on ClapNQ and Govt, with reference and own history.
 
     .venv/bin/python benchmarks/follow_up_selection.py \\
-        --datasets ../shared/datasets/mtrag-clapnq ../shared/datasets/mtrag-govt \\
+        --datasets path/to/mtrag-clapnq path/to/mtrag-govt \\
         [--grid fixed|adaptive|hedged|gated] [--cache-dir benchmarks/.cache] \\
         [--passage-context title]
 
@@ -261,7 +261,15 @@ def markdown(document: dict[str, Any]) -> str:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--datasets", nargs="+", type=Path, required=True)
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        type=Path,
+        required=True,
+        help="MTRAG's ClapNQ and Govt datasets (mtrag-clapnq, mtrag-govt): directories "
+        "holding corpus.jsonl and conversations.jsonl (see 'Getting the datasets' in "
+        "site/docs/benchmarks.md)",
+    )
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--passage-context", choices=("title", "none"), default="title")
     parser.add_argument("--grid", choices=tuple(GRIDS), default="fixed")

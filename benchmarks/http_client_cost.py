@@ -7,25 +7,21 @@
 Starts the stand-in upstreams (`python -m tests.standins.servers`, their own process) and,
 in this process, makes `--calls` embedding calls (`POST /v1/embeddings`, a JSON body in, a
 64-float vector out, as the service makes them) and a quarter as many streamed chat calls
-(20 SSE chunks read line by line) with each client, at each `--concurrency` (calls in flight), over
-a keep-alive pool. The candidates: httpx on its own transport (httpcore's pool), httpx2 on
-its own (httpcore2's pool; the maintained continuation of httpx), httpx over the
-`httpx-aiohttp` package's transport, and aiohttp directly; then the service's
+(20 SSE chunks read line by line) with each client, at each `--concurrency` (calls in
+flight), over a keep-alive pool. The candidates: httpx on its own transport (httpcore's
+pool), httpx2 on its own (httpcore2's pool; the maintained continuation of httpx), httpx
+over the `httpx-aiohttp` package's transport, aiohttp directly, and the service's
 `UpstreamClient` (`chatqna.upstream.client`, on httpx2's own transport, reading bodies in
-chunks up to its limit, with the SSE decoder the LLM client uses), and the overhead
-benchmarks' load
-generator (`load_client.py`, which reads a stream whole without decoding it; here on the
-same stdlib event loop as the others). They alternate within each round. What is measured
-is this process's CPU time per call (`time.process_time`), which the stand-ins' own work
-does not touch, and calls per second. Writes `results/http_client_cost.json` with the
-commit and the command.
+chunks up to its limit, with the SSE decoder the LLM client uses). All run on the stdlib
+event loop and take turns within each round. What is measured is this process's CPU time
+per call (`time.process_time`), which the stand-ins' own work does not touch, and calls
+per second. Writes `results/http_client_cost.json` with the commit and the command.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -38,7 +34,6 @@ from typing import Any
 import aiohttp
 import httpx
 import httpx2
-import load_client
 from httpx_aiohttp import AiohttpTransport
 from load_chats import free_port, load_average, standin_argv, start_process
 from opea_overhead import orchestrator_env
@@ -86,22 +81,6 @@ def aiohttp_calls(session: aiohttp.ClientSession, base: str) -> tuple[Call, Call
             response.raise_for_status()
             lines = [line async for line in response.content if line.startswith(b"data:")]
         assert lines[-1].strip() == b"data: [DONE]"
-
-    return embed, chat
-
-
-def load_client_calls(session: load_client.LoadSession) -> tuple[Call, Call]:
-    """The overhead benchmarks' load generator: bodies in, whole answers out."""
-
-    async def embed() -> None:
-        status, body = await session.post("/v1/embeddings", json.dumps(EMBED).encode())
-        assert status == 200
-        assert len(json.loads(body)["data"][0]["embedding"]) == 64
-
-    async def chat() -> None:
-        status, body = await session.post("/v1/chat/completions", json.dumps(CHAT).encode())
-        assert status == 200
-        assert body.endswith(b"data: [DONE]\n\n")
 
     return embed, chat
 
@@ -172,8 +151,6 @@ async def measure(base: str, args: argparse.Namespace, concurrency: int) -> dict
         ours,
         packaged,
     ]
-    load = load_client.LoadSession(base, timeout=30)
-    clients["the benchmarks' load generator (load_client.py)"] = load_client_calls(load)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"embed": [], "chat": []} for name in clients
     }
@@ -192,7 +169,6 @@ async def measure(base: str, args: argparse.Namespace, concurrency: int) -> dict
         for client in others:
             await client.aclose()
         await session.close()
-        load.close()
     return {
         name: {
             kind: {

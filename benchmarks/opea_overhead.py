@@ -17,16 +17,16 @@ system joins the rotation: `chatqna serve` sampling 10% of traces
 
 The client side must not be what limits requests/s, so by default the stand-ins are
 `python -m tests.standins.fast_servers` (`--standins fast`: HTTP/1.1 on httptools, the same
-bytes as the FastAPI stand-ins for about a tenth of their CPU), and the load generator is
-`load_client.py` on uvloop (`--load-client lean`: a keep-alive connection per worker,
-parsed by httptools, a 60 s timeout per request) sending the request bodies httpx sent,
-byte for byte. At one request in flight the load generator's own time is part of every
-request's, for both systems alike, and pulls their ratio toward 1; the lean client costs
-the client core about a third of what the earlier `aiohttp.ClientSession` on the stdlib
-loop did (`--load-client aiohttp`, kept to compare). `--standins app` runs the
-FastAPI stand-ins (`python -m tests.standins.servers`) instead. Each point records
-`client_core_share`, the client core's busy share (stand-ins plus load generator): near
-1.0, the client limits.
+bytes as the FastAPI stand-ins for about a tenth of their CPU); `--standins app` runs the
+FastAPI stand-ins (`python -m tests.standins.servers`) instead. The load generator is an
+`aiohttp.ClientSession` on uvloop (a keep-alive connection per worker, a 60 s timeout per
+request; aiohttp costs the caller the least CPU per call of the clients
+`http_client_cost.py` compares), sending the same compact JSON bodies to both systems. The
+orchestrator's CPU per request is read from its own process, so the load generator's cost
+does not enter it; requests/s and latency do include the load generator's time, for both
+systems alike, which pulls their ratio toward 1 at one request in flight. Each point
+records `client_core_share`, the client core's busy share (stand-ins plus load generator):
+near 1.0, the client limits.
 
 Each point (stream and non-stream, at each `--concurrency`) is a closed loop of the same
 single-turn requests for `--seconds`, after a warm-up, with the two systems alternating
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-import load_client
+import uvloop
 from load_chats import (  # the sibling script: process control and statistics
     REPO,
     STANDINS,
@@ -88,9 +88,8 @@ TRACED_ENV = {
 MODES = ("stream", "non-stream")
 # --standins: the cheap HTTP/1.1 stand-ins by default, the FastAPI app (with faults) on request
 STANDIN_MODULES = {"fast": "tests.standins.fast_servers", "app": STANDINS}
-# --load-client: the lean keep-alive client on uvloop (`load_client.py`) by default, or the
-# aiohttp session on the stdlib event loop that earlier runs used
-LOAD_CLIENTS = ("lean", "aiohttp")
+# The load generator's client, recorded with each run.
+LOAD_CLIENT = f"aiohttp {aiohttp.__version__} on uvloop {uvloop.__version__}"
 T = TypeVar("T")
 
 
@@ -154,7 +153,7 @@ def request_body(question: str, stream: bool) -> dict[str, Any]:
 
 
 def encode(body: dict[str, Any]) -> bytes:
-    """The request bytes httpx sent before the load generator moved to aiohttp."""
+    """A request body as compact UTF-8 JSON (as httpx encodes `json=`), encoded once."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -170,45 +169,33 @@ def failure(status: int, body: bytes, stream: bool) -> str | None:
     return None if content else "empty_answer"
 
 
-class AiohttpSession:
-    """The earlier load generator: an `aiohttp.ClientSession`, a connection per worker, kept
-    alive; idle ones close after 2 s, before the servers' 5 s keep-alive does (a request
-    sent as the server closes fails with no response)."""
-
-    def __init__(self, url: str, concurrency: int) -> None:
-        self._session = aiohttp.ClientSession(
-            base_url=url,
-            connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=2.0),
-            timeout=aiohttp.ClientTimeout(total=60),
-            headers={"Content-Type": "application/json"},
-        )
-
-    async def __aenter__(self) -> AiohttpSession:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._session.close()
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        async with self._session.post(path, data=body) as response:
-            return response.status, await response.read()
+def client_session(url: str, concurrency: int) -> aiohttp.ClientSession:
+    """A connection per worker, kept alive; idle ones close after 2 s, before the servers'
+    5 s keep-alive does (a request sent as the server closes fails with no response)."""
+    return aiohttp.ClientSession(
+        base_url=url,
+        connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=2.0),
+        timeout=aiohttp.ClientTimeout(total=60),
+        headers={"Content-Type": "application/json"},
+    )
 
 
-Session = load_client.LoadSession | AiohttpSession
-# What a failed request raises, from either client.
+# What a failed request raises: aiohttp's errors, a socket's, a timeout, an answer whose
+# body is not JSON.
 CLIENT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
-Call = Callable[[Session, str], Awaitable[str | None]]
+Call = Callable[[aiohttp.ClientSession, str], Awaitable[str | None]]
 
 
-async def post(session: Session, path: str, body: bytes) -> tuple[int, bytes]:
+async def post(session: aiohttp.ClientSession, path: str, body: bytes) -> tuple[int, bytes]:
     """POST JSON bytes and read the whole answer (a stream to its end)."""
-    return await session.post(path, body)
+    async with session.post(path, data=body) as response:
+        return response.status, await response.read()
 
 
 def system_call(stream: bool) -> Call:
     encoded: dict[str, bytes] = {}  # per question: encoding once keeps the client core free
 
-    async def call(session: Session, question: str) -> str | None:
+    async def call(session: aiohttp.ClientSession, question: str) -> str | None:
         body = encoded.get(question)
         if body is None:
             body = encoded[question] = encode(request_body(question, stream))
@@ -221,7 +208,7 @@ def system_call(stream: bool) -> Call:
 def direct_call(stream: bool, tokens: int) -> Call:
     """The stand-ins' own work for one request: the four upstream calls, one after another."""
 
-    async def call(session: Session, question: str) -> str | None:
+    async def call(session: aiohttp.ClientSession, question: str) -> str | None:
         _, embedded = await post(session, "/v1/embeddings", encode({"input": question}))
         vector = json.loads(embedded)["data"][0]["embedding"]
         _, found = await post(
@@ -238,16 +225,10 @@ def direct_call(stream: bool, tokens: int) -> Call:
     return call
 
 
-def client_session(url: str, concurrency: int, client: str = "lean") -> Session:
-    """A connection per worker, kept alive (`load_client.LoadSession`, or aiohttp's)."""
-    if client == "aiohttp":
-        return AiohttpSession(url, concurrency)
-    return load_client.LoadSession(url, timeout=60)
-
-
-def drive(coroutine: Coroutine[Any, Any, T], client: str = "lean") -> T:
-    """Run a closed loop: the lean client on uvloop, aiohttp on the stdlib loop as before."""
-    return asyncio.run(coroutine) if client == "aiohttp" else load_client.run(coroutine)
+def drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a closed loop on uvloop, the event loop the service runs on: the load generator
+    shares its core with the stand-ins, and uvloop leaves them more of it."""
+    return uvloop.run(coroutine)
 
 
 async def closed_loop(
@@ -256,13 +237,12 @@ async def closed_loop(
     concurrency: int,
     seconds: float,
     questions: Sequence[str],
-    client: str = "lean",
 ) -> dict[str, Any]:
     """`concurrency` workers calling back to back for `seconds`; latency per request."""
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     deadline = time.perf_counter() + seconds
-    async with client_session(url, concurrency, client) as session:
+    async with client_session(url, concurrency) as session:
 
         async def worker(offset: int) -> None:
             index = offset
@@ -311,10 +291,7 @@ def measure_point(
     cpu_before = cpu_seconds(process.pid)
     helper_before = sum(cpu_seconds(h.pid) for h in helpers)
     client_before = time.process_time()
-    result = drive(
-        closed_loop(process.url, call, c, args.seconds, args.questions, args.load_client),
-        args.load_client,
-    )
+    result = drive(closed_loop(process.url, call, c, args.seconds, args.questions))
     elapsed = result["elapsed_s"]
     result["orchestrator_cpu_share"] = round((cpu_seconds(process.pid) - cpu_before) / elapsed, 2)
     client_cpu = time.process_time() - client_before
@@ -328,10 +305,7 @@ def measure_point(
 def stand_in_latency(upstreams: Process, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """The four upstream calls made directly, one request at a time, for `--seconds`."""
     call = direct_call(mode == "stream", args.tokens)
-    return drive(
-        closed_loop(upstreams.url, call, 1, args.seconds, args.questions, args.load_client),
-        args.load_client,
-    )
+    return drive(closed_loop(upstreams.url, call, 1, args.seconds, args.questions))
 
 
 def systems(args: argparse.Namespace) -> tuple[str, ...]:
@@ -344,12 +318,7 @@ def run_all(procs: dict[str, Process], args: argparse.Namespace) -> dict[str, An
     for system in measured_systems:  # warm-up: imports, connection pools, first-request paths
         for mode in args.modes:
             call = system_call(mode == "stream")
-            drive(
-                closed_loop(
-                    procs[system].url, call, 4, args.warmup, args.questions, args.load_client
-                ),
-                args.load_client,
-            )
+            drive(closed_loop(procs[system].url, call, 4, args.warmup, args.questions))
     baseline: dict[str, list[dict[str, Any]]] = {mode: [] for mode in args.modes}
     points: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for round_number in range(args.rounds):
@@ -488,13 +457,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "app: the FastAPI stand-ins of tests/standins/servers.py",
     )
     parser.add_argument(
-        "--load-client",
-        choices=LOAD_CLIENTS,
-        default="lean",
-        help="lean: load_client.py (keep-alive httptools connections on uvloop); "
-        "aiohttp: an aiohttp.ClientSession on the stdlib event loop (earlier runs)",
-    )
-    parser.add_argument(
         "--traced",
         action="store_true",
         help="also run ChatQnA with 10%% of traces sampled and exported over OTLP/HTTP to a "
@@ -529,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rounds": args.rounds,
             "standins": args.standins,
             "standins_module": STANDIN_MODULES[args.standins],
-            "load_client": args.load_client,
+            "load_client": LOAD_CLIENT,
             "stand_in_delay_s": args.delay,
             "tokens": args.tokens,
             "orchestrator_cpu": args.orchestrator_cpu,

@@ -1,9 +1,7 @@
 """What the reranker should score against, and whether the embedded one earns its place.
 
     .venv/bin/python benchmarks/rerank_query.py \\
-        [--dataset DIR ...] [--cache-dir benchmarks/.cache]
-
-The datasets default to ../shared/datasets/mtrag-clapnq and the handbook lab.
+        --dataset path/to/mtrag-clapnq [--dataset DIR ...] [--cache-dir benchmarks/.cache]
 
 Every scored turn is planned with the service's own multi-turn strategy (through the harness's
 `plan_turn`) under the shipped defaults, stateless and blended, and retrieved from the
@@ -181,18 +179,23 @@ def print_table(name: str, result: dict[str, Any]) -> None:
 
 async def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", type=Path, action="append")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        action="append",
+        required=True,
+        help="a dataset in the MTRAG layout, such as MTRAG's ClapNQ or "
+        "benchmarks/datasets/handbook-lab: a directory holding corpus.jsonl and "
+        "conversations.jsonl (see 'Getting the datasets' in site/docs/benchmarks.md); "
+        "repeat for each dataset",
+    )
     parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
     parser.add_argument("--output", type=Path, default=HERE / "results" / "rerank_query.json")
     args = parser.parse_args(argv)
     start_run()
-    datasets = args.dataset or [
-        REPO.parent / "shared" / "datasets" / "mtrag-clapnq",
-        HERE / "datasets" / "handbook-lab",
-    ]
     settings = Settings()
     results = {}
-    for path in datasets:
+    for path in args.dataset:
         results[path.name] = await run_dataset(path, args.cache_dir, settings)
         print_table(path.name, results[path.name])
     document = {

@@ -13,7 +13,8 @@ retriever; single-turn OPEA ChatCompletionRequests, streamed and not), in front 
 sampled (`OTEL_TRACES_SAMPLER=parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`)
 and every span, both exporting over OTLP/HTTP to a receiver process on loopback. The
 servers are pinned to `--orchestrator-cpu`, the stand-ins, the receiver and this load
-generator to `--client-cpu`. Each point (mode x concurrency) is a closed loop of
+generator (`opea_overhead.py`'s: an `aiohttp.ClientSession` on uvloop) to `--client-cpu`.
+Each point (mode x concurrency) is a closed loop of
 `--seconds` per setting, the settings' order rotating from point to point and round to
 round; a setting's CPU ms per request is the median over rounds of its server's CPU time
 over the requests answered. OPEA's CPU ms per request at the same point comes from the
@@ -45,7 +46,6 @@ from load_chats import (
     start_upstreams,
 )
 from opea_overhead import (
-    LOAD_CLIENTS,
     MODES,
     STANDIN_MODULES,
     closed_loop,
@@ -186,9 +186,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--orchestrator-cpu", default="0", help="taskset list for the servers")
     parser.add_argument("--client-cpu", default="1", help="stand-ins, receiver and client")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args(argv)
-    args.load_client = LOAD_CLIENTS[0]  # measure_point's client: the lean one
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -226,8 +226,8 @@ def test_every_result_says_where_it_was_measured() -> None:
 
 
 def benchmark_scripts() -> set[str]:
-    """The scripts that write a result; helpers (the writer itself, the load client) do not
-    call `write_result`."""
+    """The scripts that write a result: every script that calls `write_result`, the writer
+    itself aside."""
     return {
         path.relative_to(REPO).as_posix()
         for path in BENCHMARKS.glob("*.py")
