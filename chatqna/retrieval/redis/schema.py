@@ -6,7 +6,7 @@ embedded BM25's tokeniser, full text, unstemmed), `chunk_id`, `source` (tags),
 `digest` (a case-sensitive tag, sortable and not indexed: a search returns it from the
 index itself, which a cluster node does for no other stored field). It is
 created with `STOPWORDS 0`: stop words are dropped client-side, and an OR query that starts
-with two stop words crashes RediSearch 2.10 (see shared/notes/redis-stack.md).
+with two stop words crashes RediSearch 2.10 (see site/docs/retrieval.md).
 
 `FT.INFO` is read and parsed once per call into `IndexInfo`; `ensure_index` creates the
 index when missing, waits for `FT.CREATE`'s scan of existing keys, and refuses an index
