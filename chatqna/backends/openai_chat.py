@@ -52,17 +52,37 @@ def base_url_of(endpoint: str) -> str:
     return endpoint[: -len("/v1")] if endpoint.endswith("/v1") else endpoint
 
 
+# Token counts at or above this are no model's (a context of four billion tokens): a count
+# that large is a bad response, rather than a number the answer's JSON or a metric cannot
+# hold (the sum of two counts near 2**64 passes a 64-bit integer).
+MAX_TOKEN_COUNT = 2**32
+
+
 def _usage(body: dict[str, Any], backend: str) -> Usage:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return Usage()
     counts = [usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0]
     require(
-        all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts),
+        all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_TOKEN_COUNT
+            for n in counts
+        ),
         backend=backend,
-        what="usage token counts are not non-negative integers",
+        what=f"usage token counts are not integers from 0 to {MAX_TOKEN_COUNT - 1}",
     )
     return Usage(prompt_tokens=counts[0], completion_tokens=counts[1])
+
+
+def _finish_reason(choice: dict[str, Any], backend: str) -> str | None:
+    """A choice's `finish_reason`: a string, or None while the answer goes on."""
+    reason = choice.get("finish_reason")
+    require(
+        reason is None or isinstance(reason, str),
+        backend=backend,
+        what="finish_reason is not a string",
+    )
+    return reason
 
 
 def merged(deltas: Sequence[Delta]) -> Delta:
@@ -190,7 +210,7 @@ class OpenAIChatLLM:
         )
         return Completion(
             text=content or "",
-            finish_reason=choices[0].get("finish_reason"),
+            finish_reason=_finish_reason(choices[0], self.backend),
             usage=_usage(body, self.backend),
         )
 
@@ -300,7 +320,7 @@ class OpenAIChatLLM:
         require(isinstance(delta, dict), backend=self.backend, what="delta is not an object")
         text = delta.get("content") or ""
         require(isinstance(text, str), backend=self.backend, what="delta content not a string")
-        return Delta(text=text, finish_reason=choice.get("finish_reason"), usage=usage)
+        return Delta(text=text, finish_reason=_finish_reason(choice, self.backend), usage=usage)
 
     async def describe(self) -> dict[str, Any]:
         # Bounded as a whole: each read's timeout alone lets an upstream that trickles

@@ -165,6 +165,8 @@ async def test_complete_parses_content_finish_reason_and_usage(
         pytest.param(completion_body(content=42), id="int-content"),
         pytest.param(completion_body(content=["a", "b"]), id="list-content"),
         pytest.param([completion_body()], id="body-is-list"),
+        pytest.param(completion_body(finish=7), id="int-finish-reason"),
+        pytest.param(completion_body(finish={"why": "stop"}), id="object-finish-reason"),
     ],
 )
 async def test_complete_malformed_body_is_bad_response(
@@ -184,14 +186,33 @@ async def test_complete_non_json_is_bad_response(
         await llm.complete(MESSAGES, PARAMS)
 
 
+@pytest.mark.parametrize(
+    "usage",
+    [
+        pytest.param({"prompt_tokens": "twelve", "completion_tokens": 5}, id="text"),
+        pytest.param({"prompt_tokens": 2**64 - 1, "completion_tokens": 2**64 - 1}, id="2**64-1"),
+        pytest.param({"prompt_tokens": 1, "completion_tokens": 2**32}, id="2**32"),
+    ],
+)
 async def test_complete_malformed_usage_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM, usage: dict[str, Any]
+) -> None:
+    body = completion_body()
+    body["usage"] = usage
+    router.post(PATH).respond(json=body)
+    with pytest.raises(BadUpstreamResponse) as info:
+        await llm.complete(MESSAGES, PARAMS)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+
+
+async def test_the_largest_token_counts_are_read(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:
     body = completion_body()
-    body["usage"] = {"prompt_tokens": "twelve", "completion_tokens": 5}
+    body["usage"] = {"prompt_tokens": 2**32 - 1, "completion_tokens": 2**32 - 1}
     router.post(PATH).respond(json=body)
-    with pytest.raises(BadUpstreamResponse):
-        await llm.complete(MESSAGES, PARAMS)
+    completion = await llm.complete(MESSAGES, PARAMS)
+    assert completion.usage.total_tokens == 2**33 - 2
 
 
 @pytest.mark.parametrize("status", [500, 401])
@@ -406,6 +427,27 @@ async def test_stream_non_json_data_is_bad_response(
     router.post(PATH).respond(200, content=body)
     with pytest.raises(BadUpstreamResponse):
         await collect(llm)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param(chunk({}, finish=1), id="int-finish-reason"),
+        pytest.param(chunk({}, finish=["stop"]), id="list-finish-reason"),
+        pytest.param(
+            {"choices": [], "usage": {"prompt_tokens": 2**64 - 1, "completion_tokens": 2**64 - 1}},
+            id="usage-past-64-bits",
+        ),
+    ],
+)
+async def test_stream_malformed_finish_or_usage_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM, event: dict[str, Any]
+) -> None:
+    body = sse(data(chunk({"content": "ok"})), data(event), data("[DONE]"))
+    router.post(PATH).respond(200, content=body)
+    with pytest.raises(BadUpstreamResponse) as info:
+        await collect(llm)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
 
 
 async def test_stream_cut_off_inside_an_event_is_bad_response(
