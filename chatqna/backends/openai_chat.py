@@ -25,7 +25,13 @@ import httpx2
 import orjson
 
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
-from chatqna.errors import BadUpstreamResponse, ContextTooLong, UpstreamError, UpstreamTimeout
+from chatqna.errors import (
+    BadUpstreamResponse,
+    ContextTooLong,
+    UpstreamError,
+    UpstreamFailure,
+    UpstreamTimeout,
+)
 from chatqna.upstream.client import UpstreamClient, without_credentials
 from chatqna.upstream.policy import (
     TRANSPORT_FAILURES,
@@ -44,6 +50,24 @@ COMPLETIONS_PATH = "/v1/chat/completions"
 # keep-alive (llama.cpp's, on cpp-httplib): a call sent on it in between fails, so such a
 # stream's connection is closed at once instead of read to its end and reused.
 CLOSES_AFTER_STREAM = ("llama.cpp",)
+
+# The most body one token of `max_tokens` may bring: a streamed chunk of one token is 150 to
+# 400 bytes of JSON and event framing (vLLM, TGI, llama.cpp), its text rarely over 16 bytes
+# even escaped; 2 KiB a token, and `ANSWER_OVERHEAD_BYTES` for the rest (the role, finish
+# and usage chunks, an object's fields), is several times what a server generating within
+# `max_tokens` sends. An upstream past it ignores `max_tokens`: the answer fails as a bad
+# response instead of growing until its deadline.
+BYTES_PER_TOKEN = 2048
+ANSWER_OVERHEAD_BYTES = 64 * 1024
+# The bound of a request without `max_tokens` (the service always sends one): the most
+# tokens its API accepts.
+UNBOUNDED_MAX_TOKENS = 32768
+
+
+def answer_bytes(max_tokens: int | None) -> int:
+    """The most body an answer of `max_tokens` may have, streamed or whole."""
+    tokens = UNBOUNDED_MAX_TOKENS if max_tokens is None else max_tokens
+    return ANSWER_OVERHEAD_BYTES + tokens * BYTES_PER_TOKEN
 
 
 def base_url_of(endpoint: str) -> str:
@@ -235,6 +259,7 @@ class OpenAIChatLLM:
                     raise HTTPStatusFailure(response.status, await response.read())
             decoder = SSEDecoder()
             reads = response.chunks()
+            left = answer_bytes(params.max_tokens)
             while True:
                 async with asyncio.timeout_at(deadline):
                     read = await anext(reads, None)
@@ -242,14 +267,10 @@ class OpenAIChatLLM:
                     # event loop run other requests, and the deadline fire, between chunks.
                     await asyncio.sleep(0)
                 if read is None:
-                    if decoder.pending:
-                        raise BadUpstreamResponse(
-                            f"{self.backend}: stream cut off inside an event",
-                            backend=self.backend,
-                        )
-                    raise UpstreamError(
-                        f"{self.backend}: stream ended before [DONE]", backend=self.backend
-                    )
+                    raise self._cut_off(decoder)
+                left -= len(read)
+                if left < 0:
+                    raise self._too_long(params.max_tokens)
                 delta, done = self._read_deltas(decoder, read)
                 if delta is not None:
                     yield delta
@@ -272,6 +293,21 @@ class OpenAIChatLLM:
             if response is not None:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
+
+    def _cut_off(self, decoder: SSEDecoder) -> UpstreamFailure:
+        """The failure of a stream whose body ended before its `[DONE]`."""
+        if decoder.pending:
+            return BadUpstreamResponse(
+                f"{self.backend}: stream cut off inside an event", backend=self.backend
+            )
+        return UpstreamError(f"{self.backend}: stream ended before [DONE]", backend=self.backend)
+
+    def _too_long(self, max_tokens: int | None) -> BadUpstreamResponse:
+        return BadUpstreamResponse(
+            f"{self.backend}: the stream passed {answer_bytes(max_tokens):,} bytes, more than "
+            f"an answer of max_tokens={max_tokens} has",
+            backend=self.backend,
+        )
 
     @staticmethod
     async def _finish(response: StreamReply) -> None:

@@ -12,7 +12,14 @@ import httpx2
 import pytest
 import respx
 
-from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of, merged
+from chatqna.backends.openai_chat import (
+    ANSWER_OVERHEAD_BYTES,
+    BYTES_PER_TOKEN,
+    OpenAIChatLLM,
+    answer_bytes,
+    base_url_of,
+    merged,
+)
 from chatqna.backends.protocols import Delta, GenerationParams, Usage
 from chatqna.errors import BadUpstreamResponse, ContextTooLong, UpstreamError, UpstreamTimeout
 from chatqna.upstream.sessions import END_WAIT_SECONDS
@@ -509,6 +516,47 @@ async def test_stream_timeout_mid_body_is_upstream_timeout() -> None:
         await collect(llm, seen)
     await llm.aclose()
     assert [d.text for d in seen] == ["first"]
+
+
+async def test_a_stream_far_past_max_tokens_is_a_bad_response_and_read_no_further() -> None:
+    """An upstream that ignores `max_tokens` and streams without end."""
+    piece = data(chunk({"content": "x" * 4096})).encode()
+    sent = 0
+
+    async def flood() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while True:
+            sent += 1
+            yield piece
+
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=flood()))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    seen: list[Delta] = []
+    with pytest.raises(BadUpstreamResponse, match="max_tokens=64") as info:
+        await collect(llm, seen)
+    await llm.aclose()
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+    limit = answer_bytes(PARAMS.max_tokens)
+    assert limit == ANSWER_OVERHEAD_BYTES + 64 * BYTES_PER_TOKEN
+    assert sent == limit // len(piece) + 1  # the read that passed the bound, and no more
+    assert len(seen) == sent - 1
+
+
+async def test_a_stream_of_max_tokens_chunks_is_well_within_the_bound() -> None:
+    """A chunk per token as vLLM sends one, with a long model name and escaped text."""
+    token = data({**chunk({"content": '\\"\n\u00e9' * 3}), "model": "m" * 200}).encode()
+    pieces = [token] * 64 + [data(chunk({}, finish="length")).encode(), b"data: [DONE]\n\n"]
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=b"".join(pieces)))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    deltas = await collect(llm)
+    await llm.aclose()
+    assert sum(len(d.texts()) for d in deltas) == 64
+    assert 4 * len(b"".join(pieces)) < answer_bytes(PARAMS.max_tokens)
+
+
+def test_a_request_without_max_tokens_is_bounded_by_the_most_the_api_accepts() -> None:
+    assert answer_bytes(None) == answer_bytes(32768)
+    assert answer_bytes(1) < answer_bytes(2)
 
 
 async def test_the_body_is_read_to_its_end_after_done() -> None:
