@@ -55,8 +55,10 @@ CLOSES_AFTER_STREAM = ("llama.cpp",)
 # 400 bytes of JSON and event framing (vLLM, TGI, llama.cpp), its text rarely over 16 bytes
 # even escaped; 2 KiB a token, and `ANSWER_OVERHEAD_BYTES` for the rest (the role, finish
 # and usage chunks, an object's fields), is several times what a server generating within
-# `max_tokens` sends. An upstream past it ignores `max_tokens`: the answer fails as a bad
-# response instead of growing until its deadline.
+# `max_tokens` sends, streamed or whole. An upstream past it ignores `max_tokens`: the
+# answer fails as a bad response, a stream instead of growing until its deadline, a whole
+# completion while its body is read, before it is parsed (the client's 64 MiB stays the
+# outer bound).
 BYTES_PER_TOKEN = 2048
 ANSWER_OVERHEAD_BYTES = 64 * 1024
 # The bound of a request without `max_tokens` (the service always sends one): the most
@@ -211,6 +213,7 @@ class OpenAIChatLLM:
                 self._payload(messages, params, False),
                 backend=self.backend,
                 timeout_seconds=self._generation_timeout,
+                max_body_bytes=answer_bytes(params.max_tokens),
             )
         except UpstreamError as exc:
             overflow = context_overflow(exc.__cause__, self.backend)

@@ -185,6 +185,19 @@ async def test_complete_malformed_body_is_bad_response(
     assert shape(info.value) == (502, "bad_upstream_response", "llm")
 
 
+async def test_a_completion_far_larger_than_max_tokens_is_refused_unparsed(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    body = completion_body()
+    body["extra"] = [0.5] * (answer_bytes(PARAMS.max_tokens) // 4)  # a body of numbers
+    router.post(PATH).respond(json=body)
+    with pytest.raises(BadUpstreamResponse, match="larger than") as info:
+        await llm.complete(MESSAGES, PARAMS)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+    router.post(PATH).respond(json=completion_body(content="x" * 64 * 16))
+    assert len((await llm.complete(MESSAGES, PARAMS)).text) == 64 * 16
+
+
 async def test_complete_non_json_is_bad_response(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:
