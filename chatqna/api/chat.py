@@ -106,7 +106,7 @@ async def _prepare(body: ChatQnARequest, state: ServiceState) -> Turn:
 
 
 async def _event_stream(
-    turn: Turn, writer: sse.ChunkWriter, metadata_event: bool
+    turn: Turn, writer: sse.ChunkWriter, metadata_event: bool, deadline_seconds: float
 ) -> AsyncIterator[bytes]:
     async with turn:
         try:
@@ -123,7 +123,8 @@ async def _event_stream(
             return
         yield opening
         finish: str | None = None
-        async with sse.closing(sse.with_pings(turn.stream(), sse.KEEPALIVE_SECONDS)) as deltas:
+        answer = sse.with_pings(turn.stream(), sse.KEEPALIVE_SECONDS, deadline_seconds)
+        async with sse.closing(answer) as deltas:
             try:
                 async for delta in deltas:
                     if delta is None:  # the next token is slow to come
@@ -159,7 +160,9 @@ async def _respond(
         writer = sse.ChunkWriter(state.backends.llm.model)
         if body.stream:
             return sse.EventStreamResponse(
-                _event_stream(turn, writer, metadata_event),
+                _event_stream(
+                    turn, writer, metadata_event, state.settings.llm_generation_timeout_seconds
+                ),
                 headers=STREAM_HEADERS,
                 on_close=turn.close,
                 on_client_left=turn.client_left,

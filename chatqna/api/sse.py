@@ -5,7 +5,8 @@ token in OpenAI's `chat.completion.chunk` shape, then `data: [DONE]`. An error a
 stream has started is `event: error` with the error envelope, then `data: [DONE]`. While
 the answer's next token is awaited, a comment line (`: ping`) goes out every
 `KEEPALIVE_SECONDS`, so that a proxy's idle timeout does not cut a slow answer. A client
-that disconnects ends the stream: its generators are closed, which closes the upstream LLM
+that stops reading holds the upstream back (`QUEUED_ITEMS`) until the answer's deadline;
+one that disconnects ends the stream: its generators are closed, which closes the upstream LLM
 response and so stops generation there.
 
 FastAPI's own SSE support (`fastapi.sse.EventSourceResponse` with `yield` in the path
@@ -24,7 +25,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 import anyio
@@ -46,12 +47,20 @@ from chatqna.api.chat_models import (
 )
 from chatqna.api.disconnects import ClientPresence
 from chatqna.backends.protocols import Completion
+from chatqna.errors import UpstreamTimeout
 
 DONE = b"data: [DONE]\n\n"
 # A comment line: every SSE client skips it, and it resets a proxy's idle timer (nginx's
 # and cloud load balancers' default to 60 s; a CPU model can think longer than that).
 PING = b": ping\n\n"
 KEEPALIVE_SECONDS = 15.0
+# The most items (tokens, or the tokens of one network read) waiting for the reader of
+# `with_pings`: 16 reads of 64 KiB at most. Past them the answer's task waits for the reader
+# before it reads the upstream on, so an upstream that outruns a client that stopped reading
+# (its socket's buffers full) is held back by TCP instead of filling memory; the chat
+# stream's task waits so until `LLM_GENERATION_TIMEOUT_SECONDS`, the bound of the whole
+# answer, at most.
+QUEUED_ITEMS = 16
 T = TypeVar("T")
 
 
@@ -72,22 +81,30 @@ async def close_quietly(iterator: AsyncIterator[Any]) -> None:
             await aclose()
 
 
-async def with_pings(source: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
+async def with_pings(
+    source: AsyncIterator[T], interval: float, deadline_seconds: float | None = None
+) -> AsyncIterator[T | None]:
     """The items of `source`, and None whenever `interval` seconds pass without one.
 
     `source` runs in a task of its own from its first item to its end, so that what it
     enters across its yields (a span made current, a timeout) it leaves in that same task;
     its exceptions are raised here (one that is not an `Exception`, such as a cancellation
     from inside it, as a `RuntimeError`). Closing this iterator cancels that task, which
-    closes `source` there. The queue between them is unbounded, so the task never waits on
-    a reader that has gone: an answer is at most `max_tokens` pieces.
+    closes `source` there. At most `QUEUED_ITEMS` items wait for the reader; the task then
+    waits for it until `deadline_seconds` from now (None: no bound) at most, and past that
+    ends `source` with `UpstreamTimeout` (`_end_unread`).
     """
-    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()  # its end always fits
+    room = asyncio.Semaphore(QUEUED_ITEMS)  # items the reader has not taken yet
+    loop = asyncio.get_running_loop()
+    deadline = None if deadline_seconds is None else loop.time() + deadline_seconds
 
     async def produce() -> None:
         try:
             async with closing(source) as items:
                 async for item in items:
+                    if not await _room_by(room, deadline):
+                        await _end_unread(items, deadline_seconds)
                     queue.put_nowait((True, item))
         except BaseException as exc:
             queue.put_nowait((False, exc))
@@ -107,6 +124,7 @@ async def with_pings(source: AsyncIterator[T], interval: float) -> AsyncIterator
                     yield None
                     continue
             if more:
+                room.release()
                 yield value
             elif isinstance(value, Exception):
                 raise value
@@ -120,6 +138,32 @@ async def with_pings(source: AsyncIterator[T], interval: float) -> AsyncIterator
             await asyncio.wait({producer})
         if not producer.cancelled():
             producer.exception()  # raised to the reader already, or after it stopped reading
+
+
+async def _room_by(room: asyncio.Semaphore, deadline: float | None) -> bool:
+    """Take a place in the queue, waiting for the reader until `deadline` (a loop time) at
+    most; False when it passed first."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            await room.acquire()
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _end_unread(items: AsyncIterator[Any], deadline_seconds: float | None) -> None:
+    """End a source whose reader took nothing until the deadline: `UpstreamTimeout`, thrown
+    into it (its own failure, as a stream that passed its deadline upstream fails), then
+    raised here, whatever it did with it."""
+    error = UpstreamTimeout(
+        f"llm: the answer was not read within its {deadline_seconds:g}s",
+        backend="llm",
+    )
+    athrow = getattr(items, "athrow", None)
+    if athrow is not None:
+        with suppress(UpstreamTimeout, StopAsyncIteration):
+            await athrow(error)
+    raise error
 
 
 class EventStreamResponse(StreamingResponse):

@@ -25,7 +25,13 @@ import httpx2
 import orjson
 
 from chatqna.backends.protocols import Completion, Delta, GenerationParams, Usage
-from chatqna.errors import BadUpstreamResponse, ContextTooLong, UpstreamError, UpstreamTimeout
+from chatqna.errors import (
+    BadUpstreamResponse,
+    ContextTooLong,
+    UpstreamError,
+    UpstreamFailure,
+    UpstreamTimeout,
+)
 from chatqna.upstream.client import UpstreamClient, without_credentials
 from chatqna.upstream.policy import (
     TRANSPORT_FAILURES,
@@ -45,11 +51,37 @@ COMPLETIONS_PATH = "/v1/chat/completions"
 # stream's connection is closed at once instead of read to its end and reused.
 CLOSES_AFTER_STREAM = ("llama.cpp",)
 
+# The most body one token of `max_tokens` may bring: a streamed chunk of one token is 150 to
+# 400 bytes of JSON and event framing (vLLM, TGI, llama.cpp), its text rarely over 16 bytes
+# even escaped; 2 KiB a token, and `ANSWER_OVERHEAD_BYTES` for the rest (the role, finish
+# and usage chunks, an object's fields), is several times what a server generating within
+# `max_tokens` sends, streamed or whole. An upstream past it ignores `max_tokens`: the
+# answer fails as a bad response, a stream instead of growing until its deadline, a whole
+# completion while its body is read, before it is parsed (the client's 64 MiB stays the
+# outer bound).
+BYTES_PER_TOKEN = 2048
+ANSWER_OVERHEAD_BYTES = 64 * 1024
+# The bound of a request without `max_tokens` (the service always sends one): the most
+# tokens its API accepts.
+UNBOUNDED_MAX_TOKENS = 32768
+
+
+def answer_bytes(max_tokens: int | None) -> int:
+    """The most body an answer of `max_tokens` may have, streamed or whole."""
+    tokens = UNBOUNDED_MAX_TOKENS if max_tokens is None else max_tokens
+    return ANSWER_OVERHEAD_BYTES + tokens * BYTES_PER_TOKEN
+
 
 def base_url_of(endpoint: str) -> str:
     """Accept an endpoint with or without the `/v1` suffix users often include."""
     endpoint = endpoint.rstrip("/")
     return endpoint[: -len("/v1")] if endpoint.endswith("/v1") else endpoint
+
+
+# Token counts at or above this are no model's (a context of four billion tokens): a count
+# that large is a bad response, rather than a number the answer's JSON or a metric cannot
+# hold (the sum of two counts near 2**64 passes a 64-bit integer).
+MAX_TOKEN_COUNT = 2**32
 
 
 def _usage(body: dict[str, Any], backend: str) -> Usage:
@@ -58,11 +90,25 @@ def _usage(body: dict[str, Any], backend: str) -> Usage:
         return Usage()
     counts = [usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0]
     require(
-        all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts),
+        all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_TOKEN_COUNT
+            for n in counts
+        ),
         backend=backend,
-        what="usage token counts are not non-negative integers",
+        what=f"usage token counts are not integers from 0 to {MAX_TOKEN_COUNT - 1}",
     )
     return Usage(prompt_tokens=counts[0], completion_tokens=counts[1])
+
+
+def _finish_reason(choice: dict[str, Any], backend: str) -> str | None:
+    """A choice's `finish_reason`: a string, or None while the answer goes on."""
+    reason = choice.get("finish_reason")
+    require(
+        reason is None or isinstance(reason, str),
+        backend=backend,
+        what="finish_reason is not a string",
+    )
+    return reason
 
 
 def merged(deltas: Sequence[Delta]) -> Delta:
@@ -167,6 +213,7 @@ class OpenAIChatLLM:
                 self._payload(messages, params, False),
                 backend=self.backend,
                 timeout_seconds=self._generation_timeout,
+                max_body_bytes=answer_bytes(params.max_tokens),
             )
         except UpstreamError as exc:
             overflow = context_overflow(exc.__cause__, self.backend)
@@ -190,7 +237,7 @@ class OpenAIChatLLM:
         )
         return Completion(
             text=content or "",
-            finish_reason=choices[0].get("finish_reason"),
+            finish_reason=_finish_reason(choices[0], self.backend),
             usage=_usage(body, self.backend),
         )
 
@@ -215,6 +262,7 @@ class OpenAIChatLLM:
                     raise HTTPStatusFailure(response.status, await response.read())
             decoder = SSEDecoder()
             reads = response.chunks()
+            left = answer_bytes(params.max_tokens)
             while True:
                 async with asyncio.timeout_at(deadline):
                     read = await anext(reads, None)
@@ -222,14 +270,10 @@ class OpenAIChatLLM:
                     # event loop run other requests, and the deadline fire, between chunks.
                     await asyncio.sleep(0)
                 if read is None:
-                    if decoder.pending:
-                        raise BadUpstreamResponse(
-                            f"{self.backend}: stream cut off inside an event",
-                            backend=self.backend,
-                        )
-                    raise UpstreamError(
-                        f"{self.backend}: stream ended before [DONE]", backend=self.backend
-                    )
+                    raise self._cut_off(decoder)
+                left -= len(read)
+                if left < 0:
+                    raise self._too_long(params.max_tokens)
                 delta, done = self._read_deltas(decoder, read)
                 if delta is not None:
                     yield delta
@@ -252,6 +296,21 @@ class OpenAIChatLLM:
             if response is not None:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
+
+    def _cut_off(self, decoder: SSEDecoder) -> UpstreamFailure:
+        """The failure of a stream whose body ended before its `[DONE]`."""
+        if decoder.pending:
+            return BadUpstreamResponse(
+                f"{self.backend}: stream cut off inside an event", backend=self.backend
+            )
+        return UpstreamError(f"{self.backend}: stream ended before [DONE]", backend=self.backend)
+
+    def _too_long(self, max_tokens: int | None) -> BadUpstreamResponse:
+        return BadUpstreamResponse(
+            f"{self.backend}: the stream passed {answer_bytes(max_tokens):,} bytes, more than "
+            f"an answer of max_tokens={max_tokens} has",
+            backend=self.backend,
+        )
 
     @staticmethod
     async def _finish(response: StreamReply) -> None:
@@ -300,7 +359,7 @@ class OpenAIChatLLM:
         require(isinstance(delta, dict), backend=self.backend, what="delta is not an object")
         text = delta.get("content") or ""
         require(isinstance(text, str), backend=self.backend, what="delta content not a string")
-        return Delta(text=text, finish_reason=choice.get("finish_reason"), usage=usage)
+        return Delta(text=text, finish_reason=_finish_reason(choice, self.backend), usage=usage)
 
     async def describe(self) -> dict[str, Any]:
         # Bounded as a whole: each read's timeout alone lets an upstream that trickles

@@ -40,6 +40,30 @@ from chatqna.upstream.policy import (
 
 logger = logging.getLogger(__name__)
 
+# How large an answer may be, by what was asked (the client's 64 MiB stays the outer bound):
+# a body past it is a bad response while it is read, before it is parsed, which would hold
+# the event loop for as long as a large body takes. A number in JSON is at most 25
+# characters (`-1.2345678901234567e-100`) and a comma; an embedding item's own fields
+# (`"object"`, `"index"`) and a rerank item (`{"index": 99, "score": -12.345678}`) are under
+# 100 bytes. More than twice those, and 64 KiB for the rest of the body (`model`, `usage`).
+BYTES_PER_NUMBER = 64
+BYTES_PER_ITEM = 256
+REPLY_OVERHEAD_BYTES = 64 * 1024
+# The width assumed while no width is known (before the first probe, with the index held by
+# a retriever service): above the widest embedding models served (4,096).
+UNKNOWN_DIMENSION = 8192
+
+
+def embeddings_bytes(count: int, dimension: int | None) -> int:
+    """The most body an embeddings answer of `count` vectors of `dimension` may have."""
+    width = UNKNOWN_DIMENSION if dimension is None else dimension
+    return REPLY_OVERHEAD_BYTES + count * (BYTES_PER_ITEM + width * BYTES_PER_NUMBER)
+
+
+def rerank_bytes(count: int) -> int:
+    """The most body a rerank answer of `count` scores may have."""
+    return REPLY_OVERHEAD_BYTES + count * BYTES_PER_ITEM
+
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -195,6 +219,7 @@ class TEIEmbedder:
             backend="embedder",
             retry=self._retry if retry is None else retry,
             timeout_seconds=self._timeout,
+            max_body_bytes=embeddings_bytes(len(texts), expected),
         )
         matrix = embeddings_matrix(body, len(texts))
         require(
@@ -318,6 +343,7 @@ class TEIReranker:
             backend="reranker",
             retry=self._retry,
             timeout_seconds=self._timeout,
+            max_body_bytes=rerank_bytes(len(candidates)),
         )
         self.calls += 1
         require(isinstance(body, list), backend="reranker", what="body is not a list")

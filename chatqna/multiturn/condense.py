@@ -124,6 +124,11 @@ MAX_TOKENS = 64
 # The subject of a follow-up sits in the first words of a message; long answers are cut here
 # to keep the rewrite prompt (and its latency) small.
 HISTORY_MESSAGE_CHARS = 400
+# A reply is a JSON object around one rewrite, which is cut at `rewrite_chars`: escaped (six
+# characters for `\u00e9`) and fenced in ``` it is still within 8 times that and 256 more.
+# A longer reply is no rewrite, and is rejected before it is parsed or cleaned.
+REPLY_CHARS_PER_CHAR = 8
+REPLY_EXTRA_CHARS = 256
 
 
 def clean_rewrite(text: str, max_chars: int) -> str:
@@ -256,6 +261,9 @@ def transcript(history: Sequence[Message], latest: str, message_chars: int | Non
 
 def parse_reply(content: str, max_chars: int, latest: str = "") -> str:
     """The standalone query in an LLM reply, or `CondenseFailed` with the documented reason."""
+    longest = REPLY_CHARS_PER_CHAR * rewrite_chars(latest, max_chars) + REPLY_EXTRA_CHARS
+    if len(content) > longest:
+        raise CondenseFailed("bad_body", f"the reply is longer than {longest} characters")
     body = content.strip()
     if body.startswith("```"):
         body = body.strip("`").removeprefix("json").strip()

@@ -92,17 +92,22 @@ class UpstreamClient:
                 self._urls[path] = url
         return url
 
-    async def request(self, method: str, path: str, payload: Any = None) -> Reply:
-        """Send `payload` (None: no body) as JSON; the whole reply, whatever its status."""
+    async def request(
+        self, method: str, path: str, payload: Any = None, *, max_body_bytes: int | None = None
+    ) -> Reply:
+        """Send `payload` (None: no body) as JSON; the whole reply, whatever its status.
+        `max_body_bytes` bounds this reply's body below the client's own limit
+        (`ResponseTooLarge` past it): an answer whose size the caller can tell is refused
+        before it is parsed."""
         body = None if payload is None else orjson.dumps(payload, option=NUMPY)
         headers = dict(self._headers if body is not None else self._bare_headers)
         with self._spans.call(method, path, headers) as span:
-            reply = await self._session.send(method, self._url(path), headers, body)
+            reply = await self._session.send(method, self._url(path), headers, body, max_body_bytes)
             span.status(reply.status)
         return reply
 
-    async def post(self, path: str, payload: Any) -> Reply:
-        return await self.request("POST", path, payload)
+    async def post(self, path: str, payload: Any, *, max_body_bytes: int | None = None) -> Reply:
+        return await self.request("POST", path, payload, max_body_bytes=max_body_bytes)
 
     async def get(self, path: str) -> Reply:
         return await self.request("GET", path)

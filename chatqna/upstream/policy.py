@@ -296,6 +296,7 @@ async def post_json(
     backend: str,
     retry: RetryPolicy = NO_RETRY,
     timeout_seconds: float | None = None,
+    max_body_bytes: int | None = None,
 ) -> Any:
     """POST `payload` and return the decoded JSON body, or raise a typed upstream error.
 
@@ -303,12 +304,14 @@ async def post_json(
     read); `retry` says how often a retryable failure is tried again. The call as a whole
     may take `retry.attempts × timeout_seconds` (and the backoff): a `Retry-After` pause is
     waited out only if the attempt after it, given its whole `timeout_seconds`, still ends
-    within that.
+    within that. `max_body_bytes` is the most the answer may hold, sized by the caller to
+    what it asked for (the client's limit stays the outer bound): a larger body fails as a
+    bad response while it is read, never parsed, since parsing holds the event loop.
     """
 
     async def attempt() -> Reply:
         async with asyncio.timeout(timeout_seconds):
-            reply = await client.post(path, payload)
+            reply = await client.post(path, payload, max_body_bytes=max_body_bytes)
         return raise_for_status(reply)
 
     what = f"POST {path}"

@@ -219,19 +219,23 @@ class HttpxSession:
         url: str | httpx2.URL,
         headers: Mapping[str, str],
         body: bytes | None,
+        max_body_bytes: int | None = None,
     ) -> Reply:
-        """The whole response, whatever its status (`url` absolute, `body` encoded).
+        """The whole response, whatever its status (`url` absolute, `body` encoded), read no
+        further than `max_body_bytes` (the call's own bound, for an answer whose size the
+        caller knows) nor than the session's limit.
 
         Sent, read and closed in one task that a cancellation reaches as httpcore2 expects it
         (`chatqna.upstream.cancellation.scoped`), the read included: httpcore2's cleanup
         after a failed read (a reset mid-body) is then never cut short either."""
         request = self._client.build_request(method, url, headers=headers, content=body)
-        return await scoped(functools.partial(self._whole, request), _nothing_to_undo)
+        limit = self._limit if max_body_bytes is None else min(max_body_bytes, self._limit)
+        return await scoped(functools.partial(self._whole, request, limit), _nothing_to_undo)
 
-    async def _whole(self, request: httpx2.Request) -> Reply:
+    async def _whole(self, request: httpx2.Request, limit: int) -> Reply:
         stream = self._stream(await self._client.send(request, stream=True))
         try:
-            return Reply(stream.status, await stream.read(), stream.retry_after)
+            return Reply(stream.status, await read_body(stream.chunks(), limit), stream.retry_after)
         finally:
             await stream.aclose()
 

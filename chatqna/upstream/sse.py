@@ -51,6 +51,10 @@ class EventTooLarge(ValueError):
 # The most one line or one event's data may hold. A chat chunk is a few hundred bytes; the
 # service's own metadata event (the source documents of a turn) is tens of kilobytes.
 MAX_EVENT_BYTES = 1024 * 1024
+# The most digits of a `retry` field read as a reconnection time: ten digits of milliseconds
+# are over 115 days. A longer value is ignored, as a value that is not digits is (Python's
+# `int` refuses a string of more than 4,300 digits).
+MAX_RETRY_DIGITS = 10
 
 
 class SSEDecoder:
@@ -133,7 +137,7 @@ class SSEDecoder:
             self._event = value
         elif name == "id" and "\0" not in value:
             self._last_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
+        elif name == "retry" and _is_retry_time(value):
             self._retry = int(value)
         return None  # other field names are ignored, as the standard says
 
@@ -160,6 +164,12 @@ class SSEDecoder:
         if not data:
             return None
         return ServerSentEvent(event or "message", "\n".join(data), self._last_id, self._retry)
+
+
+def _is_retry_time(value: str) -> bool:
+    """Whether a `retry` field's value is a reconnection time: ASCII digits, at most
+    `MAX_RETRY_DIGITS` of them."""
+    return value.isascii() and value.isdigit() and len(value) <= MAX_RETRY_DIGITS
 
 
 def iter_events(chunks: Iterable[bytes | str]) -> Iterator[ServerSentEvent]:

@@ -206,6 +206,21 @@ async def test_a_body_that_decodes_past_the_limit_is_refused(upstream: UpstreamC
         await upstream.post("/bomb", {})
 
 
+async def test_a_call_s_own_body_limit_bounds_its_answer(upstream: UpstreamClient) -> None:
+    payload = {"input": "q" * 100}
+    with pytest.raises(ResponseTooLarge) as info:
+        await upstream.post("/json", payload, max_body_bytes=64)
+    assert info.value.limit == 64
+    reply = await upstream.post("/json", payload, max_body_bytes=1024)
+    assert reply.json() == {"got": payload}
+
+
+async def test_a_call_s_body_limit_never_lifts_the_client_s(upstream: UpstreamClient) -> None:
+    with pytest.raises(ResponseTooLarge) as info:
+        await upstream.post("/bomb", {}, max_body_bytes=1 << 30)
+    assert info.value.limit == 1 << 20
+
+
 async def test_the_proxy_in_the_environment_carries_the_call(
     base: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

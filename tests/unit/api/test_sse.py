@@ -15,6 +15,7 @@ from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import ChunkWriter, data, encode, event, with_pings
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams
+from chatqna.errors import UpstreamTimeout
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
@@ -128,6 +129,69 @@ async def test_closing_the_reader_returns_even_when_the_source_s_cleanup_fails()
         assert await anext(pinged) == 0
         await asyncio.sleep(0.05)  # items wait unread while the reader is busy
         await pinged.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_reader_that_stops_reading_holds_the_source_back() -> None:
+    produced = 0
+
+    async def flood() -> AsyncIterator[int]:
+        nonlocal produced
+        while True:  # an upstream that never ends, each read ready at once
+            produced += 1
+            yield produced
+            await asyncio.sleep(0)
+
+    pinged = with_pings(flood(), 10)
+    try:
+        assert await anext(pinged) == 1
+        for _ in range(10 * sse.QUEUED_ITEMS):  # the reader does other things meanwhile
+            await asyncio.sleep(0)
+        assert produced <= sse.QUEUED_ITEMS + 2
+    finally:
+        await pinged.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_reader_gone_quiet_past_the_deadline_ends_the_source_with_a_timeout() -> None:
+    ended: list[BaseException] = []
+    source_ended = asyncio.Event()
+
+    async def flood() -> AsyncIterator[int]:
+        number = 0
+        try:
+            while True:
+                number += 1
+                yield number
+        except BaseException as exc:
+            ended.append(exc)
+            raise
+        finally:
+            source_ended.set()
+
+    pinged = with_pings(flood(), 10, deadline_seconds=0.01)
+    try:
+        assert await anext(pinged) == 1
+        async with asyncio.timeout(5):  # a guard, not the behaviour
+            await source_ended.wait()
+        assert [type(exc) for exc in ended] == [UpstreamTimeout]
+        queued = [item async for item in _until_error(pinged)]
+        assert queued[:-1] == list(range(2, sse.QUEUED_ITEMS + 2))
+        error = queued[-1]
+        assert isinstance(error, UpstreamTimeout)
+        assert (error.status_code, error.code) == (504, "upstream_timeout")
+    finally:
+        await pinged.aclose()
+
+
+async def _until_error(pinged: AsyncIterator[int | None]) -> AsyncIterator[int | Exception]:
+    """The items left, then the error the reader gets (pings skipped)."""
+    try:
+        async for item in pinged:
+            if item is not None:
+                yield item
+    except UpstreamTimeout as exc:
+        yield exc
 
 
 class HesitantLLM(ScriptedLLM):

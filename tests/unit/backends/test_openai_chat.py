@@ -12,7 +12,14 @@ import httpx2
 import pytest
 import respx
 
-from chatqna.backends.openai_chat import OpenAIChatLLM, base_url_of, merged
+from chatqna.backends.openai_chat import (
+    ANSWER_OVERHEAD_BYTES,
+    BYTES_PER_TOKEN,
+    OpenAIChatLLM,
+    answer_bytes,
+    base_url_of,
+    merged,
+)
 from chatqna.backends.protocols import Delta, GenerationParams, Usage
 from chatqna.errors import BadUpstreamResponse, ContextTooLong, UpstreamError, UpstreamTimeout
 from chatqna.upstream.sessions import END_WAIT_SECONDS
@@ -165,6 +172,8 @@ async def test_complete_parses_content_finish_reason_and_usage(
         pytest.param(completion_body(content=42), id="int-content"),
         pytest.param(completion_body(content=["a", "b"]), id="list-content"),
         pytest.param([completion_body()], id="body-is-list"),
+        pytest.param(completion_body(finish=7), id="int-finish-reason"),
+        pytest.param(completion_body(finish={"why": "stop"}), id="object-finish-reason"),
     ],
 )
 async def test_complete_malformed_body_is_bad_response(
@@ -176,6 +185,19 @@ async def test_complete_malformed_body_is_bad_response(
     assert shape(info.value) == (502, "bad_upstream_response", "llm")
 
 
+async def test_a_completion_far_larger_than_max_tokens_is_refused_unparsed(
+    router: respx.MockRouter, llm: OpenAIChatLLM
+) -> None:
+    body = completion_body()
+    body["extra"] = [0.5] * (answer_bytes(PARAMS.max_tokens) // 4)  # a body of numbers
+    router.post(PATH).respond(json=body)
+    with pytest.raises(BadUpstreamResponse, match="larger than") as info:
+        await llm.complete(MESSAGES, PARAMS)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+    router.post(PATH).respond(json=completion_body(content="x" * 64 * 16))
+    assert len((await llm.complete(MESSAGES, PARAMS)).text) == 64 * 16
+
+
 async def test_complete_non_json_is_bad_response(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:
@@ -184,14 +206,33 @@ async def test_complete_non_json_is_bad_response(
         await llm.complete(MESSAGES, PARAMS)
 
 
+@pytest.mark.parametrize(
+    "usage",
+    [
+        pytest.param({"prompt_tokens": "twelve", "completion_tokens": 5}, id="text"),
+        pytest.param({"prompt_tokens": 2**64 - 1, "completion_tokens": 2**64 - 1}, id="2**64-1"),
+        pytest.param({"prompt_tokens": 1, "completion_tokens": 2**32}, id="2**32"),
+    ],
+)
 async def test_complete_malformed_usage_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM, usage: dict[str, Any]
+) -> None:
+    body = completion_body()
+    body["usage"] = usage
+    router.post(PATH).respond(json=body)
+    with pytest.raises(BadUpstreamResponse) as info:
+        await llm.complete(MESSAGES, PARAMS)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+
+
+async def test_the_largest_token_counts_are_read(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:
     body = completion_body()
-    body["usage"] = {"prompt_tokens": "twelve", "completion_tokens": 5}
+    body["usage"] = {"prompt_tokens": 2**32 - 1, "completion_tokens": 2**32 - 1}
     router.post(PATH).respond(json=body)
-    with pytest.raises(BadUpstreamResponse):
-        await llm.complete(MESSAGES, PARAMS)
+    completion = await llm.complete(MESSAGES, PARAMS)
+    assert completion.usage.total_tokens == 2**33 - 2
 
 
 @pytest.mark.parametrize("status", [500, 401])
@@ -408,6 +449,27 @@ async def test_stream_non_json_data_is_bad_response(
         await collect(llm)
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param(chunk({}, finish=1), id="int-finish-reason"),
+        pytest.param(chunk({}, finish=["stop"]), id="list-finish-reason"),
+        pytest.param(
+            {"choices": [], "usage": {"prompt_tokens": 2**64 - 1, "completion_tokens": 2**64 - 1}},
+            id="usage-past-64-bits",
+        ),
+    ],
+)
+async def test_stream_malformed_finish_or_usage_is_bad_response(
+    router: respx.MockRouter, llm: OpenAIChatLLM, event: dict[str, Any]
+) -> None:
+    body = sse(data(chunk({"content": "ok"})), data(event), data("[DONE]"))
+    router.post(PATH).respond(200, content=body)
+    with pytest.raises(BadUpstreamResponse) as info:
+        await collect(llm)
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+
+
 async def test_stream_cut_off_inside_an_event_is_bad_response(
     router: respx.MockRouter, llm: OpenAIChatLLM
 ) -> None:
@@ -467,6 +529,47 @@ async def test_stream_timeout_mid_body_is_upstream_timeout() -> None:
         await collect(llm, seen)
     await llm.aclose()
     assert [d.text for d in seen] == ["first"]
+
+
+async def test_a_stream_far_past_max_tokens_is_a_bad_response_and_read_no_further() -> None:
+    """An upstream that ignores `max_tokens` and streams without end."""
+    piece = data(chunk({"content": "x" * 4096})).encode()
+    sent = 0
+
+    async def flood() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while True:
+            sent += 1
+            yield piece
+
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=flood()))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    seen: list[Delta] = []
+    with pytest.raises(BadUpstreamResponse, match="max_tokens=64") as info:
+        await collect(llm, seen)
+    await llm.aclose()
+    assert shape(info.value) == (502, "bad_upstream_response", "llm")
+    limit = answer_bytes(PARAMS.max_tokens)
+    assert limit == ANSWER_OVERHEAD_BYTES + 64 * BYTES_PER_TOKEN
+    assert sent == limit // len(piece) + 1  # the read that passed the bound, and no more
+    assert len(seen) == sent - 1
+
+
+async def test_a_stream_of_max_tokens_chunks_is_well_within_the_bound() -> None:
+    """A chunk per token as vLLM sends one, with a long model name and escaped text."""
+    token = data({**chunk({"content": '\\"\n\u00e9' * 3}), "model": "m" * 200}).encode()
+    pieces = [token] * 64 + [data(chunk({}, finish="length")).encode(), b"data: [DONE]\n\n"]
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=b"".join(pieces)))
+    llm = OpenAIChatLLM(BASE, "m", transport=transport)
+    deltas = await collect(llm)
+    await llm.aclose()
+    assert sum(len(d.texts()) for d in deltas) == 64
+    assert 4 * len(b"".join(pieces)) < answer_bytes(PARAMS.max_tokens)
+
+
+def test_a_request_without_max_tokens_is_bounded_by_the_most_the_api_accepts() -> None:
+    assert answer_bytes(None) == answer_bytes(32768)
+    assert answer_bytes(1) < answer_bytes(2)
 
 
 async def test_the_body_is_read_to_its_end_after_done() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import respx
 
-from chatqna.backends.tei import TEIEmbedder, TEIReranker
+from chatqna.backends.tei import TEIEmbedder, TEIReranker, embeddings_bytes, rerank_bytes
 from chatqna.documents import Chunk, ScoredChunk
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamTimeout
 from chatqna.upstream.policy import RetryPolicy
@@ -295,6 +295,30 @@ async def test_batches_of_one_call_must_agree_on_the_width(
         await embedder.embed(["a", "b", "c"])  # max_batch=2: two calls
 
 
+@pytest.mark.parametrize("dimension", [None, 3])
+async def test_an_embeddings_answer_far_larger_than_its_vectors_is_refused_unparsed(
+    router: respx.MockRouter, dimension: int | None
+) -> None:
+    """A body of numbers: valid JSON, the vectors right, an extra field far too large."""
+    body = embeddings_body([[0.1, 0.2, 0.3]])
+    body["extra"] = [0.5] * (embeddings_bytes(1, dimension) // 4)
+    router.post("/v1/embeddings").respond(json=body)
+    embedder = TEIEmbedder(BASE, dimension=dimension)
+    try:
+        with pytest.raises(BadUpstreamResponse, match="larger than") as info:
+            await embedder.embed(["t1"])
+    finally:
+        await embedder.aclose()
+    assert shape(info.value) == (502, "bad_upstream_response", "embedder")
+
+
+def test_the_embeddings_bound_holds_a_full_batch_of_the_widest_numbers() -> None:
+    widest = -1.2345678901234567e-100
+    batch = embeddings_body([[widest] * 4096 for _ in range(32)])
+    assert len(json.dumps(batch)) * 2 < embeddings_bytes(32, 4096)
+    assert embeddings_bytes(32, None) >= embeddings_bytes(32, 4096)
+
+
 def test_an_expected_width_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="dimension"):
         TEIEmbedder(BASE, dimension=0)
@@ -564,6 +588,21 @@ async def test_rerank_malformed_body_is_bad_response(
     with pytest.raises(BadUpstreamResponse) as info:
         await reranker.rerank("q", candidates(2), top_n=2)
     assert shape(info.value) == (502, "bad_upstream_response", "reranker")
+
+
+async def test_a_rerank_answer_far_larger_than_its_scores_is_refused_unparsed(
+    router: respx.MockRouter, reranker: TEIReranker
+) -> None:
+    padded = [{"index": 0, "score": 0.9, "text": "x" * rerank_bytes(2)}]
+    router.post("/rerank").respond(json=padded)
+    with pytest.raises(BadUpstreamResponse, match="larger than") as info:
+        await reranker.rerank("q", candidates(2), top_n=2)
+    assert shape(info.value) == (502, "bad_upstream_response", "reranker")
+
+
+def test_the_rerank_bound_holds_a_full_answer() -> None:
+    scores = [{"index": i, "score": -12.345678901234567} for i in range(100)]
+    assert len(json.dumps(scores)) * 2 < rerank_bytes(100)
 
 
 async def test_rerank_503_is_upstream_error(

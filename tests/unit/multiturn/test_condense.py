@@ -332,6 +332,19 @@ def test_a_long_follow_up_gets_room_to_be_restated() -> None:
     assert parse_reply(reply, 500, VERY_LONG_FOLLOW_UP).endswith("?")
 
 
+def test_a_reply_far_longer_than_a_rewrite_is_rejected_before_it_is_parsed() -> None:
+    rewrite = "Can I export my data after I cancel?"
+    padded = json.dumps({"standalone_query": rewrite, "padding": [0.5] * 2000})
+    with pytest.raises(CondenseFailed) as info:
+        parse_reply(padded, 500, "Can I export it after I cancel?")
+    assert info.value.reason == "bad_body"
+    assert "longer than 4256 characters" in info.value.detail
+    # The same rewrite without the padding, and one escaped to the full, are read.
+    assert parse_reply(json.dumps({"standalone_query": rewrite}), 500) == rewrite
+    escaped = json.dumps({"standalone_query": "é" * 499 + "?"})  # six characters each
+    assert parse_reply(escaped, 500).endswith("?")
+
+
 async def test_the_rewrite_call_scales_max_tokens_with_the_message() -> None:
     llm = ScriptedLLM(json.dumps({"standalone_query": LONG_FOLLOW_UP}))
     conversation = Conversation(LONG_FOLLOW_UP, HISTORY)

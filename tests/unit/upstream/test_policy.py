@@ -44,6 +44,8 @@ pytestmark = pytest.mark.anyio
 
 BASE = "http://upstream.test"
 PARAMS = GenerationParams(max_tokens=8)
+# An answer whose bound (`answer_bytes`, 64 MiB) leaves the stream's other limits to meet.
+LONG = GenerationParams(max_tokens=32768)
 MESSAGES = [{"role": "user", "content": "q"}]
 EMBEDDINGS = {"data": [{"index": 0, "embedding": [3.0, 4.0]}]}
 
@@ -617,7 +619,7 @@ async def test_a_stream_whose_reads_never_wait_meets_the_deadline_and_lets_other
     other = asyncio.create_task(other_request())
     try:
         with pytest.raises(UpstreamTimeout):
-            async for _ in llm.stream(MESSAGES, PARAMS):
+            async for _ in llm.stream(MESSAGES, LONG):
                 pass
     finally:
         other.cancel()
@@ -647,7 +649,7 @@ async def test_a_streamed_gzip_bomb_is_a_bad_response_and_never_holds_the_loop()
     other = asyncio.create_task(other_request())
     try:
         with pytest.raises(BadUpstreamResponse, match="line is longer than 1048576 bytes"):
-            async for _ in llm.stream(MESSAGES, PARAMS):
+            async for _ in llm.stream(MESSAGES, LONG):
                 pass
     finally:
         other.cancel()
@@ -665,7 +667,7 @@ async def test_a_stream_line_past_the_limit_is_a_bad_response(body: bytes) -> No
     transport = httpx2.MockTransport(lambda request: httpx2.Response(200, content=body))
     llm = OpenAIChatLLM(BASE, "m", transport=transport)
     with pytest.raises(BadUpstreamResponse) as info:
-        async for _ in llm.stream(MESSAGES, PARAMS):
+        async for _ in llm.stream(MESSAGES, LONG):
             pass
     await llm.aclose()
     assert info.value.message == "llm: an event-stream line is longer than 1048576 bytes"

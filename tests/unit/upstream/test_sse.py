@@ -83,6 +83,18 @@ def test_ids_persist_and_retry_must_be_digits() -> None:
     assert [(e.id, e.retry) for e in events] == [("7", 1500), ("7", 1500), ("7", 1500)]
 
 
+def test_a_retry_of_too_many_digits_is_ignored_not_an_error() -> None:
+    body = "retry: 1500\ndata: a\n\nretry: " + "9" * 5000 + "\ndata: b\n\n"
+    body += "retry: 12345678901\ndata: c\n\nretry: 1234567890\ndata: d\n\n"
+    events = parse_events(body)
+    assert [(e.data, e.retry) for e in events] == [
+        ("a", 1500),
+        ("b", 1500),
+        ("c", 1500),
+        ("d", 1234567890),
+    ]
+
+
 def test_a_leading_byte_order_mark_is_skipped() -> None:
     assert pairs(parse_events("\ufeffdata: x\n\n".encode())) == [("message", "x")]
 
