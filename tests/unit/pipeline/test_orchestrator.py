@@ -1,5 +1,5 @@
-"""`Pipeline.prepare`: the rewrite's span before the turn's, and a failure before the answer
-that ends the turn's span and is observed."""
+"""`Pipeline`: the observer it is built with; in `prepare`, the rewrite's span before the
+turn's, and a failure before the answer that ends the turn's span and is observed."""
 
 from __future__ import annotations
 
@@ -70,3 +70,17 @@ async def test_a_rewrite_is_timed_and_observed_before_the_turn_span(
     rewrite = finished(spans, names.SPAN_QUERY_CONDENSE)
     orchestrate = finished(spans, names.SPAN_ORCHESTRATE)
     assert rewrite.end_time <= orchestrate.start_time
+
+
+async def test_an_observer_that_is_empty_is_still_the_observer(settings: Settings) -> None:
+    class Counted(Recorder):
+        """An observer that counts as falsy until it has been told something."""
+
+        def __len__(self) -> int:
+            return len(self.calls)
+
+    observer = Counted()
+    pipeline = Pipeline.build(settings, await backends_for(settings), observer)
+    assert pipeline.observer is observer
+    await pipeline.prepare(CHAT, OPTIONS)
+    assert observer.names() == ["planned", "selected"]
