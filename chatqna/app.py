@@ -39,7 +39,7 @@ from chatqna.api.observability import RequestMetricsMiddleware
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.errors import StartupFailed
-from chatqna.settings import Settings
+from chatqna.settings import Settings, configure_logging
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import (
     CONTRIB_WARNING,
@@ -236,10 +236,7 @@ def include_routers(app: FastAPI, role: Literal["megaservice", "retriever"]) -> 
 def app_from_environment() -> FastAPI:
     """The app of one worker of `chatqna serve --workers N` (settings from the environment)."""
     settings = Settings.model_validate({})  # from the environment
-    logging.basicConfig(
-        level=settings.chatqna_log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings)
     return create_app(settings)
 
 

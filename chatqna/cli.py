@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import logging
 import os
 import shlex
 import sys
@@ -49,6 +48,7 @@ from chatqna.evaluation.options import (
 from chatqna.settings import (
     ClientSettings,
     Settings,
+    configure_logging,
     describe_validation_error,
     usable_cores,
     worker_environment,
@@ -82,13 +82,6 @@ def load_settings(model: type[SettingsT], **overrides: Any) -> SettingsT:
     except ValidationError as exc:
         typer.echo(describe_validation_error(exc), err=True)
         raise typer.Exit(2) from exc
-
-
-def configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.chatqna_log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 def server_options(settings: Settings) -> dict[str, Any]:

@@ -8,7 +8,6 @@ produces the same ids and replaces the old chunks instead of duplicating them.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -27,25 +26,6 @@ def chunk_id_for(source: str, index: int) -> str:
 # Part of every ingested file's content hash: a change to what `indexed_text` returns
 # bumps it, so the next ingestion re-indexes files whose bytes did not change.
 INDEXED_TEXT_VERSION = "title-line-1"
-
-
-# The longest heading or title a loader keeps. A heading is copied into every chunk of its
-# section and indexed with each (`indexed_text`), so one long `## ` line, HTML title or PDF
-# `/Title` would otherwise multiply into gigabytes sent to the embedder. A longer one is cut
-# on a word boundary (inside a word only when its last half has none) and ends in "…".
-MAX_HEADING_CHARS = 256
-_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
-
-
-def clip_heading(text: str, limit: int = MAX_HEADING_CHARS) -> str:
-    """`text` when it has at most `limit` characters, else its start cut to fit with "…"."""
-    if len(text) <= limit:
-        return text
-    room = max(limit - 1, 1)
-    head = text[: room + 1]
-    space = _LAST_SPACE.match(head)
-    cut = space.end() - 1 if space is not None and space.end() - 1 >= room // 2 else room
-    return head[:cut].rstrip() + "…"
 
 
 def indexed_text(title: str, text: str) -> str:

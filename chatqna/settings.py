@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -537,6 +538,15 @@ def worker_environment(overrides: Mapping[str, object]) -> dict[str, str]:
     if unknown:
         raise KeyError(f"not settings: {', '.join(sorted(unknown))}")
     return {name.upper(): str(value) for name, value in overrides.items() if value is not None}
+
+
+# One line per record, as the server and every command write it.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(settings: Settings) -> None:
+    """Log at `CHATQNA_LOG_LEVEL` in `LOG_FORMAT` (a no-op where logging is configured)."""
+    logging.basicConfig(level=settings.chatqna_log_level, format=LOG_FORMAT)
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -23,11 +23,10 @@ from pydantic import SecretStr
 from python_multipart.multipart import parse_options_header
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna.api.api_key import API_KEY_REQUIRED, SAFE_METHODS, request_has_key
-from chatqna.api.errors import error_headers
+from chatqna.api.errors import error_response
 from chatqna.errors import (
     ChatQnAError,
     PayloadTooLarge,
@@ -96,8 +95,7 @@ async def refuse(
     those given `body_read`) closes the connection: a client that sent `Expect:
     100-continue` holds its body back once refused, and would have its next request on the
     connection taken for that body and never answered."""
-    response = JSONResponse(status_code=error.status_code, content=error.envelope())
-    response.headers.update(error_headers(error))
+    response = error_response(error)
     if not body_read and declares_body(Headers(scope=scope)):
         response.headers["Connection"] = "close"
     response.headers.update(headers or {})

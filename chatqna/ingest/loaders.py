@@ -6,7 +6,7 @@ heading. Everything here is a pure function of `(source, data)`; the caller read
 (or receives the upload, or fetches the link) and decides what `source` is called. The
 format follows the suffix of `source`, or `kind` when the caller knows better (a link's
 content type). `LoadLimits` bounds what one file may unpack to. A title or heading is cut
-to `MAX_HEADING_CHARS` (`chatqna.documents.clip_heading`), and counts as text.
+to `MAX_HEADING_CHARS` (`clip_heading`), and counts as text.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 from pypdf import PdfReader
 from pypdf.generic import DictionaryObject, StreamObject
 
-from chatqna.documents import MAX_HEADING_CHARS, LoadedDocument, clip_heading
+from chatqna.documents import LoadedDocument
 from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.html_text import decode_declared, decode_html, html_sections
 from chatqna.ingest.markdown_text import markdown_sections
@@ -29,7 +29,15 @@ from chatqna.ingest.structured import load_csv, load_json, load_jsonl
 from chatqna.ingest.tables import Counters, LoadLimits, TextCounter
 
 # Callers import the error types from chatqna.errors, where they map to HTTP statuses.
-__all__ = ["SUPPORTED_SUFFIXES", "LoadLimits", "format_of", "load_document", "text_chars"]
+__all__ = [
+    "MAX_HEADING_CHARS",
+    "SUPPORTED_SUFFIXES",
+    "LoadLimits",
+    "clip_heading",
+    "format_of",
+    "load_document",
+    "text_chars",
+]
 
 # Suffix -> format. The format names are also what a fetched link's content type maps to.
 FORMATS = {
@@ -95,6 +103,26 @@ def load_document(
 def text_chars(doc: LoadedDocument) -> int:
     """The characters of text `doc` holds: its title, and each section's heading and text."""
     return len(doc.title) + sum(len(heading) + len(text) for heading, text in doc.sections)
+
+
+# The longest heading or title a loader keeps. A heading is copied into every chunk of its
+# section and indexed with each (`chatqna.documents.indexed_text`), so one long `## ` line,
+# HTML title or PDF `/Title` would otherwise multiply into gigabytes sent to the embedder. A
+# longer one is cut on a word boundary (inside a word only when its last half has none) and
+# ends in "…".
+MAX_HEADING_CHARS = 256
+_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
+
+
+def clip_heading(text: str, limit: int = MAX_HEADING_CHARS) -> str:
+    """`text` when it has at most `limit` characters, else its start cut to fit with "…"."""
+    if len(text) <= limit:
+        return text
+    room = max(limit - 1, 1)
+    head = text[: room + 1]
+    space = _LAST_SPACE.match(head)
+    cut = space.end() - 1 if space is not None and space.end() - 1 >= room // 2 else room
+    return head[:cut].rstrip() + "…"
 
 
 def _clipped(doc: LoadedDocument) -> LoadedDocument:

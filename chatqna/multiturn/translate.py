@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from chatqna.backends.protocols import ChatLLM, GenerationParams
 from chatqna.errors import ChatQnAError
 from chatqna.multiturn.history import Message
-from chatqna.multiturn.language import detect_language, warm_up
+from chatqna.multiturn.language import needs_translation, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class HistoryTranslator:
         out: list[Message] = []
         translated = cached = failed = 0
         for message in messages:
-            if detect_language(message.content) in ("en", "unknown"):
+            if not needs_translation(message.content):
                 out.append(message)
                 continue
             key = self.key(message.content)

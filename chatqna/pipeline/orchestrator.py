@@ -101,7 +101,7 @@ class Pipeline:
             translator=backends.translator,
             bm25_history_supported=backends.retriever.supports_bm25_history,
         )
-        return cls(backends, strategy, settings, observer or SilentObserver())
+        return cls(backends, strategy, settings, SilentObserver() if observer is None else observer)
 
     async def prepare(self, messages: Sequence[Message], options: TurnOptions) -> Turn:
         """Everything before generation: a failure here is reported before any byte is sent."""

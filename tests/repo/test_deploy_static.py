@@ -1,6 +1,6 @@
 """The deployment files agree with each other and with the service, checked statically.
 
-`tests/deploy_checks.py` holds the checks; here they run on the repository's files, and on
+`tests/deploy_checks/` holds the checks; here they run on the repository's files, and on
 copies with one planted mistake each, to show that each check notices what it is for.
 No Docker engine and no network: the Compose schema comes from an installed package.
 """
@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings
 
 from chatqna.settings import Settings
 from tests import deploy_checks as checks
+from tests.deploy_checks import settings_env
 
 REPO = checks.REPO
 
@@ -437,7 +438,9 @@ def test_setting_aliases_count_as_their_variables() -> None:
         either: int = Field(3, validation_alias=AliasChoices("FIRST", "second"))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(checks, "Settings", Aliased)
+        # The module whose `settings_env_names` reads `Settings`: patched anywhere else,
+        # the real settings' names come back and the comparison fails.
+        patch.setattr(settings_env, "Settings", Aliased)
         assert checks.settings_env_names() == {
             "plain": {"PLAIN"},
             "renamed": {"OPEA_NAME"},

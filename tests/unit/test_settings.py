@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from chatqna.settings import (
     ClientSettings,
     Settings,
+    configure_logging,
     describe_validation_error,
     dirty_results_allowed,
     usable_cores,
@@ -452,3 +454,19 @@ def test_worker_environment_names_each_override_by_its_variable(tmp_path: Path) 
     }
     with pytest.raises(KeyError, match="not settings: mega_port"):
         worker_environment({"mega_port": 9000})
+
+
+def test_logging_is_configured_at_the_log_level_in_one_format() -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers.clear()  # pytest's own handlers would make basicConfig a no-op
+    try:
+        configure_logging(Settings(chatqna_log_level="DEBUG"))
+        (handler,) = root.handlers
+        assert root.level == logging.DEBUG
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    record = logging.LogRecord("chatqna.app", logging.WARNING, __file__, 1, "hello", None, None)
+    assert handler.formatter is not None
+    assert handler.formatter.format(record).endswith(" WARNING chatqna.app: hello")

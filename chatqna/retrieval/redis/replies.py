@@ -89,12 +89,6 @@ def digest_hits(reply: Sequence[Any]) -> tuple[list[tuple[str, float]], dict[str
 
 
 @parses_reply
-def aggregate_values(reply: Sequence[Any], field: str) -> list[str]:
-    """One loaded field of each `FT.AGGREGATE` row, in order."""
-    return [text(pairs(row)[field]) for row in reply[1:]]
-
-
-@parses_reply
 def aggregate_digests(reply: Sequence[Any]) -> dict[str, Any]:
     """The `digest` loaded with each `FT.AGGREGATE` row, by its `__key`."""
     rows = [pairs(row) for row in reply[1:]]

@@ -16,9 +16,14 @@ from pypdf.generic import (
     NumberObject,
 )
 
-from chatqna.documents import MAX_HEADING_CHARS, clip_heading
 from chatqna.errors import DocumentLoadError, PayloadTooLarge, UnsupportedFileType
-from chatqna.ingest.loaders import SUPPORTED_SUFFIXES, LoadLimits, load_document
+from chatqna.ingest.loaders import (
+    MAX_HEADING_CHARS,
+    SUPPORTED_SUFFIXES,
+    LoadLimits,
+    clip_heading,
+    load_document,
+)
 
 
 def minimal_pdf(text: str, title: str | None = None, pages: int = 1) -> bytes:

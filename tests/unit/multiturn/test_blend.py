@@ -1,5 +1,5 @@
 """Blend mode: the vector math, the history text and its assembly (order, composition, window,
-truncation), and every path that skips the blend."""
+truncation), every path that skips the blend, and the earlier questions the BM25 leg adds."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.multiturn.blend import (
+    BM25_HISTORY_QUESTIONS,
     blend_query,
     blend_vectors,
+    earlier_questions,
     history_text,
     history_window,
     previous_question,
     question_similarity,
 )
 from chatqna.multiturn.history import Conversation, Message, split_conversation
+from tests.unit.multiturn.test_strategy import chat
 
 pytestmark = pytest.mark.anyio
 
@@ -270,3 +273,14 @@ async def test_self_contained_check_embeds_the_question_in_the_same_call(
     if not executed:
         np.testing.assert_allclose(result.embedding, result.query_embedding)
         assert result.history == ""
+
+
+def test_earlier_questions_keep_the_most_recent_and_skip_blank_ones() -> None:
+    questions = [f"question {i}" for i in range(12)]
+    conversation = Conversation("now?", chat(*questions[:5], "   ", *questions[5:]))
+    kept = earlier_questions(conversation)
+    assert len(kept) == BM25_HISTORY_QUESTIONS
+    assert kept == tuple(questions[-BM25_HISTORY_QUESTIONS:])
+    assert earlier_questions(conversation, 2) == ("question 10", "question 11")
+    assert earlier_questions(conversation, 0) == ()
+    assert earlier_questions(Conversation("first", ())) == ()

@@ -6,6 +6,7 @@ import pytest
 
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.errors import UpstreamTimeout
+from chatqna.multiturn import translate
 from chatqna.multiturn.history import Message
 from chatqna.multiturn.translate import HistoryTranslator, TranslationReport
 
@@ -32,6 +33,18 @@ async def test_non_english_message_is_translated_once_and_cached() -> None:
     assert first.report(True) == TranslationReport(
         enabled=True, ran=True, translated=1, from_cache=0, failed=0
     )
+
+
+async def test_what_is_translated_is_what_needs_translation_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One decision, the one `benchmarks/language_id.py` measures: swap it and the
+    translator follows it, whatever the language."""
+    monkeypatch.setattr(translate, "needs_translation", lambda text: text == "Hello there")
+    translator = HistoryTranslator(ScriptedLLM("Translated."))
+    outcome = await translator.normalise([Message("user", SPANISH), Message("user", "Hello there")])
+    assert outcome.messages == (Message("user", SPANISH), Message("user", "Translated."))
+    assert outcome.translated == 1 and translator.llm_calls == 1
 
 
 async def test_cache_is_bounded() -> None:

@@ -1,54 +1,86 @@
-"""Retrieval as the pipeline asks for it: fused depth, and the BM25 leg's earlier questions."""
+"""`Pipeline`: the observer it is built with; in `prepare`, the rewrite's span before the
+turn's, and a failure before the answer that ends the turn's span and is observed."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
-from chatqna.backends.fakes import HashingEmbedder
-from chatqna.backends.protocols import SearchQuery
-from chatqna.ingest.dataprep import IngestFile, ingest_files
-from chatqna.multiturn.blend import BM25_HISTORY_QUESTIONS, earlier_questions
-from chatqna.multiturn.history import Conversation
-from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
-from tests.unit.multiturn.test_strategy import chat
+from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
+from chatqna.errors import CondenseFailed, UpstreamError
+from chatqna.pipeline.orchestrator import Pipeline
+from chatqna.settings import Settings
+from chatqna.telemetry import names
+from tests.unit.pipeline.conftest import CHAT, OPTIONS, Recorder, backends_for, finished
 
 pytestmark = pytest.mark.anyio
 
 
-def test_earlier_questions_keep_the_most_recent_and_skip_blank_ones() -> None:
-    questions = [f"question {i}" for i in range(12)]
-    conversation = Conversation("now?", chat(*questions[:5], "   ", *questions[5:]))
-    kept = earlier_questions(conversation)
-    assert len(kept) == BM25_HISTORY_QUESTIONS
-    assert kept == tuple(questions[-BM25_HISTORY_QUESTIONS:])
-    assert earlier_questions(conversation, 2) == ("question 10", "question 11")
-    assert earlier_questions(conversation, 0) == ()
-    assert earlier_questions(Conversation("first", ())) == ()
+async def test_a_failure_before_the_answer_ends_the_span_and_is_observed(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    class Broken(HashingEmbedder):
+        async def embed(self, texts: Any) -> Any:
+            raise UpstreamError("down", backend="embedder")
+
+    observer = Recorder()
+    backends = await backends_for(settings)
+    backends.embedder = Broken()
+    with pytest.raises(UpstreamError):
+        await Pipeline.build(settings, backends, observer).prepare(CHAT, OPTIONS)
+    assert observer.names() == ["failed"]
+    assert finished(spans, names.SPAN_ORCHESTRATE).status.status_code == StatusCode.ERROR
 
 
-async def test_hybrid_fuses_deeper_legs_and_keeps_k(tmp_path: Path) -> None:
-    embedder = HashingEmbedder()
-    index = await EmbeddedHybridIndex.open(
-        tmp_path, embedder_name=embedder.name, dimension=64, rrf_candidates=6
+async def test_a_failed_rewrite_opens_no_turn_span(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    condense = settings.model_copy(
+        update={"multi_turn_mode": "condense", "multi_turn_blend_enabled": False}
     )
-    files = [
-        IngestFile(f"doc{i}.md", f"# D{i}\n\nrefund topic {i} plans {'refund ' * (i % 3)}".encode())
-        for i in range(8)
-    ]
-    await ingest_files(files, embedder, index)
-    vector = (await embedder.embed(["refund plans"]))[0]
-    hits = await index.search(SearchQuery("refund plans", vector, 3))
-    # The best 3 of the fusion of each leg's best 6, not the fusion of each leg's best 3.
-    deep = await index.search(SearchQuery("refund plans", vector, 6))
-    assert [h.chunk.id for h in hits] == [h.chunk.id for h in deep[:3]]
-    shallow = index.search_sync(SearchQuery("refund plans", vector, 3), candidates=3)
-    assert len(hits) == len(shallow) == 3
-    # Dense-only search has no fusion: the top 3 by cosine either way.
-    dense = await index.search(SearchQuery("refund plans", vector, 3, hybrid=False))
-    assert [h.scores["dense"] for h in dense] == sorted(
-        (h.scores["dense"] for h in dense), reverse=True
+    observer = Recorder()
+    backends = await backends_for(condense)
+    backends.condense_llm = ScriptedLLM("not json")
+    with pytest.raises(CondenseFailed):
+        await Pipeline.build(condense, backends, observer).prepare(CHAT, OPTIONS)
+    assert observer.names() == ["condense_failed", "failed"]
+    assert finished(spans, names.SPAN_ORCHESTRATE) is None
+    assert finished(spans, names.SPAN_QUERY_CONDENSE) is not None
+
+
+async def test_a_rewrite_is_timed_and_observed_before_the_turn_span(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    condense = settings.model_copy(
+        update={"multi_turn_mode": "condense", "multi_turn_blend_enabled": False}
     )
-    with pytest.raises(ValueError):
-        EmbeddedHybridIndex(tmp_path, embedder_name="x", dimension=4, rrf_candidates=0)
+    observer = Recorder()
+    backends = await backends_for(condense)
+    backends.condense_llm = ScriptedLLM('{"standalone_query": "How long is data kept?"}')
+    turn = await Pipeline.build(condense, backends, observer).prepare(CHAT, OPTIONS)
+    async with turn:
+        pass
+    assert observer.names()[:2] == ["condensed", "planned"]
+    record = turn.record()
+    assert record.plan.strategy == "condense" and record.fusion is None
+    assert list(record.timings_ms)[:2] == ["condense", "embed"]
+    rewrite = finished(spans, names.SPAN_QUERY_CONDENSE)
+    orchestrate = finished(spans, names.SPAN_ORCHESTRATE)
+    assert rewrite.end_time <= orchestrate.start_time
+
+
+async def test_an_observer_that_is_empty_is_still_the_observer(settings: Settings) -> None:
+    class Counted(Recorder):
+        """An observer that counts as falsy until it has been told something."""
+
+        def __len__(self) -> int:
+            return len(self.calls)
+
+    observer = Counted()
+    pipeline = Pipeline.build(settings, await backends_for(settings), observer)
+    assert pipeline.observer is observer
+    await pipeline.prepare(CHAT, OPTIONS)
+    assert observer.names() == ["planned", "selected"]

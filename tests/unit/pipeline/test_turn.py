@@ -1,37 +1,27 @@
-"""One turn through `Pipeline.prepare` and `Turn`: the record, the observer, the turn's span."""
+"""One turn through `Turn`: its answer streamed or whole, the observer, the turn's span, and a
+client that leaves."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Span, StatusCode
+from opentelemetry.trace import StatusCode
 
-from chatqna.backends.bundle import Backends
-from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
+from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import GenerationParams, Usage
-from chatqna.errors import CondenseFailed, UpstreamError
-from chatqna.multiturn.condense import CondenseOutcome
-from chatqna.multiturn.history import Message
+from chatqna.errors import UpstreamError
 from chatqna.pipeline.orchestrator import Pipeline
 from chatqna.pipeline.record import TurnRecord
 from chatqna.pipeline.turn import TurnOptions
 from chatqna.settings import Settings
 from chatqna.telemetry import names
-from tests.unit.api.conftest import make_backends
+from tests.unit.pipeline.conftest import CHAT, OPTIONS, Recorder, backends_for, finished
 
 pytestmark = pytest.mark.anyio
-
-CHAT = [
-    Message("user", "How do I export my data?"),
-    Message("assistant", "Open Settings and choose Export."),
-    Message("user", "How long is data kept after cancellation?"),
-]
-OPTIONS = TurnOptions(k=4, top_n=2, params=GenerationParams(max_tokens=32))
 
 
 class HeldLLM(ScriptedLLM):
@@ -39,54 +29,6 @@ class HeldLLM(ScriptedLLM):
 
     async def complete(self, messages: Sequence[dict[str, str]], params: GenerationParams) -> Any:
         await asyncio.Event().wait()
-
-
-class Recorder:
-    """A `TurnObserver` that keeps what it was told, in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-
-    def condensed(self, span: Span, outcome: CondenseOutcome) -> None:
-        self.calls.append(("condensed", outcome))
-
-    def condense_failed(self, span: Span, failure: CondenseFailed) -> None:
-        self.calls.append(("condense_failed", failure))
-
-    def planned(self, span: Span, record: TurnRecord) -> None:
-        self.calls.append(("planned", record))
-
-    def selected(self, span: Span, record: TurnRecord, candidates: int) -> None:
-        self.calls.append(("selected", (record, candidates)))
-
-    def generating(self, parent: Span, model: str, params: GenerationParams) -> None:
-        self.calls.append(("generating", model))
-
-    def generated(self, span: Span, usage: Usage | None, finish_reason: str | None) -> None:
-        self.calls.append(("generated", (finish_reason, usage)))
-
-    def answered(self, record: TurnRecord) -> None:
-        self.calls.append(("answered", record))
-
-    def failed(self, error: BaseException) -> None:
-        self.calls.append(("failed", error))
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(chatqna_data_dir=tmp_path / "data", multi_turn_blend_enabled=True)
-
-
-async def backends_for(settings: Settings, llm: ScriptedLLM | None = None) -> Backends:
-    return await make_backends(settings, embedder=HashingEmbedder(), llm=llm)
-
-
-def finished(spans: InMemorySpanExporter, name: str) -> Any:
-    found = [span for span in spans.get_finished_spans() if span.name == name]
-    return found[0] if found else None
 
 
 async def test_a_streamed_turn_is_observed_once_per_step(
@@ -235,59 +177,6 @@ async def test_a_non_streamed_answer(settings: Settings, spans: InMemorySpanExpo
     assert observer.calls[-2][1] == ("stop", completion.usage)
     assert "generate" in turn.record().timings_ms
     assert finished(spans, names.SPAN_ORCHESTRATE) is not None
-
-
-async def test_a_failure_before_the_answer_ends_the_span_and_is_observed(
-    settings: Settings, spans: InMemorySpanExporter
-) -> None:
-    class Broken(HashingEmbedder):
-        async def embed(self, texts: Any) -> Any:
-            raise UpstreamError("down", backend="embedder")
-
-    observer = Recorder()
-    backends = await backends_for(settings)
-    backends.embedder = Broken()
-    with pytest.raises(UpstreamError):
-        await Pipeline.build(settings, backends, observer).prepare(CHAT, OPTIONS)
-    assert observer.names() == ["failed"]
-    assert finished(spans, names.SPAN_ORCHESTRATE).status.status_code == StatusCode.ERROR
-
-
-async def test_a_failed_rewrite_opens_no_turn_span(
-    settings: Settings, spans: InMemorySpanExporter
-) -> None:
-    condense = settings.model_copy(
-        update={"multi_turn_mode": "condense", "multi_turn_blend_enabled": False}
-    )
-    observer = Recorder()
-    backends = await backends_for(condense)
-    backends.condense_llm = ScriptedLLM("not json")
-    with pytest.raises(CondenseFailed):
-        await Pipeline.build(condense, backends, observer).prepare(CHAT, OPTIONS)
-    assert observer.names() == ["condense_failed", "failed"]
-    assert finished(spans, names.SPAN_ORCHESTRATE) is None
-    assert finished(spans, names.SPAN_QUERY_CONDENSE) is not None
-
-
-async def test_a_rewrite_is_timed_and_observed_before_the_turn_span(
-    settings: Settings, spans: InMemorySpanExporter
-) -> None:
-    condense = settings.model_copy(
-        update={"multi_turn_mode": "condense", "multi_turn_blend_enabled": False}
-    )
-    observer = Recorder()
-    backends = await backends_for(condense)
-    backends.condense_llm = ScriptedLLM('{"standalone_query": "How long is data kept?"}')
-    turn = await Pipeline.build(condense, backends, observer).prepare(CHAT, OPTIONS)
-    async with turn:
-        pass
-    assert observer.names()[:2] == ["condensed", "planned"]
-    record = turn.record()
-    assert record.plan.strategy == "condense" and record.fusion is None
-    assert list(record.timings_ms)[:2] == ["condense", "embed"]
-    rewrite = finished(spans, names.SPAN_QUERY_CONDENSE)
-    orchestrate = finished(spans, names.SPAN_ORCHESTRATE)
-    assert rewrite.end_time <= orchestrate.start_time
 
 
 def test_turn_options_take_k_and_top_n_from_the_settings_unless_asked() -> None:

@@ -549,3 +549,29 @@ async def test_a_search_runs_in_its_caller_s_context(
     SEARCH_TAG.set("request-7")
     await index.search(query("refund"))
     assert seen == ["request-7"]
+
+
+async def test_hybrid_fuses_deeper_legs_and_keeps_k(tmp_path: Path) -> None:
+    embedder = HashingEmbedder()
+    index = await EmbeddedHybridIndex.open(
+        tmp_path, embedder_name=embedder.name, dimension=64, rrf_candidates=6
+    )
+    files = [
+        IngestFile(f"doc{i}.md", f"# D{i}\n\nrefund topic {i} plans {'refund ' * (i % 3)}".encode())
+        for i in range(8)
+    ]
+    await ingest_files(files, embedder, index)
+    vector = (await embedder.embed(["refund plans"]))[0]
+    hits = await index.search(SearchQuery("refund plans", vector, 3))
+    # The best 3 of the fusion of each leg's best 6, not the fusion of each leg's best 3.
+    deep = await index.search(SearchQuery("refund plans", vector, 6))
+    assert [h.chunk.id for h in hits] == [h.chunk.id for h in deep[:3]]
+    shallow = index.search_sync(SearchQuery("refund plans", vector, 3), candidates=3)
+    assert len(hits) == len(shallow) == 3
+    # Dense-only search has no fusion: the top 3 by cosine either way.
+    dense = await index.search(SearchQuery("refund plans", vector, 3, hybrid=False))
+    assert [h.scores["dense"] for h in dense] == sorted(
+        (h.scores["dense"] for h in dense), reverse=True
+    )
+    with pytest.raises(ValueError):
+        EmbeddedHybridIndex(tmp_path, embedder_name="x", dimension=4, rrf_candidates=0)
