@@ -40,6 +40,10 @@ from chatqna.upstream.policy import (
 
 logger = logging.getLogger(__name__)
 
+# On the embedding call's client span (`POST /v1/embeddings`): how many texts it carries.
+# Kept here, not in `chatqna.telemetry.names`, which the model clients do not import.
+EMBEDDING_INPUTS = "chatqna.embedding.inputs"
+
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -195,6 +199,7 @@ class TEIEmbedder:
             backend="embedder",
             retry=self._retry if retry is None else retry,
             timeout_seconds=self._timeout,
+            span_attributes={EMBEDDING_INPUTS: len(texts)},
         )
         matrix = embeddings_matrix(body, len(texts))
         require(

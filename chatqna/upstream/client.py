@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import orjson
+from opentelemetry.util.types import AttributeValue
 
 from chatqna.telemetry.client_spans import ClientSpans
 from chatqna.upstream.sessions import MAX_BODY_BYTES, HttpxSession
@@ -92,17 +93,29 @@ class UpstreamClient:
                 self._urls[path] = url
         return url
 
-    async def request(self, method: str, path: str, payload: Any = None) -> Reply:
-        """Send `payload` (None: no body) as JSON; the whole reply, whatever its status."""
+    async def request(
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        span_attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> Reply:
+        """Send `payload` (None: no body) as JSON; the whole reply, whatever its status.
+        `span_attributes` go on the call's client span."""
         body = None if payload is None else orjson.dumps(payload, option=NUMPY)
         headers = dict(self._headers if body is not None else self._bare_headers)
-        with self._spans.call(method, path, headers) as span:
+        with self._spans.call(method, path, headers, span_attributes) as span:
             reply = await self._session.send(method, self._url(path), headers, body)
             span.status(reply.status)
         return reply
 
-    async def post(self, path: str, payload: Any) -> Reply:
-        return await self.request("POST", path, payload)
+    async def post(
+        self,
+        path: str,
+        payload: Any,
+        span_attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> Reply:
+        return await self.request("POST", path, payload, span_attributes)
 
     async def get(self, path: str) -> Reply:
         return await self.request("GET", path)

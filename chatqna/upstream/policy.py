@@ -21,13 +21,14 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx2
+from opentelemetry.util.types import AttributeValue
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 from chatqna.upstream.client import UpstreamClient
@@ -296,6 +297,7 @@ async def post_json(
     backend: str,
     retry: RetryPolicy = NO_RETRY,
     timeout_seconds: float | None = None,
+    span_attributes: Mapping[str, AttributeValue] | None = None,
 ) -> Any:
     """POST `payload` and return the decoded JSON body, or raise a typed upstream error.
 
@@ -303,12 +305,12 @@ async def post_json(
     read); `retry` says how often a retryable failure is tried again. The call as a whole
     may take `retry.attempts × timeout_seconds` (and the backoff): a `Retry-After` pause is
     waited out only if the attempt after it, given its whole `timeout_seconds`, still ends
-    within that.
+    within that. `span_attributes` go on each attempt's client span.
     """
 
     async def attempt() -> Reply:
         async with asyncio.timeout(timeout_seconds):
-            reply = await client.post(path, payload)
+            reply = await client.post(path, payload, span_attributes)
         return raise_for_status(reply)
 
     what = f"POST {path}"

@@ -17,9 +17,11 @@ from pydantic import SecretStr
 
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
+from chatqna.backends.tei import EMBEDDING_INPUTS, TEIEmbedder
 from chatqna.settings import Settings
 from chatqna.telemetry import names
 from tests.features.conftest import upstream_mock
+from tests.features.test_multiturn_blend import TEI, tei_handler
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -192,6 +194,26 @@ async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
     # The rewrite's HTTP client span sits under the condense span.
     client_spans = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CLIENT]
     assert any(parent_id(s) == span_id(rewrite) for s in client_spans)
+
+
+async def test_the_batched_embedding_call_is_one_client_span_under_embed(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    blend = settings.model_copy(update={"multi_turn_blend_enabled": True})
+    with upstream_mock() as router:
+        router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        backends = await make_backends(blend, embedder=TEIEmbedder(TEI))
+        client = await client_for(backends, blend)
+        response = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
+    assert response.status_code == 200, response.text
+    found = by_name(spans)
+    call = found["POST /v1/embeddings"]
+    assert call.kind == SpanKind.CLIENT
+    assert parent_id(call) == span_id(found[names.SPAN_EMBED])
+    attributes = call.attributes or {}
+    assert attributes["url.template"] == "/v1/embeddings"
+    # query, history and the previous question (the self-contained check), in one call
+    assert attributes[EMBEDDING_INPUTS] == 3
 
 
 async def test_condense_skipped_without_history(
