@@ -282,6 +282,10 @@ async def test_metrics_count_condense_failures_by_reason(
         await client.post("/v1/chatqna", json={"messages": "first turn", "stream": False})
     text = (await client.get("/metrics")).text
     assert 'chatqna_condense_total{reason="http_error",status="failed"} 2.0' in text
+    # The rewrite LLM's 502s are upstream errors of its backend too.
+    assert (
+        'chatqna_upstream_errors_total{backend="condense_llm",error="upstream_error"} 2.0' in text
+    )
     assert 'chatqna_condense_total{reason="",status="skipped_no_history"} 1.0' in text
     assert 'chatqna_requests_total{method="POST",route="/v1/chatqna",status="503"} 2.0' in text
     assert 'chatqna_stage_seconds_count{stage="retrieve"} 1.0' in text
