@@ -196,6 +196,26 @@ async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
     assert any(parent_id(s) == span_id(rewrite) for s in client_spans)
 
 
+async def test_a_dense_only_follow_up_reports_no_bm25_leg_and_no_fusion(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    dense = settings.model_copy(
+        update={"multi_turn_blend_enabled": True, "retriever_hybrid_retrieval_enabled": False}
+    )
+    client = await _client(client_for, dense)
+    response = await client.post("/v1/chatqna", json={"messages": CHAT})
+    assert response.status_code == 200, response.text
+    report = json.loads(parse_sse(response.text)[0][1])["retrieval"]
+    assert report["hybrid"] is False and report["strategy"] == "blend"
+    assert report["bm25_history"] == {"ran": False, "weight": dense.multi_turn_bm25_history_weight}
+    assert not {"fusion_weights", "rrf_k", "rrf_candidates"} & report.keys()
+    attributes = by_name(spans)[names.SPAN_ORCHESTRATE].attributes or {}
+    assert attributes[names.RETRIEVAL_HYBRID] is False
+    assert attributes[names.BM25_HISTORY_RAN] is False
+    assert names.FUSION_DENSE_WEIGHT not in attributes
+    assert names.FUSION_BM25_WEIGHT not in attributes
+
+
 async def test_the_batched_embedding_call_is_one_client_span_under_embed(
     client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
 ) -> None:
