@@ -367,10 +367,12 @@ def _when_event(name: str, then: dict[str, Any]) -> dict[str, Any]:
     return {"if": condition, "then": then}
 
 
-# One event of a chat stream, as OpenAPI 3.2's `itemSchema` of `text/event-stream`: the
-# `metadata` event, then chunks, then `[DONE]`; an `error` event (the error envelope) ends a
-# stream that failed after it started.
+# One event of a chat stream: `metadata`, then chunks, then `[DONE]`; an `error` event (the
+# envelope) ends a stream that failed after it started. OpenAPI 3.1 (FastAPI's) has no
+# `itemSchema`, so this is the `schema` of `text/event-stream`, describing each event as
+# tools read a 3.1 event stream's schema (Schemathesis checks every event against it).
 CHAT_STREAM_EVENT: dict[str, Any] = {
+    "description": "One event of the stream (the schema describes each event, not the body)",
     "type": "object",
     "required": ["data"],
     "properties": {
@@ -394,5 +396,5 @@ CHAT_STREAM_EVENT: dict[str, Any] = {
 CHAT_RESPONSE: dict[str, Any] = {
     "model": ChatCompletion,
     "description": "The answer: a `chat.completion`, or with `stream: true` an event stream",
-    "content": {"text/event-stream": {"itemSchema": CHAT_STREAM_EVENT}},
+    "content": {"text/event-stream": {"schema": CHAT_STREAM_EVENT}},
 }
