@@ -71,6 +71,11 @@ _DESCRIPTIONS = {
 }
 
 
+# What any route can answer: a body beyond CHATQNA_MAX_REQUEST_BYTES is refused in front of
+# every route (`chatqna.api.guards.BodySizeLimit`), whatever its method, and any route can fail.
+ANY_ROUTE = (413, 500)
+
+
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entries: each status is answered with the error envelope."""
     return {

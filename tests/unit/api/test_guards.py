@@ -164,6 +164,23 @@ async def test_a_body_over_the_limit_is_413_before_parsing(
     assert (await client.post("/v1/chatqna", json={"messages": "x" * 900})).status_code == 200
 
 
+@pytest.mark.parametrize("role", ["megaservice", "retriever"])
+async def test_every_operation_declares_the_413_it_answers_a_body_over_the_limit_with(
+    client_for: ClientFactory, settings: Settings, role: str
+) -> None:
+    small = settings.model_copy(update={"chatqna_max_request_bytes": 1024})
+    client = await client_for(settings_=small, role=role)
+    document = (await client.get("/openapi.json")).json()
+    operations = [(m, p, op) for p, ops in document["paths"].items() for m, op in ops.items()]
+    assert len(operations) >= 6
+    headers = {"content-type": "application/json"}
+    for method, path, operation in operations:
+        response = await client.request(method, path, content=b"x" * 2000, headers=headers)
+        assert response.status_code == 413, (method, path)
+        assert response.json()["error"] == "payload_too_large"
+        assert "413" in operation["responses"], (method, path)
+
+
 async def test_a_chunked_body_is_counted_as_it_arrives(
     client_for: ClientFactory, settings: Settings
 ) -> None:
