@@ -27,6 +27,7 @@ from fastapi import APIRouter, Depends, Request, Response, UploadFile
 from chatqna.api.deps import State, require_api_key
 from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
 from chatqna.api.errors import ANY_ROUTE, error_responses
+from chatqna.api.guards import require_json_body
 from chatqna.api.ingest_admission import PARSE_SLOT
 from chatqna.api.schemas import (
     ChunkOverlap,
@@ -164,7 +165,8 @@ async def list_files(state: State) -> list[dict[str, Any]]:
     "/v1/dataprep/delete",
     summary="Delete a file's chunks, or all of them",
     response_model=DeleteReport,
-    responses=error_responses(400, 404, 422, 501),
+    responses=error_responses(400, 404, 415, 422, 501),
+    dependencies=[Depends(require_json_body)],
 )
 async def delete_files(body: DataprepDeleteRequest, state: State) -> dict[str, Any]:
     retriever = state.backends.retriever

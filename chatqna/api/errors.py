@@ -48,7 +48,11 @@ _DESCRIPTIONS = {
         "body paused for longer (`request_timeout`)"
     ),
     413: "A message, the request or an upload is beyond its limit (`payload_too_large`)",
-    415: "An uploaded file type that cannot be read (`unsupported_file_type`)",
+    415: (
+        "A body that is not sent as `application/json` to a JSON endpoint "
+        "(`unsupported_media_type`), or an uploaded file type that cannot be read "
+        "(`unsupported_file_type`)"
+    ),
     422: (
         "The request does not match the schema (`invalid_request`, with `details`), a file "
         "cannot be read (`document_unreadable`) or a link cannot be fetched (`link_unreadable`)"
