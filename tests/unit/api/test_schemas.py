@@ -117,3 +117,24 @@ async def test_the_served_openapi_document_is_valid_for_the_version_it_declares(
 def test_the_retriever_services_openapi_document_is_valid() -> None:
     app = create_app(Settings(), tracer_provider=TRACER_PROVIDER, role="retriever")
     OpenAPIV31SpecValidator(app.openapi()).validate()
+
+
+@pytest.mark.parametrize(
+    ("path", "streamed"), [("/v1/chatqna", True), ("/v1/chat/completions", False)]
+)
+async def test_a_null_stream_is_the_endpoints_default(
+    client_for: ClientFactory, path: str, streamed: bool
+) -> None:
+    client = await client_for()
+    response = await client.post(path, json={"messages": "How do I export?", "stream": None})
+    assert response.status_code == 200, response.text
+    media_type = "text/event-stream" if streamed else "application/json"
+    assert response.headers["content-type"].startswith(media_type)
+    # Still strict: a string is no switch.
+    refused = await client.post(path, json={"messages": "How do I export?", "stream": "false"})
+    assert refused.status_code == 422
+    document = (await client.get("/openapi.json")).json()
+    schema = document["components"]["schemas"]
+    model = "ChatQnARequest" if streamed else "OpenAIChatRequest"
+    assert schema[model]["properties"]["stream"]["type"] == ["boolean", "null"]
+    assert schema[model]["properties"]["stream"]["default"] is streamed
