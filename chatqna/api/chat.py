@@ -26,7 +26,8 @@ from chatqna.api import sse
 from chatqna.api.chat_models import ChunkDelta, TurnMetadata
 from chatqna.api.deps import ServiceState, State, require_api_key
 from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
-from chatqna.api.errors import error_responses
+from chatqna.api.errors import ANY_ROUTE, error_responses
+from chatqna.api.guards import require_json_body
 from chatqna.api.schemas import (
     CHAT_RESPONSE,
     ChatQnARequest,
@@ -42,10 +43,15 @@ from chatqna.settings import Settings
 
 logger = logging.getLogger(__name__)
 router = APIRouter(
-    dependencies=[Depends(require_api_key)], tags=["chat"], responses=error_responses(401, 500)
+    dependencies=[Depends(require_api_key)],
+    tags=["chat"],
+    responses=error_responses(401, *ANY_ROUTE),
 )
-# What a chat turn can answer besides the router-wide 401 and 500.
-CHAT_RESPONSES = {200: CHAT_RESPONSE, **error_responses(400, 408, 413, 422, 429, 502, 503, 504)}
+# What a chat turn can answer besides the router-wide 401, 413 and 500.
+CHAT_RESPONSES = {
+    200: CHAT_RESPONSE,
+    **error_responses(400, 408, 415, 422, 429, 502, 503, 504),
+}
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CHAT_PATHS = frozenset({"/v1/chatqna", "/v1/chat/completions"})
@@ -179,6 +185,7 @@ async def _respond(
     "/v1/chatqna",
     summary="Answer a (multi-turn) question from the knowledge base",
     responses=CHAT_RESPONSES,
+    dependencies=[Depends(require_json_body)],
 )
 async def chatqna(body: ChatQnARequest, state: State, request: Request) -> Any:
     return await _respond(body, state, request.receive, metadata_event=True)
@@ -188,6 +195,7 @@ async def chatqna(body: ChatQnARequest, state: State, request: Request) -> Any:
     "/v1/chat/completions",
     summary="OpenAI-compatible chat completions with RAG",
     responses=CHAT_RESPONSES,
+    dependencies=[Depends(require_json_body)],
 )
 async def chat_completions(body: OpenAIChatRequest, state: State, request: Request) -> Any:
     return await _respond(body, state, request.receive, metadata_event=False)

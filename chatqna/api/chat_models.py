@@ -127,7 +127,8 @@ class BlendInfo(BaseModel):
 
 
 class Bm25HistoryInfo(BaseModel):
-    """Whether the history-aware BM25 leg ran, and its configured weight."""
+    """Whether the history-aware BM25 leg ran (never in a dense-only retrieval), and its
+    configured weight."""
 
     ran: bool
     weight: float
@@ -144,7 +145,8 @@ class RerankInfo(BaseModel):
 
 class RetrievalInfo(BaseModel):
     """How the turn's retrieval ran. `condense` (condense mode), `blend` and the fusion
-    fields (blend mode) are present only in their mode."""
+    fields (blend mode) are present only in their mode; the fusion fields only where the
+    retrieval was hybrid (`RETRIEVER_HYBRID_RETRIEVAL_ENABLED=false` fuses nothing)."""
 
     multi_turn_mode: Literal["blend", "condense"]
     raw_query: str
@@ -173,7 +175,7 @@ class RetrievalInfo(BaseModel):
             fields["blend"] = BlendInfo.of(plan.blend)
         if plan.history_leg is not None:
             fields["bm25_history"] = Bm25HistoryInfo(
-                ran=plan.history_leg.ran, weight=plan.history_leg.weight
+                ran=record.bm25_history_ran, weight=plan.history_leg.weight
             )
         if record.fusion is not None:
             fields["fusion_weights"] = list(record.fusion.weights)

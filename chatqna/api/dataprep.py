@@ -26,7 +26,8 @@ from fastapi import APIRouter, Depends, Request, Response, UploadFile
 
 from chatqna.api.deps import State, require_api_key
 from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
-from chatqna.api.errors import error_responses
+from chatqna.api.errors import ANY_ROUTE, error_responses
+from chatqna.api.guards import require_json_body
 from chatqna.api.ingest_admission import PARSE_SLOT
 from chatqna.api.schemas import (
     ChunkOverlap,
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 router = APIRouter(
     dependencies=[Depends(require_api_key)],
     tags=["dataprep"],
-    responses=error_responses(401, 500, 503),
+    responses=error_responses(401, 503, *ANY_ROUTE),
 )
 
 
@@ -94,7 +95,7 @@ async def _read_upload(upload: UploadFile, limit: int) -> IngestFile:
     "/v1/dataprep/ingest",
     summary="Ingest uploaded files and linked pages into the knowledge base",
     response_model=IngestReport,
-    responses=error_responses(400, 403, 408, 413, 415, 422, 429, 501, 502, 504),
+    responses=error_responses(400, 403, 408, 415, 422, 429, 501, 502, 504),
 )
 async def ingest(
     state: State,
@@ -164,7 +165,8 @@ async def list_files(state: State) -> list[dict[str, Any]]:
     "/v1/dataprep/delete",
     summary="Delete a file's chunks, or all of them",
     response_model=DeleteReport,
-    responses=error_responses(400, 404, 413, 422, 501),
+    responses=error_responses(400, 404, 415, 422, 501),
+    dependencies=[Depends(require_json_body)],
 )
 async def delete_files(body: DataprepDeleteRequest, state: State) -> dict[str, Any]:
     retriever = state.backends.retriever

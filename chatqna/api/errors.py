@@ -11,6 +11,8 @@ can get.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -48,7 +50,11 @@ _DESCRIPTIONS = {
         "body paused for longer (`request_timeout`)"
     ),
     413: "A message, the request or an upload is beyond its limit (`payload_too_large`)",
-    415: "An uploaded file type that cannot be read (`unsupported_file_type`)",
+    415: (
+        "A body that is not sent as `application/json` to a JSON endpoint "
+        "(`unsupported_media_type`), or an uploaded file type that cannot be read "
+        "(`unsupported_file_type`)"
+    ),
     422: (
         "The request does not match the schema (`invalid_request`, with `details`), a file "
         "cannot be read (`document_unreadable`) or a link cannot be fetched (`link_unreadable`)"
@@ -69,6 +75,11 @@ _DESCRIPTIONS = {
     ),
     504: "A backend did not answer in time (`upstream_timeout`)",
 }
+
+
+# What any route can answer: a body beyond CHATQNA_MAX_REQUEST_BYTES is refused in front of
+# every route (`chatqna.api.guards.BodySizeLimit`), whatever its method, and any route can fail.
+ANY_ROUTE = (413, 500)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -100,12 +111,77 @@ def error_response(exc: ChatQnAError) -> JSONResponse:
     return envelope_response(exc.status_code, exc.envelope(), error_headers(exc))
 
 
+@dataclass(frozen=True)
+class _Located:
+    """One validation error, at its field path (names and indices only)."""
+
+    path: tuple[str | int, ...]
+    message: str
+    # The path length at each union tag pydantic put in the error's location, and whether
+    # the location ended at one (that union member refused the value's type outright).
+    tags: tuple[int, ...]
+    ends_at_tag: bool
+
+
+def _locate(error: Mapping[str, Any], body: Any) -> _Located:
+    """The error's field path, walked through the request body: a location entry that names
+    no key or index of the value there is a union tag (`list[ChatMessage]`,
+    `function-after[...]`), pydantic's name for a union member, not a field, unless it
+    names the field an error of type `missing` says is absent."""
+    loc = list(error.get("loc", ()))
+    if loc[:1] == ["body"] and isinstance(body, (Mapping, list)):  # a form's too
+        loc = loc[1:]
+    else:
+        loc, body = [p for p in loc if p != "body"], None  # nothing to walk: names as given
+    path: list[str | int] = []
+    tags: list[int] = []
+    node, ends_at_tag = body, False
+    for at, part in enumerate(loc):
+        last = at == len(loc) - 1
+        if isinstance(part, int) or body is None:
+            path.append(part)
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+        elif isinstance(node, Mapping) and part in node:
+            path.append(part)
+            node = node[part]
+        elif last and error.get("type") == "missing":
+            path.append(part)
+        else:
+            tags.append(len(path))
+            ends_at_tag = last
+    return _Located(tuple(path), str(error.get("msg", "")), tuple(tags), ends_at_tag)
+
+
+def _went_deeper(error: _Located, others: Sequence[_Located]) -> bool:
+    """Whether another member of the union `error` stopped at took the value's type and
+    failed further in: that member is the one the client meant, so `error` is noise."""
+    at = len(error.path)
+    return any(
+        at in other.tags and other.path[:at] == error.path and len(other.path) > at
+        for other in others
+    )
+
+
+def _joined(messages: list[str]) -> str:
+    """One message for a field: "Input should be a valid string or a valid list"."""
+    prefix = "Input should be "
+    if len(messages) > 1 and all(m.startswith(prefix) for m in messages):
+        return prefix + " or ".join(m.removeprefix(prefix) for m in messages)
+    return "; ".join(messages)
+
+
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
-    details = []
-    for error in exc.errors():
-        location = [str(part) for part in error.get("loc", ()) if part != "body"]
-        details.append({"field": ".".join(location), "message": error.get("msg", "")})
-    return details
+    """One entry per field, named by its path (`messages.0.content`) without pydantic's
+    union tags; the errors of the union members a value did not try to be are dropped, and
+    the rest for one field joined into one message."""
+    located = [_locate(error, exc.body) for error in exc.errors()]
+    kept = [e for e in located if not (e.ends_at_tag and _went_deeper(e, located))]
+    by_field: dict[str, list[str]] = {}
+    for error in kept:
+        messages = by_field.setdefault(".".join(str(part) for part in error.path), [])
+        if error.message not in messages:
+            messages.append(error.message)
+    return [{"field": field, "message": _joined(messages)} for field, messages in by_field.items()]
 
 
 async def on_chatqna_error(request: Request, exc: Exception) -> JSONResponse:

@@ -1,5 +1,6 @@
 """Request guards in front of every route: the API key, the body size (and an upload's
-end), chat concurrency; the admission of uploads is `chatqna.api.ingest_admission`.
+end), chat concurrency; the admission of uploads is `chatqna.api.ingest_admission`. The
+JSON endpoints also depend on `require_json_body` (a body sent as JSON, else 415).
 
 They are plain ASGI middleware rather than route dependencies, for three reasons: a route
 added later is guarded without having to remember it (the API key also covers `/docs` and
@@ -19,6 +20,7 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from fastapi import Request
 from pydantic import SecretStr
 from python_multipart.multipart import parse_options_header
 from starlette.datastructures import Headers
@@ -80,6 +82,35 @@ def declares_body(headers: Headers) -> bool:
     length = headers.get("content-length", "")
     chunked = "chunked" in headers.get("transfer-encoding", "").lower()
     return chunked or (length.isdigit() and int(length) > 0)
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """`application/json` or a `+json` type (parameters and case aside): the types FastAPI
+    parses a body as JSON for."""
+    media_type = content_type.partition(";")[0].strip().lower()
+    main, _, sub = media_type.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+async def require_json_body(request: Request) -> None:
+    """A JSON endpoint's body comes as JSON, or the request is refused with 415
+    (`unsupported_media_type`) before the body is parsed.
+
+    FastAPI reads a body of another type (`text/plain`, curl's default
+    `application/x-www-form-urlencoded`) as raw bytes and would report a schema mismatch
+    (422); nor does it parse a body without a `Content-Type` as JSON (its
+    `strict_content_type`). Refusing both also refuses the cross-site "simple" posts a
+    browser sends without a CORS preflight. A request without a body is left to the
+    schema."""
+    content_type = request.headers.get("content-type", "")
+    if is_json_media_type(content_type) or not declares_body(request.headers):
+        return
+    sent = f"'{content_type}'" if content_type else "none"
+    raise HTTPException(
+        415,
+        detail=f"The request body must be JSON, sent with Content-Type: application/json "
+        f"(Content-Type: {sent}).",
+    )
 
 
 async def refuse(

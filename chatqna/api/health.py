@@ -9,11 +9,11 @@ from fastapi.responses import JSONResponse
 
 from chatqna import __version__
 from chatqna.api.deps import State
-from chatqna.api.errors import error_responses
+from chatqna.api.errors import ANY_ROUTE, error_responses
 from chatqna.api.schemas import HealthStatus, Readiness
 from chatqna.telemetry.client_spans import untraced_calls
 
-router = APIRouter(tags=["health"], responses=error_responses(500))
+router = APIRouter(tags=["health"], responses=error_responses(*ANY_ROUTE))
 
 
 @router.get("/v1/health_check", summary="Liveness: the process is up", response_model=HealthStatus)

@@ -19,7 +19,8 @@ import numpy as np
 from fastapi import APIRouter, Depends
 
 from chatqna.api.deps import State, require_api_key
-from chatqna.api.errors import error_responses
+from chatqna.api.errors import ANY_ROUTE, error_responses
+from chatqna.api.guards import require_json_body
 from chatqna.api.schemas import (
     RetrievalRequest,
     RetrievalResponse,
@@ -33,7 +34,7 @@ from chatqna.errors import InvalidRequest
 router = APIRouter(
     dependencies=[Depends(require_api_key)],
     tags=["retrieval"],
-    responses=error_responses(401, 500),
+    responses=error_responses(401, *ANY_ROUTE),
 )
 
 
@@ -53,7 +54,8 @@ def _document(item: ScoredChunk) -> RetrievedDoc:
     "/v1/retrieval",
     summary="Retrieve chunks for a text and/or an embedding",
     response_model=RetrievalResponse,
-    responses=error_responses(400, 413, 422, 502, 503, 504),
+    responses=error_responses(400, 415, 422, 502, 503, 504),
+    dependencies=[Depends(require_json_body)],
 )
 async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:
     backends = state.backends

@@ -101,6 +101,7 @@ def _supported_message(position: int, item: object) -> object:
 # Documented as "holds a non-space character"; the validator below enforces it with a
 # clearer message than a regular-expression mismatch.
 QuestionText = Annotated[Text, WithJsonSchema({"type": "string", "pattern": r"\S"})]
+Flag = Annotated[bool, WithJsonSchema({"type": ["boolean", "null"]})]
 
 
 class ChatQnARequest(BaseModel):
@@ -113,7 +114,7 @@ class ChatQnARequest(BaseModel):
         description="a question, or the conversation; the last message is the user's"
     )
     model: str | None = None
-    stream: bool = True
+    stream: Flag = True  # null: the endpoint's default, as OpenAI's API takes it
     # The schema's bound is absolute; the service's own, `LLM_MAX_TOKENS_LIMIT`, answers 400.
     max_tokens: int | None = Field(
         None,
@@ -131,6 +132,11 @@ class ChatQnARequest(BaseModel):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     k: int | None = Field(None, ge=1, le=100, description="retrieval depth")
     top_n: int | None = Field(None, ge=1, le=100, description="chunks kept after reranking")
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _null_is_the_default(cls, value: object) -> object:
+        return cls.model_fields["stream"].default if value is None else value
 
     @field_validator("messages", mode="before")
     @classmethod
@@ -176,7 +182,7 @@ class ChatQnARequest(BaseModel):
 class OpenAIChatRequest(ChatQnARequest):
     """Body of `POST /v1/chat/completions`: OpenAI's convention, not streamed by default."""
 
-    stream: bool = False
+    stream: Flag = False
 
 
 class DataprepDeleteRequest(BaseModel):
@@ -348,16 +354,12 @@ def _inline(model: type[BaseModel]) -> dict[str, Any]:
             return [resolve(item) for item in node]
         return node
 
-    inlined: dict[str, Any] = resolve(schema)
-    return inlined
+    return dict(resolve(schema))
 
 
 def _json_data(model: type[BaseModel]) -> dict[str, Any]:
-    return {
-        "properties": {
-            "data": {"contentMediaType": "application/json", "contentSchema": _inline(model)}
-        }
-    }
+    data = {"contentMediaType": "application/json", "contentSchema": _inline(model)}
+    return {"properties": {"data": data}}
 
 
 def _when_event(name: str, then: dict[str, Any]) -> dict[str, Any]:
@@ -367,10 +369,10 @@ def _when_event(name: str, then: dict[str, Any]) -> dict[str, Any]:
     return {"if": condition, "then": then}
 
 
-# One event of a chat stream, as OpenAPI 3.2's `itemSchema` of `text/event-stream`: the
-# `metadata` event, then chunks, then `[DONE]`; an `error` event (the error envelope) ends a
-# stream that failed after it started.
+# One event of a chat stream (`metadata`, chunks, `[DONE]`; `error` ends a failed one): the
+# `schema` of `text/event-stream`, as OpenAPI 3.1 tools read it (3.1 has no `itemSchema`).
 CHAT_STREAM_EVENT: dict[str, Any] = {
+    "description": "One event of the stream (the schema describes each event, not the body)",
     "type": "object",
     "required": ["data"],
     "properties": {
@@ -394,5 +396,5 @@ CHAT_STREAM_EVENT: dict[str, Any] = {
 CHAT_RESPONSE: dict[str, Any] = {
     "model": ChatCompletion,
     "description": "The answer: a `chat.completion`, or with `stream: true` an event stream",
-    "content": {"text/event-stream": {"itemSchema": CHAT_STREAM_EVENT}},
+    "content": {"text/event-stream": {"schema": CHAT_STREAM_EVENT}},
 }

@@ -40,6 +40,10 @@ from chatqna.upstream.policy import (
 
 logger = logging.getLogger(__name__)
 
+# On the embedding call's client span (`POST /v1/embeddings`): how many texts it carries.
+# Kept here, not in `chatqna.telemetry.names`, which the model clients do not import.
+EMBEDDING_INPUTS = "chatqna.embedding.inputs"
+
 # How large an answer may be, by what was asked (the client's 64 MiB stays the outer bound):
 # a body past it is a bad response while it is read, before it is parsed, which would hold
 # the event loop for as long as a large body takes. A number in JSON is at most 25
@@ -220,6 +224,7 @@ class TEIEmbedder:
             retry=self._retry if retry is None else retry,
             timeout_seconds=self._timeout,
             max_body_bytes=embeddings_bytes(len(texts), expected),
+            span_attributes={EMBEDDING_INPUTS: len(texts)},
         )
         matrix = embeddings_matrix(body, len(texts))
         require(

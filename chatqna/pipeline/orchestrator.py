@@ -156,7 +156,8 @@ class Pipeline:
         return turn
 
     def _fusion(self, plan: QueryPlan) -> Fusion | None:
-        if plan.history_leg is None:
+        """The fusion to report: none on a dense-only retrieval, which fuses nothing."""
+        if plan.history_leg is None or not self.settings.retriever_hybrid_retrieval_enabled:
             return None
         return Fusion(self.settings.fusion_weights, self.settings.rrf_k, FUSION_CANDIDATES)
 

@@ -18,7 +18,7 @@ from chatqna.multiturn.strategy import QueryPlan
 
 @dataclass(frozen=True)
 class Fusion:
-    """How the dense and BM25 legs were fused (reported on blend-mode turns)."""
+    """How the dense and BM25 legs were fused (reported on hybrid blend-mode turns)."""
 
     weights: tuple[float, float]
     rrf_k: int
@@ -48,3 +48,10 @@ class TurnRecord:
     sources: tuple[ScoredChunk, ...]
     timings_ms: Mapping[str, float]
     trace_id: str | None
+
+    @property
+    def bm25_history_ran(self) -> bool:
+        """Whether the history-aware BM25 leg was searched: the plan ran it, and the
+        retrieval was hybrid (a dense-only search has no BM25 leg at all)."""
+        leg = self.plan.history_leg
+        return leg is not None and leg.ran and self.hybrid

@@ -71,7 +71,7 @@ def orchestrate(span: Span, record: TurnRecord, record_content: bool) -> None:
         values[names.HISTORY_ROLES] = blend.roles
     leg, fusion = plan.history_leg, record.fusion
     if leg is not None:
-        values[names.BM25_HISTORY_RAN] = leg.ran
+        values[names.BM25_HISTORY_RAN] = record.bm25_history_ran
         values[names.BM25_HISTORY_WEIGHT] = float(leg.weight)
     if fusion is not None:
         values[names.FUSION_DENSE_WEIGHT] = float(fusion.weights[0])

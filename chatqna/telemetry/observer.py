@@ -55,7 +55,12 @@ class TurnTelemetry:
         self.metrics.record_stages(record.timings_ms)
 
     def failed(self, error: BaseException) -> None:
+        """Count a failed turn. A failed rewrite counts as a condense failure and, when the
+        rewrite LLM's call failed (`CondenseFailed` raised from that `UpstreamFailure`), as
+        an upstream error of that backend (`condense_llm`, `rewrite_llm`, `llm`) too."""
+        cause: BaseException | None = error
         if isinstance(error, CondenseFailed):
             self.metrics.condense.labels(status=STATUS_FAILED, reason=error.reason or "").inc()
-        elif isinstance(error, UpstreamFailure):
-            self.metrics.upstream_errors.labels(backend=error.backend, error=error.code).inc()
+            cause = error.__cause__
+        if isinstance(cause, UpstreamFailure):
+            self.metrics.upstream_errors.labels(backend=cause.backend, error=cause.code).inc()

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import orjson
+from opentelemetry.util.types import AttributeValue
 
 from chatqna.telemetry.client_spans import ClientSpans
 from chatqna.upstream.sessions import MAX_BODY_BYTES, HttpxSession
@@ -93,21 +94,36 @@ class UpstreamClient:
         return url
 
     async def request(
-        self, method: str, path: str, payload: Any = None, *, max_body_bytes: int | None = None
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        span_attributes: Mapping[str, AttributeValue] | None = None,
+        *,
+        max_body_bytes: int | None = None,
     ) -> Reply:
         """Send `payload` (None: no body) as JSON; the whole reply, whatever its status.
-        `max_body_bytes` bounds this reply's body below the client's own limit
-        (`ResponseTooLarge` past it): an answer whose size the caller can tell is refused
-        before it is parsed."""
+        `span_attributes` go on the call's client span. `max_body_bytes` bounds this reply's
+        body below the client's own limit (`ResponseTooLarge` past it): an answer whose size
+        the caller can tell is refused before it is parsed."""
         body = None if payload is None else orjson.dumps(payload, option=NUMPY)
         headers = dict(self._headers if body is not None else self._bare_headers)
-        with self._spans.call(method, path, headers) as span:
+        with self._spans.call(method, path, headers, span_attributes) as span:
             reply = await self._session.send(method, self._url(path), headers, body, max_body_bytes)
             span.status(reply.status)
         return reply
 
-    async def post(self, path: str, payload: Any, *, max_body_bytes: int | None = None) -> Reply:
-        return await self.request("POST", path, payload, max_body_bytes=max_body_bytes)
+    async def post(
+        self,
+        path: str,
+        payload: Any,
+        span_attributes: Mapping[str, AttributeValue] | None = None,
+        *,
+        max_body_bytes: int | None = None,
+    ) -> Reply:
+        return await self.request(
+            "POST", path, payload, span_attributes, max_body_bytes=max_body_bytes
+        )
 
     async def get(self, path: str) -> Reply:
         return await self.request("GET", path)

@@ -21,13 +21,14 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx2
+from opentelemetry.util.types import AttributeValue
 
 from chatqna.errors import BadUpstreamResponse, UpstreamError, UpstreamFailure, UpstreamTimeout
 from chatqna.upstream.client import UpstreamClient
@@ -297,6 +298,7 @@ async def post_json(
     retry: RetryPolicy = NO_RETRY,
     timeout_seconds: float | None = None,
     max_body_bytes: int | None = None,
+    span_attributes: Mapping[str, AttributeValue] | None = None,
 ) -> Any:
     """POST `payload` and return the decoded JSON body, or raise a typed upstream error.
 
@@ -307,11 +309,12 @@ async def post_json(
     within that. `max_body_bytes` is the most the answer may hold, sized by the caller to
     what it asked for (the client's limit stays the outer bound): a larger body fails as a
     bad response while it is read, never parsed, since parsing holds the event loop.
+    `span_attributes` go on each attempt's client span.
     """
 
     async def attempt() -> Reply:
         async with asyncio.timeout(timeout_seconds):
-            reply = await client.post(path, payload, max_body_bytes=max_body_bytes)
+            reply = await client.post(path, payload, span_attributes, max_body_bytes=max_body_bytes)
         return raise_for_status(reply)
 
     what = f"POST {path}"

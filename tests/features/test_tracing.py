@@ -17,9 +17,11 @@ from pydantic import SecretStr
 
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
+from chatqna.backends.tei import EMBEDDING_INPUTS, TEIEmbedder
 from chatqna.settings import Settings
 from chatqna.telemetry import names
 from tests.features.conftest import upstream_mock
+from tests.features.test_multiturn_blend import TEI, tei_handler
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -194,6 +196,46 @@ async def test_condense_ok_is_a_sibling_that_ends_before_orchestrate(
     assert any(parent_id(s) == span_id(rewrite) for s in client_spans)
 
 
+async def test_a_dense_only_follow_up_reports_no_bm25_leg_and_no_fusion(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    dense = settings.model_copy(
+        update={"multi_turn_blend_enabled": True, "retriever_hybrid_retrieval_enabled": False}
+    )
+    client = await _client(client_for, dense)
+    response = await client.post("/v1/chatqna", json={"messages": CHAT})
+    assert response.status_code == 200, response.text
+    report = json.loads(parse_sse(response.text)[0][1])["retrieval"]
+    assert report["hybrid"] is False and report["strategy"] == "blend"
+    assert report["bm25_history"] == {"ran": False, "weight": dense.multi_turn_bm25_history_weight}
+    assert not {"fusion_weights", "rrf_k", "rrf_candidates"} & report.keys()
+    attributes = by_name(spans)[names.SPAN_ORCHESTRATE].attributes or {}
+    assert attributes[names.RETRIEVAL_HYBRID] is False
+    assert attributes[names.BM25_HISTORY_RAN] is False
+    assert names.FUSION_DENSE_WEIGHT not in attributes
+    assert names.FUSION_BM25_WEIGHT not in attributes
+
+
+async def test_the_batched_embedding_call_is_one_client_span_under_embed(
+    client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    blend = settings.model_copy(update={"multi_turn_blend_enabled": True})
+    with upstream_mock() as router:
+        router.post(f"{TEI}/v1/embeddings").mock(side_effect=tei_handler)
+        backends = await make_backends(blend, embedder=TEIEmbedder(TEI))
+        client = await client_for(backends, blend)
+        response = await client.post("/v1/chatqna", json={"messages": CHAT, "stream": False})
+    assert response.status_code == 200, response.text
+    found = by_name(spans)
+    call = found["POST /v1/embeddings"]
+    assert call.kind == SpanKind.CLIENT
+    assert parent_id(call) == span_id(found[names.SPAN_EMBED])
+    attributes = call.attributes or {}
+    assert attributes["url.template"] == "/v1/embeddings"
+    # query, history and the previous question (the self-contained check), in one call
+    assert attributes[EMBEDDING_INPUTS] == 3
+
+
 async def test_condense_skipped_without_history(
     client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
 ) -> None:
@@ -260,6 +302,10 @@ async def test_metrics_count_condense_failures_by_reason(
         await client.post("/v1/chatqna", json={"messages": "first turn", "stream": False})
     text = (await client.get("/metrics")).text
     assert 'chatqna_condense_total{reason="http_error",status="failed"} 2.0' in text
+    # The rewrite LLM's 502s are upstream errors of its backend too.
+    assert (
+        'chatqna_upstream_errors_total{backend="condense_llm",error="upstream_error"} 2.0' in text
+    )
     assert 'chatqna_condense_total{reason="",status="skipped_no_history"} 1.0' in text
     assert 'chatqna_requests_total{method="POST",route="/v1/chatqna",status="503"} 2.0' in text
     assert 'chatqna_stage_seconds_count{stage="retrieve"} 1.0' in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
 import pytest
@@ -66,15 +66,18 @@ ClientFactory = Callable[..., Any]
 
 @pytest.fixture
 async def client_for(settings: Settings) -> AsyncIterator[ClientFactory]:
-    """`await client_for(backends=None, settings=None)` -> an httpx2 client on a running app."""
+    """`await client_for(backends=None, settings=None, role="megaservice")` -> an httpx2
+    client on a running app."""
     stack: list[Any] = []
 
     async def factory(
-        backends: Backends | None = None, settings_: Settings | None = None
+        backends: Backends | None = None,
+        settings_: Settings | None = None,
+        role: Literal["megaservice", "retriever"] = "megaservice",
     ) -> httpx2.AsyncClient:
         chosen = settings_ if settings_ is not None else settings
         live = backends if backends is not None else await make_backends(chosen)
-        app = create_app(chosen, live, tracer_provider=TRACER_PROVIDER)
+        app = create_app(chosen, live, tracer_provider=TRACER_PROVIDER, role=role)
         lifespan = app.router.lifespan_context(app)
         await lifespan.__aenter__()
         client = httpx2.AsyncClient(

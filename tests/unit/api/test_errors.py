@@ -15,6 +15,7 @@ from chatqna.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from tests.unit.api.conftest import ClientFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -53,3 +54,46 @@ async def test_an_unexpected_exception_is_a_500_that_says_nothing_more() -> None
     assert response.content == (
         b'{"error":"internal_error","message":"An unexpected error occurred."}'
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "details"),
+    [
+        # Each union member refused the number: one entry, no pydantic union tags.
+        (
+            {"messages": 123},
+            [{"field": "messages", "message": "Input should be a valid string or a valid list"}],
+        ),
+        # A list was meant: only the list member's error, at its path.
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+            [{"field": "messages.0.content.0.text", "message": "Input should be a valid string"}],
+        ),
+        ({"k": 2}, [{"field": "messages", "message": "Field required"}]),
+        (
+            {"messages": "hi", "k": "a", "top_n": 0},
+            [
+                {"field": "k", "message": "Input should be a valid integer"},
+                {"field": "top_n", "message": "Input should be greater than or equal to 1"},
+            ],
+        ),
+    ],
+)
+async def test_validation_details_name_fields_without_union_tags(
+    client_for: ClientFactory, body: dict[str, object], details: list[dict[str, str]]
+) -> None:
+    client = await client_for()
+    response = await client.post("/v1/chatqna", json=body)
+    assert response.status_code == 422
+    assert response.json()["details"] == details
+
+
+async def test_a_form_fields_validation_detail_keeps_its_name(client_for: ClientFactory) -> None:
+    client = await client_for()
+    response = await client.post(
+        "/v1/dataprep/ingest",
+        files=[("files", ("a.md", b"# A\n\ntext", "text/markdown"))],
+        data={"chunk_size": "many"},
+    )
+    assert response.status_code == 422
+    assert [d["field"] for d in response.json()["details"]] == ["chunk_size"]

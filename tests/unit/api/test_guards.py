@@ -1,6 +1,7 @@
 """Request limits: chats in flight (429), body size (413), a chat's body read before its
-slot (408 when it is late), refusals before a body closing the connection, and a disconnect
-freeing its slot. Uploads' admission is tested in `test_ingest_admission`."""
+slot (408 when it is late), refusals before a body closing the connection, a disconnect
+freeing its slot, and a JSON endpoint's body sent as another type (415). Uploads' admission
+is tested in `test_ingest_admission`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from chatqna.api.guards import route_path
+from chatqna.api.guards import is_json_media_type, route_path
 from chatqna.app import create_app
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams
@@ -162,6 +163,23 @@ async def test_a_body_over_the_limit_is_413_before_parsing(
         "message": "The request body is larger than 1024 bytes (CHATQNA_MAX_REQUEST_BYTES).",
     }
     assert (await client.post("/v1/chatqna", json={"messages": "x" * 900})).status_code == 200
+
+
+@pytest.mark.parametrize("role", ["megaservice", "retriever"])
+async def test_every_operation_declares_the_413_it_answers_a_body_over_the_limit_with(
+    client_for: ClientFactory, settings: Settings, role: str
+) -> None:
+    small = settings.model_copy(update={"chatqna_max_request_bytes": 1024})
+    client = await client_for(settings_=small, role=role)
+    document = (await client.get("/openapi.json")).json()
+    operations = [(m, p, op) for p, ops in document["paths"].items() for m, op in ops.items()]
+    assert len(operations) >= 6
+    headers = {"content-type": "application/json"}
+    for method, path, operation in operations:
+        response = await client.request(method, path, content=b"x" * 2000, headers=headers)
+        assert response.status_code == 413, (method, path)
+        assert response.json()["error"] == "payload_too_large"
+        assert "413" in operation["responses"], (method, path)
 
 
 async def test_a_chunked_body_is_counted_as_it_arrives(
@@ -544,3 +562,81 @@ async def test_a_chat_body_in_many_pieces_reaches_the_route_intact(settings: Set
     assert "content-length" not in answer.request.headers
     assert answer.status_code == 200, answer.text
     assert any(question in message["content"] for message in llm.prompts[-1])
+
+
+# --------------------------------------------------------------------------- media type
+
+# (role, path, a body the endpoint takes)
+JSON_ENDPOINTS = [
+    ("megaservice", "/v1/chatqna", {"messages": "How do I export my data?", "stream": False}),
+    ("megaservice", "/v1/chat/completions", {"messages": "How do I export?", "stream": False}),
+    ("megaservice", "/v1/dataprep/delete", {"file_path": "export.md"}),
+    ("retriever", "/v1/retrieval", {"text": "How do I export my data?"}),
+]
+NOT_JSON = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]
+
+
+@pytest.mark.parametrize(("role", "path", "body"), JSON_ENDPOINTS)
+@pytest.mark.parametrize("content_type", [*NOT_JSON, None])
+async def test_a_json_body_sent_as_another_type_is_415(
+    client_for: ClientFactory,
+    settings: Settings,
+    role: str,
+    path: str,
+    body: dict[str, object],
+    content_type: str | None,
+) -> None:
+    client = await client_for(settings_=settings, role=role)
+    headers = {} if content_type is None else {"content-type": content_type}
+    response = await client.post(path, content=json.dumps(body).encode(), headers=headers)
+    assert response.status_code == 415, response.text
+    envelope = response.json()
+    assert envelope["error"] == "unsupported_media_type"
+    assert "application/json" in envelope["message"]
+    document = (await client.get("/openapi.json")).json()
+    assert "415" in document["paths"][path]["post"]["responses"]
+
+
+@pytest.mark.parametrize(("role", "path", "body"), JSON_ENDPOINTS)
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "Application/JSON; charset=utf-8", "application/x+json"]
+)
+async def test_a_json_body_is_taken_as_json(
+    client_for: ClientFactory,
+    settings: Settings,
+    role: str,
+    path: str,
+    body: dict[str, object],
+    content_type: str,
+) -> None:
+    client = await client_for(settings_=settings, role=role)
+    headers = {"content-type": content_type}
+    response = await client.post(path, content=json.dumps(body).encode(), headers=headers)
+    assert response.status_code == 200, response.text
+
+
+async def test_a_request_without_a_body_is_left_to_the_schema(
+    client_for: ClientFactory,
+) -> None:
+    client = await client_for()
+    response = await client.post("/v1/chatqna", headers={"content-type": "text/plain"})
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_request"
+    # An endpoint without a JSON body takes any type, as OPEA's dataprep clients send it.
+    listed = await client.post("/v1/dataprep/get", content=b"{}", headers={"content-type": ""})
+    assert listed.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("content_type", "json_type"),
+    [
+        ("application/json", True),
+        (" APPLICATION/JSON ; charset=utf-8", True),
+        ("application/problem+json", True),
+        ("text/json", False),
+        ("application/jsonl", False),
+        ("", False),
+    ],
+)
+def test_json_media_types(content_type: str, json_type: bool) -> None:
+    assert is_json_media_type(content_type) is json_type

@@ -1,14 +1,18 @@
-"""Request models: how messages are read from the wire, and how unsupported ones are refused."""
+"""Request models: how messages are read from the wire, and how unsupported ones are refused;
+the OpenAPI document they make."""
 
 from __future__ import annotations
 
 import pytest
+from openapi_spec_validator import OpenAPIV31SpecValidator
 
 from chatqna.api.schemas import ChatQnARequest
+from chatqna.app import create_app
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.multiturn.history import Message
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends
+from tests.unit.conftest import TRACER_PROVIDER
 
 pytestmark = pytest.mark.anyio
 
@@ -96,3 +100,41 @@ async def test_the_developer_role_is_a_system_message(
     assert response.status_code == 200
     system = llm.prompts[-1][0]
     assert system["role"] == "system" and system["content"].startswith("Answer in French.")
+
+
+async def test_the_served_openapi_document_is_valid_for_the_version_it_declares(
+    client_for: ClientFactory,
+) -> None:
+    client = await client_for()
+    document = (await client.get("/openapi.json")).json()
+    assert document["openapi"].startswith("3.1.")
+    OpenAPIV31SpecValidator(document).validate()
+    stream = document["paths"]["/v1/chatqna"]["post"]["responses"]["200"]["content"]
+    # One event's schema, where a 3.1 reader looks for it (`itemSchema` is OpenAPI 3.2's).
+    assert stream["text/event-stream"]["schema"]["required"] == ["data"]
+
+
+def test_the_retriever_services_openapi_document_is_valid() -> None:
+    app = create_app(Settings(), tracer_provider=TRACER_PROVIDER, role="retriever")
+    OpenAPIV31SpecValidator(app.openapi()).validate()
+
+
+@pytest.mark.parametrize(
+    ("path", "streamed"), [("/v1/chatqna", True), ("/v1/chat/completions", False)]
+)
+async def test_a_null_stream_is_the_endpoints_default(
+    client_for: ClientFactory, path: str, streamed: bool
+) -> None:
+    client = await client_for()
+    response = await client.post(path, json={"messages": "How do I export?", "stream": None})
+    assert response.status_code == 200, response.text
+    media_type = "text/event-stream" if streamed else "application/json"
+    assert response.headers["content-type"].startswith(media_type)
+    # Still strict: a string is no switch.
+    refused = await client.post(path, json={"messages": "How do I export?", "stream": "false"})
+    assert refused.status_code == 422
+    document = (await client.get("/openapi.json")).json()
+    schema = document["components"]["schemas"]
+    model = "ChatQnARequest" if streamed else "OpenAIChatRequest"
+    assert schema[model]["properties"]["stream"]["type"] == ["boolean", "null"]
+    assert schema[model]["properties"]["stream"]["default"] is streamed

@@ -45,16 +45,43 @@ async def test_a_call_is_one_client_span_with_the_context_sent_along(
     await upstream.post("/v1/embeddings?x=1", {"input": ["q"]})
     await upstream.aclose()
     (span,) = spans.get_finished_spans()
-    assert span.name == "POST" and span.kind == SpanKind.CLIENT
+    assert span.name == "POST /v1/embeddings" and span.kind == SpanKind.CLIENT
     assert dict(span.attributes or {}) == {
         "http.request.method": "POST",
         "url.full": "http://tei.test:8080/v1/embeddings",
+        "url.template": "/v1/embeddings",
         "server.address": "tei.test",
         "server.port": 8080,
         "http.response.status_code": 200,
     }
     trace_id = format(span.context.trace_id, "032x")
     assert trace_id in seen[0].headers["traceparent"]
+
+
+@pytest.mark.parametrize(
+    ("base_url", "method", "path", "name"),
+    [
+        ("http://tei.test", "POST", "/rerank", "POST /rerank"),
+        ("http://llm.test/", "GET", "/v1/models", "GET /v1/models"),
+        ("http://gateway.test/tei/", "POST", "/v1/embeddings", "POST /tei/v1/embeddings"),
+    ],
+)
+async def test_a_span_is_named_by_method_and_the_path_template(
+    spans: InMemorySpanExporter, base_url: str, method: str, path: str, name: str
+) -> None:
+    upstream = upstream_on(base_url, httpx2.MockTransport(lambda _: httpx2.Response(200)))
+    await upstream.request(method, path, {} if method == "POST" else None)
+    await upstream.aclose()
+    (span,) = spans.get_finished_spans()
+    assert span.name == name
+    assert (span.attributes or {})["url.template"] == name.partition(" ")[2]
+
+
+async def test_the_callers_attributes_go_on_the_span(spans: InMemorySpanExporter) -> None:
+    upstream = client(200, [])
+    await upstream.post("/v1/embeddings", {"input": ["q", "h"]}, {"chatqna.embedding.inputs": 2})
+    (span,) = spans.get_finished_spans()
+    assert (span.attributes or {})["chatqna.embedding.inputs"] == 2
 
 
 async def test_an_error_status_marks_the_span(spans: InMemorySpanExporter) -> None:
@@ -209,6 +236,7 @@ async def test_under_the_httpx2_instrumentation_a_call_is_still_our_one_span(
             await upstream.get("/info")
         await upstream.aclose()
     (span,) = spans.get_finished_spans()
-    assert span.name == "POST" and span.instrumentation_scope.name == "chatqna.http"  # type: ignore[union-attr]
+    assert span.name == "POST /v1/embeddings"
+    assert span.instrumentation_scope.name == "chatqna.http"  # type: ignore[union-attr]
     sent = route.calls[1].request.headers["traceparent"]
     assert sent.split("-")[2] == format(span.context.span_id, "016x")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import generate_latest
 
-from chatqna.errors import CondenseFailed, UpstreamError
+from chatqna.errors import CondenseFailed, UpstreamError, UpstreamTimeout
 from chatqna.multiturn.blend import BlendResult
 from chatqna.multiturn.condense import CondenseOutcome
 from chatqna.multiturn.rerank_query import RerankQuery
@@ -89,3 +90,23 @@ def test_outcomes_failures_and_timings_become_metrics() -> None:
     assert 'chatqna_condense_total{reason="timeout",status="failed"} 1.0' in text
     assert 'chatqna_upstream_errors_total{backend="embedder",error="upstream_error"} 1.0' in text
     assert 'chatqna_stage_seconds_count{stage="total"} 1.0' in text
+
+
+@pytest.mark.parametrize("backend", ["condense_llm", "rewrite_llm", "llm"])
+def test_a_rewrite_failed_by_its_llm_counts_as_that_upstreams_error(backend: str) -> None:
+    metrics = ServiceMetrics()
+    observer = TurnTelemetry(metrics, record_content=False)
+    try:
+        try:
+            raise UpstreamTimeout("slow", backend=backend)
+        except UpstreamTimeout as exc:
+            raise CondenseFailed("timeout", "no reply") from exc
+    except CondenseFailed as failure:
+        observer.failed(failure)
+    observer.failed(CondenseFailed("empty_query", "blank"))  # the LLM answered: no error
+    text = metrics_text(metrics)
+    assert 'chatqna_condense_total{reason="timeout",status="failed"} 1.0' in text
+    assert 'chatqna_condense_total{reason="empty_query",status="failed"} 1.0' in text
+    line = f'chatqna_upstream_errors_total{{backend="{backend}",error="upstream_timeout"}} 1.0'
+    assert line in text
+    assert text.count("chatqna_upstream_errors_total{") == 1
