@@ -182,8 +182,10 @@ def test_serve_hands_its_options_to_the_worker_processes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     variables = ("CHATQNA_HOST", "MEGA_SERVICE_PORT", "CHATQNA_DATA_DIR", "CHATQNA_WORKERS")
+    # `serve` writes the variables its workers read: it writes them into a copy of the environment.
+    monkeypatch.setattr(os, "environ", os.environ.copy())
     for name in (*variables, "PROMETHEUS_MULTIPROC_DIR"):
-        monkeypatch.delenv(name, raising=False)  # restored after the test
+        monkeypatch.delenv(name, raising=False)
     seen: dict[str, Any] = {}
 
     def serve_workers(count: int, options: dict[str, Any]) -> bool:
