@@ -14,7 +14,7 @@ ranked with the product's code under the shipped retrieval (hybrid, RRF weights 
 50 passages per leg, no reranker, depth 10) on each dataset with reference history (the
 dataset's assistant turns) and with own history (each earlier assistant turn replaced by
 the first 800 characters of the passage the same configuration ranked first at that turn;
-`chatqna.evaluation.live`). The choice follows `chatqna.evaluation.experiments.selection`, the
+`chatqna.evaluation.live`). The choice follows `experiments/selection.py` beside it, the
 protocol written before this run: one score (the mean over the four cells of the
 follow-up R@5 gain over stateless), ties by paired 95% intervals over conversations going
 to the simpler setting, then the leave-one-domain-out check. Prints the tables; writes
@@ -34,14 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from provenance import start_run, write_result
-
-from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
-from chatqna.backends.protocols import SearchQuery
-from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
-from chatqna.evaluation.dataset import Dataset, load_dataset
-from chatqna.evaluation.experiments.candidates import ANSWER_TERMS, corpus_idf
-from chatqna.evaluation.experiments.selection import (
+from experiments.selection import (
     DEV_DATASETS,
     HISTORY_KINDS,
     Cell,
@@ -49,6 +42,13 @@ from chatqna.evaluation.experiments.selection import (
     leave_one_domain_out,
     simplicity,
 )
+from provenance import start_run, write_result
+
+from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
+from chatqna.backends.protocols import SearchQuery
+from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
+from chatqna.evaluation.dataset import Dataset, load_dataset
+from chatqna.evaluation.experiments.candidates import ANSWER_TERMS, corpus_idf
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
 from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from chatqna.evaluation.experiments.selection import (
+from benchmarks.experiments.selection import (
     Cell,
     choose,
     leave_one_domain_out,
