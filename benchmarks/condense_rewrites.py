@@ -6,7 +6,7 @@ For each follow-up of the dataset (the handbook lab by default) the configured L
 embedded SmolLM2 unless LLM_ENDPOINT / CONDENSE_LLM_ENDPOINT say otherwise) rewrites the
 message with `condense_follow_up`, the code the service runs. The script prints the
 conversation, the rewrite (or the failure reason) and the verdict of the automatic rule in
-`chatqna.evaluation.experiments.standalone`, then the share judged standalone, and writes
+`experiments/standalone.py` beside it, then the share judged standalone, and writes
 `results/condense_rewrites.json`.
 """
 
@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from experiments.standalone import judge_standalone
 from provenance import start_run, write_result
 
 from chatqna.composition import build_condense_llm, build_llm
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.experiments.standalone import judge_standalone
 from chatqna.multiturn.condense import condense_follow_up
 from chatqna.multiturn.history import Conversation
 from chatqna.settings import Settings

@@ -14,7 +14,7 @@ ranked with the product's code under the shipped retrieval (hybrid, RRF weights 
 50 passages per leg, no reranker, depth 10) on each dataset with reference history (the
 dataset's assistant turns) and with own history (each earlier assistant turn replaced by
 the first 800 characters of the passage the same configuration ranked first at that turn;
-`chatqna.evaluation.live`). The choice follows `chatqna.evaluation.experiments.selection`, the
+`chatqna.evaluation.live`). The choice follows `experiments/selection.py` beside it, the
 protocol written before this run: one score (the mean over the four cells of the
 follow-up R@5 gain over stateless), ties by paired 95% intervals over conversations going
 to the simpler setting, then the leave-one-domain-out check. Prints the tables; writes
@@ -34,14 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from provenance import start_run, write_result
-
-from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
-from chatqna.backends.protocols import SearchQuery
-from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
-from chatqna.evaluation.dataset import Dataset, load_dataset
-from chatqna.evaluation.experiments.candidates import ANSWER_TERMS, corpus_idf
-from chatqna.evaluation.experiments.selection import (
+from experiments.selection import (
     DEV_DATASETS,
     HISTORY_KINDS,
     Cell,
@@ -49,12 +42,19 @@ from chatqna.evaluation.experiments.selection import (
     leave_one_domain_out,
     simplicity,
 )
+from provenance import start_run, write_result
+
+from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
+from chatqna.backends.protocols import SearchQuery
+from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
+from chatqna.evaluation.dataset import Dataset, load_dataset
+from chatqna.evaluation.experiments.candidates import ANSWER_TERMS, corpus_idf
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
 from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult
 from chatqna.evaluation.progress import stderr_progress
 from chatqna.evaluation.runner import OwnHistory, build_index, plan_all, rank_with_history
-from chatqna.evaluation.strategies import QueryStrategy
+from chatqna.evaluation.strategies import SEED, QueryStrategy
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 
@@ -62,7 +62,28 @@ HERE = Path(__file__).resolve().parent
 DEPTH = 10
 STATELESS = QueryStrategy("stateless")
 GOLD = QueryStrategy("condense_gold")
-SHIPPED_BEFORE = QueryStrategy("blend", 0.7, 2, "newest_first", "user", 0.3)
+
+
+def blend(roles: str, history_turns: int, bm25: float = 0.0, **values: Any) -> QueryStrategy:
+    """A blend of the `roles`' last `history_turns` messages, newest first, at alpha 0.7
+    unless `values` say otherwise (with the history-aware BM25 leg at `bm25`)."""
+    config = replace(
+        SEED,
+        history_turns=history_turns,
+        history_order="newest_first",
+        history_roles=roles,
+        bm25_history_weight=bm25,
+        **values,
+    )
+    return QueryStrategy("blend", config)
+
+
+def varied(strategy: QueryStrategy, **values: Any) -> QueryStrategy:
+    """`strategy` with other multi-turn `values`."""
+    return replace(strategy, config=replace(strategy.config, **values))
+
+
+SHIPPED_BEFORE = blend("user", 2, 0.3)
 
 
 def fixed_grid() -> list[QueryStrategy]:
@@ -74,18 +95,18 @@ def fixed_grid() -> list[QueryStrategy]:
     shapes += [("user_assistant", n, 0.5) for n in (2, 4)]
     shapes += [("separate", n, w) for n in (2, 4) for w in (0.25, 0.5)]
     return [
-        QueryStrategy("blend", alpha, n, "newest_first", roles, bm25, assistant_weight=share)
+        blend(roles, n, bm25, alpha=alpha, assistant_weight=share)
         for roles, n, share in shapes
         for alpha in (0.7, 0.8)
         for bm25 in (0.0, 0.3)
     ]
 
 
-PLAIN = QueryStrategy("blend", 0.7, 2, "newest_first", "user_assistant")
-SHIPPED = replace(PLAIN, bm25_history_weight=0.3)
+PLAIN = blend("user_assistant", 2)
+SHIPPED = varied(PLAIN, bm25_history_weight=0.3)
 # What the service ships since the gated run: the same with the self-contained check at 0.4
 # (`MULTI_TURN_SELF_CONTAINED_SIMILARITY`); reported in the leave-one-domain-out table.
-SERVED = replace(SHIPPED, self_contained=0.4)
+SERVED = varied(SHIPPED, self_contained_similarity=0.4)
 
 
 def adaptive_grid() -> list[QueryStrategy]:
@@ -114,7 +135,7 @@ def hedged_grid() -> list[QueryStrategy]:
     or 1 times the dense leg's RRF weight; and the user's 2 questions in the blend (BM25
     history 0.3) with the previous assistant message searched as a dense leg of its own at
     0.25 or 0.5 times the dense leg's weight, instead of being blended."""
-    questions = replace(SHIPPED, roles="user")
+    questions = varied(SHIPPED, history_roles="user")
     return [
         SHIPPED,
         replace(SHIPPED, query_leg_weight=0.5),
@@ -131,8 +152,8 @@ def gated_grid() -> list[QueryStrategy]:
     question reaches the threshold is searched on its own (stateless). 0.4 and 0.5 were
     first tried on these datasets, after a look at the blend's gain by that cosine's
     quartiles; 0.3 and 0.6 bracket them."""
-    before = replace(SHIPPED, self_contained=0.0)
-    return [before, *(replace(before, self_contained=t) for t in (0.3, 0.4, 0.5, 0.6))]
+    before = varied(SHIPPED, self_contained_similarity=0.0)
+    return [before, *(varied(before, self_contained_similarity=t) for t in (0.3, 0.4, 0.5, 0.6))]
 
 
 GRIDS = {

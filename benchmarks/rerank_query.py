@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.rerank_forms import TEXT_FORMS, rerank_text
 from provenance import start_run, write_result
 
 HERE = Path(__file__).resolve().parent
@@ -48,7 +49,6 @@ from chatqna.composition import build_embedder  # noqa: E402
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache  # noqa: E402
 from chatqna.evaluation.compare import STATELESS, default_strategy  # noqa: E402
 from chatqna.evaluation.dataset import EvalTurn, load_dataset  # noqa: E402
-from chatqna.evaluation.experiments.candidates import TEXT_FORMS, rerank_text  # noqa: E402
 from chatqna.evaluation.metrics import paired_bootstrap, turn_metrics  # noqa: E402
 from chatqna.evaluation.modes import plan_turn  # noqa: E402
 from chatqna.evaluation.runner import build_index  # noqa: E402

@@ -36,6 +36,7 @@ from chatqna.evaluation.provenance import (
 from chatqna.evaluation.report import markdown, write_outputs
 from chatqna.evaluation.runner import run_benchmark
 from chatqna.evaluation.strategies import QueryStrategy, default_strategies
+from chatqna.multiturn.strategy import MultiTurnConfig
 from chatqna.pipeline.turn import TurnOptions
 from chatqna.settings import Settings, dirty_results_allowed
 
@@ -274,6 +275,7 @@ def grid_strategies(settings: Settings, grid: BenchGrid) -> list[QueryStrategy]:
     service would (`MULTI_TURN_RERANK_QUERY`), beside stateless, append, the gold rewrite
     and, with an LLM, condense as the service serves it."""
     return default_strategies(
+        MultiTurnConfig.from_settings(settings),
         alphas=grid.alphas,
         history_turns=grid.history_turns,
         condense=condense_strategy(settings) if grid.with_llm else None,
@@ -282,7 +284,6 @@ def grid_strategies(settings: Settings, grid: BenchGrid) -> list[QueryStrategy]:
         roles=grid.roles,
         assistant_weights=grid.assistant_weights,
         self_contained=grid.self_contained,
-        rerank_query=settings.multi_turn_rerank_query,
     )
 
 

@@ -29,12 +29,12 @@ from typing import Any
 from chatqna.evaluation.dataset import EvalTurn
 from chatqna.evaluation.metrics import paired_bootstrap, summarise
 from chatqna.evaluation.modes import Mode, ModeResult, turn_groups
-from chatqna.evaluation.strategies import QueryStrategy
+from chatqna.evaluation.strategies import SEED, QueryStrategy
 from chatqna.multiturn.strategy import MultiTurnConfig
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
 
-SEED_BLEND = QueryStrategy("blend", 0.7, 6, "chronological", "user_assistant", 0.0)
+SEED_BLEND = QueryStrategy("blend", SEED)
 STATELESS = QueryStrategy("stateless")
 REPORTED = ("R@5", "nDCG@5", "R@10")
 
@@ -57,17 +57,13 @@ def default_strategy(settings: Settings) -> QueryStrategy:
     these settings configure whether or not they switch it on (with the blend off, the
     service serves the `stateless` row). History translation does not run: the harness
     plans without the LLM, as the service does for history it detects as English."""
-    served = MultiTurnConfig.from_settings(settings)
-    blend = replace(served, mode="blend", blend_enabled=True)
-    return QueryStrategy.from_config(blend).own_values()
+    return QueryStrategy("blend", MultiTurnConfig.from_settings(settings))
 
 
 def condense_strategy(settings: Settings) -> QueryStrategy:
     """Condense as `MULTI_TURN_MODE=condense` serves it with these settings: the history
     window, the rewrite's timeout and its length cap."""
-    served = MultiTurnConfig.from_settings(settings)
-    condense = replace(served, mode="condense", blend_enabled=False)
-    return QueryStrategy.from_config(condense).own_values()
+    return QueryStrategy("condense_llm", MultiTurnConfig.from_settings(settings))
 
 
 def shipped_references(settings: Settings, depth: int) -> list[Reference]:

@@ -53,7 +53,7 @@ from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.multiturn.blend import earlier_questions
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.rerank_query import KIND_MESSAGE, RerankQuery
-from chatqna.multiturn.strategy import HistoryLeg, QueryPlan, build_strategy
+from chatqna.multiturn.strategy import HistoryLeg, MultiTurnConfig, QueryPlan, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.retrieval.query import tokenize
 
@@ -101,7 +101,9 @@ def reads_answers(strategy: QueryStrategy) -> bool:
     those rank differently with own history)."""
     if strategy.strategy == "blend":
         return (
-            strategy.roles != "user" or strategy.answer_terms > 0 or strategy.answer_leg_weight > 0
+            strategy.config.history_roles != "user"
+            or strategy.answer_terms > 0
+            or strategy.answer_leg_weight > 0
         )
     return strategy.strategy == "condense_llm"
 
@@ -137,22 +139,24 @@ class CorpusSignals:
     top_score: Callable[[str, np.ndarray], float] | None = None
 
 
-async def turn_strategy(
+async def turn_config(
     strategy: QueryStrategy, turn: EvalTurn, embedder: Embedder, signals: CorpusSignals | None
-) -> QueryStrategy:
-    """The strategy with this follow-up's alpha (`content_word_alpha` for "content_words",
-    `top_score_alpha` for "top_score"); a first turn never blends and keeps its alpha."""
+) -> MultiTurnConfig:
+    """The strategy's configuration with this follow-up's alpha (`content_word_alpha` for
+    "content_words", `top_score_alpha` for "top_score"); a first turn never blends and keeps
+    its alpha."""
+    config = strategy.config
     if strategy.alpha_rule == "fixed" or not turn.history:
-        return strategy
+        return config
     if strategy.alpha_rule == "content_words":
-        return replace(strategy, alpha=content_word_alpha(len(set(tokenize(turn.query)))))
+        return replace(config, alpha=content_word_alpha(len(set(tokenize(turn.query)))))
     if strategy.alpha_rule != "top_score":
         raise ValueError(f"unknown alpha rule {strategy.alpha_rule!r}")
     if signals is None or signals.top_score is None:
         raise ValueError("alpha_rule top_score needs the corpus's dense top-1 score")
     vector = (await embedder.embed([turn.query]))[0]
     top = signals.top_score(turn.query, vector)
-    return replace(strategy, alpha=top_score_alpha(top, strategy.alpha))
+    return replace(config, alpha=top_score_alpha(top, config.alpha))
 
 
 def answer_leg(
@@ -193,8 +197,8 @@ async def service_plan(
     """The service's own planning, exactly as served under these settings, with the BM25
     history leg of `answer_leg` and the hedging dense legs of `hedge_legs`."""
     conversation = Conversation(turn.query, turn.history)
-    adapted = await turn_strategy(strategy, turn, embedder, signals)
-    planned = await build_strategy(adapted.config(), embedder=embedder).plan(conversation)
+    config = await turn_config(strategy, turn, embedder, signals)
+    planned = await build_strategy(config, embedder=embedder).plan(conversation)
     planned = answer_leg(strategy, conversation, planned, signals)
     weights = (strategy.query_leg_weight, strategy.answer_leg_weight)
     legs = await hedge_legs(weights, conversation, planned, embedder)
@@ -241,7 +245,7 @@ async def plan_turn(
     if strategy.strategy == "condense_llm":
         if llm is None:
             raise ValueError("condense_llm needs an LLM")
-        condense = build_strategy(strategy.config(), embedder=embedder, condense_llm=llm)
+        condense = build_strategy(strategy.config, embedder=embedder, condense_llm=llm)
         try:
             planned = await condense.plan(conversation)
         except CondenseFailed as exc:

@@ -320,22 +320,22 @@ def describe_mode(
     samples: int,
 ) -> dict[str, Any]:
     strategy = result.mode.query
+    config = strategy.config
+    blend = strategy.strategy == "blend"
     baseline = latency.get("stateless", 0.0)
     return {
         "label": result.mode.label,
         "strategy": strategy.strategy,
-        "alpha": strategy.alpha if strategy.strategy == "blend" else None,
-        "history_turns": strategy.history_turns
+        "alpha": config.alpha if blend else None,
+        "history_turns": config.history_turns
         if strategy.strategy in ("blend", "condense_llm")
         else None,
         "hybrid": result.mode.hybrid,
         "bm25_weight": result.mode.bm25_weight,
         "candidates": result.mode.candidates if result.mode.hybrid else None,
-        "order": strategy.order if strategy.strategy == "blend" else None,
-        "roles": strategy.roles if strategy.strategy == "blend" else None,
-        "bm25_history_weight": strategy.bm25_history_weight
-        if strategy.strategy == "blend"
-        else None,
+        "order": config.history_order if blend else None,
+        "roles": config.history_roles if blend else None,
+        "bm25_history_weight": config.bm25_history_weight if blend else None,
         "rerank": result.mode.rerank,
         "splits": result.split(turns, samples),
         "cost": {

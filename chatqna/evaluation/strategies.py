@@ -1,50 +1,70 @@
 """Query strategies: how a benchmark row forms each turn's query, and the grid of them.
 
-A `QueryStrategy` names a strategy (`chatqna.evaluation.modes` plans it) and the values it
-plans with. It maps to the service's multi-turn configuration both ways:
-`QueryStrategy.from_config(config)` is the strategy the service plans a turn with under
-`config`, and `config()` gives that configuration back. The rows that measure the served
-configuration (`chatqna.evaluation.compare`) are thus read from `Settings` by
-`MultiTurnConfig.from_settings`, as the service's own strategy is. `default_strategies` is
-the grid a `chatqna bench` run measures.
+A `QueryStrategy` names a strategy (`chatqna.evaluation.modes` plans it) and holds the
+service's own multi-turn configuration it plans with (`MultiTurnConfig`), beside the few
+knobs only the benchmark has: the candidates measured around the shipped blend
+(`chatqna.evaluation.experiments`). The strategy's name sets the configuration's `mode` and
+`blend_enabled`, so `config` is exactly what the service builds its strategy from. The rows
+that measure the served configuration (`chatqna.evaluation.compare`) hold
+`MultiTurnConfig.from_settings`, as the service does. `default_strategies` is the grid a
+`chatqna bench` run measures, every blend of it a variation of the served configuration.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chatqna.multiturn.strategy import MultiTurnConfig
+
+# What a strategy plans with when it is given no configuration: the blend of the design
+# documents (alpha 0.7 over six messages of both sides, oldest first, plain BM25, no
+# self-contained check). The rows built on it name every value they change.
+SEED = MultiTurnConfig(
+    history_turns=6,
+    history_order="chronological",
+    bm25_history_weight=0.0,
+    self_contained_similarity=0.0,
+)
 
 
 @dataclass(frozen=True)
 class QueryStrategy:
-    """How a turn's query is formed (independent of the retrieval switches)."""
+    """How a turn's query is formed (independent of the retrieval switches).
+
+    `strategy` is `stateless`, `blend` or `condense_llm` (planned by the service's own
+    strategy under `config`), `append` or `condense_gold` (the benchmark's own texts). The
+    other fields are the measured candidates, which no setting reaches: `alpha_rule` (an
+    alpha set per follow-up), `answer_terms` (the previous answer's rarest terms in the BM25
+    history leg) and the hedging dense legs' shares (`query_leg_weight`, `answer_leg_weight`).
+    """
 
     strategy: str
-    alpha: float = 0.7
-    history_turns: int = 6
-    order: str = "chronological"
-    roles: str = "user_assistant"
-    bm25_history_weight: float = 0.0
-    rerank_query: str = "conversation"
-    assistant_weight: float = 0.5
+    config: MultiTurnConfig = SEED
     alpha_rule: str = "fixed"
     answer_terms: int = 0
     query_leg_weight: float = 0.0
     answer_leg_weight: float = 0.0
-    self_contained: float = 0.0
-    condense_timeout: float = 10.0
-    condense_max_chars: int = 500
+
+    def __post_init__(self) -> None:
+        # The service picks its strategy by these two values: the name decides them, so that
+        # two strategies that plan alike are equal (and a run plans them once).
+        planned = replace(
+            self.config,
+            mode="condense" if self.strategy == "condense_llm" else "blend",
+            blend_enabled=self.strategy == "blend",
+        )
+        object.__setattr__(self, "config", planned)
 
     @property
     def label(self) -> str:
+        config = self.config
         if self.strategy == "blend":
-            extra = " newest-first" if self.order == "newest_first" else ""
-            extra += " user-only" if self.roles == "user" else ""
-            if self.roles == "separate":
-                extra += f" separate-roles assistant={self.assistant_weight:g}"
-            if self.bm25_history_weight:
-                extra += f" bm25-history={self.bm25_history_weight:g}"
+            extra = " newest-first" if config.history_order == "newest_first" else ""
+            extra += " user-only" if config.history_roles == "user" else ""
+            if config.history_roles == "separate":
+                extra += f" separate-roles assistant={config.assistant_weight:g}"
+            if config.bm25_history_weight:
+                extra += f" bm25-history={config.bm25_history_weight:g}"
             if self.alpha_rule != "fixed":
                 extra += f" alpha-rule={self.alpha_rule}"
             if self.answer_terms:
@@ -53,89 +73,20 @@ class QueryStrategy:
                 extra += f" query-leg={self.query_leg_weight:g}"
             if self.answer_leg_weight:
                 extra += f" answer-leg={self.answer_leg_weight:g}"
-            if self.self_contained:
-                extra += f" self-contained={self.self_contained:g}"
-            if self.rerank_query != "conversation":
-                extra += f" rerank-query={self.rerank_query}"
-            return f"blend a={self.alpha:.2f} n={self.history_turns}{extra}"
+            if config.self_contained_similarity:
+                extra += f" self-contained={config.self_contained_similarity:g}"
+            if config.rerank_query != "conversation":
+                extra += f" rerank-query={config.rerank_query}"
+            return f"blend a={config.alpha:.2f} n={config.history_turns}{extra}"
         if self.strategy == "condense_llm":
-            return f"condense (LLM, n={self.history_turns})"
+            return f"condense (LLM, n={config.history_turns})"
         if self.strategy == "condense_gold":
             return "condense (gold rewrite)"
         return self.strategy
 
-    @classmethod
-    def from_config(cls, config: MultiTurnConfig) -> QueryStrategy:
-        """The strategy the service plans a turn with under `config` (`config()` gives it
-        back): `condense_llm` in condense mode, else `blend` with the blend switched on,
-        `stateless` with it off. In condense mode the blend switch is not read (condense
-        wins), and comes back off."""
-        if config.mode == "condense":
-            strategy = "condense_llm"
-        else:
-            strategy = "blend" if config.blend_enabled else "stateless"
-        return cls(
-            strategy,
-            alpha=config.alpha,
-            history_turns=config.history_turns,
-            order=config.history_order,
-            roles=config.history_roles,
-            bm25_history_weight=config.bm25_history_weight,
-            rerank_query=config.rerank_query,
-            assistant_weight=config.assistant_weight,
-            self_contained=config.self_contained_similarity,
-            condense_timeout=config.condense_timeout_seconds,
-            condense_max_chars=config.condense_max_query_chars,
-        )
-
-    def own_values(self) -> QueryStrategy:
-        """This strategy with only the values its planning reads (`PLANNED_WITH`), the
-        others at their defaults: two strategies that plan alike are then equal, and the
-        harness plans them once."""
-        read = PLANNED_WITH.get(self.strategy, ())
-        return QueryStrategy(self.strategy, **{name: getattr(self, name) for name in read})
-
-    def config(self) -> MultiTurnConfig:
-        """The multi-turn configuration under which the service plans a turn as this
-        strategy does (condense for `condense_llm`, else the blend, switched on only for
-        `blend`)."""
-        return MultiTurnConfig(
-            mode="condense" if self.strategy == "condense_llm" else "blend",
-            blend_enabled=self.strategy == "blend",
-            alpha=self.alpha,
-            history_turns=self.history_turns,
-            history_order=self.order,
-            history_roles=self.roles,
-            assistant_weight=self.assistant_weight,
-            bm25_history_weight=self.bm25_history_weight,
-            self_contained_similarity=self.self_contained,
-            rerank_query=self.rerank_query,
-            condense_timeout_seconds=self.condense_timeout,
-            condense_max_query_chars=self.condense_max_chars,
-        )
-
-
-# The values each strategy's planning reads, beyond its name.
-PLANNED_WITH: dict[str, tuple[str, ...]] = {
-    "blend": (
-        "alpha",
-        "history_turns",
-        "order",
-        "roles",
-        "bm25_history_weight",
-        "rerank_query",
-        "assistant_weight",
-        "alpha_rule",
-        "answer_terms",
-        "query_leg_weight",
-        "answer_leg_weight",
-        "self_contained",
-    ),
-    "condense_llm": ("history_turns", "condense_timeout", "condense_max_chars"),
-}
-
 
 def default_strategies(
+    served: MultiTurnConfig,
     *,
     alphas: tuple[float, ...],
     history_turns: tuple[int, ...],
@@ -145,13 +96,25 @@ def default_strategies(
     roles: tuple[str, ...] = ("user_assistant",),
     assistant_weights: tuple[float, ...] = (0.5,),
     self_contained: tuple[float, ...] = (0.0,),
-    rerank_query: str = "conversation",
 ) -> list[QueryStrategy]:
-    """Stateless, append, every blend of the grid (each reranking against `rerank_query`),
-    `condense` (the condense row of a run with an LLM) and the gold rewrite."""
+    """Stateless, append, every blend of the grid (`served` with the grid's values, so each
+    reranks against its `rerank_query`), `condense` (the condense row of a run with an LLM)
+    and the gold rewrite."""
     strategies = [QueryStrategy("stateless"), QueryStrategy("append")]
     strategies += [
-        QueryStrategy("blend", a, n, order, role, w, rerank_query, share, self_contained=gate)
+        QueryStrategy(
+            "blend",
+            replace(
+                served,
+                alpha=a,
+                history_turns=n,
+                history_order=order,
+                history_roles=role,
+                assistant_weight=share,
+                bm25_history_weight=w,
+                self_contained_similarity=gate,
+            ),
+        )
         for gate in self_contained
         for w in bm25_history_weights
         for role in roles

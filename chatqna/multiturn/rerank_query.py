@@ -12,7 +12,7 @@ a query that carries the conversation (`MULTI_TURN_RERANK_QUERY=conversation`):
 
 `MULTI_TURN_RERANK_QUERY=message` keeps the seeds' behaviour: the isolated follow-up and its
 own vector. The text form was chosen by measurement among the forms of
-`chatqna.evaluation.experiments.candidates.TEXT_FORMS` (`benchmarks/rerank_query.py`); the
+`TEXT_FORMS` in `benchmarks/experiments/rerank_forms.py` (`benchmarks/rerank_query.py`); the
 Multi-turn docs give the figures.
 """
 

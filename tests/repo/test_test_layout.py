@@ -1,6 +1,6 @@
 """Tests mirror the package: each module of `chatqna/` has `tests/unit/<package>/test_<module>.py`,
 or else a row in the architecture page's "Modules tested elsewhere" table naming tests that
-exist."""
+exist; the studies in `benchmarks/experiments/` are mirrored under `tests/benchmarks/`."""
 
 from __future__ import annotations
 
@@ -70,3 +70,16 @@ def test_every_unit_test_file_mirrors_a_module() -> None:
         if not any(stem == name or stem.startswith(name + "_") for name in names):
             stray.append(relative.as_posix())
     assert stray == []
+
+
+# The studies beside the benchmark scripts are a package too, with tests that mirror it.
+STUDIES = REPO / "benchmarks" / "experiments"
+STUDY_TESTS = REPO / "tests" / "benchmarks" / "experiments"
+
+
+def test_the_benchmarks_studies_have_mirrored_tests() -> None:
+    """Each module of `benchmarks/experiments/` has `tests/benchmarks/experiments/
+    test_<module>.py`, and each test file there names a module of it."""
+    studies = {p.stem for p in STUDIES.glob("*.py") if p.name != "__init__.py"}
+    tests = {p.stem.removeprefix("test_") for p in STUDY_TESTS.glob("test_*.py")}
+    assert studies and studies == tests

@@ -1,8 +1,8 @@
 """Mechanisms measured as candidates against the shipped blend, not run by the service.
 
-The benchmark (`chatqna.evaluation.modes`, `benchmarks/follow_up_selection.py`,
-`benchmarks/rerank_query.py`) plans follow-ups with them to see whether they beat what
-ships; the Multi-turn docs give the figures. None of them is reachable from a setting.
+The benchmark (`chatqna.evaluation.modes`, `benchmarks/follow_up_selection.py`) plans
+follow-ups with them to see whether they beat what ships; the Multi-turn docs give the
+figures. None of them is reachable from a setting.
 
 - An adaptive alpha: `content_word_alpha` (from how much the follow-up says on its own) and
   `top_score_alpha` (from how sure its own best dense hit is), each in place of the fixed
@@ -14,9 +14,6 @@ ships; the Multi-turn docs give the figures. None of them is reachable from a se
   `limit` terms of highest inverse document frequency (terms the corpus does not hold
   carry no evidence and are left out). The BM25 leg then scores them as it scores the
   earlier questions' words, weighted by their IDF (`corpus_idf`).
-- The reranker's text forms (`TEXT_FORMS`, `rerank_text`): the shipped one
-  (`chatqna.multiturn.rerank_query.conversation_text`) and the alternatives it was chosen
-  among.
 """
 
 from __future__ import annotations
@@ -26,13 +23,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from chatqna.multiturn.history import Conversation
-from chatqna.multiturn.rerank_query import conversation_text
 from chatqna.retrieval.query import tokenize
 
 ALPHA_HALF_WORDS = 1.5
 TYPICAL_TOP_SCORE = 0.57
 ANSWER_TERMS = 5
-TEXT_FORMS = ("query", "query_newest", "newest_query", "all_query")
 
 Tokenizer = Callable[[str], list[str]]
 Idf = Callable[[str], float | None]
@@ -111,25 +106,3 @@ def corpus_idf(texts: Sequence[str]) -> Idf:
         return None if not df else math.log(1.0 + (total - df + 0.5) / (df + 0.5))
 
     return idf
-
-
-# --- the reranker's text forms ---------------------------------------------------------
-def rerank_text(query: str, questions: Sequence[str], form: str) -> str:
-    """The follow-up joined with earlier user questions (`questions`, oldest first) in one
-    of `TEXT_FORMS`.
-
-    `query_newest` (the shipped form, `conversation_text`) is the follow-up, a newline, then
-    the newest earlier question; `newest_query` puts that question first; `all_query` is
-    every earlier question, oldest first, then the follow-up; `query` is the follow-up
-    alone. Blank questions are skipped; without any, every form is the follow-up alone.
-    """
-    if form not in TEXT_FORMS:
-        raise ValueError(f"unknown rerank text form {form!r}")
-    asked = [q.strip() for q in questions if q.strip()]
-    if form == "query" or not asked:
-        return query
-    if form == "query_newest":
-        return conversation_text(query, asked)
-    if form == "newest_query":
-        return f"{asked[-1]}\n{query}"
-    return "\n".join([*asked, query])

@@ -1,10 +1,11 @@
 """A throwaway git checkout, for the provenance of a benchmark run; the benchmark run on the
-tiny dataset."""
+tiny dataset; blends of the seed's values."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,15 @@ import pytest
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.runner import run_benchmark
-from chatqna.evaluation.strategies import QueryStrategy
+from chatqna.evaluation.strategies import SEED, QueryStrategy
 from tests.unit.evaluation.test_dataset import write_dataset
 
 TinyRun = Callable[..., Awaitable[dict[str, Any]]]
+
+
+def blend(**values: Any) -> QueryStrategy:
+    """The seed blend with these multi-turn `values` (`MultiTurnConfig` fields)."""
+    return QueryStrategy("blend", replace(SEED, **values))
 
 
 def git(repo: Path, *args: str) -> str:

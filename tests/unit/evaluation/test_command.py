@@ -254,10 +254,11 @@ def test_a_bare_run_measures_the_blend_the_service_would_run(
 ) -> None:
     grid, settings = _bare_run(tmp_path, monkeypatch, environ)
     served = default_strategy(settings)
-    assert grid.alphas == (served.alpha,) and grid.history_turns == (served.history_turns,)
-    assert grid.orders == (served.order,) and grid.roles == (served.roles,)
-    assert grid.bm25_history_weights == (served.bm25_history_weight,)
-    assert grid.self_contained == (served.self_contained,)
+    config = served.config
+    assert grid.alphas == (config.alpha,) and grid.history_turns == (config.history_turns,)
+    assert grid.orders == (config.history_order,) and grid.roles == (config.history_roles,)
+    assert grid.bm25_history_weights == (config.bm25_history_weight,)
+    assert grid.self_contained == (config.self_contained_similarity,)
     assert grid.bm25_weights == (settings.rrf_bm25_weight,)
     blends = [s for s in grid_strategies(settings, grid) if s.strategy == "blend"]
     assert blends == [served]

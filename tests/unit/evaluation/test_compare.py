@@ -25,7 +25,7 @@ from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
-from tests.unit.evaluation.conftest import TinyRun
+from tests.unit.evaluation.conftest import TinyRun, blend
 from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio
@@ -46,8 +46,12 @@ def test_references_follow_the_settings_and_the_seed() -> None:
     assert len(references) == 10
     default = references["default blend"]
     assert default.under_test and not default.mode.rerank
-    assert default.mode.query == QueryStrategy(
-        "blend", 0.75, 4, "newest_first", "user_assistant", 0.3, self_contained=0.5
+    assert default.mode.query == blend(
+        alpha=0.75,
+        history_turns=4,
+        history_order="newest_first",
+        bm25_history_weight=0.3,
+        self_contained_similarity=0.5,
     )
     assert default.mode.fusion_weights == (1.0, 0.2)
     assert default.mode.candidates == FUSION_CANDIDATES
@@ -59,12 +63,12 @@ def test_references_follow_the_settings_and_the_seed() -> None:
     assert seed.candidates == 10  # the seed fused each leg's best k
     assert references["gold rewrite, rerank"].mode.rerank
     message = SETTINGS.model_copy(update={"multi_turn_rerank_query": "message"})
-    assert default_strategy(message).rerank_query == "message"
+    assert default_strategy(message).config.rerank_query == "message"
 
 
 def test_the_default_blend_plans_with_the_config_the_service_builds() -> None:
     served = SETTINGS.model_copy(update={"multi_turn_blend_enabled": True})
-    assert default_strategy(SETTINGS).config() == MultiTurnConfig.from_settings(served)
+    assert default_strategy(SETTINGS).config == MultiTurnConfig.from_settings(served)
 
 
 def test_the_default_blend_is_the_grids_blend_of_the_same_values() -> None:
@@ -73,6 +77,7 @@ def test_the_default_blend_is_the_grids_blend_of_the_same_values() -> None:
         update={"condense_timeout_seconds": 30.0, "condense_max_query_chars": 90}
     )
     grid = default_strategies(
+        MultiTurnConfig.from_settings(condensing),
         alphas=(0.75,),
         history_turns=(4,),
         orders=("newest_first",),
@@ -80,7 +85,7 @@ def test_the_default_blend_is_the_grids_blend_of_the_same_values() -> None:
         self_contained=(0.5,),
     )
     assert default_strategy(condensing) in grid
-    assert condense_strategy(condensing).condense_timeout == 30.0
+    assert condense_strategy(condensing).config.condense_timeout_seconds == 30.0
 
 
 class SlowLLM(ScriptedLLM):
@@ -104,15 +109,7 @@ async def test_the_condense_row_runs_the_services_condense_with_its_settings(
         condense_max_query_chars=80,
     )
     strategy = condense_strategy(settings)
-    assert strategy.config() == MultiTurnConfig(
-        mode="condense",
-        history_turns=1,
-        history_order="chronological",
-        bm25_history_weight=0.0,
-        self_contained_similarity=0.0,
-        condense_timeout_seconds=0.05,
-        condense_max_query_chars=80,
-    )
+    assert strategy.config == MultiTurnConfig.from_settings(settings)
     reply = '{"standalone_query": "How long is the exported workspace kept?"}'
     embedder, harness_llm, service_llm = HashingEmbedder(), ScriptedLLM(reply), ScriptedLLM(reply)
     plan = await plan_turn(turn, strategy, embedder, harness_llm)
@@ -133,7 +130,7 @@ async def test_the_condense_row_runs_the_services_condense_with_its_settings(
 async def test_the_blend_bm25_leg_hears_earlier_questions(tmp_path: Path) -> None:
     turn = load_dataset(write_dataset(tmp_path / "tiny")).turns[1]
     plan = await plan_turn(
-        turn, QueryStrategy("blend", 0.7, 4, bm25_history_weight=0.3), HashingEmbedder(), None
+        turn, blend(history_turns=4, bm25_history_weight=0.3), HashingEmbedder(), None
     )
     assert plan.service is not None and plan.service.history_leg is not None
     leg = plan.service.history_leg

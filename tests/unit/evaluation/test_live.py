@@ -32,12 +32,12 @@ from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.orchestrator import Pipeline
 from chatqna.pipeline.turn import TurnOptions
 from chatqna.settings import Settings
-from tests.unit.evaluation.conftest import TinyRun
+from tests.unit.evaluation.conftest import TinyRun, blend
 from tests.unit.evaluation.test_dataset import write_dataset
 
 pytestmark = pytest.mark.anyio
 
-BOTH_ROLES = QueryStrategy("blend", 0.7, 4, "newest_first", "user_assistant")
+BOTH_ROLES = blend(history_turns=4, history_order="newest_first")
 
 
 def test_dialogues_rebuild_each_conversation_up_to_its_last_scored_turn(tmp_path: Path) -> None:

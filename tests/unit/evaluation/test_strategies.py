@@ -1,72 +1,65 @@
-"""Query strategies: the service's multi-turn configuration both ways, and the values a
-strategy plans with."""
+"""Query strategies: the service's multi-turn configuration a strategy plans with, its name
+deciding the mode, and the grid of a run."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import example, given
-from hypothesis import strategies as st
-
-from chatqna.evaluation.strategies import QueryStrategy
+from chatqna.evaluation.strategies import SEED, QueryStrategy, default_strategies
 from chatqna.multiturn.strategy import MultiTurnConfig
 
-SHARES = st.floats(0.0, 1.0, allow_nan=False)
-CONFIGS = st.builds(
-    MultiTurnConfig,
-    mode=st.sampled_from(["blend", "condense"]),
-    blend_enabled=st.booleans(),
-    alpha=SHARES,
-    history_turns=st.integers(0, 12),
-    history_order=st.sampled_from(["chronological", "newest_first"]),
-    history_roles=st.sampled_from(["user_assistant", "user", "separate"]),
-    assistant_weight=SHARES,
-    bm25_history_weight=SHARES,
-    self_contained_similarity=SHARES,
-    rerank_query=st.sampled_from(["conversation", "message"]),
-    condense_timeout_seconds=st.floats(0.01, 60.0),
-    condense_max_query_chars=st.integers(20, 2000),
-).filter(lambda c: not (c.mode == "condense" and c.blend_enabled))
+
+def test_the_name_sets_the_mode_and_the_blend_switch_the_service_reads() -> None:
+    served = MultiTurnConfig(mode="condense", blend_enabled=True, alpha=0.4, history_turns=5)
+    condense = QueryStrategy("condense_llm", served).config
+    blend = QueryStrategy("blend", served).config
+    stateless = QueryStrategy("stateless", served).config
+    assert (condense.mode, condense.blend_enabled) == ("condense", False)
+    assert (blend.mode, blend.blend_enabled) == ("blend", True)
+    assert (stateless.mode, stateless.blend_enabled) == ("blend", False)
+    # Every other value is the one given.
+    assert replace(blend, mode="condense", blend_enabled=True) == served
+    assert QueryStrategy("append").config == SEED
 
 
-@given(CONFIGS)
-@example(MultiTurnConfig(mode="condense", history_turns=5, condense_timeout_seconds=2.5))
-@example(
-    MultiTurnConfig(
-        blend_enabled=True,
-        alpha=0.3,
-        history_turns=6,
-        history_order="chronological",
-        history_roles="separate",
-        assistant_weight=0.2,
-        bm25_history_weight=0.0,
-        self_contained_similarity=0.0,
-        rerank_query="message",
-        condense_max_query_chars=90,
+def test_strategies_that_plan_alike_are_equal() -> None:
+    switched_on = replace(SEED, blend_enabled=True)
+    assert QueryStrategy("blend", switched_on) == QueryStrategy("blend", SEED)
+    assert QueryStrategy("blend", SEED) != QueryStrategy("blend", replace(SEED, alpha=0.6))
+    again = replace(QueryStrategy("blend", SEED), strategy="condense_llm")
+    assert again.config.mode == "condense" and not again.config.blend_enabled
+
+
+def test_labels_name_every_value_that_differs_from_the_plain_blend() -> None:
+    assert QueryStrategy("blend").label == "blend a=0.70 n=6"
+    served = MultiTurnConfig(history_roles="separate", assistant_weight=0.25)
+    assert QueryStrategy("blend", served, answer_terms=5).label == (
+        "blend a=0.70 n=2 newest-first separate-roles assistant=0.25 bm25-history=0.3 "
+        "answer-terms=5 self-contained=0.4"
     )
-)
-def test_a_config_comes_back_from_its_strategy(config: MultiTurnConfig) -> None:
-    assert QueryStrategy.from_config(config).config() == config
+    assert QueryStrategy("condense_llm", served).label == "condense (LLM, n=2)"
+    assert QueryStrategy("condense_gold", served).label == "condense (gold rewrite)"
 
 
-def test_the_strategy_of_a_config_is_the_one_the_service_plans_with() -> None:
-    condense = MultiTurnConfig(mode="condense", history_turns=5, condense_max_query_chars=90)
-    blend = MultiTurnConfig(blend_enabled=True, alpha=0.4, history_order="chronological")
-    assert QueryStrategy.from_config(condense).strategy == "condense_llm"
-    assert QueryStrategy.from_config(blend).strategy == "blend"
-    assert QueryStrategy.from_config(MultiTurnConfig()).strategy == "stateless"
-    # Condense wins over the blend switch, which comes back off.
-    both = replace(condense, blend_enabled=True)
-    assert QueryStrategy.from_config(both).config() == condense
-
-
-def test_a_strategy_keeps_only_the_values_its_planning_reads() -> None:
-    served = MultiTurnConfig(blend_enabled=True, alpha=0.4, condense_timeout_seconds=30.0)
-    blend = QueryStrategy.from_config(served)
-    condense = QueryStrategy.from_config(MultiTurnConfig(mode="condense", history_turns=5))
-    assert blend.own_values() == replace(blend, condense_timeout=10.0)
-    assert blend.own_values().alpha == 0.4
-    assert condense.own_values() == QueryStrategy(
-        "condense_llm", history_turns=5, condense_timeout=10.0, condense_max_chars=500
+def test_the_grid_varies_the_served_configuration() -> None:
+    served = MultiTurnConfig(rerank_query="message", condense_timeout_seconds=30.0)
+    grid = default_strategies(
+        served,
+        alphas=(0.6, 0.8),
+        history_turns=(2,),
+        roles=("user", "separate"),
+        assistant_weights=(0.25,),
     )
-    assert QueryStrategy("stateless", alpha=0.2).own_values() == QueryStrategy("stateless")
+    names = [s.strategy for s in grid]
+    assert names == ["stateless", "append", *["blend"] * 4, "condense_gold"]
+    blends = [s.config for s in grid if s.strategy == "blend"]
+    assert [(c.alpha, c.history_roles, c.assistant_weight) for c in blends] == [
+        (0.6, "user", 0.5),
+        (0.8, "user", 0.5),
+        (0.6, "separate", 0.25),
+        (0.8, "separate", 0.25),
+    ]
+    assert {(c.rerank_query, c.condense_timeout_seconds, c.history_order) for c in blends} == {
+        ("message", 30.0, "chronological")
+    }
+    assert all(c.bm25_history_weight == 0.0 and c.blend_enabled for c in blends)

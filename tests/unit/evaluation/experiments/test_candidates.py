@@ -1,5 +1,5 @@
-"""The candidates measured against the shipped blend: the adaptive alphas, the previous
-answer's terms as BM25 evidence, and the reranker's text forms."""
+"""The candidates measured against the shipped blend: the adaptive alphas and the previous
+answer's terms as BM25 evidence."""
 
 from __future__ import annotations
 
@@ -8,17 +8,14 @@ import math
 import pytest
 
 from chatqna.evaluation.experiments.candidates import (
-    TEXT_FORMS,
     answer_terms,
     content_word_alpha,
     corpus_idf,
     informative_terms,
     previous_answer,
-    rerank_text,
     top_score_alpha,
 )
 from chatqna.multiturn.history import Conversation, Message
-from chatqna.multiturn.rerank_query import conversation_text
 from chatqna.retrieval.query import tokenize
 
 IDF = {"export": 1.0, "zip": 2.5, "workspace": 0.5, "archive": 2.5, "days": 0.2, "kept": 1.5}
@@ -85,29 +82,3 @@ def test_corpus_idf_is_the_bm25_idf_of_the_terms_the_corpus_holds() -> None:
     assert idf_of("export") == pytest.approx(math.log(1.0 + 1.5 / 2.5))
     assert idf_of("zip") == pytest.approx(math.log(1.0 + 2.5 / 1.5))
     assert idf_of("okta") is None
-
-
-# --- the reranker's text forms ----------------------------------------------------------
-@pytest.mark.parametrize(
-    ("form", "expected"),
-    [
-        ("query", FOLLOW_UP),
-        ("query_newest", f"{FOLLOW_UP}\n{ASKED[2]}"),
-        ("newest_query", f"{ASKED[2]}\n{FOLLOW_UP}"),
-        ("all_query", f"{ASKED[0]}\n{ASKED[2]}\n{FOLLOW_UP}"),
-    ],
-)
-def test_each_form_blank_questions_skipped(form: str, expected: str) -> None:
-    assert form in TEXT_FORMS
-    assert rerank_text(FOLLOW_UP, ASKED, form) == expected
-
-
-def test_the_shipped_form_is_the_services_conversation_text() -> None:
-    assert rerank_text(FOLLOW_UP, ASKED, "query_newest") == conversation_text(FOLLOW_UP, ASKED)
-
-
-def test_without_earlier_questions_every_form_is_the_follow_up_alone() -> None:
-    for form in TEXT_FORMS:
-        assert rerank_text(FOLLOW_UP, (), form) == FOLLOW_UP
-    with pytest.raises(ValueError, match="unknown rerank text form"):
-        rerank_text(FOLLOW_UP, ASKED, "sideways")

@@ -60,21 +60,26 @@ def simplicity(strategy: QueryStrategy) -> tuple[int, int, int]:
     embedding them as their own input, the history-aware BM25 leg, another alpha, a hedging
     dense leg of the follow-up's own vector, one of the previous answer's vector, which
     also reads assistant messages); then the history window."""
+    config = strategy.config
     adaptive = sum(
-        (strategy.alpha_rule != "fixed", strategy.answer_terms > 0, strategy.self_contained > 0)
+        (
+            strategy.alpha_rule != "fixed",
+            strategy.answer_terms > 0,
+            config.self_contained_similarity > 0,
+        )
     )
     answer_leg = strategy.answer_leg_weight > 0.0
     mechanisms = sum(
         (
-            strategy.roles != "user" or answer_leg,
-            strategy.roles == "separate",
-            strategy.bm25_history_weight > 0.0,
-            strategy.alpha_rule == "fixed" and strategy.alpha != SEED_ALPHA,
+            config.history_roles != "user" or answer_leg,
+            config.history_roles == "separate",
+            config.bm25_history_weight > 0.0,
+            strategy.alpha_rule == "fixed" and config.alpha != SEED_ALPHA,
             strategy.query_leg_weight > 0.0,
             answer_leg,
         )
     )
-    return (adaptive, mechanisms, strategy.history_turns)
+    return (adaptive, mechanisms, config.history_turns)
 
 
 def score(cells: Sequence[Cell], label: str) -> float:

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from chatqna.evaluation.experiments.selection import (
+from benchmarks.experiments.selection import (
     Cell,
     choose,
     leave_one_domain_out,
     paired_score_interval,
     simplicity,
 )
-from chatqna.evaluation.strategies import QueryStrategy
+from tests.unit.evaluation.conftest import blend
 
-SIMPLE = QueryStrategy("blend", 0.7, 2, "newest_first", "user")
-RICH = QueryStrategy("blend", 0.7, 4, "newest_first", "separate", 0.3, assistant_weight=0.25)
-WEAK = QueryStrategy("blend", 0.8, 2, "newest_first", "user_assistant")
+SIMPLE = blend(history_turns=2, history_order="newest_first", history_roles="user")
+RICH = blend(
+    history_turns=4,
+    history_order="newest_first",
+    history_roles="separate",
+    bm25_history_weight=0.3,
+    assistant_weight=0.25,
+)
+WEAK = blend(alpha=0.8, history_turns=2, history_order="newest_first")
+SHIPPED = blend(history_turns=2, history_order="newest_first", bm25_history_weight=0.3)
 CONVERSATIONS = tuple(f"c{i // 2}" for i in range(40))
 
 
@@ -69,10 +78,8 @@ def test_leave_one_domain_out_reports_the_share_kept() -> None:
 
 
 def test_adaptive_mechanisms_rank_as_more_complex_than_any_fixed_setting() -> None:
-    words = QueryStrategy(
-        "blend", 0.7, 2, "newest_first", "user_assistant", 0.3, alpha_rule="content_words"
-    )
-    evidence = QueryStrategy("blend", 0.7, 2, "newest_first", "user", answer_terms=5)
+    words = replace(SHIPPED, alpha_rule="content_words")
+    evidence = replace(SIMPLE, answer_terms=5)
     assert simplicity(words) == (1, 2, 2) and simplicity(evidence) == (1, 0, 2)
     assert simplicity(RICH) < simplicity(evidence) < simplicity(words)
     data = cells({RICH.label: (0.05, 0.05), words.label: (0.055, 0.05)}, 0.2)
@@ -80,11 +87,10 @@ def test_adaptive_mechanisms_rank_as_more_complex_than_any_fixed_setting() -> No
 
 
 def test_hedging_legs_count_as_fixed_mechanisms() -> None:
-    shipped = QueryStrategy("blend", 0.7, 2, "newest_first", "user_assistant", 0.3)
-    hedged = QueryStrategy(
-        "blend", 0.7, 2, "newest_first", "user_assistant", 0.3, query_leg_weight=0.5
-    )
-    answer = QueryStrategy("blend", 0.7, 2, "newest_first", "user", 0.3, answer_leg_weight=0.25)
+    shipped = SHIPPED
+    hedged = replace(SHIPPED, query_leg_weight=0.5)
+    questions = replace(SHIPPED.config, history_roles="user")
+    answer = replace(SHIPPED, config=questions, answer_leg_weight=0.25)
     assert simplicity(shipped) == (0, 2, 2)
     assert simplicity(hedged) == (0, 3, 2) and simplicity(answer) == (0, 3, 2)
     data = cells({shipped.label: (0.05, 0.05), hedged.label: (0.055, 0.05)}, 0.2)
@@ -104,7 +110,5 @@ def test_the_shipped_setting_gets_its_own_row_when_it_is_neither_pick() -> None:
 
 
 def test_the_self_contained_check_counts_as_adaptive() -> None:
-    checked = QueryStrategy(
-        "blend", 0.7, 2, "newest_first", "user_assistant", 0.3, self_contained=0.4
-    )
+    checked = replace(SHIPPED, config=replace(SHIPPED.config, self_contained_similarity=0.4))
     assert simplicity(checked) == (1, 2, 2)

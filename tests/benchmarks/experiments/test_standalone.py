@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatqna.evaluation.experiments.standalone import judge_standalone
+from benchmarks.experiments.standalone import judge_standalone
 
 
 def test_a_rewrite_that_restores_the_subject_is_standalone() -> None:
