@@ -79,7 +79,7 @@ async def retriever_service(settings: Settings) -> AsyncIterator[Subject]:
     none = NoLLM()
     app = create_app(settings, Backends(EMBEDDER, index, None, none, none), role="retriever")
     async with app.router.lifespan_context(app):
-        client = RemoteRetriever("http://retriever.test", transport=httpx2.ASGITransport(app=app))
+        client = RemoteRetriever("http://localhost:7000", transport=httpx2.ASGITransport(app=app))
         yield Subject(client, index, "service")
         await client.aclose()
     await index.aclose()
