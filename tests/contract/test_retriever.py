@@ -216,7 +216,7 @@ REDIS_FIGURES = {**INDEX_FIGURES, "index": "rag-redis", "algorithm": "HNSW", "in
 DESCRIBED = {
     "embedded": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 1_000_000},
     "embedded-graph": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 0},
-    "service": {"kind": "remote", "endpoint": "http://retriever.test"},
+    "service": {"kind": "remote", "endpoint": "http://localhost:7000"},
     "recording": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 1_000_000},
     "redis": {"kind": "redis", **REDIS_FIGURES},
     "cluster": {"kind": "redis-cluster", **REDIS_FIGURES},
