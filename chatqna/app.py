@@ -14,10 +14,11 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.telemetry import TelemetryConfig
 from opentelemetry.trace import TracerProvider
 from starlette.routing import BaseRoute
@@ -25,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna import __version__
 from chatqna.api import chat, dataprep, health, observability, retrieval, ui
+from chatqna.api.cross_site import CrossSiteGuard
 from chatqna.api.deps import ServiceState
 from chatqna.api.errors import install_error_handlers
 from chatqna.api.guards import (
@@ -107,11 +109,13 @@ class StartupFailureReport:
 
 def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]) -> None:
     """Middleware, innermost first: chat concurrency, an upload's admission, an upload's
-    end, body size, API key, metrics, CORS.
+    end, body size, API key, another site's writes, metrics, CORS, the `Host` check.
 
     Metrics sit outside the guards so refusals are counted, under the route of `routes`
-    that the refused path names; CORS sits outermost so a browser can read a refusal and a
-    preflight needs no key. CORS is off with no origins.
+    that the refused path names; CORS sits outside them so a browser can read a refusal and
+    a preflight needs no key. CORS is off with no origins. A request for a host the service
+    does not answer to (`Settings.allowed_hosts`) is refused first, with Starlette's plain
+    400.
     """
     app.add_middleware(
         ChatConcurrencyLimit,
@@ -132,6 +136,7 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
         max_upload_bytes=settings.chatqna_max_upload_request_bytes,
     )
     app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key)
+    app.add_middleware(CrossSiteGuard, allowed_origins=settings.chatqna_cors_origins)
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics, routes=routes)
     if settings.chatqna_cors_origins:
         app.add_middleware(
@@ -142,6 +147,23 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
             expose_headers=["X-Trace-Id", "Retry-After"],
             max_age=600,
         )
+    app.add_middleware(
+        TrustedHostMiddleware, allowed_hosts=settings.allowed_hosts(), www_redirect=False
+    )
+
+
+class DocsPages(TypedDict):
+    docs_url: str | None
+    redoc_url: str | None
+
+
+def docs_pages(settings: Settings) -> DocsPages:
+    """Where FastAPI serves its API docs pages: nowhere unless `CHATQNA_API_DOCS` is on.
+    Both load their scripts from cdn.jsdelivr.net into this origin, where the chat UI keeps
+    an API key in session storage; /openapi.json is served either way."""
+    if settings.chatqna_api_docs:
+        return {"docs_url": "/docs", "redoc_url": "/redoc"}
+    return {"docs_url": None, "redoc_url": None}
 
 
 def freeze_startup_objects() -> int:
@@ -208,6 +230,7 @@ def create_app(
         lifespan=lifespan,
         telemetry=fastapi_telemetry(tracer_provider),
         form_limits={"max_files": MAX_FORM_FILES, "max_fields": MAX_FORM_FIELDS},
+        **docs_pages(settings),
     )
     app.state.settings = settings
     app.state.metrics = ServiceMetrics()

@@ -14,6 +14,7 @@
     +-- QueryNotSearchable        500 the index cannot parse the search the service built
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
+    +-- CrossSiteRequest          403 a write another site's page started in a browser
     +-- TooManyRequests           429 every chat or parsing slot is taken; retry after `Retry-After`
     +-- UpstreamFailure           5xx a backend (TEI, LLM server, index) failed
     |   +-- UpstreamTimeout       504 it did not answer in time
@@ -173,6 +174,17 @@ class Unauthorized(ChatQnAError):
 
     status_code = 401
     code = "unauthorized"
+
+
+class CrossSiteRequest(ChatQnAError):
+    """A write (POST, or any method but GET, HEAD and OPTIONS) that another site's page
+    started in a browser: a form it submitted, or a script's call. Such a request carries
+    what the browser adds on its own (a cached sign-in) and reaches the service without
+    any CORS check, so it is refused (cross-site request forgery); sites listed in
+    `CHATQNA_CORS_ORIGINS` may write. See `chatqna.api.origins`."""
+
+    status_code = 403
+    code = "cross_site_request"
 
 
 class TooManyRequests(ChatQnAError):

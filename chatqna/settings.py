@@ -92,6 +92,17 @@ class Settings(BaseSettings):
         "pause in an upload's body (else 408); above 0.",
     )
     chatqna_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    chatqna_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the service answers to (the Host header, any port; *.example.com "
+        "for subdomains, * for any); others get 400. Empty (the default): localhost, "
+        "127.0.0.1, [::1] and CHATQNA_HOST when CHATQNA_HOST is a loopback address, else *.",
+    )
+    chatqna_api_docs: bool = Field(
+        False,
+        description="Serve /docs and /redoc, whose pages load scripts from cdn.jsdelivr.net "
+        "onto the service's origin; /openapi.json is always served.",
+    )
     chatqna_workers: int | Literal["auto"] = 1
     chatqna_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -181,7 +192,12 @@ class Settings(BaseSettings):
     condense_timeout_seconds: float = Field(10.0, gt=0)
     condense_max_query_chars: int = Field(500, ge=20)
 
-    @field_validator("chatqna_cors_origins", "chatqna_dataprep_link_allowlist", mode="before")
+    @field_validator(
+        "chatqna_cors_origins",
+        "chatqna_allowed_hosts",
+        "chatqna_dataprep_link_allowlist",
+        mode="before",
+    )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         # One comma-separated variable (`https://a.example,https://b.example`), not JSON.
@@ -201,6 +217,27 @@ class Settings(BaseSettings):
                         f"{entry!r} is neither a host name nor an IP address or network"
                     ) from None
         return [entry.lower() for entry in value]
+
+    @field_validator("chatqna_allowed_hosts")
+    @classmethod
+    def _host_patterns(cls, value: list[str]) -> list[str]:
+        # As TrustedHostMiddleware matches them: an IPv6 address in brackets, as in `Host`.
+        patterns = []
+        for entry in value:
+            name = entry.lower().removeprefix("*.")
+            try:
+                address = ipaddress.ip_address(name.strip("[]"))
+            except ValueError:
+                if entry != "*" and not _HOST_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"{entry!r} is neither a host name, *.domain, * nor an IP address"
+                    ) from None
+                patterns.append(entry.lower())
+                continue
+            if entry.startswith("*."):
+                raise ValueError(f"{entry!r}: an IP address takes no *. prefix")
+            patterns.append(f"[{address}]" if address.version == 6 else str(address))
+        return patterns
 
     @field_validator("otel_traces_exporter", mode="before")
     @classmethod
@@ -424,6 +461,30 @@ class Settings(BaseSettings):
         if self.chatqna_workers == "auto":
             return max(1, cores)
         return self.chatqna_workers
+
+    def allowed_hosts(self) -> list[str]:
+        """The `Host` names the service answers to (TrustedHostMiddleware's patterns).
+
+        `CHATQNA_ALLOWED_HOSTS` when given. Otherwise, bound to a loopback address only this
+        machine can connect, and the names it does so by are known: anything else in `Host`
+        is another site's name resolved to 127.0.0.1 (DNS rebinding), whose pages could then
+        read the answers. Bound to any other address, the service is reached by names it
+        cannot know (a compose service, a pod's IP for the probes), so any is answered.
+        """
+        if self.chatqna_allowed_hosts:
+            return list(self.chatqna_allowed_hosts)
+        loopback = ["localhost", "127.0.0.1", "[::1]"]
+        host = self.chatqna_host.strip("[]").lower()
+        if host == "localhost":
+            return loopback
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return ["*"]
+        if not address.is_loopback:
+            return ["*"]
+        bound = f"[{address}]" if address.version == 6 else str(address)
+        return list(dict.fromkeys([*loopback, bound]))
 
     @property
     def index_dir(self) -> Path:

@@ -14,12 +14,13 @@ import secrets
 
 from pydantic import SecretStr
 from starlette.datastructures import Headers
+from starlette.types import Scope
+
+from chatqna.api.origins import started_here
 
 API_KEY_REQUIRED = "A valid API key is required: send 'Authorization: Bearer <key>'."
 # Methods that change nothing; a write needs more than credentials the browser adds itself.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# `Sec-Fetch-Site` values of a request this origin's own pages (or the user) started.
-OWN_SITE = frozenset({"same-origin", "none"})
 
 
 def basic_password(credentials: bytes) -> bytes | None:
@@ -51,14 +52,15 @@ def api_key_matches(header: str | None, key: SecretStr, *, basic: bool = True) -
     return offered is not None and secrets.compare_digest(offered, expected)
 
 
-def request_has_key(headers: Headers, method: str, key: SecretStr) -> bool:
+def request_has_key(scope: Scope, key: SecretStr) -> bool:
     """Whether a request carries the key.
 
     A browser resends Basic credentials it has cached on its own, also on a form another
-    site posts here (cross-site request forgery). So for a write, Basic counts only when the
-    browser says this origin started the request (`Sec-Fetch-Site`), or when no browser
-    sent it (no such header). Bearer is never added by a browser, so it always counts.
+    site posts here (cross-site request forgery). So for a write, Basic counts only when no
+    other site's page started the request (`chatqna.api.origins.started_here`: the browser
+    says so in `Sec-Fetch-Site`, or over plain HTTP, where it sends none, `Origin` is this
+    request's own or absent). Bearer is never added by a browser, so it always counts.
     """
-    site = headers.get("sec-fetch-site")
-    basic = method.upper() in SAFE_METHODS or site is None or site.lower() in OWN_SITE
+    headers = Headers(scope=scope)
+    basic = scope["method"].upper() in SAFE_METHODS or started_here(scope)
     return api_key_matches(headers.get("authorization"), key, basic=basic)

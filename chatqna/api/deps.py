@@ -51,7 +51,7 @@ async def require_api_key(request: Request) -> None:
     settings: Settings = request.app.state.settings
     if settings.chatqna_api_key is None:
         return
-    if not request_has_key(request.headers, request.method, settings.chatqna_api_key):
+    if not request_has_key(request.scope, settings.chatqna_api_key):
         raise Unauthorized(API_KEY_REQUIRED)
 
 

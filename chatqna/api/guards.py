@@ -150,7 +150,7 @@ class ApiKeyGuard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if request_has_key(headers, scope["method"], self.api_key):
+        if request_has_key(scope, self.api_key):
             await self.app(scope, receive, send)
             return
         if asks_browser(scope["method"], route_path(scope), headers):

@@ -79,7 +79,7 @@ async def retriever_service(settings: Settings) -> AsyncIterator[Subject]:
     none = NoLLM()
     app = create_app(settings, Backends(EMBEDDER, index, None, none, none), role="retriever")
     async with app.router.lifespan_context(app):
-        client = RemoteRetriever("http://retriever.test", transport=httpx2.ASGITransport(app=app))
+        client = RemoteRetriever("http://localhost:7000", transport=httpx2.ASGITransport(app=app))
         yield Subject(client, index, "service")
         await client.aclose()
     await index.aclose()
@@ -216,7 +216,7 @@ REDIS_FIGURES = {**INDEX_FIGURES, "index": "rag-redis", "algorithm": "HNSW", "in
 DESCRIBED = {
     "embedded": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 1_000_000},
     "embedded-graph": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 0},
-    "service": {"kind": "remote", "endpoint": "http://retriever.test"},
+    "service": {"kind": "remote", "endpoint": "http://localhost:7000"},
     "recording": {"kind": "embedded", **INDEX_FIGURES, "exact_max_chunks": 1_000_000},
     "redis": {"kind": "redis", **REDIS_FIGURES},
     "cluster": {"kind": "redis-cluster", **REDIS_FIGURES},

@@ -1,10 +1,11 @@
-"""The API key over every route of both app roles, and CORS.
+"""The API key over every route of both app roles, another site's writes, and CORS.
 
 With `CHATQNA_API_KEY` set, each route the app serves (read from `app.routes`, so a route
 added later is covered without editing this file) refuses a request without the key or
 with a wrong one, and lets it through with the key, as Bearer or as the password of Basic
 credentials. Only the health checks are open; the chat UI's page and files challenge Basic,
-so a browser asks for the key.
+so a browser asks for the key. With a key or without, a write another site's page started
+is refused (403), told by `Sec-Fetch-Site` or, over plain HTTP, by `Origin`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ SIGNED_IN = basic("anyone", KEY)
 
 
 async def running(
-    settings: Settings, role: Role
+    settings: Settings, role: Role, base_url: str = "http://localhost:8888"
 ) -> AsyncIterator[tuple[FastAPI, httpx2.AsyncClient]]:
     backends = await make_backends(settings)
     if role == "retriever":
@@ -56,9 +57,7 @@ async def running(
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role=role)
     async with app.router.lifespan_context(app):
         transport = httpx2.ASGITransport(app=app)
-        async with httpx2.AsyncClient(
-            transport=transport, base_url="http://chatqna.test"
-        ) as client:
+        async with httpx2.AsyncClient(transport=transport, base_url=base_url) as client:
             yield app, client
 
 
@@ -80,12 +79,13 @@ def operations(app: FastAPI) -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("role", ["megaservice", "retriever"])
 async def test_every_route_but_health_needs_the_key(settings: Settings, role: Role) -> None:
-    locked = settings.model_copy(update={"chatqna_api_key": SecretStr(KEY)})
+    update = {"chatqna_api_key": SecretStr(KEY), "chatqna_api_docs": True}
+    locked = settings.model_copy(update=update)
     async for app, client in running(locked, role):
         checked = operations(app)
         templates = {template for _, _, template in checked}
         assert templates >= HEALTH
-        assert {"/openapi.json", "/docs", "/metrics", "/v1/dataprep/ingest"} <= templates
+        assert {"/openapi.json", "/docs", "/redoc", "/metrics", "/v1/dataprep/ingest"} <= templates
         assert ("/v1/chatqna" in templates) is (role == "megaservice")
         assert ("/v1/retrieval" in templates) is (role == "retriever")
         assert (templates >= UI) is (role == "megaservice")
@@ -143,46 +143,95 @@ async def test_the_key_lets_a_chat_through_and_unknown_paths_reveal_nothing(
             assert response.status_code == 401, header
 
 
+CHAT = {"messages": "How do I export my data?", "stream": False}
+UPLOAD = {"files": ("planted.md", b"# Planted\n\nText another site chose.", "text/markdown")}
+LISTED = "https://admin.example.com"
+
+
+async def ingested(client: httpx2.AsyncClient) -> set[str]:
+    listed = await client.post("/v1/dataprep/get", headers=GOOD)
+    return {entry["name"] for entry in listed.json()}
+
+
 async def test_basic_credentials_authorise_a_write_only_from_this_origin(
     settings: Settings,
 ) -> None:
-    """A browser sends its cached sign-in with a form another site posts here, so a write
-    with Basic needs the browser to say this origin started it; Bearer is never automatic."""
-    locked = settings.model_copy(update={"chatqna_api_key": SecretStr(KEY)})
-    async for _, client in running(locked, "megaservice"):
-        ask = {"messages": "How do I export my data?", "stream": False}
-        chat = partial(client.post, "/v1/chatqna", json=ask)
-
-        for site in ("cross-site", "same-site"):
-            forged = await chat(headers={**SIGNED_IN, "Sec-Fetch-Site": site})
-            assert forged.status_code == 401, site
+    """A browser sends its cached sign-in with a request another site's page starts; a
+    write with Basic needs the browser to say this origin started it (`Sec-Fetch-Site`),
+    or, over plain HTTP where it sends no such header, an `Origin` that is this one. That
+    holds for the sites CORS lets through too: their pages call with Bearer."""
+    locked = settings.model_copy(
+        update={
+            "chatqna_api_key": SecretStr(KEY),
+            "chatqna_cors_origins": [LISTED],
+            "chatqna_host": "0.0.0.0",
+        }
+    )
+    async for _, client in running(locked, "megaservice", "http://chatqna.internal:8888"):
+        chat = partial(client.post, "/v1/chatqna", json=CHAT)
+        own = "http://chatqna.internal:8888"
+        for browser in ({"Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"}, {}):
+            signed_in = {**SIGNED_IN, **browser}
+            assert (await chat(headers=signed_in)).status_code == 200, browser
+        # Plain HTTP to a host that is not localhost: the browser sends Origin alone.
+        assert (await chat(headers={**SIGNED_IN, "Origin": own})).status_code == 200
+        upload = await client.post(
+            "/v1/dataprep/ingest", files=UPLOAD, headers={**SIGNED_IN, "Origin": own}
+        )
+        assert upload.status_code == 200
+        for listed in ({"Origin": LISTED}, {"Origin": LISTED, "Sec-Fetch-Site": "cross-site"}):
+            forged = await chat(headers={**SIGNED_IN, **listed})
+            assert forged.status_code == 401, listed
             assert forged.headers["www-authenticate"] == "Bearer"
-            assert (await chat(headers={**GOOD, "Sec-Fetch-Site": site})).status_code == 200, site
-            # Reading stays open to a signed-in browser: it changes nothing, and another
-            # site cannot read the answer without CORS.
-            read = await client.get("/v1/models", headers={**SIGNED_IN, "Sec-Fetch-Site": site})
+            assert (await chat(headers={**GOOD, **listed})).status_code == 200, listed
+        # Reading stays open to a signed-in browser: it changes nothing, and another site
+        # cannot read the answer without CORS.
+        for site in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "http://evil.example"}):
+            read = await client.get("/v1/models", headers={**SIGNED_IN, **site})
             assert read.status_code == 200, site
-        for site in ("same-origin", "none"):
-            assert (await chat(headers={**SIGNED_IN, "Sec-Fetch-Site": site})).status_code == 200, (
-                site
-            )
-        upload = {"files": ("a.md", b"# A\n\nText.", "text/markdown")}
-        forged = await client.post(
-            "/v1/dataprep/ingest",
-            files=upload,
-            headers={**SIGNED_IN, "Sec-Fetch-Site": "cross-site"},
-        )
-        assert forged.status_code == 401
-        own = await client.post(
-            "/v1/dataprep/ingest",
-            files=upload,
-            headers={**SIGNED_IN, "Sec-Fetch-Site": "same-origin"},
-        )
-        assert own.status_code == 200
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+async def test_another_site_s_write_is_refused_with_or_without_a_key(
+    settings: Settings, key: str | None
+) -> None:
+    """Another site's form (multipart, so no CORS preflight) must not plant a document,
+    whether the service is open (the loopback default) or the browser holds a sign-in."""
+    update: dict[str, object] = {"chatqna_host": "0.0.0.0", "chatqna_cors_origins": [LISTED]}
+    if key is not None:
+        update["chatqna_api_key"] = SecretStr(key)
+    configured = settings.model_copy(update=update)
+    async for _, client in running(configured, "megaservice", "http://chatqna.internal:8888"):
+        before = await ingested(client)
+        credentials = {} if key is None else SIGNED_IN
+        for browser in (
+            {"Sec-Fetch-Site": "cross-site"},
+            {"Sec-Fetch-Site": "same-site", "Origin": "http://other.chatqna.internal"},
+            {"Origin": "http://evil.example"},  # plain HTTP: no Sec-Fetch-Site
+            {"Origin": "null"},  # a sandboxed frame
+        ):
+            headers = {**credentials, **browser}
+            forged = await client.post("/v1/dataprep/ingest", files=UPLOAD, headers=headers)
+            assert forged.status_code == 403, browser
+            assert forged.json()["error"] == "cross_site_request"
+            chat = await client.post("/v1/chatqna", json=CHAT, headers={**GOOD, **browser})
+            assert chat.status_code == 403, browser
+        assert await ingested(client) == before
+        # The sites CORS lets through may write, as their pages call with Bearer.
+        for listed in ({"Origin": LISTED}, {"Origin": LISTED, "Sec-Fetch-Site": "cross-site"}):
+            chat = await client.post("/v1/chatqna", json=CHAT, headers={**GOOD, **listed})
+            assert chat.status_code == 200, listed
+            assert chat.headers["access-control-allow-origin"] == LISTED
+        # A program sends neither header, and writes as before.
+        program = await client.post("/v1/dataprep/ingest", files=UPLOAD, headers=GOOD)
+        assert program.status_code == 200
+        assert await ingested(client) == before | {"planted.md"}
 
 
 async def test_a_page_a_person_opens_asks_the_browser_for_the_key(settings: Settings) -> None:
-    locked = settings.model_copy(update={"chatqna_api_key": SecretStr(KEY)})
+    locked = settings.model_copy(
+        update={"chatqna_api_key": SecretStr(KEY), "chatqna_api_docs": True}
+    )
     async for _, client in running(locked, "megaservice"):
         navigate = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "none"}
         for path in ("/", "/docs", "/metrics"):

@@ -114,7 +114,7 @@ async def run(app: Any, *forms: dict[str, str]) -> list[Any]:
     async with (
         app.router.lifespan_context(app),
         httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
+            transport=httpx2.ASGITransport(app=app), base_url="http://localhost:8888"
         ) as client,
     ):
         for form in forms:
@@ -259,7 +259,7 @@ async def test_a_bad_upload_fails_the_request_before_any_link_is_fetched(
     async with (
         app.router.lifespan_context(app),
         httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
+            transport=httpx2.ASGITransport(app=app), base_url="http://localhost:8888"
         ) as client,
     ):
         response = await client.post(

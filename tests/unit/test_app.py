@@ -1,12 +1,17 @@
-"""`chatqna.app`: what a served process does with its start-up state, and the warning when
-opentelemetry-instrumentation-fastapi has taken over the request spans."""
+"""`chatqna.app`: what a served process does with its start-up state, the warning when
+opentelemetry-instrumentation-fastapi has taken over the request spans, the hosts it answers
+to, and the API docs pages it serves only when asked."""
 
 from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from fastapi import FastAPI
 from opentelemetry import trace
@@ -17,6 +22,8 @@ from chatqna import app as app_module
 from chatqna.app import create_app, freeze_startup_objects
 from chatqna.errors import StartupFailed
 from chatqna.settings import Settings
+from tests.unit.api.conftest import make_backends
+from tests.unit.conftest import TRACER_PROVIDER
 
 
 def test_freezing_moves_start_up_objects_out_of_the_collectors_reach() -> None:
@@ -136,3 +143,52 @@ async def test_the_instrumentation_is_not_named_when_nothing_is_recorded(
     }[provider]
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: installed)
     assert await contrib_warnings(monkeypatch, caplog, instrumented=True) == []
+
+
+@asynccontextmanager
+async def served(settings: Settings) -> AsyncIterator[FastAPI]:
+    app = create_app(settings, await make_backends(settings), tracer_provider=TRACER_PROVIDER)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+async def status_for(app: FastAPI, host: str, path: str = "/v1/models") -> int:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url=f"http://{host}") as client:
+        return (await client.get(path)).status_code
+
+
+@pytest.mark.anyio
+async def test_on_a_loopback_address_only_the_loopback_names_are_answered(tmp_path: Path) -> None:
+    """Another name in `Host` is a site that resolved its own name to 127.0.0.1 (DNS
+    rebinding) to read the answers with its pages."""
+    async with served(Settings(chatqna_data_dir=tmp_path)) as app:
+        for host in ("localhost:8888", "127.0.0.1:8888", "[::1]:8888", "LOCALHOST", "127.0.0.1"):
+            assert await status_for(app, host) == 200, host
+        for host in ("rebound.example:8888", "127.0.0.2:8888", "localhost.example"):
+            assert await status_for(app, host) == 400, host
+            assert await status_for(app, host, "/v1/health_check") == 400, host
+
+
+@pytest.mark.anyio
+async def test_on_any_other_address_every_name_is_answered_unless_listed(tmp_path: Path) -> None:
+    everywhere = Settings(chatqna_data_dir=tmp_path, chatqna_host="0.0.0.0")
+    async with served(everywhere) as app:
+        for host in ("chatqna-backend:8888", "10.42.0.7:8888", "localhost:8888"):
+            assert await status_for(app, host) == 200, host
+    listed = everywhere.model_copy(update={"chatqna_allowed_hosts": ["chat.example.com"]})
+    async with served(listed) as app:
+        assert await status_for(app, "chat.example.com") == 200
+        assert await status_for(app, "chatqna-backend:8888") == 400
+
+
+@pytest.mark.anyio
+async def test_the_api_docs_pages_are_served_only_when_asked(tmp_path: Path) -> None:
+    """Their pages load scripts from a CDN onto the origin the chat UI keeps its key in."""
+    async with served(Settings(chatqna_data_dir=tmp_path)) as app:
+        for path in ("/docs", "/redoc"):
+            assert await status_for(app, "localhost", path) == 404, path
+        assert await status_for(app, "localhost", "/openapi.json") == 200
+    async with served(Settings(chatqna_data_dir=tmp_path, chatqna_api_docs=True)) as app:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert await status_for(app, "localhost", path) == 200, path

@@ -409,6 +409,44 @@ def test_max_tokens_limit_must_be_a_positive_count(
     assert "LLM_MAX_TOKENS_LIMIT: " in _error_for(monkeypatch, LLM_MAX_TOKENS_LIMIT=value)
 
 
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("127.0.0.1", ["localhost", "127.0.0.1", "[::1]"]),
+        ("localhost", ["localhost", "127.0.0.1", "[::1]"]),
+        ("::1", ["localhost", "127.0.0.1", "[::1]"]),
+        ("127.0.0.2", ["localhost", "127.0.0.1", "[::1]", "127.0.0.2"]),
+        ("0.0.0.0", ["*"]),
+        ("::", ["*"]),
+        ("10.1.2.3", ["*"]),
+        ("chatqna.internal", ["*"]),
+    ],
+)
+def test_the_allowed_hosts_default_to_the_loopback_names_on_a_loopback_address(
+    host: str, allowed: list[str]
+) -> None:
+    assert Settings(chatqna_host=host).allowed_hosts() == allowed
+
+
+def test_allowed_hosts_are_one_comma_separated_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    given = "chat.example.com, *.Internal.example, ::1,10.0.0.5 ,"
+    monkeypatch.setenv("CHATQNA_ALLOWED_HOSTS", given)
+    expected = ["chat.example.com", "*.internal.example", "[::1]", "10.0.0.5"]
+    assert Settings().allowed_hosts() == expected  # an IPv6 address as `Host` brackets it
+    monkeypatch.setenv("CHATQNA_HOST", "0.0.0.0")
+    monkeypatch.setenv("CHATQNA_ALLOWED_HOSTS", "[::1]")
+    assert Settings().allowed_hosts() == ["[::1]"]
+
+
+@pytest.mark.parametrize("entry", ["chat.*.example", "a b", "*.10.0.0.5", "http://chat.example"])
+def test_an_allowed_host_that_matches_nothing_is_refused(
+    monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    monkeypatch.setenv("CHATQNA_ALLOWED_HOSTS", entry)
+    with pytest.raises(ValidationError, match="chatqna_allowed_hosts"):
+        Settings()
+
+
 def test_the_variables_set_are_those_settings_reads_as_they_were_written() -> None:
     environ = {"MULTI_TURN_BLEND_ENABLED": "true", "rrf_k": "30", "HOME": "/home/someone"}
     assert variables_set(environ) == {"MULTI_TURN_BLEND_ENABLED": "true", "rrf_k": "30"}

@@ -81,7 +81,7 @@ async def client_for(settings: Settings) -> AsyncIterator[ClientFactory]:
         lifespan = app.router.lifespan_context(app)
         await lifespan.__aenter__()
         client = httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
+            transport=httpx2.ASGITransport(app=app), base_url="http://localhost:8888"
         )
         stack.append((lifespan, client))
         return client

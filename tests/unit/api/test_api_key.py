@@ -1,5 +1,5 @@
 """The API key check: Bearer or Basic, compared as the bytes sent; Basic for a write only
-from this origin."""
+from this origin, told by `Sec-Fetch-Site` or, over plain HTTP, by `Origin`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import base64
 
 import pytest
 from pydantic import SecretStr
-from starlette.datastructures import Headers
+from starlette.types import Scope
 
 from chatqna.api.api_key import api_key_matches, basic_password, request_has_key
 
@@ -49,30 +49,41 @@ def test_basic_counts_only_where_asked() -> None:
     assert api_key_matches("bearer s3cret", KEY, basic=False)  # the scheme in any case
 
 
+def request(method: str, **fields: str) -> Scope:
+    """An HTTP scope sent to http://chat.internal:8888 with the given headers."""
+    headers = [(name.replace("_", "-").encode(), value.encode()) for name, value in fields.items()]
+    headers.append((b"host", b"chat.internal:8888"))
+    return {"type": "http", "method": method, "scheme": "http", "headers": headers}
+
+
 @pytest.mark.parametrize(
-    ("method", "site", "accepted"),
+    ("method", "fields", "accepted"),
     [
-        ("GET", "cross-site", True),  # a read changes nothing
-        ("POST", None, True),  # no browser sent it
-        ("POST", "same-origin", True),
-        ("POST", "none", True),  # the user typed it
-        ("POST", "cross-site", False),
-        ("post", "same-site", False),
-        ("DELETE", "Cross-Site", False),
+        ("GET", {"sec_fetch_site": "cross-site"}, True),  # a read changes nothing
+        ("GET", {"origin": "http://evil.example"}, True),
+        ("POST", {}, True),  # no browser sent it
+        ("POST", {"sec_fetch_site": "same-origin"}, True),
+        ("POST", {"sec_fetch_site": "none"}, True),  # the user typed it
+        ("POST", {"sec_fetch_site": "cross-site"}, False),
+        ("post", {"sec_fetch_site": "same-site"}, False),
+        ("DELETE", {"sec_fetch_site": "Cross-Site"}, False),
+        # Plain HTTP to a host that is not localhost: no Sec-Fetch-Site, only Origin.
+        ("POST", {"origin": "http://chat.internal:8888"}, True),
+        ("POST", {"origin": "http://evil.example"}, False),
+        ("POST", {"origin": "http://chat.internal:8889"}, False),
+        ("POST", {"origin": "null"}, False),
     ],
 )
 def test_basic_authorises_a_write_only_from_this_origin(
-    method: str, site: str | None, accepted: bool
+    method: str, fields: dict[str, str], accepted: bool
 ) -> None:
-    fields = {"authorization": basic("me", "s3cret")}
-    if site is not None:
-        fields["sec-fetch-site"] = site
-    assert request_has_key(Headers(fields), method, KEY) is accepted
+    scope = request(method, authorization=basic("me", "s3cret"), **fields)
+    assert request_has_key(scope, KEY) is accepted
 
 
 def test_bearer_counts_from_any_site_and_nothing_counts_without_a_header() -> None:
-    bearer = Headers({"authorization": "Bearer s3cret", "sec-fetch-site": "cross-site"})
-    assert request_has_key(bearer, "POST", KEY)
-    assert not request_has_key(Headers({}), "GET", KEY)
-    wrong = Headers({"authorization": "Bearer s3cre7"})
-    assert not request_has_key(wrong, "GET", KEY)
+    assert request_has_key(request("POST", authorization="Bearer s3cret", origin="null"), KEY)
+    bearer = request("POST", authorization="Bearer s3cret", sec_fetch_site="cross-site")
+    assert request_has_key(bearer, KEY)
+    assert not request_has_key(request("GET"), KEY)
+    assert not request_has_key(request("GET", authorization="Bearer s3cre7"), KEY)

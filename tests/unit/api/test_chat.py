@@ -487,7 +487,7 @@ async def _leave_while_waiting(
         "raw_path": b"/v1/chat/completions",
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
+        "headers": [(b"content-type", b"application/json"), (b"host", b"localhost:8888")],
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 8888),
         "state": {},

@@ -48,7 +48,7 @@ async def test_an_unexpected_exception_is_a_500_that_says_nothing_more() -> None
         raise RuntimeError("a secret detail")
 
     transport = httpx2.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx2.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with httpx2.AsyncClient(transport=transport, base_url="http://localhost:8888") as client:
         response = await client.get("/boom")
     assert response.status_code == 500
     assert response.content == (

@@ -317,7 +317,7 @@ def chat_scope(spec_version: str) -> dict[str, Any]:
         "raw_path": b"/v1/chatqna",
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"chatqna.test")],
+        "headers": [(b"content-type", b"application/json"), (b"host", b"localhost:8888")],
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8888),
     }
@@ -371,7 +371,7 @@ async def test_a_disconnect_closes_the_llm_stream_and_frees_the_slot(
         assert sent[0]["status"] == 200
         assert llm.closed, "the LLM stream was left open after the client went away"
         async with httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
+            transport=httpx2.ASGITransport(app=app), base_url="http://localhost:8888"
         ) as client:
             # The slot came back: with a limit of 1, a new chat is admitted.
             answer = await client.post("/v1/chatqna", json=ASK | {"stream": False})
@@ -439,6 +439,7 @@ async def test_the_guards_hold_under_a_root_path(settings: Settings) -> None:
             "chatqna_queue_timeout_seconds": 0,
             "chatqna_max_request_bytes": 1024,
             "chatqna_max_upload_request_bytes": 6000,
+            "chatqna_api_docs": True,
         }
     )
     llm = GatedLLM()
@@ -447,7 +448,7 @@ async def test_the_guards_hold_under_a_root_path(settings: Settings) -> None:
     transport = httpx2.ASGITransport(app=mounted_at(app, "/chat"))
     async with (
         app.router.lifespan_context(app),
-        httpx2.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
+        httpx2.AsyncClient(transport=transport, base_url="http://localhost:8888") as client,
     ):
         # The probes stay open without the key; everything else needs it.
         assert (await client.get("/v1/health_check")).status_code == 200
@@ -480,7 +481,7 @@ async def running(
     transport = httpx2.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx2.AsyncClient(transport=transport, base_url="http://chatqna.test") as client,
+        httpx2.AsyncClient(transport=transport, base_url="http://localhost:8888") as client,
     ):
         yield app, client
 

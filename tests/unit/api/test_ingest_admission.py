@@ -33,7 +33,7 @@ def upload_scope() -> dict[str, Any]:
         "headers": [
             (b"content-type", b"multipart/form-data; boundary=" + boundary),
             (b"content-length", b"50000000"),
-            (b"host", b"chatqna.test"),
+            (b"host", b"localhost:8888"),
         ],
     }
 
@@ -300,7 +300,7 @@ async def test_a_client_gone_while_its_upload_waits_for_a_token_gets_nothing_wri
         scope["headers"] = [
             (b"content-type", request.headers["content-type"].encode()),
             (b"content-length", str(len(leaving.body)).encode()),
-            (b"host", b"chatqna.test"),
+            (b"host", b"localhost:8888"),
         ]
         waiting = asyncio.create_task(app(scope, leaving.receive, leaving.send))
         while pool.limiter.statistics().tasks_waiting < 1:

@@ -133,7 +133,7 @@ async def test_an_upstream_failure_mid_stream_is_still_an_error(
 
 async def _scrape(app: Any) -> httpx2.Response:
     async with httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=app), base_url="http://chatqna.test"
+        transport=httpx2.ASGITransport(app=app), base_url="http://localhost:8888"
     ) as client:
         return await client.get("/metrics")
 

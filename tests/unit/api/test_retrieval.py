@@ -24,7 +24,9 @@ async def _service(
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role="retriever")
     lifespan = app.router.lifespan_context(app)
     await lifespan.__aenter__()
-    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://r.test")
+    return httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app), base_url="http://localhost:7000"
+    )
 
 
 async def test_uses_the_given_embedding_without_embedding_again(

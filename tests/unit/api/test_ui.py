@@ -121,7 +121,7 @@ async def test_the_retriever_role_serves_no_ui(settings: Settings) -> None:
     backends = await make_backends(settings)
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER, role="retriever")
     async with httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=app), base_url="http://r.test"
+        transport=httpx2.ASGITransport(app=app), base_url="http://localhost:7000"
     ) as client:
         assert (await client.get("/")).status_code == 404
         assert (await client.get("/ui/app.js")).status_code == 404
