@@ -50,7 +50,7 @@ router = APIRouter(
 # What a chat turn can answer besides the router-wide 401, 413 and 500.
 CHAT_RESPONSES = {
     200: CHAT_RESPONSE,
-    **error_responses(400, 408, 415, 422, 429, 502, 503, 504),
+    **error_responses(400, 403, 408, 415, 422, 429, 502, 503, 504),
 }
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -151,7 +151,10 @@ async def ingest(
 
 
 @router.post(
-    "/v1/dataprep/get", summary="List the ingested files", response_model=list[SourceEntry]
+    "/v1/dataprep/get",
+    summary="List the ingested files",
+    response_model=list[SourceEntry],
+    responses=error_responses(403),
 )
 async def list_files(state: State) -> list[dict[str, Any]]:
     sources = await state.backends.retriever.list_sources()
@@ -165,7 +168,7 @@ async def list_files(state: State) -> list[dict[str, Any]]:
     "/v1/dataprep/delete",
     summary="Delete a file's chunks, or all of them",
     response_model=DeleteReport,
-    responses=error_responses(400, 404, 415, 422, 501),
+    responses=error_responses(400, 403, 404, 415, 422, 501),
     dependencies=[Depends(require_json_body)],
 )
 async def delete_files(body: DataprepDeleteRequest, state: State) -> dict[str, Any]:

@@ -43,7 +43,10 @@ _HTTP_CODES = {
 _DESCRIPTIONS = {
     400: "Malformed request (`invalid_json`) or a broken rule (`invalid_request`)",
     401: "Missing or wrong API key (`unauthorized`), when CHATQNA_API_KEY is set",
-    403: "A `link_list` URL leads to an address that is not allowed (`link_refused`)",
+    403: (
+        "Another site's page sent this write from a browser (`cross_site_request`), or a "
+        "`link_list` URL leads to an address that is not allowed (`link_refused`)"
+    ),
     404: "No such resource (`not_found`)",
     408: (
         "A chat's body did not arrive within CHATQNA_BODY_TIMEOUT_SECONDS, or an upload's "

@@ -54,7 +54,7 @@ def _document(item: ScoredChunk) -> RetrievedDoc:
     "/v1/retrieval",
     summary="Retrieve chunks for a text and/or an embedding",
     response_model=RetrievalResponse,
-    responses=error_responses(400, 415, 422, 502, 503, 504),
+    responses=error_responses(400, 403, 415, 422, 502, 503, 504),
     dependencies=[Depends(require_json_body)],
 )
 async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:

@@ -182,6 +182,23 @@ async def test_every_operation_declares_the_413_it_answers_a_body_over_the_limit
         assert "413" in operation["responses"], (method, path)
 
 
+@pytest.mark.parametrize("role", ["megaservice", "retriever"])
+async def test_every_write_declares_the_403_another_site_s_page_gets(
+    client_for: ClientFactory, role: str
+) -> None:
+    client = await client_for(role=role)
+    document = (await client.get("/openapi.json")).json()
+    writes = [(m, p, op) for p, ops in document["paths"].items() for m, op in ops.items()]
+    writes = [(m, p, op) for m, p, op in writes if m not in ("get", "head", "options")]
+    assert len(writes) >= 3
+    headers = {"content-type": "application/json", "sec-fetch-site": "cross-site"}
+    for method, path, operation in writes:
+        response = await client.request(method, path, content=b"{}", headers=headers)
+        assert response.status_code == 403, (method, path)
+        assert response.json()["error"] == "cross_site_request"
+        assert "403" in operation["responses"], (method, path)
+
+
 async def test_a_chunked_body_is_counted_as_it_arrives(
     client_for: ClientFactory, settings: Settings
 ) -> None:
