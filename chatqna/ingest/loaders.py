@@ -23,7 +23,6 @@ from pypdf.generic import DictionaryObject, StreamObject
 from chatqna.documents import LoadedDocument
 from chatqna.errors import ChatQnAError, DocumentLoadError, PayloadTooLarge, UnsupportedFileType
 from chatqna.ingest.html_text import decode_declared, decode_html, html_sections
-from chatqna.ingest.markdown_text import markdown_sections
 from chatqna.ingest.office import load_docx, load_pptx, load_xlsx
 from chatqna.ingest.structured import load_csv, load_json, load_jsonl
 from chatqna.ingest.tables import Counters, LoadLimits, TextCounter
@@ -46,6 +45,12 @@ FORMATS = {
     ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
 }  # fmt: skip
 SUPPORTED_SUFFIXES = tuple(FORMATS)
+
+_MD_TITLE = re.compile(r"^#[ \t]+(.*)$")
+_MD_SECTION = re.compile(r"^##[ \t]+(.*)$")
+# CommonMark allows up to three spaces of indent before a fence; four would be a code block.
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX_CLOSING = re.compile(r"[ \t]+#+[ \t]*$")
 
 
 def format_of(source: str) -> str | None:
@@ -146,10 +151,7 @@ def _load(
         return LoadedDocument(source, title, _nonempty(sections))
     text = _decode(source, data, charset)
     if kind == "markdown":
-        found, parts = markdown_sections(text)
-        title = found or stem
-        sections = [(heading or title, _tidy(body)) for heading, body in parts]
-        return LoadedDocument(source, title, _nonempty(sections))
+        return _load_markdown(source, stem, text)
     tabular = {"csv": load_csv, "json": load_json, "jsonl": load_jsonl}.get(kind)
     if tabular is not None:
         return LoadedDocument(source, stem, _nonempty(tabular(source, stem, text, limits)))
@@ -182,6 +184,38 @@ def _tidy(text: str) -> str:
 
 def _nonempty(sections: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(heading, text) for heading, text in sections if text.strip()]
+
+
+def _heading_text(raw: str) -> str:
+    return _ATX_CLOSING.sub("", raw).strip()
+
+
+def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
+    title: str | None = None
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    fence: str | None = None
+    for line in text.split("\n"):
+        if fence is not None:
+            # A fence closes only with the same character, at least as long as the opener.
+            stripped = line.strip()
+            if stripped.startswith(fence) and set(stripped) == {fence[0]}:
+                fence = None
+            sections[-1][1].append(line)
+            continue
+        opener = _MD_FENCE.match(line)
+        if opener:
+            fence = opener.group(1)
+        elif title is None and (m := _MD_TITLE.match(line)):
+            title = _heading_text(m.group(1))
+            continue
+        elif m := _MD_SECTION.match(line):
+            sections.append((_heading_text(m.group(1)), []))
+            continue
+        sections[-1][1].append(line)
+
+    title = title or stem
+    resolved = [(heading or title, _tidy("\n".join(lines))) for heading, lines in sections]
+    return LoadedDocument(source, title, _nonempty(resolved))
 
 
 def _load_pdf(source: str, stem: str, data: bytes, limits: LoadLimits) -> LoadedDocument:
