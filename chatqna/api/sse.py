@@ -94,10 +94,9 @@ async def with_pings(
     enters across its yields (a span made current, a timeout) it leaves in that same task;
     its exceptions are raised here (one that is not an `Exception`, such as a cancellation
     from inside it, as a `RuntimeError`). Closing this iterator cancels that task, which
-    closes `source` there. At most `QUEUED_ITEMS` items wait for the reader; the task then
-    waits for it until `deadline_seconds` from now (None: no bound) at most. Past that the
-    reader has stalled: `on_stalled` runs, `source` is closed (as a client that leaves
-    closes it) and, after the items it still holds, the reader gets `ClientStalled`.
+    closes `source` there. At most `QUEUED_ITEMS` items wait for the reader; the task waits
+    for room until `deadline_seconds` from now (None: no bound), then `on_stalled` runs,
+    `source` is closed, and the reader gets the items left, then `ClientStalled`.
     """
     queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()  # its end always fits
     room = asyncio.Semaphore(QUEUED_ITEMS)  # items the reader has not taken yet
