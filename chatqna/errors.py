@@ -11,6 +11,7 @@
     |   |   +-- LinkUnreadable    422 a link that cannot be fetched (timeout, HTTP error...)
     |   +-- LinkRefused           403 a link to an address that is not allowed
     |   +-- RequestTimeout        408 a request body that did not arrive in time
+    |       +-- ClientStalled     408 a streamed answer its client stopped reading
     +-- QueryNotSearchable        500 the index cannot parse the search the service built
     +-- NotFound                  404
     +-- Unauthorized              401 a missing or wrong API key
@@ -150,6 +151,14 @@ class RequestTimeout(InvalidRequest):
 
     status_code = 408
     code = "request_timeout"
+
+
+class ClientStalled(RequestTimeout):
+    """A client that stopped reading its streamed answer without disconnecting, until the
+    answer's deadline (`LLM_GENERATION_TIMEOUT_SECONDS`): the answer was stopped there and
+    its LLM call closed. The client's doing, not the LLM's: no upstream error is counted,
+    and the turn's spans carry `chatqna.client_stalled` instead of an error status. A
+    client that reads on gets it as the stream's `event: error`."""
 
 
 class QueryNotSearchable(ChatQnAError):

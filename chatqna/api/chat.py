@@ -10,6 +10,8 @@ that disconnects mid-stream closes the answer's generators, which cancels the up
 one that disconnects before its stream starts, or while a completion that is not streamed is
 generated, has its turn cancelled (`chatqna.api.disconnects`). Either way the request is
 counted as 499, and a turn stopped for it ends its spans as one its client left, not failed.
+One that stops reading a streamed answer without leaving has it stopped at the answer's
+deadline (`sse.with_pings`), its spans marked as stalled by the client, not failed.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from chatqna.api.schemas import (
     OpenAIChatRequest,
 )
 from chatqna.backends.protocols import GenerationParams
-from chatqna.errors import ChatQnAError, InternalError, InvalidRequest, PayloadTooLarge
+from chatqna.errors import (
+    ChatQnAError,
+    ClientStalled,
+    InternalError,
+    InvalidRequest,
+    PayloadTooLarge,
+)
 from chatqna.multiturn.history import Message, shortened
 from chatqna.pipeline.turn import Turn, TurnOptions
 from chatqna.settings import Settings
@@ -129,7 +137,9 @@ async def _event_stream(
             return
         yield opening
         finish: str | None = None
-        answer = sse.with_pings(turn.stream(), sse.KEEPALIVE_SECONDS, deadline_seconds)
+        answer = sse.with_pings(
+            turn.stream(), sse.KEEPALIVE_SECONDS, deadline_seconds, turn.client_stalled
+        )
         async with sse.closing(answer) as deltas:
             try:
                 async for delta in deltas:
@@ -144,6 +154,9 @@ async def _event_stream(
                         yield b"".join(writer.content_frame(piece) for piece in pieces)
                     finish = delta.finish_reason or finish
                 ending = sse.data(writer.chunk(ChunkDelta(), finish or "stop"))
+            except ClientStalled as exc:  # sent in case the client reads on
+                logger.info("the client stopped reading its answer: %s", exc.message)
+                ending = sse.event("error", exc.envelope())
             except ChatQnAError as exc:
                 logger.warning("stream failed after it started: %s", exc.message)
                 ending = sse.event("error", exc.envelope())

@@ -5,9 +5,10 @@ token in OpenAI's `chat.completion.chunk` shape, then `data: [DONE]`. An error a
 stream has started is `event: error` with the error envelope, then `data: [DONE]`. While
 the answer's next token is awaited, a comment line (`: ping`) goes out every
 `KEEPALIVE_SECONDS`, so that a proxy's idle timeout does not cut a slow answer. A client
-that stops reading holds the upstream back (`QUEUED_ITEMS`) until the answer's deadline;
-one that disconnects ends the stream: its generators are closed, which closes the upstream LLM
-response and so stops generation there.
+that stops reading holds the upstream back (`QUEUED_ITEMS`) until the answer's deadline,
+where the answer is stopped as the client's doing (`ClientStalled`), not the LLM's; one
+that disconnects ends the stream. Either way the answer's generators are closed, which
+closes the upstream LLM response and so stops generation there.
 
 FastAPI's own SSE support (`fastapi.sse.EventSourceResponse` with `yield` in the path
 operation) does not fit, for two reasons. It applies only to an endpoint that is itself a
@@ -25,7 +26,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -47,7 +48,7 @@ from chatqna.api.chat_models import (
 )
 from chatqna.api.disconnects import ClientPresence
 from chatqna.backends.protocols import Completion
-from chatqna.errors import UpstreamTimeout
+from chatqna.errors import ClientStalled
 
 DONE = b"data: [DONE]\n\n"
 # A comment line: every SSE client skips it, and it resets a proxy's idle timer (nginx's
@@ -59,7 +60,7 @@ KEEPALIVE_SECONDS = 15.0
 # before it reads the upstream on, so an upstream that outruns a client that stopped reading
 # (its socket's buffers full) is held back by TCP instead of filling memory; the chat
 # stream's task waits so until `LLM_GENERATION_TIMEOUT_SECONDS`, the bound of the whole
-# answer, at most.
+# answer, at most, and then stops the answer as one its client stalled (`ClientStalled`).
 QUEUED_ITEMS = 16
 T = TypeVar("T")
 
@@ -82,7 +83,10 @@ async def close_quietly(iterator: AsyncIterator[Any]) -> None:
 
 
 async def with_pings(
-    source: AsyncIterator[T], interval: float, deadline_seconds: float | None = None
+    source: AsyncIterator[T],
+    interval: float,
+    deadline_seconds: float | None = None,
+    on_stalled: Callable[[], None] | None = None,
 ) -> AsyncIterator[T | None]:
     """The items of `source`, and None whenever `interval` seconds pass without one.
 
@@ -90,9 +94,9 @@ async def with_pings(
     enters across its yields (a span made current, a timeout) it leaves in that same task;
     its exceptions are raised here (one that is not an `Exception`, such as a cancellation
     from inside it, as a `RuntimeError`). Closing this iterator cancels that task, which
-    closes `source` there. At most `QUEUED_ITEMS` items wait for the reader; the task then
-    waits for it until `deadline_seconds` from now (None: no bound) at most, and past that
-    ends `source` with `UpstreamTimeout` (`_end_unread`).
+    closes `source` there. At most `QUEUED_ITEMS` items wait for the reader; the task waits
+    for room until `deadline_seconds` from now (None: no bound), then `on_stalled` runs,
+    `source` is closed, and the reader gets the items left, then `ClientStalled`.
     """
     queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue()  # its end always fits
     room = asyncio.Semaphore(QUEUED_ITEMS)  # items the reader has not taken yet
@@ -104,7 +108,7 @@ async def with_pings(
             async with closing(source) as items:
                 async for item in items:
                     if not await _room_by(room, deadline):
-                        await _end_unread(items, deadline_seconds)
+                        raise _stalled(deadline_seconds, on_stalled)  # `closing` closes it
                     queue.put_nowait((True, item))
         except BaseException as exc:
             queue.put_nowait((False, exc))
@@ -151,19 +155,20 @@ async def _room_by(room: asyncio.Semaphore, deadline: float | None) -> bool:
     return True
 
 
-async def _end_unread(items: AsyncIterator[Any], deadline_seconds: float | None) -> None:
-    """End a source whose reader took nothing until the deadline: `UpstreamTimeout`, thrown
-    into it (its own failure, as a stream that passed its deadline upstream fails), then
-    raised here, whatever it did with it."""
-    error = UpstreamTimeout(
-        f"llm: the answer was not read within its {deadline_seconds:g}s",
-        backend="llm",
+def _stalled(
+    deadline_seconds: float | None, on_stalled: Callable[[], None] | None
+) -> ClientStalled:
+    """The end of an answer whose reader took nothing until the deadline, once `on_stalled`
+    knows (before the source is closed, so that its close is not taken for a failure).
+
+    The source is closed, not thrown an error: nothing failed upstream, and an LLM timeout
+    here would page whoever watches the LLM for a client that stopped reading."""
+    if on_stalled is not None:
+        on_stalled()
+    return ClientStalled(
+        f"the client stopped reading: the answer was not read within its "
+        f"{deadline_seconds:g}s, so it was stopped"
     )
-    athrow = getattr(items, "athrow", None)
-    if athrow is not None:
-        with suppress(UpstreamTimeout, StopAsyncIteration):
-            await athrow(error)
-    raise error
 
 
 class EventStreamResponse(StreamingResponse):

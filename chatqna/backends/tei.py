@@ -53,14 +53,21 @@ EMBEDDING_INPUTS = "chatqna.embedding.inputs"
 BYTES_PER_NUMBER = 64
 BYTES_PER_ITEM = 256
 REPLY_OVERHEAD_BYTES = 64 * 1024
-# The width assumed while no width is known (before the first probe, with the index held by
-# a retriever service): above the widest embedding models served (4,096).
+# The width a body is sized for: above the widest embedding models served (4,096), whatever
+# width is expected, so that the answer of a model swapped for a wider one is still read.
 UNKNOWN_DIMENSION = 8192
 
 
-def embeddings_bytes(count: int, dimension: int | None) -> int:
-    """The most body an embeddings answer of `count` vectors of `dimension` may have."""
-    width = UNKNOWN_DIMENSION if dimension is None else dimension
+def embeddings_bytes(count: int, expected: int | None) -> int:
+    """The most body an embeddings answer of `count` vectors may have, when vectors
+    `expected` wide (None: not known yet) were asked for.
+
+    The width allowed is never below `UNKNOWN_DIMENSION`: sized by the index's width alone,
+    the answer of a wider model (an index of 384 after a swap to a 4,096-wide one) would be
+    refused as too large before its width is checked, hiding the "dimension 4096, expected
+    384" the operator needs. The client's 64 MiB stays the outer bound.
+    """
+    width = UNKNOWN_DIMENSION if expected is None else max(expected, UNKNOWN_DIMENSION)
     return REPLY_OVERHEAD_BYTES + count * (BYTES_PER_ITEM + width * BYTES_PER_NUMBER)
 
 

@@ -7,7 +7,10 @@ in its `chatqna.generate` span, which ends with the stream.
 
 A turn stopped because its client left (`client_left()`, called before the answer is
 cancelled or closed) failed nowhere: both spans end without an error status and carry
-`chatqna.client_disconnected=true`. An upstream error is still a failure, client or not.
+`chatqna.client_disconnected=true`. So does one whose client stopped reading the answer
+until its deadline (`client_stalled()`), with `chatqna.client_stalled=true`: the LLM did
+nothing wrong, so no upstream error is counted. An upstream error is still a failure,
+client or not.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ class Turn:
     error: BaseException | None = None
     ended: bool = False
     left_by_client: bool = False
+    reader_stalled: bool = False
 
     def record(self) -> TurnRecord:
         """The turn's record as of now (the metadata event is sent before generation)."""
@@ -138,9 +142,7 @@ class Turn:
             return
         self.ended = True
         error = exc if exc is not None else self.error
-        if self._stopped_for_client(error):
-            self.span.set_attribute(names.CLIENT_DISCONNECTED, True)
-        elif error is not None:
+        if not self._stopped_for_client(self.span, error) and error is not None:
             self.span.set_status(Status(StatusCode.ERROR, type(error).__name__))
         self.span.end()
 
@@ -148,11 +150,23 @@ class Turn:
         """The client has gone: the cancellation or close that follows is not a failure."""
         self.left_by_client = True
 
-    def _stopped_for_client(self, error: BaseException | None) -> bool:
-        """Whether the turn ends (with `error`, if any) after its client left: nothing, a
-        cancellation or a generator's close (no `Exception`s) is how it was stopped. An
-        upstream error raised meanwhile is still the turn's failure."""
-        return self.left_by_client and not isinstance(error, Exception)
+    def client_stalled(self) -> None:
+        """The client stopped reading the answer until its deadline, without leaving: the
+        close that follows is not a failure (of the LLM's least of all)."""
+        self.reader_stalled = True
+
+    def _stopped_for_client(self, span: Span, error: BaseException | None) -> bool:
+        """Whether the turn ends (with `error`, if any) after its client left or stalled,
+        which `span` is then marked with: nothing, a cancellation or a generator's close
+        (no `Exception`s) is how it was stopped. An upstream error raised meanwhile is
+        still the turn's failure."""
+        if isinstance(error, Exception) or not (self.left_by_client or self.reader_stalled):
+            return False
+        if self.left_by_client:
+            span.set_attribute(names.CLIENT_DISCONNECTED, True)
+        if self.reader_stalled:
+            span.set_attribute(names.CLIENT_STALLED, True)
+        return True
 
     async def close(self) -> None:
         """End the turn's span if nothing has (a response that never started streaming)."""
@@ -207,8 +221,7 @@ class Turn:
 
     def _generation_failed(self, span: Span, started: float, exc: BaseException) -> None:
         self._stop_clock(started)
-        if self._stopped_for_client(exc):
-            span.set_attribute(names.CLIENT_DISCONNECTED, True)
+        if self._stopped_for_client(span, exc):
             span.end()
             return
         self.error = exc

@@ -21,8 +21,10 @@ CONDENSE_LATENCY_MS = "chatqna.condense.latency_ms"
 CONDENSE_HISTORY_SIZE = "chatqna.condense.history_size"
 CONDENSE_STANDALONE_QUERY = "chatqna.condense.standalone_query"  # content: opt-in
 
-# orchestrate and generate: the turn stopped because its client left (not a failure)
+# orchestrate and generate: the turn stopped because its client left, or stopped reading
+# the answer until its deadline (not a failure)
 CLIENT_DISCONNECTED = "chatqna.client_disconnected"
+CLIENT_STALLED = "chatqna.client_stalled"
 
 # orchestrate
 MULTI_TURN_MODE = "chatqna.multi_turn.mode"

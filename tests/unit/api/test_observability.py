@@ -113,6 +113,52 @@ async def test_a_client_gone_mid_stream_is_499_and_no_error_on_the_turns_spans(
     assert requests_counted(scrape, "/v1/chatqna", 200) == 0
 
 
+async def test_a_client_that_stops_reading_is_no_llm_timeout_and_no_error_on_the_spans(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    """Driven at the ASGI level: the client's `send` blocks, as a socket whose buffers are
+    full does, from the first token until it reads on, past the answer's deadline."""
+    quick = settings.model_copy(update={"llm_generation_timeout_seconds": 0.05})
+    llm = EndlessLLM()
+    app = create_app(quick, await make_backends(quick, llm=llm), TRACER_PROVIDER)
+    requests = [{"type": "http.request", "body": json.dumps(ASK).encode(), "more_body": False}]
+    reads_on = asyncio.Event()
+    body = bytearray()
+
+    async def receive() -> dict[str, Any]:
+        if requests:
+            return requests.pop()
+        await asyncio.Event().wait()  # the client stays connected
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        body.extend(message.get("body", b""))
+        if b"again" in body:
+            await reads_on.wait()
+
+    async with app.router.lifespan_context(app):
+        answering = asyncio.ensure_future(app(chat_scope("2.3"), receive, send))
+        async with asyncio.timeout(10):  # a guard, not the behaviour
+            while not llm.closed:  # closed at the deadline, while the client still stalls
+                await asyncio.sleep(0.01)
+        generate = ended(spans, names.SPAN_GENERATE)
+        reads_on.set()
+        await asyncio.wait_for(answering, timeout=10)
+        scrape = (await _scrape(app)).text
+    assert "chatqna_upstream_errors_total{" not in scrape  # no LLM timeout counted
+    for span in (generate, ended(spans, names.SPAN_ORCHESTRATE)):
+        assert span.status.status_code == StatusCode.UNSET, (span.name, span.status)
+        assert span.attributes is not None
+        assert span.attributes[names.CLIENT_STALLED] is True, span.name
+        assert names.CLIENT_DISCONNECTED not in span.attributes, span.name
+        assert not [event for event in span.events if event.name == "exception"], span.name
+    events = parse_sse(body.decode())
+    assert events[-1] == ("message", "[DONE]") and events[-2][0] == "error"
+    assert json.loads(events[-2][1])["error"] == "request_timeout"
+    assert "stopped reading" in json.loads(events[-2][1])["message"]
+    assert requests_counted(scrape, "/v1/chatqna", 200) == 1  # it read the stream to its end
+
+
 async def test_an_upstream_failure_mid_stream_is_still_an_error(
     client_for: ClientFactory, settings: Settings, spans: InMemorySpanExporter
 ) -> None:

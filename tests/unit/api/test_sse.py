@@ -15,7 +15,7 @@ from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import ChunkWriter, data, encode, event, with_pings
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams
-from chatqna.errors import UpstreamTimeout
+from chatqna.errors import ClientStalled, UpstreamFailure
 from chatqna.settings import Settings
 from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
@@ -153,9 +153,11 @@ async def test_a_reader_that_stops_reading_holds_the_source_back() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_reader_gone_quiet_past_the_deadline_ends_the_source_with_a_timeout() -> None:
+async def test_a_reader_gone_quiet_past_the_deadline_closes_the_source_as_stalled() -> None:
     ended: list[BaseException] = []
     source_ended = asyncio.Event()
+    told: list[str] = []  # on_stalled's calls
+    told_before_close: list[bool] = []
 
     async def flood() -> AsyncIterator[int]:
         number = 0
@@ -165,21 +167,24 @@ async def test_a_reader_gone_quiet_past_the_deadline_ends_the_source_with_a_time
                 yield number
         except BaseException as exc:
             ended.append(exc)
+            told_before_close.append(bool(told))
             raise
         finally:
             source_ended.set()
 
-    pinged = with_pings(flood(), 10, deadline_seconds=0.01)
+    pinged = with_pings(flood(), 10, deadline_seconds=0.01, on_stalled=lambda: told.append("x"))
     try:
         assert await anext(pinged) == 1
         async with asyncio.timeout(5):  # a guard, not the behaviour
             await source_ended.wait()
-        assert [type(exc) for exc in ended] == [UpstreamTimeout]
+        # Closed (as a client that leaves closes it), not failed with an upstream error.
+        assert [type(exc) for exc in ended] == [GeneratorExit]
+        assert told == ["x"] and told_before_close == [True]
         queued = [item async for item in _until_error(pinged)]
         assert queued[:-1] == list(range(2, sse.QUEUED_ITEMS + 2))
         error = queued[-1]
-        assert isinstance(error, UpstreamTimeout)
-        assert (error.status_code, error.code) == (504, "upstream_timeout")
+        assert isinstance(error, ClientStalled) and not isinstance(error, UpstreamFailure)
+        assert (error.status_code, error.code) == (408, "request_timeout")
     finally:
         await pinged.aclose()
 
@@ -190,7 +195,7 @@ async def _until_error(pinged: AsyncIterator[int | None]) -> AsyncIterator[int |
         async for item in pinged:
             if item is not None:
                 yield item
-    except UpstreamTimeout as exc:
+    except ClientStalled as exc:
         yield exc
 
 

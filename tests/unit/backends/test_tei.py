@@ -295,6 +295,23 @@ async def test_batches_of_one_call_must_agree_on_the_width(
         await embedder.embed(["a", "b", "c"])  # max_batch=2: two calls
 
 
+async def test_a_wider_model_s_full_batch_is_reported_as_a_width_mismatch_not_too_large(
+    router: respx.MockRouter,
+) -> None:
+    """A model swapped for a wider one: 32 texts for an index of 384 answered 4,096 wide."""
+    texts = [f"t{i}" for i in range(32)]
+    vector = [-0.012345678] * 4096  # as TEI writes a normalised vector's numbers
+    router.post("/v1/embeddings").respond(json=embeddings_body([vector] * len(texts)))
+    embedder = TEIEmbedder(BASE, dimension=384)
+    try:
+        with pytest.raises(BadUpstreamResponse, match="dimension 4096, expected 384") as info:
+            await embedder.embed(texts)
+    finally:
+        await embedder.aclose()
+    assert shape(info.value) == (502, "bad_upstream_response", "embedder")
+    assert "larger than" not in str(info.value)
+
+
 @pytest.mark.parametrize("dimension", [None, 3])
 async def test_an_embeddings_answer_far_larger_than_its_vectors_is_refused_unparsed(
     router: respx.MockRouter, dimension: int | None

@@ -1,5 +1,5 @@
 """One turn through `Turn`: its answer streamed or whole, the observer, the turn's span, and a
-client that leaves."""
+client that leaves or stops reading."""
 
 from __future__ import annotations
 
@@ -98,6 +98,25 @@ async def test_a_turn_whose_client_left_mid_stream_ends_without_an_error(
         assert span.status.status_code == StatusCode.UNSET, name
         assert span.attributes[names.CLIENT_DISCONNECTED] is True, name
         assert not [event for event in span.events if event.name == "exception"], name
+
+
+async def test_a_turn_whose_client_stopped_reading_ends_as_stalled_not_failed(
+    settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    observer = Recorder()
+    pipeline = Pipeline.build(settings, await backends_for(settings), observer)
+    turn = await pipeline.prepare(CHAT, OPTIONS)
+    async with turn:
+        stream = turn.stream()
+        await anext(stream)
+        turn.client_stalled()  # as the stream learns it at the deadline, before it closes
+        await stream.aclose()
+    assert "failed" not in observer.names() and "answered" not in observer.names()
+    for name in (names.SPAN_GENERATE, names.SPAN_ORCHESTRATE):
+        span = finished(spans, name)
+        assert span.status.status_code == StatusCode.UNSET, name
+        assert span.attributes[names.CLIENT_STALLED] is True, name
+        assert names.CLIENT_DISCONNECTED not in span.attributes, name
 
 
 async def test_a_cancelled_non_streamed_answer_whose_client_left_is_no_error(
