@@ -95,8 +95,9 @@ class Settings(BaseSettings):
     chatqna_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Host names the service answers to (the Host header, any port; *.example.com "
-        "for subdomains, * for any); others get 400. Empty (the default): localhost, "
-        "127.0.0.1, [::1] and CHATQNA_HOST when CHATQNA_HOST is a loopback address, else *.",
+        "for subdomains, * for any), always with localhost, 127.0.0.1 and [::1]; others get "
+        "400. Empty (the default): those and CHATQNA_HOST when CHATQNA_HOST is a loopback "
+        "address, else *.",
     )
     chatqna_api_docs: bool = Field(
         False,
@@ -465,15 +466,17 @@ class Settings(BaseSettings):
     def allowed_hosts(self) -> list[str]:
         """The `Host` names the service answers to (TrustedHostMiddleware's patterns).
 
-        `CHATQNA_ALLOWED_HOSTS` when given. Otherwise, bound to a loopback address only this
-        machine can connect, and the names it does so by are known: anything else in `Host`
-        is another site's name resolved to 127.0.0.1 (DNS rebinding), whose pages could then
-        read the answers. Bound to any other address, the service is reached by names it
-        cannot know (a compose service, a pod's IP for the probes), so any is answered.
+        `CHATQNA_ALLOWED_HOSTS` when given, with the loopback names added (the machine's own
+        checks: `chatqna ask`, a container's healthcheck). Otherwise, bound to a loopback
+        address only this machine can connect, and the names it does so by are known:
+        anything else in `Host` is another site's name resolved to 127.0.0.1 (DNS
+        rebinding), whose pages could then read the answers. Bound to any other address, the
+        service is reached by names it cannot know (a compose service, a pod's IP for the
+        probes), so any is answered.
         """
-        if self.chatqna_allowed_hosts:
-            return list(self.chatqna_allowed_hosts)
         loopback = ["localhost", "127.0.0.1", "[::1]"]
+        if self.chatqna_allowed_hosts:
+            return list(dict.fromkeys([*self.chatqna_allowed_hosts, *loopback]))
         host = self.chatqna_host.strip("[]").lower()
         if host == "localhost":
             return loopback

@@ -8,7 +8,10 @@ with one, the browser's cached sign-in goes along. So every write (any method bu
 HEAD and OPTIONS) that a browser says another site started is refused with 403
 `cross_site_request`, whether or not a key is set; how that is told is
 `chatqna.api.origins`. Sites listed in `CHATQNA_CORS_ORIGINS` may write, as CORS lets
-them. Programs send neither `Sec-Fetch-Site` nor `Origin`, and pass.
+them. Programs send neither `Sec-Fetch-Site` nor `Origin`, and pass; so does a request
+that carries a Bearer token (a browser adds no `Authorization` header by itself, and a page
+of another site that sets one must pass a CORS preflight first), whose key the API key
+guard then checks.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ CROSS_SITE_REFUSAL = (
 )
 
 
+def bearer(scope: Scope) -> bool:
+    """Whether the request carries `Authorization: Bearer ...`, which no browser adds itself."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return bytes(value[:7]).lower() == b"bearer "
+    return False
+
+
 class CrossSiteGuard:
     """Refuses (403) a write another site's page started, unless that site is one of
     `allowed_origins` (the CORS origins)."""
@@ -40,6 +51,7 @@ class CrossSiteGuard:
         if (
             scope["type"] != "http"
             or scope["method"].upper() in SAFE_METHODS
+            or bearer(scope)
             or not cross_site(scope, self.allowed_origins)
         ):
             await self.app(scope, receive, send)

@@ -179,6 +179,7 @@ async def test_on_any_other_address_every_name_is_answered_unless_listed(tmp_pat
     listed = everywhere.model_copy(update={"chatqna_allowed_hosts": ["chat.example.com"]})
     async with served(listed) as app:
         assert await status_for(app, "chat.example.com") == 200
+        assert await status_for(app, "127.0.0.1:8888") == 200  # the machine's own checks
         assert await status_for(app, "chatqna-backend:8888") == 400
 
 

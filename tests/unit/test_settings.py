@@ -431,11 +431,13 @@ def test_the_allowed_hosts_default_to_the_loopback_names_on_a_loopback_address(
 def test_allowed_hosts_are_one_comma_separated_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     given = "chat.example.com, *.Internal.example, ::1,10.0.0.5 ,"
     monkeypatch.setenv("CHATQNA_ALLOWED_HOSTS", given)
-    expected = ["chat.example.com", "*.internal.example", "[::1]", "10.0.0.5"]
-    assert Settings().allowed_hosts() == expected  # an IPv6 address as `Host` brackets it
+    # An IPv6 address as `Host` brackets it; the loopback names stay, for the machine's own
+    # checks (`chatqna ask`, a container's healthcheck).
+    expected = ["chat.example.com", "*.internal.example", "[::1]", "10.0.0.5", "localhost"]
+    assert Settings().allowed_hosts() == [*expected, "127.0.0.1"]
     monkeypatch.setenv("CHATQNA_HOST", "0.0.0.0")
     monkeypatch.setenv("CHATQNA_ALLOWED_HOSTS", "[::1]")
-    assert Settings().allowed_hosts() == ["[::1]"]
+    assert Settings().allowed_hosts() == ["[::1]", "localhost", "127.0.0.1"]
 
 
 @pytest.mark.parametrize("entry", ["chat.*.example", "a b", "*.10.0.0.5", "http://chat.example"])

@@ -65,6 +65,10 @@ async def test_a_refused_form_closes_the_connection_its_body_would_otherwise_hol
         ("POST", {"Origin": "http://chat.internal:8888"}),
         ("POST", {"Origin": LISTED, "Sec-Fetch-Site": "cross-site"}),
         ("POST", {"Origin": LISTED}),
+        # A program with a key that forwards a browser's headers, or an extension: no
+        # browser adds a Bearer token itself, and a page must pass a preflight to set one.
+        ("POST", {"Origin": "chrome-extension://abcdef", "Authorization": "Bearer k"}),
+        ("POST", {"Sec-Fetch-Site": "cross-site", "Authorization": "bearer k"}),
     ],
 )
 async def test_reads_own_writes_programs_and_listed_sites_pass(
