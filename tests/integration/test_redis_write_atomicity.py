@@ -89,7 +89,9 @@ async def dataprep(retriever: Retriever, tmp_path: Path, body: dict[str, str]) -
     app = create_app(settings, backends, tracer_provider=TRACER_PROVIDER)
     async with (
         app.router.lifespan_context(app),
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://t") as client,
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://localhost"
+        ) as client,
     ):
         return await client.post("/v1/dataprep/delete", json=body)
 
