@@ -312,7 +312,8 @@ async def test_a_wider_model_s_full_batch_is_reported_as_a_width_mismatch_not_to
     assert "larger than" not in str(info.value)
 
 
-@pytest.mark.parametrize("dimension", [None, 3])
+# Unknown, narrower than the 8,192 floor, and wider than it (the bound then follows the width).
+@pytest.mark.parametrize("dimension", [None, 3, 16384])
 async def test_an_embeddings_answer_far_larger_than_its_vectors_is_refused_unparsed(
     router: respx.MockRouter, dimension: int | None
 ) -> None:
