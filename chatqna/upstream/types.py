@@ -1,7 +1,7 @@
 """What an upstream client gives its backends: timeouts, whole replies, streamed replies.
 
-Beside `chatqna.upstream.client` (the client), so that the backends and `http` import
-these without importing the client.
+Beside `chatqna.upstream.client` (the client), so that the backends and the client's own
+helpers (`policy`, `sessions`) import these without importing the client.
 """
 
 from __future__ import annotations
