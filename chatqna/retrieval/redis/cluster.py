@@ -128,7 +128,6 @@ class RedisClusterHybridIndex(RedisIndexBase):
         *,
         embedder_name: str,
         dimension: int,
-        embedder_aliases: tuple[str, ...] = (),
         index_name: str = DEFAULT_INDEX_NAME,
         vector: VectorIndexParams | None = None,
         rrf_k: int = DEFAULT_RRF_K,
@@ -143,7 +142,6 @@ class RedisClusterHybridIndex(RedisIndexBase):
         self.layout = ClusterLayout(index_name)
         super().__init__(
             embedder_name=embedder_name,
-            embedder_aliases=embedder_aliases,
             dimension=dimension,
             index_name=index_name,
             vector=vector,

@@ -135,16 +135,13 @@ async def index_info(client: aioredis.Redis, name: str) -> IndexInfo | None:
 
 @dataclass(frozen=True)
 class IndexSchema:
-    """The index a store needs: its name, key prefix, embedder and vector field.
-    `embedder_aliases` are the embedder's earlier names: a meta that records one of them
-    is the same embedder's."""
+    """The index a store needs: its name, key prefix, embedder and vector field."""
 
     name: str
     chunk_prefix: str
     embedder_name: str
     dimension: int
     vector: VectorIndexParams
-    embedder_aliases: tuple[str, ...] = ()
 
     def meta(self) -> dict[FieldT, EncodableT]:
         """The `<name>:meta` hash: what the index was built for, in which layout format."""
@@ -235,8 +232,7 @@ class IndexSchema:
         """Refuse an index built for another embedder, dimension or layout format."""
         embedder = text(meta.get(b"embedder", b""))
         dimension = text(meta.get(b"dimension", b""))
-        names = (self.embedder_name, *self.embedder_aliases)
-        if embedder not in names or dimension != str(self.dimension):
+        if embedder != self.embedder_name or dimension != str(self.dimension):
             raise self.mismatch(embedder, dimension)
         found = text(meta.get(b"format", b"1"))
         if found != format_version:
