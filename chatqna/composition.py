@@ -99,14 +99,6 @@ async def index_dimension(settings: Settings, embedder: Embedder) -> int:
     return embedder.dimension
 
 
-def earlier_names(embedder: Embedder) -> tuple[str, ...]:
-    """Names besides `embedder.name` that an index it built may record (a TEI embedder's
-    URL form, once it is named by its model)."""
-    from chatqna.backends.tei import TEIEmbedder
-
-    return embedder.earlier_names if isinstance(embedder, TEIEmbedder) else ()
-
-
 def uses_embedded_index(settings: Settings) -> bool:
     """Whether the configured retriever is the embedded index (no Redis, no retriever service)."""
     return settings.retriever_endpoint is None and settings.redis_url is None
@@ -149,7 +141,6 @@ async def open_retriever(settings: Settings, embedder: Embedder) -> Retriever:
     return await EmbeddedHybridIndex.open(
         settings.index_dir,
         embedder_name=embedder.name,
-        embedder_aliases=earlier_names(embedder),
         dimension=dimension,
         rrf_k=settings.rrf_k,
         exact_max=settings.chatqna_embedded_exact_max_chunks,
@@ -169,7 +160,6 @@ async def build_redis_retriever(settings: Settings, url: str, embedder: Embedder
     opened: Retriever = await store.open(
         url,
         embedder_name=embedder.name,
-        embedder_aliases=earlier_names(embedder),
         dimension=dimension,
         index_name=settings.index_name,
         vector=VectorIndexParams(

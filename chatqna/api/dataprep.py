@@ -177,8 +177,9 @@ async def delete_files(body: DataprepDeleteRequest, state: State) -> dict[str, A
         removed = await retriever.delete_sources(None)
         return {"status": True, "removed_chunks": removed}
     known = {s.source for s in await retriever.list_sources()}
-    # Deleted even when not listed: a write cut off by an earlier version could leave a
-    # source's chunks searchable without its name in the list.
+    # Deleted whatever the listing said, and 404 only when the name was not listed and the
+    # delete found nothing: the listing is read first, so another request may write the
+    # source between the two, and its chunks must still go.
     removed = await retriever.delete_sources([body.file_path])
     if removed == 0 and body.file_path not in known:
         raise NotFound(f"no ingested file named {body.file_path!r}")

@@ -282,12 +282,6 @@ class TEIEmbedder:
             )
         return self.name
 
-    @property
-    def earlier_names(self) -> tuple[str, ...]:
-        """Names an index built by this embedder may record besides `name`: once it is
-        named by its model, the URL form, which indexes built by earlier versions record."""
-        return () if self.name == self.url_name else (self.url_name,)
-
     async def describe(self) -> dict[str, Any]:
         # Every time, as the other roles' probes: TEI answers now, at the index's width if
         # known. One attempt, so the probe is bounded by `timeout_seconds` as a whole.

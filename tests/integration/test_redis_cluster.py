@@ -37,7 +37,7 @@ from tests.integration.test_redis_retriever import (
     FOLLOW_UPS,
     QUESTIONS,
     CachingEmbedder,
-    create_format_2_index,
+    create_index_without_digest,
     ids,
     long_messages,
     some_passages,
@@ -346,11 +346,13 @@ async def test_open_refuses_a_primary_that_evicts(
             client.config_set("maxmemory-policy", "noeviction")
 
 
-async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
+async def test_an_index_of_another_format_is_refused_until_dropped(
     stores: tuple[RedisHybridIndex, RedisClusterHybridIndex], embedder: CachingEmbedder
 ) -> None:
-    """On a cluster, format 2 searches returned no digest at all: refused, like one node's,
-    and rebuilt by dropping each primary's index and the meta."""
+    """A meta of another layout format, or (the meta gone) primaries' indexes that do not
+    hold `digest`, which a search on a cluster node reads from the index alone: refused,
+    like one node's, naming each primary's index; once those are dropped, the next start
+    builds this version's indexes over the passages stored."""
     _, many = stores
     batch = some_passages(embedder.dimension)
     await many.replace_sources([batch])
@@ -358,7 +360,7 @@ async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
     for shard in shards:
         with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:
             client.execute_command("FT.DROPINDEX", shard.index)
-            create_format_2_index(client, shard.index, "rag-redis:chunk:", embedder.dimension)
+            create_index_without_digest(client, shard.index, "rag-redis:chunk:", embedder.dimension)
     await many.cluster.hset("rag-redis:meta", "format", "2")
 
     async def reopen() -> RedisClusterHybridIndex:
@@ -369,7 +371,7 @@ async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
     with pytest.raises(IndexUnavailable, match=r"format 2; .*rag-redis-shard-\{n\}"):
         await reopen()
     await many.cluster.delete("rag-redis:meta")
-    with pytest.raises(IndexUnavailable, match="format 2"):
+    with pytest.raises(IndexUnavailable, match="has no sortable `digest` field"):
         await reopen()
     for shard in shards:
         with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:
@@ -383,13 +385,13 @@ async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
         await rebuilt.aclose()
 
 
-async def test_a_primary_index_an_old_version_rebuilt_fails_searches_until_dropped(
+async def test_a_primary_index_replaced_by_one_of_other_fields_fails_searches_until_dropped(
     stores: tuple[RedisHybridIndex, RedisClusterHybridIndex], embedder: CachingEmbedder
 ) -> None:
-    """During a rolling upgrade an old worker rebuilds a primary's index in format 2 under a
-    running store, whose KNN hits from that primary then come back without any field: every
-    search is a 503 with the way out, not a 500, until the index is dropped; the store then
-    builds it again over its passages."""
+    """A primary's index replaced under a running store by one that does not hold `digest`:
+    the KNN hits from that primary come back without any field, and every search is a 503
+    with the way out, not a 500, until the index is dropped; the store then builds it again
+    over its passages."""
     _, many = stores
     batch = some_passages(embedder.dimension)
     await many.replace_sources([batch])
@@ -397,12 +399,12 @@ async def test_a_primary_index_an_old_version_rebuilt_fails_searches_until_dropp
     shard = next(s for s in many.topology.primaries if s.address == address)
     with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:
         client.execute_command("FT.DROPINDEX", shard.index)
-        create_format_2_index(client, shard.index, "rag-redis:chunk:", embedder.dimension)
+        create_index_without_digest(client, shard.index, "rag-redis:chunk:", embedder.dimension)
         while IndexInfo.parse(client.execute_command("FT.INFO", shard.index)).indexing:
             time.sleep(0.01)  # its scan of the passages (a search meanwhile misses them)
     hybrid = SearchQuery("refunds", batch.embeddings[3], 4)
     for query in (hybrid, SearchQuery("refunds", batch.embeddings[3], 4, hybrid=False)):
-        with pytest.raises(IndexUnavailable, match=r"format 2; .*stop every process") as raised:
+        with pytest.raises(IndexUnavailable, match=r"no sortable `digest` field; .*DD") as raised:
             await many.search(query)
         assert (raised.value.status_code, raised.value.code) == (503, "index_unavailable")
     with redis.Redis(host=shard.host, port=shard.port, protocol=2) as client:

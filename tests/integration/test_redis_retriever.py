@@ -681,11 +681,11 @@ async def test_open_refuses_another_embedder(embedder: CachingEmbedder, redis_ur
     await reopened.aclose()
 
 
-async def test_open_refuses_an_index_of_the_earlier_format(
+async def test_open_refuses_an_index_of_another_format(
     embedder: CachingEmbedder, redis_url: str
 ) -> None:
-    """Format 1 indexed `content` and `title` as text; its BM25 cannot match the embedded
-    index's, so it is refused with the way out, rather than searched."""
+    """An index whose meta records another layout format, or whose fields are not this
+    version's (its meta gone), is refused with the way out rather than searched."""
     with redis.Redis.from_url(redis_url, protocol=2) as client:
         client.execute_command(
             "FT.CREATE", "rag-redis", "ON", "HASH", "PREFIX", 1, "rag-redis:chunk:",
@@ -694,16 +694,20 @@ async def test_open_refuses_an_index_of_the_earlier_format(
             "DISTANCE_METRIC", "COSINE",
         )  # fmt: skip
         client.hset("rag-redis:meta", mapping={"embedder": embedder.name, "dimension": 384})
-    with pytest.raises(IndexUnavailable, match=r"format 1.*FT\.DROPINDEX rag-redis DD"):
+    with pytest.raises(IndexUnavailable, match=r"format none;.*FT\.DROPINDEX rag-redis DD"):
+        await open_redis(embedder, redis_url)
+    with redis.Redis.from_url(redis_url, protocol=2) as client:
+        client.hset("rag-redis:meta", "format", "2")
+    with pytest.raises(IndexUnavailable, match=r"has layout format 2; .*needs layout format 3"):
         await open_redis(embedder, redis_url)
     with redis.Redis.from_url(redis_url, protocol=2) as client:
         client.delete("rag-redis:meta")
-    with pytest.raises(IndexUnavailable, match="format 1"):
+    with pytest.raises(IndexUnavailable, match="has no `terms` field"):
         await open_redis(embedder, redis_url)
 
 
-def create_format_2_index(client: Any, name: str, prefix: str, dimension: int) -> None:
-    """The index format 2 created (`digest` stored in each passage, not in the index)."""
+def create_index_without_digest(client: Any, name: str, prefix: str, dimension: int) -> None:
+    """An index of this version's fields but `digest`, which it does not hold."""
     client.execute_command(
         "FT.CREATE", name, "ON", "HASH", "PREFIX", 1, prefix, "STOPWORDS", 0, "SCHEMA",
         "terms", "TEXT", "NOSTEM", "chunk_id", "TAG", "source", "TAG",
@@ -719,28 +723,25 @@ def some_passages(dimension: int, count: int = 12) -> SourceBatch:
     return SourceBatch("a.md", chunks, vectors, "h")
 
 
-async def test_an_index_of_format_2_is_refused_until_rebuilt_over_its_passages(
+async def test_an_index_without_a_sortable_digest_is_refused_until_dropped(
     embedder: CachingEmbedder, redis_url: str
 ) -> None:
-    """Format 2 held `digest` in the passages alone, where a search on a cluster node cannot
-    read it; its passages hold every field, so the way out rebuilds the index, not them."""
+    """An index that does not hold `digest` (which a search on a cluster node reads from the
+    index alone) is refused, its meta's format or none; once it is dropped, the next start
+    builds this version's index over the passages stored."""
     batch = some_passages(embedder.dimension)
     index = await open_redis(embedder, redis_url)
     await index.replace_sources([batch])
     await index.aclose()
     with redis.Redis.from_url(redis_url, protocol=2) as client:
         client.execute_command("FT.DROPINDEX", "rag-redis")  # its passages stay
-        create_format_2_index(client, "rag-redis", "rag-redis:chunk:", embedder.dimension)
-        client.hset("rag-redis:meta", "format", "2")
-    way_out = (
-        r"format 2; .*needs format 3.*stop every process of the previous version first"
-        r".*FT\.DROPINDEX rag-redis;.*delete rag-redis:meta"
-    )
+        create_index_without_digest(client, "rag-redis", "rag-redis:chunk:", embedder.dimension)
+    way_out = r"has no sortable `digest` field; .*FT\.DROPINDEX rag-redis DD.*delete rag-redis:meta"
     with pytest.raises(IndexUnavailable, match=way_out):
         await open_redis(embedder, redis_url)
     with redis.Redis.from_url(redis_url, protocol=2) as client:
         client.delete("rag-redis:meta")
-    with pytest.raises(IndexUnavailable, match=way_out):  # the index's fields tell its format
+    with pytest.raises(IndexUnavailable, match=way_out):  # the index's fields are checked
         await open_redis(embedder, redis_url)
     with redis.Redis.from_url(redis_url, protocol=2) as client:
         client.execute_command("FT.DROPINDEX", "rag-redis")

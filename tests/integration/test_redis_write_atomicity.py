@@ -4,7 +4,7 @@ One node: a replace that Redis refuses part-way (out of memory) and one whose wr
 process is killed mid-transaction leave the old version whole. A cluster: two processes
 replacing one source at once leave no orphan chunk, a start with the wrong dimension does
 not write its meta. On both, `POST /v1/dataprep/delete` removes a source that has chunks
-but is not listed (what an earlier version's cut-off write could leave).
+whatever the listing says.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ async def test_delete_removes_a_source_that_is_not_listed(
     index = await open_single(redis_stack.url)
     try:
         await index.replace_sources([version("kept.txt", 3, "v1"), version("lost.txt", 5, "v2")])
-        node.srem("rag-redis:sources", "lost.txt")  # as a first ingest cut off used to leave
+        node.srem("rag-redis:sources", "lost.txt")  # the listing the delete reads lacks it
         assert [s.source for s in await index.list_sources()] == ["kept.txt"]
         reply = await dataprep(index, tmp_path, {"file_path": "lost.txt"})
         assert (reply.status_code, reply.json()["removed_chunks"]) == (200, 5)

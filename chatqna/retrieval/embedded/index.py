@@ -74,7 +74,6 @@ class EmbeddedHybridIndex:
         rrf_candidates: int = FUSION_CANDIDATES,
         exact_max: int = EXACT_MAX_CHUNKS,
         graph_threads: int = 1,
-        embedder_aliases: Sequence[str] = (),
     ) -> None:
         if rrf_k < 1 or rrf_candidates < 1:
             raise ValueError("rrf_k and rrf_candidates must be at least 1")
@@ -83,7 +82,6 @@ class EmbeddedHybridIndex:
         self.directory = directory
         self.path = directory / STORE_FILE
         self.embedder_name = embedder_name
-        self.embedder_names = (embedder_name, *embedder_aliases)
         self.dimension = dimension
         self.rrf_k = rrf_k
         self.rrf_candidates = rrf_candidates
@@ -112,7 +110,6 @@ class EmbeddedHybridIndex:
         rrf_candidates: int = FUSION_CANDIDATES,
         exact_max: int = EXACT_MAX_CHUNKS,
         graph_threads: int = 1,
-        embedder_aliases: Sequence[str] = (),
     ) -> EmbeddedHybridIndex:
         """Open (or create) the index in `directory`."""
         index = cls(
@@ -123,7 +120,6 @@ class EmbeddedHybridIndex:
             rrf_candidates=rrf_candidates,
             exact_max=exact_max,
             graph_threads=graph_threads,
-            embedder_aliases=embedder_aliases,
         )
         single_threaded_blas()
         await asyncio.to_thread(index._open)
@@ -159,7 +155,7 @@ class EmbeddedHybridIndex:
                 f"{self.path}: unknown index format {meta.get('format')!r}; {REBUILD_HINT}"
             )
         embedder, width = meta.get("embedder"), int(meta.get("dimension", "-1"))
-        if embedder not in self.embedder_names or width != self.dimension:
+        if embedder != self.embedder_name or width != self.dimension:
             raise IndexUnavailable(
                 f"the index at {self.directory} was built with embedder {embedder!r} ({width} "
                 f"dimensions); the configured embedder is {self.embedder_name!r} "

@@ -61,7 +61,6 @@ class IndexOptions(TypedDict, total=False):
 
     embedder_name: Required[str]
     dimension: Required[int]
-    embedder_aliases: tuple[str, ...]
     index_name: str
     vector: VectorIndexParams | None
     rrf_k: int
@@ -100,7 +99,6 @@ class RedisIndexBase:
         rrf_candidates: int,
         location: str,
         chunk_prefix: str,
-        embedder_aliases: tuple[str, ...] = (),
     ) -> None:
         self.embedder_name = embedder_name
         self.dimension = dimension
@@ -109,9 +107,7 @@ class RedisIndexBase:
         self.rrf_k = rrf_k
         self.rrf_candidates = rrf_candidates
         self.location = location
-        self.schema = IndexSchema(
-            index_name, chunk_prefix, embedder_name, dimension, self.vector, embedder_aliases
-        )
+        self.schema = IndexSchema(index_name, chunk_prefix, embedder_name, dimension, self.vector)
         self.meta_key = f"{index_name}:meta"
         self._write_lock = asyncio.Lock()
         self._closed = False

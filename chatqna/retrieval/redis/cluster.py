@@ -34,8 +34,8 @@ searches fail, then they succeed again. Listing and `describe()` (what `/v1/read
 reread the topology too, and try once more when another node took over: readiness recovers
 without a search. Searches that find the topology stale together share one reread, which
 asks every node at once and takes the first answer (`topology`), so a primary that hangs
-fails each search after one timeout. A primary whose index another version rebuilt (of
-another layout format: its KNN hits come back without their distance) fails searches with
+fails each search after one timeout. A primary whose index was replaced by one of other
+fields (its KNN hits come back without their distance) fails searches with
 `IndexUnavailable` and the way out, as at start-up, until that index is dropped.
 Writes go to the primary that owns the source's slot (`cluster_writes`), atomically per
 source (a request of several sources is applied source by source), and are acknowledged
@@ -128,7 +128,6 @@ class RedisClusterHybridIndex(RedisIndexBase):
         *,
         embedder_name: str,
         dimension: int,
-        embedder_aliases: tuple[str, ...] = (),
         index_name: str = DEFAULT_INDEX_NAME,
         vector: VectorIndexParams | None = None,
         rrf_k: int = DEFAULT_RRF_K,
@@ -143,7 +142,6 @@ class RedisClusterHybridIndex(RedisIndexBase):
         self.layout = ClusterLayout(index_name)
         super().__init__(
             embedder_name=embedder_name,
-            embedder_aliases=embedder_aliases,
             dimension=dimension,
             index_name=index_name,
             vector=vector,
@@ -234,9 +232,9 @@ class RedisClusterHybridIndex(RedisIndexBase):
         """One round on the current primaries. An index name whose slot moved or is moving
         (`MOVED`, `ASK`, `TRYAGAIN`) or an index gone missing rereads the topology (and
         builds what is missing) and tries again, as does a primary whose KNN hits came back
-        without their distance, after checking every index again (one of another layout
-        format raises `IndexUnavailable`); a primary that is gone or hangs fails the search
-        at once and makes the next one reread the topology."""
+        without their distance, after checking every index again (one of other fields raises
+        `IndexUnavailable`); a primary that is gone or hangs fails the search at once and
+        makes the next one reread the topology."""
         for attempt in range(ROUND_ATTEMPTS):
             shards = await self.topology.shards()
             last = attempt == ROUND_ATTEMPTS - 1

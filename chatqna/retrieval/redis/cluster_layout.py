@@ -6,7 +6,6 @@ hash of its name (so all its keys share one slot, and one primary):
     N:source-chunks:{T}      set of the source's chunk ids
     N:sources:{n}            set of the names of the sources in one slot, where `n` is the
                              smallest integer that hashes to that slot
-    N:sources                set of source names written by earlier versions (still listed)
     N:meta                   hash: embedder, dimension, format
 """
 
@@ -48,7 +47,7 @@ class ClusterLayout:
         self.chunk_prefix = f"{index_name}:chunk:"
         self.source_prefix = f"{index_name}:source:"
         self.source_chunks_prefix = f"{index_name}:source-chunks:"
-        self.sources_key = f"{index_name}:sources"
+        self.membership_prefix = f"{index_name}:sources:"
         self.meta_key = f"{index_name}:meta"
 
     def chunk_key(self, source: str, chunk_id: str) -> str:
@@ -96,9 +95,8 @@ class ClusterLayout:
         return self.slot_membership_key(key_slot(tag.encode()))
 
     def slot_membership_key(self, slot: int) -> str:
-        return f"{self.sources_key}:{{{slot_tags()[slot]}}}"
+        return f"{self.membership_prefix}{{{slot_tags()[slot]}}}"
 
     def membership_keys(self) -> list[str]:
-        """Every slot's membership set, and the set of earlier versions."""
-        slots = range(REDIS_CLUSTER_HASH_SLOTS)
-        return [*(self.slot_membership_key(slot) for slot in slots), self.sources_key]
+        """Every slot's membership set."""
+        return [self.slot_membership_key(slot) for slot in range(REDIS_CLUSTER_HASH_SLOTS)]

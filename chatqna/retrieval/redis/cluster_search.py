@@ -5,7 +5,7 @@
 returned. A passage found twice (a slot in migration) keeps its best score, and its digest
 when both saw the same (`consistency.seen_digests`). A primary whose KNN hits came back
 without their distance is named in `Round.unscored`: its index lacks the fields this version
-returns (another version built it), which the store checks before trusting it again.
+returns (something else built it), which the store checks before trusting it again.
 """
 
 from __future__ import annotations

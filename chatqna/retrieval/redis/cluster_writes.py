@@ -67,7 +67,6 @@ from chatqna.retrieval.redis.cluster_scripts import (
 from chatqna.retrieval.redis.schema import text
 from chatqna.retrieval.redis.topology import ClusterTopology, Shard
 from chatqna.retrieval.redis.writes import (
-    KEYS_PER_COMMAND,
     bounded,
     glob_prefix,
     transaction_deadline,
@@ -115,19 +114,12 @@ class ClusterWriter:
         return await self._delete(sources)
 
     async def _delete(self, sources: Iterable[str]) -> int:
-        """One script per slot on its primary, for the named sources listed or not; then the
-        names leave the set of earlier versions (which lists only sources whose hash exists,
-        so order is no matter)."""
+        """One script per slot on its primary, for the named sources listed or not."""
         removed = 0
-        names: list[str] = []
         for group in by_slot(sources).values():
             keys, argv = delete_call(self.layout, group)
             sizes = await self.topology.run([("SCARD", key) for key in keys[2::2]])
             removed += int(await self._script(DELETE_SCRIPT, keys, argv, sum(map(int, sizes))))
-            names += group
-        for start in range(0, len(names), KEYS_PER_COMMAND):
-            batch = names[start : start + KEYS_PER_COMMAND]
-            await self.topology.run([("SREM", self.layout.sources_key, *batch)])
         return removed
 
     async def source_names(self) -> list[str]:
@@ -154,10 +146,7 @@ class ClusterWriter:
         )
 
     def _membership_keys_of(self, shard: Shard) -> list[str]:
-        keys = [self.layout.slot_membership_key(slot) for slot in sorted(shard.slots)]
-        if key_slot(self.layout.sources_key.encode()) in shard.slots:
-            keys.append(self.layout.sources_key)
-        return keys
+        return [self.layout.slot_membership_key(slot) for slot in sorted(shard.slots)]
 
     async def _delete_everything(self) -> int:
         """Every listed source, then every key of this index no listing names (SCAN), but
@@ -183,7 +172,6 @@ class ClusterWriter:
         for key in untagged:  # no write of this version makes such a key
             (deleted,) = await self.topology.run([("DEL", key)])
             removed += int(deleted) if key.startswith(self.layout.chunk_prefix) else 0
-        await self.topology.run([("DEL", self.layout.sources_key)])
         return removed
 
     async def _script(self, script: str, keys: list[str], argv: list[Any], chunk_keys: int) -> Any:

@@ -34,10 +34,10 @@ from chatqna.errors import EvictingIndexServer, IndexUnavailable
 logger = logging.getLogger(__name__)
 
 DEFAULT_INDEX_NAME = "rag-redis"
-# Format 3: `digest` is a sortable field, which a search on a cluster node can return (format
-# 2 stored it unindexed). Format 2: the pre-tokenised `terms` field is the only full-text
-# field (format 1 indexed `content` and `title`, whose BM25 cannot match the embedded
-# index's).
+# The layout format `<name>:meta` records (and each chunk's digest covers): the pre-tokenised
+# `terms` field is the only full-text field, so BM25 matches the embedded index's, and
+# `digest` is a sortable field, which a search on a cluster node can return. An index of any
+# other format is refused.
 FORMAT_VERSION = "3"
 # Textbook BM25 (the classic `BM25` scorer has no per-passage length normalisation and an
 # integer idf); the tests' reference model (`tests/oracles/redisearch_bm25.py`) mirrors it.
@@ -95,7 +95,7 @@ class IndexInfo:
     percent_indexed: float
     vector_dimension: str | None  # None: no `embedding` vector field
     has_terms: bool
-    sortable_digest: bool  # `digest` is held in the index, as it was stored (format 3)
+    sortable_digest: bool  # `digest` is held in the index, as it was stored
 
     @classmethod
     def parse(cls, reply: Any) -> IndexInfo:
@@ -135,16 +135,13 @@ async def index_info(client: aioredis.Redis, name: str) -> IndexInfo | None:
 
 @dataclass(frozen=True)
 class IndexSchema:
-    """The index a store needs: its name, key prefix, embedder and vector field.
-    `embedder_aliases` are the embedder's earlier names: a meta that records one of them
-    is the same embedder's."""
+    """The index a store needs: its name, key prefix, embedder and vector field."""
 
     name: str
     chunk_prefix: str
     embedder_name: str
     dimension: int
     vector: VectorIndexParams
-    embedder_aliases: tuple[str, ...] = ()
 
     def meta(self) -> dict[FieldT, EncodableT]:
         """The `<name>:meta` hash: what the index was built for, in which layout format."""
@@ -214,33 +211,25 @@ class IndexSchema:
             "embedder back."
         )
 
-    def outdated(self, found: str) -> IndexUnavailable:
-        if found == "2":  # its passages hold every field: the index alone is rebuilt
-            way_out = (
-                "stop every process of the previous version first (a running one builds "
-                "the old index again as soon as it finds it missing), then drop the index "
-                f"but not its passages (FT.DROPINDEX {self.name}; on a cluster, each "
-                f"primary's {self.name}-shard-{{n}} of FT._LIST) and delete "
-                f"{self.name}:meta: the next start builds the index over them again."
-            )
-        else:
-            way_out = f"drop it with its passages (FT.DROPINDEX {self.name} DD) and ingest again."
+    def unfit(self, found: str) -> IndexUnavailable:
+        """The refusal of an index that `found` shows is not of this version's format."""
         return IndexUnavailable(
-            f"the Redis index {self.name!r} has layout format {found}; this version "
-            f"needs format {FORMAT_VERSION} (a pre-tokenised `terms` field for BM25, and a "
-            f"sortable `digest` field a search returns). Use another INDEX_NAME, or {way_out}"
+            f"the Redis index {self.name!r} {found}; this version needs layout format "
+            f"{FORMAT_VERSION} (a pre-tokenised `terms` field for BM25, and a sortable "
+            "`digest` field a search returns). Use another INDEX_NAME, or drop it with its "
+            f"passages (FT.DROPINDEX {self.name} DD; on a cluster, each primary's "
+            f"{self.name}-shard-{{n}} of FT._LIST), delete {self.name}:meta and ingest again."
         )
 
     def check_meta(self, meta: dict[bytes, bytes], format_version: str) -> None:
         """Refuse an index built for another embedder, dimension or layout format."""
         embedder = text(meta.get(b"embedder", b""))
         dimension = text(meta.get(b"dimension", b""))
-        names = (self.embedder_name, *self.embedder_aliases)
-        if embedder not in names or dimension != str(self.dimension):
+        if embedder != self.embedder_name or dimension != str(self.dimension):
             raise self.mismatch(embedder, dimension)
-        found = text(meta.get(b"format", b"1"))
+        found = text(meta.get(b"format", b"none"))
         if found != format_version:
-            raise self.outdated(found)
+            raise self.unfit(f"has layout format {found}")
 
     def check_info(self, info: IndexInfo, meta: dict[bytes, bytes]) -> None:
         """Refuse an index whose fields are not the ones this version creates."""
@@ -253,8 +242,9 @@ class IndexSchema:
             embedder = text(meta.get(b"embedder", b"(unknown)"))
             raise self.mismatch(embedder, info.vector_dimension)
         if not info.has_terms or not info.sortable_digest:
-            # The index's own fields tell its format (its meta may be another's, or gone).
-            raise self.outdated("2" if info.has_terms else "1")
+            # The index's own fields are checked too: its meta may be another's, or gone.
+            missing = "`terms` field" if not info.has_terms else "sortable `digest` field"
+            raise self.unfit(f"has no {missing}")
 
 
 async def eviction_policy(client: aioredis.Redis) -> str | None:

@@ -151,7 +151,6 @@ class RedisHybridIndex(RedisIndexBase):
         transactions: aioredis.Redis,
         embedder_name: str,
         dimension: int,
-        embedder_aliases: tuple[str, ...] = (),
         index_name: str = DEFAULT_INDEX_NAME,
         vector: VectorIndexParams | None = None,
         rrf_k: int = DEFAULT_RRF_K,
@@ -174,7 +173,6 @@ class RedisHybridIndex(RedisIndexBase):
         )
         super().__init__(
             embedder_name=embedder_name,
-            embedder_aliases=embedder_aliases,
             dimension=dimension,
             index_name=index_name,
             vector=vector,

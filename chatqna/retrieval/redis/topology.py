@@ -12,7 +12,7 @@ the node's data is flushed or the node restarts without persistence.
 
 The view comes from `CLUSTER NODES`, which every search also asks each primary for, in the
 same pipeline: a slot map that changed or a slot being migrated is seen in-band. An index
-found is checked as at start-up: one another version built is refused until it is dropped.
+found is checked as at start-up: one of other fields is refused until it is dropped.
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ class ClusterTopology:
                 await asking.aclose()
         else:
             info = await schema.ensure(self.client(shard.address))
-        # One another version built is refused, in the words of the start-up check.
+        # One of other fields is refused, in the words of the start-up check.
         self.schema.check_info(info, self.meta)
         self._ready.add((shard.address, shard.index))
         logger.info("Redis index %r ready on primary %s", shard.index, shard.address)

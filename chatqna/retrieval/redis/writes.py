@@ -216,8 +216,8 @@ class SingleNodeWriter:
         return replies
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
-        """Delete these sources' chunks, sets and hashes, listed or not (a source an earlier
-        version left half written), in one transaction; return how many chunks existed."""
+        """Delete these sources' chunks, sets and hashes, listed or not, in one transaction;
+        return how many chunks existed."""
         if sources is None:
             return await self._delete_everything()
         names = list(dict.fromkeys(sources))

@@ -418,13 +418,12 @@ async def test_identify_names_the_embedder_by_the_model_tei_serves(
     router: respx.MockRouter, embedder: TEIEmbedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     route = router.get("/info").respond(json=TEI_INFO)
-    assert embedder.name == "tei:http://tei.test" and embedder.earlier_names == ()
+    assert embedder.name == "tei:http://tei.test"
     caplog.set_level("INFO", logger="chatqna.backends.tei")
     assert await embedder.identify() == "tei:BAAI/bge-base-en-v1.5"
     assert route.call_count == 1
     assert embedder.name == "tei:BAAI/bge-base-en-v1.5"
     assert embedder.model_id == "BAAI/bge-base-en-v1.5"
-    assert embedder.earlier_names == ("tei:http://tei.test",)
     (logged,) = [r for r in caplog.records if "embedder identity" in r.getMessage()]
     assert logged.levelname == "INFO" and "tei:BAAI/bge-base-en-v1.5" in logged.getMessage()
 
@@ -470,7 +469,6 @@ async def test_without_a_model_id_from_info_the_url_names_the_embedder(
     caplog.set_level("INFO", logger="chatqna.backends.tei")
     assert await embedder.identify() == "tei:http://tei.test"
     assert embedder.name == "tei:http://tei.test" and embedder.model_id is None
-    assert embedder.earlier_names == ()
     (logged,) = [r for r in caplog.records if "embedder identity" in r.getMessage()]
     assert logged.levelname == "INFO" and found in logged.getMessage()
     details = await describe_with_probe(router, embedder)

@@ -203,28 +203,6 @@ async def test_reopen_with_other_embedder_is_refused(
     assert name in message and str(dimension) in message
 
 
-async def test_an_index_recorded_under_an_earlier_name_of_the_embedder_opens(
-    index: EmbeddedHybridIndex, tmp_path: Path
-) -> None:
-    sources = await index.list_sources()
-    reopened = await EmbeddedHybridIndex.open(
-        tmp_path, embedder_name="renamed", embedder_aliases=[EMBEDDER.name], dimension=DIM
-    )
-    assert await reopened.list_sources() == sources
-    with pytest.raises(IndexUnavailable, match=f"built with embedder '{EMBEDDER.name}'"):
-        await EmbeddedHybridIndex.open(
-            tmp_path, embedder_name="renamed", embedder_aliases=["another"], dimension=DIM
-        )
-
-
-async def test_a_new_index_records_the_name_not_an_alias(tmp_path: Path) -> None:
-    await EmbeddedHybridIndex.open(
-        tmp_path, embedder_name="current", embedder_aliases=["earlier"], dimension=DIM
-    )
-    with pytest.raises(IndexUnavailable, match="built with embedder 'current'"):
-        await EmbeddedHybridIndex.open(tmp_path, embedder_name="earlier", dimension=DIM)
-
-
 def _garbage_store(directory: Path) -> None:
     (directory / STORE_FILE).write_bytes(b"this is not an index" * 300)
     for suffix in ("-wal", "-shm"):

@@ -54,10 +54,9 @@ class Writer:
 
 
 class Store(RedisIndexBase):
-    def __init__(self, embedder_aliases: tuple[str, ...] = ()) -> None:
+    def __init__(self) -> None:
         super().__init__(
             embedder_name="e",
-            embedder_aliases=embedder_aliases,
             dimension=4,
             index_name="rag",
             vector=None,
@@ -107,21 +106,6 @@ async def test_a_meta_written_for_another_embedder_is_refused() -> None:
     meta = {b"embedder": b"other", b"dimension": b"4", b"format": FORMAT_VERSION.encode()}
     with pytest.raises(IndexUnavailable, match="built with embedder 'other'"):
         await Store()._checked_meta(MetaClient(meta))  # type: ignore[arg-type]
-
-
-async def test_a_meta_written_under_an_earlier_name_of_the_embedder_is_kept() -> None:
-    meta = {b"embedder": b"earlier", b"dimension": b"4", b"format": FORMAT_VERSION.encode()}
-    client = MetaClient(dict(meta))
-    assert await Store(("earlier",))._checked_meta(client) == meta  # type: ignore[arg-type]
-    assert client.hashes["rag:meta"] == meta
-    with pytest.raises(IndexUnavailable, match="built with embedder 'earlier'"):
-        await Store(("another",))._checked_meta(client)  # type: ignore[arg-type]
-
-
-async def test_a_new_meta_records_the_name_not_an_alias() -> None:
-    client = MetaClient()
-    await Store(("earlier",))._write_meta(client)  # type: ignore[arg-type]
-    assert client.hashes["rag:meta"]["embedder"] == "e"
 
 
 def test_one_node_is_described_as_its_one_index() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from redis.crc import key_slot
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from chatqna.retrieval.redis.cluster_layout import ClusterLayout, source_slot, source_tag
 
@@ -42,7 +42,6 @@ def test_only_a_sources_own_keys_name_a_tag() -> None:
         assert layout.tag_of(key) == tag, key
     for key in (
         layout.membership_key("a.md"),
-        layout.sources_key,
         layout.meta_key,
         "rag:chunk:plain-id",  # an earlier layout's, untagged
         "rag:chunk:{}:c1",  # an empty tag: Redis hashes the whole key
@@ -51,3 +50,9 @@ def test_only_a_sources_own_keys_name_a_tag() -> None:
         f"other:chunk:{{{tag}}}:c1",
     ):
         assert layout.tag_of(key) is None, key
+
+
+def test_sources_are_listed_in_one_membership_set_per_slot_and_no_other() -> None:
+    keys = ClusterLayout("rag").membership_keys()
+    assert [key_slot(key.encode()) for key in keys] == list(range(REDIS_CLUSTER_HASH_SLOTS))
+    assert all(key.startswith("rag:sources:{") for key in keys)

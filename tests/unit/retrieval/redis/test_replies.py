@@ -27,7 +27,7 @@ from chatqna.retrieval.redis.replies import (
     unscored,
 )
 
-# What a cluster node whose index does not hold `digest` (format 2) returns for a KNN search:
+# What a cluster node whose index does not hold `digest` returns for a KNN search:
 # no field at all, not even the distance.
 WITHOUT_FIELDS = [2, b"k:a", [b"dist", b"0.25", b"digest", b"da"], b"k:b", None]
 

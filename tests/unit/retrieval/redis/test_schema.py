@@ -10,7 +10,13 @@ import pytest
 from redis.exceptions import ResponseError
 
 from chatqna.errors import EvictingIndexServer, IndexUnavailable
-from chatqna.retrieval.redis.schema import IndexInfo, refuse_eviction
+from chatqna.retrieval.redis.schema import (
+    FORMAT_VERSION,
+    IndexInfo,
+    IndexSchema,
+    VectorIndexParams,
+    refuse_eviction,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -80,6 +86,25 @@ def test_an_index_holds_digests_only_when_the_field_is_sortable_as_stored() -> N
     tag = [b"identifier", b"digest", b"attribute", b"digest", b"type", b"TAG", b"SEPARATOR", b","]
     current = IndexInfo.parse(ft_info([*tag, b"CASESENSITIVE", b"SORTABLE", b"UNF", b"NOINDEX"]))
     assert current.sortable_digest and current.has_terms and current.vector_dimension == "8"
-    # Normalised (lower-cased) in the index, or not in it at all (format 2).
+    # Normalised (lower-cased) in the index, or not in it at all.
     assert not IndexInfo.parse(ft_info([*tag, b"SORTABLE", b"NOINDEX"])).sortable_digest
     assert not IndexInfo.parse(ft_info([b"identifier", b"other"])).sortable_digest
+
+
+@pytest.mark.parametrize(
+    ("meta", "found"),
+    [({b"format": b"2"}, "has layout format 2"), ({}, "has layout format none")],
+    ids=["another", "none"],
+)
+def test_a_meta_of_another_format_is_refused_with_one_way_out(
+    meta: dict[bytes, bytes], found: str
+) -> None:
+    schema = IndexSchema("rag", "rag:chunk:", "e", 8, VectorIndexParams())
+    schema.check_meta(
+        {b"embedder": b"e", b"dimension": b"8", b"format": FORMAT_VERSION.encode()}, FORMAT_VERSION
+    )
+    with pytest.raises(IndexUnavailable) as refused:
+        schema.check_meta({b"embedder": b"e", b"dimension": b"8", **meta}, FORMAT_VERSION)
+    message = refused.value.message
+    assert message.startswith(f"the Redis index 'rag' {found}; this version needs layout format")
+    assert "FT.DROPINDEX rag DD" in message and "rag-shard-{n}" in message

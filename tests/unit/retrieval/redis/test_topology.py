@@ -81,16 +81,15 @@ ONE_PRIMARY = b"a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-16383\
 
 
 @pytest.mark.anyio
-async def test_an_index_another_version_built_is_refused_at_every_refresh() -> None:
-    """An old worker rebuilt a primary's index (format 2: `digest` not held in the index)
-    while this one runs: the next check refuses it with the way out, as at start-up, until it
-    is dropped."""
+async def test_an_index_of_other_fields_is_refused_at_every_refresh() -> None:
+    """A primary's index was replaced by one that does not hold `digest` while this store
+    runs: the next check refuses it with the way out, as at start-up, until it is dropped."""
     schema = IndexSchema("rag", "rag:chunk:", "e", 8, VectorIndexParams())
     topology = ClusterTopology("redis://127.0.0.1:7000", schema, 2.5)
     topology.meta = {b"embedder": b"e", b"dimension": b"8", b"format": b"3"}
     topology._clients["127.0.0.1:7000"] = IndexedNode([*DIGEST, b"NOINDEX"])  # type: ignore[assignment]
     for _ in range(2):
-        with pytest.raises(IndexUnavailable, match=r"format 2; .*stop every process") as raised:
+        with pytest.raises(IndexUnavailable, match=r"no sortable `digest` field; .*DD") as raised:
             await topology.refresh(ONE_PRIMARY)
         assert raised.value.status_code == 503
         assert topology.primaries == []  # nothing searched meanwhile
