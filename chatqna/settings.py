@@ -96,8 +96,8 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Host names the service answers to (the Host header, any port; *.example.com "
         "for subdomains, * for any), always with localhost, 127.0.0.1 and [::1]; others get "
-        "400. Empty (the default): those and CHATQNA_HOST when CHATQNA_HOST is a loopback "
-        "address, else *.",
+        "400 invalid_host. Empty (the default): those and CHATQNA_HOST when CHATQNA_HOST is a "
+        "loopback address, else *.",
     )
     chatqna_api_docs: bool = Field(
         False,
