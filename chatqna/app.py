@@ -38,6 +38,7 @@ from chatqna.api.guards import (
 from chatqna.api.hosts import HostGuard
 from chatqna.api.ingest_admission import IngestAdmission
 from chatqna.api.observability import RequestMetricsMiddleware
+from chatqna.api.origins import own_host_names
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.errors import StartupFailed
@@ -115,8 +116,11 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
     that the refused path names; CORS sits outside them so a browser can read a refusal and
     a preflight needs no key. CORS is off with no origins. A request for a host the service
     does not answer to (`Settings.allowed_hosts`) is refused first of the guards (400
-    `invalid_host`).
+    `invalid_host`). The names listed in `CHATQNA_ALLOWED_HOSTS` are also the service's own
+    origins to the cross-site and API key guards (`own_host_names`), for a proxy that
+    rewrites `Host`.
     """
+    own_hosts = own_host_names(settings.chatqna_allowed_hosts)
     app.add_middleware(
         ChatConcurrencyLimit,
         paths=chat.CHAT_PATHS,
@@ -135,8 +139,10 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
         max_bytes=settings.chatqna_max_request_bytes,
         max_upload_bytes=settings.chatqna_max_upload_request_bytes,
     )
-    app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key)
-    app.add_middleware(CrossSiteGuard, allowed_origins=settings.chatqna_cors_origins)
+    app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key, own_hosts=own_hosts)
+    app.add_middleware(
+        CrossSiteGuard, allowed_origins=settings.chatqna_cors_origins, own_hosts=own_hosts
+    )
     app.add_middleware(HostGuard, allowed_hosts=settings.allowed_hosts())
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics, routes=routes)
     if settings.chatqna_cors_origins:
