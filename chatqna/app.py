@@ -18,7 +18,6 @@ from typing import Any, Literal, TypedDict
 
 from fastapi import APIRouter, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.telemetry import TelemetryConfig
 from opentelemetry.trace import TracerProvider
 from starlette.routing import BaseRoute
@@ -36,8 +35,10 @@ from chatqna.api.guards import (
     UploadEndCheck,
     route_path,
 )
+from chatqna.api.hosts import HostGuard
 from chatqna.api.ingest_admission import IngestAdmission
 from chatqna.api.observability import RequestMetricsMiddleware
+from chatqna.api.origins import own_host_names
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.errors import StartupFailed
@@ -109,14 +110,17 @@ class StartupFailureReport:
 
 def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]) -> None:
     """Middleware, innermost first: chat concurrency, an upload's admission, an upload's
-    end, body size, API key, another site's writes, metrics, CORS, the `Host` check.
+    end, body size, API key, another site's writes, the `Host` check, metrics, CORS.
 
     Metrics sit outside the guards so refusals are counted, under the route of `routes`
     that the refused path names; CORS sits outside them so a browser can read a refusal and
     a preflight needs no key. CORS is off with no origins. A request for a host the service
-    does not answer to (`Settings.allowed_hosts`) is refused first, with Starlette's plain
-    400.
+    does not answer to (`Settings.allowed_hosts`) is refused first of the guards (400
+    `invalid_host`). The names listed in `CHATQNA_ALLOWED_HOSTS` are also the service's own
+    origins to the cross-site and API key guards (`own_host_names`), for a proxy that
+    rewrites `Host`.
     """
+    own_hosts = own_host_names(settings.chatqna_allowed_hosts)
     app.add_middleware(
         ChatConcurrencyLimit,
         paths=chat.CHAT_PATHS,
@@ -135,8 +139,11 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
         max_bytes=settings.chatqna_max_request_bytes,
         max_upload_bytes=settings.chatqna_max_upload_request_bytes,
     )
-    app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key)
-    app.add_middleware(CrossSiteGuard, allowed_origins=settings.chatqna_cors_origins)
+    app.add_middleware(ApiKeyGuard, api_key=settings.chatqna_api_key, own_hosts=own_hosts)
+    app.add_middleware(
+        CrossSiteGuard, allowed_origins=settings.chatqna_cors_origins, own_hosts=own_hosts
+    )
+    app.add_middleware(HostGuard, allowed_hosts=settings.allowed_hosts())
     app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics, routes=routes)
     if settings.chatqna_cors_origins:
         app.add_middleware(
@@ -147,9 +154,6 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
             expose_headers=["X-Trace-Id", "Retry-After"],
             max_age=600,
         )
-    app.add_middleware(
-        TrustedHostMiddleware, allowed_hosts=settings.allowed_hosts(), www_redirect=False
-    )
 
 
 class DocsPages(TypedDict):

@@ -4,6 +4,7 @@
     +-- InternalError             500 an unexpected failure; its details stay in the log
     +-- InvalidRequest        400/422 the request is malformed or breaks a rule
     |   +-- InvalidJson           400 the body is not valid JSON
+    |   +-- InvalidHost           400 a `Host` the service does not answer to
     |   +-- PayloadTooLarge       413 a message or upload is beyond the configured limit
     |   |   +-- ContextTooLong    413 the answer prompt is longer than the LLM's context
     |   +-- UnsupportedFileType   415 an ingested file has a type we cannot read
@@ -97,6 +98,22 @@ class InvalidJson(InvalidRequest):
     code = "invalid_json"
 
     def __init__(self, message: str = "The request body is not valid JSON.") -> None:
+        super().__init__(message)
+
+
+class InvalidHost(InvalidRequest):
+    """The request's `Host` header names a host the service does not answer to
+    (`CHATQNA_ALLOWED_HOSTS`), or is missing or malformed: another site's name pointed at
+    the service's address (DNS rebinding), or a proxy that passes on a name not listed.
+    See `chatqna.api.hosts`."""
+
+    code = "invalid_host"
+
+    def __init__(
+        self,
+        message: str = "The service does not answer to the host this request names in its "
+        "Host header (CHATQNA_ALLOWED_HOSTS lists those it does).",
+    ) -> None:
         super().__init__(message)
 
 

@@ -96,8 +96,9 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Host names the service answers to (the Host header, any port; *.example.com "
         "for subdomains, * for any), always with localhost, 127.0.0.1 and [::1]; others get "
-        "400. Empty (the default): those and CHATQNA_HOST when CHATQNA_HOST is a loopback "
-        "address, else *.",
+        "400 invalid_host. Empty (the default): those and CHATQNA_HOST when CHATQNA_HOST is a "
+        "loopback address, else *. A browser page on an exact name listed (not *, *.domain or "
+        "a loopback name) is the service's own, also behind a proxy that rewrites Host.",
     )
     chatqna_api_docs: bool = Field(
         False,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
+from collections.abc import Collection
 
 from pydantic import SecretStr
 from starlette.datastructures import Headers
@@ -52,15 +53,20 @@ def api_key_matches(header: str | None, key: SecretStr, *, basic: bool = True) -
     return offered is not None and secrets.compare_digest(offered, expected)
 
 
-def request_has_key(scope: Scope, key: SecretStr) -> bool:
+def request_has_key(
+    scope: Scope, key: SecretStr, *, own_hosts: Collection[str] = frozenset()
+) -> bool:
     """Whether a request carries the key.
 
     A browser resends Basic credentials it has cached on its own, also on a form another
     site posts here (cross-site request forgery). So for a write, Basic counts only when no
     other site's page started the request (`chatqna.api.origins.started_here`: the browser
-    says so in `Sec-Fetch-Site`, or over plain HTTP, where it sends none, `Origin` is this
-    request's own or absent). Bearer is never added by a browser, so it always counts.
+    says so in `Sec-Fetch-Site`, or over plain HTTP, where it sends none, `Origin` is absent
+    or this request's own, which includes an origin on one of `own_hosts`, the public names
+    of `CHATQNA_ALLOWED_HOSTS` that a proxy rewriting `Host` hides). A site merely listed in
+    `CHATQNA_CORS_ORIGINS` is not this origin: its pages call with Bearer. Bearer is never
+    added by a browser, so it always counts.
     """
     headers = Headers(scope=scope)
-    basic = scope["method"].upper() in SAFE_METHODS or started_here(scope)
+    basic = scope["method"].upper() in SAFE_METHODS or started_here(scope, own_hosts=own_hosts)
     return api_key_matches(headers.get("authorization"), key, basic=basic)

@@ -7,16 +7,17 @@ key (the loopback default) any page the user visits could add documents to the i
 with one, the browser's cached sign-in goes along. So every write (any method but GET,
 HEAD and OPTIONS) that a browser says another site started is refused with 403
 `cross_site_request`, whether or not a key is set; how that is told is
-`chatqna.api.origins`. Sites listed in `CHATQNA_CORS_ORIGINS` may write, as CORS lets
-them. Programs send neither `Sec-Fetch-Site` nor `Origin`, and pass; so does a request
-that carries a Bearer token (a browser adds no `Authorization` header by itself, and a page
-of another site that sets one must pass a CORS preflight first), whose key the API key
-guard then checks.
+`chatqna.api.origins` (whose own origins include the public names the operator lists in
+`CHATQNA_ALLOWED_HOSTS`, for a proxy that rewrites `Host`). Sites listed in
+`CHATQNA_CORS_ORIGINS` may write, as CORS lets them. Programs send neither
+`Sec-Fetch-Site` nor `Origin`, and pass; so does a request that carries a Bearer token (a
+browser adds no `Authorization` header by itself, and a page of another site that sets one
+must pass a CORS preflight first), whose key the API key guard then checks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,18 +42,25 @@ def bearer(scope: Scope) -> bool:
 
 class CrossSiteGuard:
     """Refuses (403) a write another site's page started, unless that site is one of
-    `allowed_origins` (the CORS origins)."""
+    `allowed_origins` (the CORS origins); a page on one of `own_hosts` (see
+    `chatqna.api.origins.own_host_names`) is this service's own."""
 
-    def __init__(self, app: ASGIApp, allowed_origins: Iterable[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        allowed_origins: Iterable[str],
+        own_hosts: Collection[str] = frozenset(),
+    ) -> None:
         self.app = app
         self.allowed_origins = tuple(allowed_origins)
+        self.own_hosts = frozenset(own_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] != "http"
             or scope["method"].upper() in SAFE_METHODS
             or bearer(scope)
-            or not cross_site(scope, self.allowed_origins)
+            or not cross_site(scope, self.allowed_origins, own_hosts=self.own_hosts)
         ):
             await self.app(scope, receive, send)
             return

@@ -14,6 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from chatqna.api.api_key import API_KEY_REQUIRED, request_has_key
+from chatqna.api.origins import own_host_names
 from chatqna.backends.bundle import Backends
 from chatqna.errors import Unauthorized
 from chatqna.ingest.parse_pool import ParsePool
@@ -51,7 +52,8 @@ async def require_api_key(request: Request) -> None:
     settings: Settings = request.app.state.settings
     if settings.chatqna_api_key is None:
         return
-    if not request_has_key(request.scope, settings.chatqna_api_key):
+    own_hosts = own_host_names(settings.chatqna_allowed_hosts)
+    if not request_has_key(request.scope, settings.chatqna_api_key, own_hosts=own_hosts):
         raise Unauthorized(API_KEY_REQUIRED)
 
 

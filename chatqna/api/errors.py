@@ -41,7 +41,10 @@ _HTTP_CODES = {
 }
 
 _DESCRIPTIONS = {
-    400: "Malformed request (`invalid_json`) or a broken rule (`invalid_request`)",
+    400: (
+        "Malformed request (`invalid_json`), a broken rule (`invalid_request`), or a `Host` "
+        "the service does not answer to (`invalid_host`)"
+    ),
     401: "Missing or wrong API key (`unauthorized`), when CHATQNA_API_KEY is set",
     403: (
         "Another site's page sent this write from a browser (`cross_site_request`), or a "
@@ -80,9 +83,10 @@ _DESCRIPTIONS = {
 }
 
 
-# What any route can answer: a body beyond CHATQNA_MAX_REQUEST_BYTES is refused in front of
-# every route (`chatqna.api.guards.BodySizeLimit`), whatever its method, and any route can fail.
-ANY_ROUTE = (413, 500)
+# What any route can answer: a `Host` the service does not answer to and a body beyond
+# CHATQNA_MAX_REQUEST_BYTES are refused in front of every route (`chatqna.api.hosts.HostGuard`,
+# `chatqna.api.guards.BodySizeLimit`), whatever its method, and any route can fail.
+ANY_ROUTE = (400, 413, 500)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

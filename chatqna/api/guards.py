@@ -1,6 +1,7 @@
 """Request guards in front of every route: the API key, the body size (and an upload's
-end), chat concurrency; the admission of uploads is `chatqna.api.ingest_admission`. The
-JSON endpoints also depend on `require_json_body` (a body sent as JSON, else 415).
+end), chat concurrency; the admission of uploads is `chatqna.api.ingest_admission`, the
+`Host` check `chatqna.api.hosts`. The JSON endpoints also depend on `require_json_body` (a
+body sent as JSON, else 415).
 
 They are plain ASGI middleware rather than route dependencies, for three reasons: a route
 added later is guarded without having to remember it (the API key also covers `/docs` and
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from fastapi import Request
 from pydantic import SecretStr
@@ -137,20 +138,27 @@ class ApiKeyGuard:
     """With `CHATQNA_API_KEY` set, every path but the health checks needs the key.
 
     It may come as `Authorization: Bearer <key>` or as Basic credentials with the key as the
-    password (see `chatqna.api.api_key.request_has_key`). A refusal challenges Basic where a
-    person is looking (see `asks_browser`), and Bearer elsewhere.
+    password (see `chatqna.api.api_key.request_has_key`, to which `own_hosts` goes). A
+    refusal challenges Basic where a person is looking (see `asks_browser`), and Bearer
+    elsewhere.
     """
 
-    def __init__(self, app: ASGIApp, api_key: SecretStr | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        api_key: SecretStr | None,
+        own_hosts: Collection[str] = frozenset(),
+    ) -> None:
         self.app = app
         self.api_key = api_key
+        self.own_hosts = frozenset(own_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.api_key is None or is_public(route_path(scope)):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if request_has_key(scope, self.api_key):
+        if request_has_key(scope, self.api_key, own_hosts=self.own_hosts):
             await self.app(scope, receive, send)
             return
         if asks_browser(scope["method"], route_path(scope), headers):

@@ -10,13 +10,32 @@ Programs (curl, OPEA's gateways, Python clients) send neither header.
 A request's own origin is its scheme and its `Host` header. The scheme is the one the
 server puts in the ASGI scope: uvicorn takes it from `X-Forwarded-Proto` only when the
 connection comes from a proxy it trusts (`FORWARDED_ALLOW_IPS`, 127.0.0.1 by default), and
-nothing here reads `X-Forwarded-Host`. A proxy that rewrites `Host` over plain HTTP hides
-the origin the browser saw; its public origin then goes in `CHATQNA_CORS_ORIGINS`.
+nothing here reads `X-Forwarded-Host`.
+
+A proxy that rewrites `Host` over plain HTTP (`proxy_pass http://backend:8888` without
+passing `Host` on) hides the origin the browser saw: its pages' writes carry
+`Origin: http://chat.example.com` to a request whose `Host` is `backend:8888`. So an
+`Origin` whose host is one of the exact names `CHATQNA_ALLOWED_HOSTS` lists
+(`own_host_names`), with the request's scheme and on any port, is this service's own too,
+for the cross-site guard and for the browser's Basic sign-in alike: the operator lists
+there the names the service is reached by, and a proxy's public name is one of them.
+
+Another site's page can still never ride on the cached sign-in: a page cannot set
+`Origin`, so only a page served from a listed name carries one, and such a page is the
+operator's own site. Left out are the entries that name sites the operator may not
+control: `*`, `*.example.com` (a subdomain may serve other people's pages) and the loopback
+names (any program on the user's machine serves pages there). Any port counts, as the
+`Host` check ignores ports too; a name whose other ports serve pages nobody vouches for
+does not belong in the list. The scheme must be the request's, so a plain-HTTP page (which
+anyone on the network can forge) never vouches for an HTTPS request. A site in
+`CHATQNA_CORS_ORIGINS` is another site that the operator lets call the API, not this one:
+it may write past the cross-site guard, but its pages send the key as Bearer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import ipaddress
+from collections.abc import Collection, Iterable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -52,10 +71,46 @@ def request_origin(scope: Scope) -> Origin | None:
     return parse_origin(f"{scope.get('scheme', 'http')}://{host}")
 
 
-def started_here(scope: Scope) -> bool:
+def canonical_host(host: str) -> str:
+    """A host name lower-cased, an IP address in its short form without brackets."""
+    name = host.strip("[]").lower()
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
+
+
+def own_host_names(allowed_hosts: Iterable[str]) -> frozenset[str]:
+    """The names of `CHATQNA_ALLOWED_HOSTS` (its entries as given, not the defaults) that an
+    `Origin` may carry and be this service's own: each exact one, but no `*`, no
+    `*.domain` and no loopback name or address (see the module's docstring)."""
+    names = set()
+    for entry in allowed_hosts:
+        if entry.startswith("*"):
+            continue
+        name = canonical_host(entry)
+        try:
+            loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            names.add(name)
+    return frozenset(names)
+
+
+def own_origin(origin: Origin, scope: Scope, own_hosts: Collection[str]) -> bool:
+    """Whether `origin` is this request's own: its scheme and `Host` header, or its scheme
+    and a name of `own_hosts` (any port)."""
+    if origin == request_origin(scope):
+        return True
+    scheme, host, _ = origin
+    return scheme == scope.get("scheme", "http") and canonical_host(host) in own_hosts
+
+
+def started_here(scope: Scope, *, own_hosts: Collection[str] = frozenset()) -> bool:
     """Whether no other site's page started the request: the browser says this origin (or
     the user) did, or, without `Sec-Fetch-Site`, `Origin` is absent (no browser) or this
-    request's own."""
+    request's own (`own_origin`, with the names of `own_host_names`)."""
     headers = Headers(scope=scope)
     site = headers.get("sec-fetch-site")
     if site is not None:
@@ -63,8 +118,8 @@ def started_here(scope: Scope) -> bool:
     origin = headers.get("origin")
     if origin is None:
         return True
-    own = parse_origin(origin)
-    return own is not None and own == request_origin(scope)
+    parsed = parse_origin(origin)
+    return parsed is not None and own_origin(parsed, scope, own_hosts)
 
 
 def allowed_origin(origin: str | None, allowed: Collection[str]) -> bool:
@@ -75,8 +130,11 @@ def allowed_origin(origin: str | None, allowed: Collection[str]) -> bool:
     return "*" in allowed or parsed in {parse_origin(entry) for entry in allowed}
 
 
-def cross_site(scope: Scope, allowed: Collection[str]) -> bool:
-    """Whether another site's page started the request, one not listed in `allowed`."""
-    if started_here(scope):
+def cross_site(
+    scope: Scope, allowed: Collection[str], *, own_hosts: Collection[str] = frozenset()
+) -> bool:
+    """Whether another site's page started the request, one not listed in `allowed` (nor
+    on a name of `own_hosts`, which is this service's own)."""
+    if started_here(scope, own_hosts=own_hosts):
         return False
     return not allowed_origin(Headers(scope=scope).get("origin"), allowed)

@@ -196,6 +196,40 @@ async def test_basic_credentials_authorise_a_write_only_from_this_origin(
             assert read.status_code == 200, site
 
 
+async def test_behind_a_proxy_that_rewrites_host_the_listed_public_name_is_this_origin(
+    settings: Settings,
+) -> None:
+    """nginx's `proxy_pass http://backend:8888` without passing `Host` on: the browser's
+    writes carry `Origin: http://chat.example.com` to a request for `backend:8888`. With
+    the public name in `CHATQNA_ALLOWED_HOSTS`, they are this origin's own, for the
+    cross-site guard and for the browser's Basic sign-in; no other site's are."""
+    proxied = settings.model_copy(
+        update={
+            "chatqna_api_key": SecretStr(KEY),
+            "chatqna_host": "0.0.0.0",
+            "chatqna_allowed_hosts": ["chat.example.com", "backend", "*.example.com"],
+            "chatqna_cors_origins": [LISTED],
+        }
+    )
+    async for _, client in running(proxied, "megaservice", "http://backend:8888"):
+        public = {**SIGNED_IN, "Origin": "http://chat.example.com"}
+        assert (await client.post("/v1/chatqna", json=CHAT, headers=public)).status_code == 200
+        upload = await client.post("/v1/dataprep/ingest", files=UPLOAD, headers=public)
+        assert upload.status_code == 200
+        assert "planted.md" in await ingested(client)
+        for other in ("http://evil.example", "http://other.example.com", "http://localhost:3000"):
+            forged = await client.post(
+                "/v1/dataprep/ingest", files=UPLOAD, headers={**SIGNED_IN, "Origin": other}
+            )
+            assert forged.status_code == 403, other
+            assert forged.json()["error"] == "cross_site_request"
+        # A site CORS lets through is not this origin: its pages call with Bearer.
+        listed = await client.post(
+            "/v1/chatqna", json=CHAT, headers={**SIGNED_IN, "Origin": LISTED}
+        )
+        assert listed.status_code == 401
+
+
 @pytest.mark.parametrize("key", [None, KEY])
 async def test_another_site_s_write_is_refused_with_or_without_a_key(
     settings: Settings, key: str | None

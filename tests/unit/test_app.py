@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatqna import app as app_module
@@ -181,6 +182,25 @@ async def test_on_any_other_address_every_name_is_answered_unless_listed(tmp_pat
         assert await status_for(app, "chat.example.com") == 200
         assert await status_for(app, "127.0.0.1:8888") == 200  # the machine's own checks
         assert await status_for(app, "chatqna-backend:8888") == 400
+
+
+@pytest.mark.anyio
+async def test_a_refused_host_gets_the_envelope_and_is_counted_under_its_route(
+    tmp_path: Path,
+) -> None:
+    """As the other guards' refusals are: 400 `invalid_host`, before the API key is asked
+    for, and in the request metrics."""
+    locked = Settings(chatqna_data_dir=tmp_path, chatqna_api_key=SecretStr("s3cret"))
+    async with served(locked) as app:
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://rebound.example") as c:
+            refused = await c.post("/v1/chatqna", json={"messages": "Hello?"})
+        assert refused.status_code == 400
+        assert refused.json()["error"] == "invalid_host"
+        async with httpx2.AsyncClient(transport=transport, base_url="http://localhost") as c:
+            scrape = (await c.get("/metrics", headers={"Authorization": "Bearer s3cret"})).text
+    counted = 'chatqna_requests_total{method="POST",route="/v1/chatqna",status="400"} 1.0'
+    assert counted in scrape.splitlines()
 
 
 @pytest.mark.anyio

@@ -10,6 +10,7 @@ from pydantic import SecretStr
 from starlette.types import Scope
 
 from chatqna.api.api_key import api_key_matches, basic_password, request_has_key
+from chatqna.api.origins import own_host_names
 
 KEY = SecretStr("s3cret")
 
@@ -87,3 +88,22 @@ def test_bearer_counts_from_any_site_and_nothing_counts_without_a_header() -> No
     assert request_has_key(bearer, KEY)
     assert not request_has_key(request("GET"), KEY)
     assert not request_has_key(request("GET", authorization="Bearer s3cre7"), KEY)
+
+
+@pytest.mark.parametrize(
+    ("origin", "accepted"),
+    [
+        ("http://chat.example.com", True),  # the proxy's public name, listed
+        ("http://chat.example.com:8080", True),
+        ("http://chat.internal:8888", True),  # the request's own, as before
+        ("https://chat.example.com", False),  # another scheme
+        ("http://evil.example", False),
+        ("http://admin.example.com", False),  # listed only by a wildcard
+    ],
+)
+def test_basic_authorises_a_write_from_a_listed_public_name(origin: str, accepted: bool) -> None:
+    """Behind a proxy that rewrites `Host` (here to chat.internal:8888), the browser's
+    `Origin` is the proxy's public one."""
+    own_hosts = own_host_names(["chat.example.com", "*.example.com"])
+    scope = request("POST", authorization=basic("me", "s3cret"), origin=origin)
+    assert request_has_key(scope, KEY, own_hosts=own_hosts) is accepted

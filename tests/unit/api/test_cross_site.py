@@ -8,6 +8,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from chatqna.api.cross_site import CROSS_SITE_REFUSAL, CrossSiteGuard
+from chatqna.api.origins import own_host_names
 
 pytestmark = pytest.mark.anyio
 
@@ -77,3 +78,27 @@ async def test_reads_own_writes_programs_and_listed_sites_pass(
     async with guarded() as client:
         response = await client.request(method, "/v1/dataprep/ingest", headers=headers)
         assert response.status_code == 204, (method, headers)
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [
+        ("http://chat.example.com", 204),  # the proxy's public name
+        ("http://chat.example.com:8080", 204),
+        ("http://other.example.com", 403),  # a wildcard names no origin
+        ("https://chat.example.com", 403),  # another scheme
+        ("http://evil.example", 403),
+    ],
+)
+async def test_a_write_from_a_listed_public_name_passes_behind_a_proxy_that_rewrites_host(
+    origin: str, status: int
+) -> None:
+    app = CrossSiteGuard(
+        accepted,
+        allowed_origins=[],
+        own_hosts=own_host_names(["chat.example.com", "*.example.com"]),
+    )
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://backend:8888") as client:
+        response = await client.post("/v1/dataprep/ingest", headers={"Origin": origin})
+        assert response.status_code == status, origin

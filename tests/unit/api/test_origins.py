@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from starlette.types import Scope
 
-from chatqna.api.origins import cross_site, parse_origin, request_origin, started_here
+from chatqna.api.origins import (
+    cross_site,
+    own_host_names,
+    parse_origin,
+    request_origin,
+    started_here,
+)
 
 
 def scope(host: str | None = "chat.internal:8888", scheme: str = "http", **fields: str) -> Scope:
@@ -107,3 +113,44 @@ def test_any_origin_is_allowed_by_a_star_but_null_is_not() -> None:
     assert not cross_site(scope(origin="http://evil.example"), ["*"])
     assert cross_site(scope(origin="null"), ["*"])
     assert cross_site(scope(origin="http://evil.example"), [])
+
+
+def test_own_host_names_are_the_exact_names_listed_but_loopback_ones() -> None:
+    listed = ["chat.example.com", "*.example.com", "*", "localhost", "127.0.0.1", "[::1]"]
+    listed += ["10.0.0.5", "[2001:DB8:0::1]"]
+    assert own_host_names(listed) == {"chat.example.com", "10.0.0.5", "2001:db8::1"}
+    assert own_host_names([]) == frozenset()
+
+
+# Behind a proxy that rewrites `Host` to `backend:8888`, its public name listed.
+PROXIED = "backend:8888"
+OWN_HOSTS = own_host_names(["chat.example.com", "*.example.com", "[2001:db8::1]"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "here"),
+    [
+        ({"origin": "http://chat.example.com"}, True),
+        ({"origin": "http://Chat.Example.com:8080"}, True),  # any port of a listed name
+        ({"origin": "http://[2001:db8::1]"}, True),
+        ({"origin": "https://chat.example.com"}, False),  # not the request's scheme
+        ({"origin": "http://other.example.com"}, False),  # a wildcard names no origin
+        ({"origin": "http://example.com"}, False),
+        ({"origin": "http://chat.example.com.evil.example"}, False),
+        ({"origin": "http://localhost:3000"}, False),  # any program on the user's machine
+        ({"origin": "http://backend:8888"}, True),  # the request's own, as before
+        ({"origin": "null"}, False),
+        # Sec-Fetch-Site still wins where the browser sends it.
+        ({"origin": "http://chat.example.com", "sec_fetch_site": "cross-site"}, False),
+    ],
+)
+def test_an_origin_on_a_listed_name_is_this_service_s_own(
+    fields: dict[str, str], here: bool
+) -> None:
+    assert started_here(scope(PROXIED, **fields), own_hosts=OWN_HOSTS) is here
+    assert cross_site(scope(PROXIED, **fields), [], own_hosts=OWN_HOSTS) is not here
+
+
+def test_without_listed_names_a_rewritten_host_hides_the_origin() -> None:
+    assert not started_here(scope(PROXIED, origin="http://chat.example.com"))
+    assert cross_site(scope(PROXIED, origin="http://chat.example.com"), [])
