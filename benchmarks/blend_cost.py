@@ -49,8 +49,7 @@ from chatqna.evaluation.dataset import EvalTurn, load_dataset  # noqa: E402
 from chatqna.evaluation.metrics import paired_bootstrap, turn_metrics  # noqa: E402
 from chatqna.evaluation.modes import plan_turn  # noqa: E402
 from chatqna.evaluation.runner import build_index  # noqa: E402
-from chatqna.multiturn.blend import blend_vectors, history_text, history_window  # noqa: E402
-from chatqna.multiturn.history import Conversation  # noqa: E402
+from chatqna.multiturn.blend import blend_vectors, history_text  # noqa: E402
 from chatqna.pipeline.sources import search_query  # noqa: E402
 from chatqna.settings import Settings  # noqa: E402
 
@@ -61,10 +60,8 @@ COMBINERS = ("mean", "newest")
 
 def window_texts(turn: EvalTurn, settings: Settings) -> list[str]:
     """The blend's history messages, newest first, as the joined text would list them."""
-    window = history_window(
-        Conversation(turn.query, turn.history),
-        settings.multi_turn_history_turns,
-        settings.multi_turn_history_roles,
+    window = turn.conversation().window(
+        settings.multi_turn_history_turns, settings.multi_turn_history_roles
     )
     texts = [m.content.strip() for m in window if m.content.strip()]
     return texts[::-1] if settings.multi_turn_history_order == "newest_first" else texts

@@ -41,7 +41,6 @@ from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch  # no
 from chatqna.evaluation.cache import EmbeddingCache  # noqa: E402
 from chatqna.evaluation.dataset import Dataset, EvalTurn, load_dataset  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
-from chatqna.multiturn.history import Conversation  # noqa: E402
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex  # noqa: E402
 from chatqna.retrieval.fusion import FUSION_CANDIDATES  # noqa: E402
 from chatqna.retrieval.query import WeightedQuery  # noqa: E402
@@ -69,7 +68,7 @@ def queries(
     """(plain BM25, history-aware BM25) pairs, one per follow-up with earlier questions."""
     pairs = []
     for turn in turns:
-        questions = earlier_questions(Conversation(turn.query, turn.history))
+        questions = earlier_questions(turn.conversation())
         vector = cache.get(turn.query)
         if not turn.is_follow_up or not questions or vector is None:
             continue

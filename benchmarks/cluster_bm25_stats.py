@@ -43,7 +43,6 @@ from chatqna.backends.protocols import Retriever, SearchQuery, SourceBatch  # no
 from chatqna.evaluation.cache import EmbeddingCache  # noqa: E402
 from chatqna.evaluation.dataset import Dataset, EvalTurn, Passage, load_dataset  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
-from chatqna.multiturn.history import Conversation  # noqa: E402
 from chatqna.retrieval.redis.cluster import RedisClusterHybridIndex  # noqa: E402
 from chatqna.retrieval.redis.store import RedisHybridIndex, VectorIndexParams  # noqa: E402
 from tests.integration.redis_server import redis_cluster, redis_stack_server  # noqa: E402
@@ -80,7 +79,7 @@ def turn_queries(turns: Sequence[EvalTurn], cache: EmbeddingCache) -> list[tuple
         if vector is None:
             continue
         if turn.is_follow_up:
-            history = "\n".join(earlier_questions(Conversation(turn.query, turn.history)))
+            history = "\n".join(earlier_questions(turn.conversation()))
             query = SearchQuery(turn.query, vector, K, True, (1.0, 1.0), history, HISTORY_WEIGHT)
             out.append(("follow-ups", (turn, query)))
         else:

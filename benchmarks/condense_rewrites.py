@@ -4,7 +4,10 @@
 
 For each follow-up of the dataset (the handbook lab by default) the configured LLM (the
 embedded SmolLM2 unless LLM_ENDPOINT / CONDENSE_LLM_ENDPOINT say otherwise) rewrites the
-message with `condense_follow_up`, the code the service runs. The script prints the
+message through the service's own condense strategy (`build_strategy` with
+`MultiTurnConfig.from_settings`, `MULTI_TURN_MODE=condense`): the history window, timeout
+(`CONDENSE_TIMEOUT_SECONDS`) and length cap (`CONDENSE_MAX_QUERY_CHARS`) are the settings'
+(`.env.example`'s unless the environment says otherwise). The script prints the
 conversation, the rewrite (or the failure reason) and the verdict of the automatic rule in
 `experiments/standalone.py` beside it, then the share judged standalone, and writes
 `results/condense_rewrites.json`.
@@ -21,31 +24,30 @@ from typing import Any
 from experiments.standalone import judge_standalone
 from provenance import start_run, write_result
 
+from chatqna.backends.fakes import HashingEmbedder
 from chatqna.composition import build_condense_llm, build_llm
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.multiturn.condense import condense_follow_up
-from chatqna.multiturn.history import Conversation
+from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.settings import Settings
 
 HERE = Path(__file__).parent
 
 
 async def run(dataset_dir: Path) -> dict[str, Any]:
-    settings = Settings()
+    settings = Settings(multi_turn_mode="condense")
     dataset = load_dataset(dataset_dir)
     llm = build_condense_llm(settings, await build_llm(settings))
+    # Only the rewrite is judged: the embedder the plan then calls is a stand-in.
+    condense = build_strategy(
+        MultiTurnConfig.from_settings(settings), embedder=HashingEmbedder(), condense_llm=llm
+    )
     rows = []
     try:
         for turn in (t for t in dataset.turns if t.is_follow_up):
             try:
-                outcome = await condense_follow_up(
-                    Conversation(turn.query, turn.history),
-                    llm,
-                    history_turns=settings.multi_turn_history_turns,
-                    timeout_seconds=60.0,
-                )
-                rewrite, failure = outcome.query, None
+                planned = await condense.plan(turn.conversation())
+                rewrite, failure = planned.text, None
             except CondenseFailed as exc:
                 rewrite, failure = None, f"{exc.reason}: {exc.detail}"
             verdict, why = judge_standalone(rewrite, turn.query, turn.gold_rewrite or turn.query)

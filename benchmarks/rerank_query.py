@@ -53,7 +53,6 @@ from chatqna.evaluation.metrics import paired_bootstrap, turn_metrics  # noqa: E
 from chatqna.evaluation.modes import plan_turn  # noqa: E402
 from chatqna.evaluation.runner import build_index  # noqa: E402
 from chatqna.multiturn.blend import earlier_questions  # noqa: E402
-from chatqna.multiturn.history import Conversation  # noqa: E402
 from chatqna.multiturn.strategy import QueryPlan  # noqa: E402
 from chatqna.pipeline.sources import search_query  # noqa: E402
 from chatqna.retrieval.fusion import reciprocal_rank_fusion  # noqa: E402
@@ -86,7 +85,7 @@ async def orders(
         "similarity: message": by_cosine(hits_ids, passages, own),
         "similarity: conversation": by_cosine(hits_ids, passages, conversation),
     }
-    asked = earlier_questions(Conversation(turn.query, turn.history))
+    asked = earlier_questions(turn.conversation())
     for form in TEXT_FORMS if blended else ():
         text = rerank_text(turn.query, asked, form)
         vector = (await embedder.embed([text]))[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chatqna.documents import Chunk
-from chatqna.multiturn.history import Message
+from chatqna.multiturn.history import Conversation, Message, split_conversation
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ class EvalTurn:
     @property
     def key(self) -> str:
         return f"{self.conversation_id}<::>{self.turn}"
+
+    def conversation(self) -> Conversation:
+        """The turn as the service receives it: its messages split by the API's own
+        `split_conversation` (system messages leave the history)."""
+        return split_conversation((*self.history, Message("user", self.query)))
 
 
 @dataclass(frozen=True)

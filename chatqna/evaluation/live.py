@@ -170,7 +170,7 @@ async def replay_mode(
         sources, served = hits, answer.options
         if served is not None:  # the passages the service would answer from
             sources = await retrieve(mode, plan, index, reranker, served.k, served.top_n)
-        answered = await answer.write(Conversation(turn.query, turn.history), sources)
+        answered = await answer.write(turn.conversation(), sources)
         if not scored:
             return answered
         ranking = [hit.chunk.id for hit in hits]

@@ -196,7 +196,7 @@ async def service_plan(
 ) -> BenchPlan:
     """The service's own planning, exactly as served under these settings, with the BM25
     history leg of `answer_leg` and the hedging dense legs of `hedge_legs`."""
-    conversation = Conversation(turn.query, turn.history)
+    conversation = turn.conversation()
     config = await turn_config(strategy, turn, embedder, signals)
     planned = await build_strategy(config, embedder=embedder).plan(conversation)
     planned = answer_leg(strategy, conversation, planned, signals)
@@ -226,7 +226,7 @@ async def plan_turn(
     """Form the search inputs of `turn` with the product's own multi-turn code (`signals`:
     what the adaptive candidates read from the corpus)."""
     started = time.perf_counter()
-    conversation = Conversation(turn.query, turn.history)
+    conversation = turn.conversation()
 
     def done(
         planned: QueryPlan | None, inputs: int, calls: int = 0, failure: str | None = None

@@ -20,10 +20,18 @@ from chatqna.multiturn.strategy import MultiTurnConfig
 # documents (alpha 0.7 over six messages of both sides, oldest first, plain BM25, no
 # self-contained check). The rows built on it name every value they change.
 SEED = MultiTurnConfig(
+    mode="blend",
+    blend_enabled=False,
+    alpha=0.7,
     history_turns=6,
     history_order="chronological",
+    history_roles="user_assistant",
+    assistant_weight=0.5,
     bm25_history_weight=0.0,
     self_contained_similarity=0.0,
+    rerank_query="conversation",
+    condense_timeout_seconds=10.0,
+    condense_max_query_chars=500,
 )
 
 

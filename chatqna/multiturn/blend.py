@@ -54,17 +54,6 @@ SKIP_SELF_CONTAINED = "self_contained"
 BM25_HISTORY_QUESTIONS = 8
 
 
-def history_window(
-    conversation: Conversation, turns: int, roles: str = "user_assistant"
-) -> tuple[Message, ...]:
-    """The last `turns` history messages of the chosen roles (`user_assistant` or
-    `separate`: both sides; `user`: the user's only)."""
-    if turns <= 0:
-        return ()
-    wanted = ("user",) if roles == "user" else ("user", "assistant")
-    return tuple(m for m in conversation.history if m.role in wanted)[-turns:]
-
-
 def earlier_questions(
     conversation: Conversation, limit: int = BM25_HISTORY_QUESTIONS
 ) -> tuple[str, ...]:
@@ -75,7 +64,7 @@ def earlier_questions(
     return tuple(q for q in asked if q)[-limit:]
 
 
-def history_text(messages: Sequence[Message], order: str = "chronological") -> str:
+def history_text(messages: Sequence[Message], order: str) -> str:
     """The documented history assembly: message contents, one per line, oldest first
     (`chronological`) or most recent first (`newest_first`, so that an embedder which
     truncates long input keeps the most recent messages)."""
@@ -168,15 +157,12 @@ def question_similarity(query: np.ndarray, question: np.ndarray) -> float:
     return float(pair[0] @ pair[1])
 
 
-def _skip_reason(
-    enabled: bool, history_turns: int, window: Sequence[Message], follows_up: bool
-) -> str | None:
+def _skip_reason(enabled: bool, history_turns: int, window: Sequence[Message]) -> str | None:
     if not enabled:
         logger.debug("blend not run: MULTI_TURN_BLEND_ENABLED is false")
         return SKIP_DISABLED
-    # A greeting alone (assistant messages, no earlier question) is no history either.
-    no_history = not window or not follows_up
-    skip = SKIP_WINDOW_ZERO if history_turns == 0 else SKIP_NO_HISTORY if no_history else None
+    # The window is empty for a greeting alone too (`Conversation.window`).
+    skip = SKIP_WINDOW_ZERO if history_turns == 0 else SKIP_NO_HISTORY if not window else None
     if skip is not None:
         logger.info("blend not run (%s): one single-string embedding call", skip)
     return skip
@@ -203,18 +189,18 @@ async def blend_query(
     alpha: float,
     history_turns: int,
     translator: HistoryTranslator | None,
-    order: str = "chronological",
-    roles: str = "user_assistant",
-    assistant_weight: float = 0.5,
-    self_contained: float = 0.0,
+    order: str,
+    roles: str,
+    assistant_weight: float,
+    self_contained: float,
 ) -> BlendResult:
     """Embed the turn's query, blended with its history when the blend can run. With
     `roles="separate"` the user's and the assistant's messages are two inputs of the
     same batched call (`[query, user messages, assistant messages]`), mixed by
     `assistant_weight` into the history vector. With `self_contained` above 0 the call also
     embeds the previous user question; a query at least that alike to it is not blended."""
-    window = history_window(conversation, history_turns, roles)
-    skip = _skip_reason(enabled, history_turns, window, conversation.follows_up)
+    window = conversation.window(history_turns, roles)
+    skip = _skip_reason(enabled, history_turns, window)
     outcome = TranslationOutcome(tuple(window))
     if skip is None and translator is not None:
         outcome = await translator.normalise(window)

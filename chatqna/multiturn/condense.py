@@ -57,7 +57,13 @@ from chatqna.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from chatqna.multiturn.history import Conversation, Message, cut_on_word, shortened
+from chatqna.multiturn.history import (
+    ROLES_BOTH,
+    Conversation,
+    Message,
+    cut_on_word,
+    shortened,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -315,11 +321,13 @@ async def condense_follow_up(
     *,
     history_turns: int,
     timeout_seconds: float,
-    max_chars: int = 500,
+    max_chars: int,
 ) -> CondenseOutcome:
-    """Rewrite the turn's query into a standalone question, or raise `CondenseFailed`."""
-    window = conversation.window(history_turns)
-    if not window or not conversation.follows_up:  # a greeting alone is no history
+    """Rewrite the turn's query into a standalone question, or raise `CondenseFailed`.
+    Every setting is a required argument: `MultiTurnConfig` (from `Settings`) holds them."""
+    # Both sides of the chat: the rewrite needs the answer a follow-up refers to.
+    window = conversation.window(history_turns, ROLES_BOTH)
+    if not window:  # no history, or a greeting alone
         return CondenseOutcome(STATUS_SKIPPED, conversation.query, conversation.query, 0)
     prompt = [
         {"role": "system", "content": SYSTEM_PROMPT},

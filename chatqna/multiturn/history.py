@@ -1,8 +1,9 @@
 """Splitting a chat into the query (the last user message) and the history before it.
 
-The history window is the last `MULTI_TURN_HISTORY_TURNS` user/assistant messages before
-the query; system messages never count as history, and a history without a user message
-(a UI's greeting) counts as none.
+The history window (`Conversation.window`) is the last `MULTI_TURN_HISTORY_TURNS` messages
+of the chosen roles before the query; system messages never count as history, and a history
+without a user message (a UI's greeting) counts as none. Blend and condense both take their
+window from it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from dataclasses import dataclass
 
 # Where a message was shortened (its start kept) to fit a limit.
 CUT_MARK = " [...]"
+# `MULTI_TURN_HISTORY_ROLES` values: `user_assistant` and `separate` window both sides of
+# the chat, `user` the user's messages only.
+ROLES_USER = "user"
+ROLES_BOTH = "user_assistant"
 
 
 @dataclass(frozen=True)
@@ -39,11 +44,14 @@ class Conversation:
         messages only (a UI's greeting) is no conversation yet: the query is a first turn."""
         return any(message.role == "user" for message in self.history)
 
-    def window(self, turns: int) -> tuple[Message, ...]:
-        """The last `turns` user/assistant messages before the query."""
-        if turns <= 0:
+    def window(self, turns: int, roles: str) -> tuple[Message, ...]:
+        """The last `turns` history messages of the chosen `roles` (`user_assistant` or
+        `separate`: both sides; `user`: the user's only). Empty when the query follows up
+        nothing (`follows_up`): a greeting alone is no history to search with."""
+        if turns <= 0 or not self.follows_up:
             return ()
-        return self.history[-turns:]
+        wanted = ("user",) if roles == ROLES_USER else ("user", "assistant")
+        return tuple(m for m in self.history if m.role in wanted)[-turns:]
 
 
 def cut_on_word(text: str, limit: int) -> str:

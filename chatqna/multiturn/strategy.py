@@ -117,20 +117,25 @@ class MultiTurnStrategy(Protocol):
 
 @dataclass(frozen=True)
 class MultiTurnConfig:
-    """The settings group a strategy is built from (read once from `Settings`)."""
+    """The settings group a strategy is built from (read once from `Settings`).
 
-    mode: Mode = "blend"
-    blend_enabled: bool = False
-    alpha: float = 0.7
-    history_turns: int = 2
-    history_order: str = "newest_first"
-    history_roles: str = "user_assistant"
-    assistant_weight: float = 0.5
-    bm25_history_weight: float = 0.3
-    self_contained_similarity: float = 0.4
-    rerank_query: str = KIND_CONVERSATION
-    condense_timeout_seconds: float = 10.0
-    condense_max_query_chars: int = 500
+    No field has a default: `Settings` is the one place that holds the multi-turn defaults,
+    so a configuration comes from `from_settings`, or names every value (the benchmark's
+    seed, `chatqna.evaluation.strategies.SEED`).
+    """
+
+    mode: Mode
+    blend_enabled: bool
+    alpha: float
+    history_turns: int
+    history_order: str
+    history_roles: str
+    assistant_weight: float
+    bm25_history_weight: float
+    self_contained_similarity: float
+    rerank_query: str
+    condense_timeout_seconds: float
+    condense_max_query_chars: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MultiTurnConfig:

@@ -21,7 +21,6 @@ from chatqna.evaluation.compare import (
 from chatqna.evaluation.dataset import load_dataset
 from chatqna.evaluation.modes import plan_turn
 from chatqna.evaluation.strategies import QueryStrategy, default_strategies
-from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import MultiTurnConfig, build_strategy
 from chatqna.retrieval.fusion import FUSION_CANDIDATES
 from chatqna.settings import Settings
@@ -115,7 +114,7 @@ async def test_the_condense_row_runs_the_services_condense_with_its_settings(
     plan = await plan_turn(turn, strategy, embedder, harness_llm)
     served = await build_strategy(
         MultiTurnConfig.from_settings(settings), embedder=embedder, condense_llm=service_llm
-    ).plan(Conversation(turn.query, turn.history))
+    ).plan(turn.conversation())
     assert harness_llm.prompts == service_llm.prompts
     prompt = harness_llm.prompts[0][-1]["content"]
     assert "Use the export zip." in prompt and "How do I export" not in prompt  # one message

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from chatqna.evaluation.dataset import Passage, load_dataset
+from chatqna.evaluation.dataset import EvalTurn, Passage, load_dataset
+from chatqna.multiturn.history import Message, split_conversation
 
 pytestmark = pytest.mark.anyio
 
@@ -117,3 +118,16 @@ def test_a_passage_is_indexed_as_ingestion_indexes_a_chunk() -> None:
     assert passage.indexed_text() == chunk.indexed_text == "Refunds\nAnnual plans are refundable."
     assert passage.chunk("corpus", 3, "none").indexed_text == "Annual plans are refundable."
     assert passage.indexed_text("none") == "Annual plans are refundable."
+
+
+def test_a_turn_is_split_into_its_conversation_as_the_api_splits_it() -> None:
+    history = (
+        Message("system", "Be brief."),
+        Message("user", "How do I export?"),
+        Message("assistant", "Settings > Export."),
+    )
+    turn = EvalTurn("c1", 2, "After I cancel?", history, ("p1",), None)
+    conversation = turn.conversation()
+    assert conversation == split_conversation([*history, Message("user", "After I cancel?")])
+    assert conversation.query == "After I cancel?"
+    assert conversation.history == history[1:] and conversation.system == ("Be brief.",)

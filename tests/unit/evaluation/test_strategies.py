@@ -7,10 +7,16 @@ from dataclasses import replace
 
 from chatqna.evaluation.strategies import SEED, QueryStrategy, default_strategies
 from chatqna.multiturn.strategy import MultiTurnConfig
+from chatqna.settings import Settings
+
+
+def served_with(**values: object) -> MultiTurnConfig:
+    """The served configuration (the settings' defaults) with these `values`."""
+    return replace(MultiTurnConfig.from_settings(Settings()), **values)  # type: ignore[arg-type]
 
 
 def test_the_name_sets_the_mode_and_the_blend_switch_the_service_reads() -> None:
-    served = MultiTurnConfig(mode="condense", blend_enabled=True, alpha=0.4, history_turns=5)
+    served = served_with(mode="condense", blend_enabled=True, alpha=0.4, history_turns=5)
     condense = QueryStrategy("condense_llm", served).config
     blend = QueryStrategy("blend", served).config
     stateless = QueryStrategy("stateless", served).config
@@ -32,7 +38,7 @@ def test_strategies_that_plan_alike_are_equal() -> None:
 
 def test_labels_name_every_value_that_differs_from_the_plain_blend() -> None:
     assert QueryStrategy("blend").label == "blend a=0.70 n=6"
-    served = MultiTurnConfig(history_roles="separate", assistant_weight=0.25)
+    served = served_with(history_roles="separate", assistant_weight=0.25)
     assert QueryStrategy("blend", served, answer_terms=5).label == (
         "blend a=0.70 n=2 newest-first separate-roles assistant=0.25 bm25-history=0.3 "
         "answer-terms=5 self-contained=0.4"
@@ -42,7 +48,7 @@ def test_labels_name_every_value_that_differs_from_the_plain_blend() -> None:
 
 
 def test_the_grid_varies_the_served_configuration() -> None:
-    served = MultiTurnConfig(rerank_query="message", condense_timeout_seconds=30.0)
+    served = served_with(rerank_query="message", condense_timeout_seconds=30.0)
     grid = default_strategies(
         served,
         alphas=(0.6, 0.8),

@@ -3,31 +3,48 @@ truncation), every path that skips the blend, and the earlier questions the BM25
 
 from __future__ import annotations
 
+import inspect
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
 
 from chatqna.backends.fakes import HashingEmbedder
+from chatqna.backends.protocols import Embedder
 from chatqna.multiturn.blend import (
     BM25_HISTORY_QUESTIONS,
+    BlendResult,
     blend_query,
     blend_vectors,
     earlier_questions,
     history_text,
-    history_window,
     previous_question,
     question_similarity,
 )
-from chatqna.multiturn.history import Conversation, Message, split_conversation
+from chatqna.multiturn.history import Conversation, Message
 from tests.unit.multiturn.test_strategy import chat
 
 pytestmark = pytest.mark.anyio
+
+# The keyword arguments `blend_query` requires, as the tests below take them unless they
+# say otherwise: oldest first, both sides, no self-contained check.
+PLAIN = {
+    "order": "chronological",
+    "roles": "user_assistant",
+    "assistant_weight": 0.5,
+    "self_contained": 0.0,
+}
 
 HISTORY = (
     Message("user", "How do I reset my password?"),
     Message("assistant", "Use the reset link; it is valid for one hour."),
 )
+
+
+async def blend(conversation: Conversation, embedder: Embedder, **values: Any) -> BlendResult:
+    """`blend_query` with `PLAIN`'s arguments where `values` does not name them."""
+    return await blend_query(conversation, embedder, **{**PLAIN, **values})
 
 
 def test_blend_vectors_is_the_normalised_weighted_sum() -> None:
@@ -43,35 +60,20 @@ def test_blend_vectors_is_the_normalised_weighted_sum() -> None:
 
 def test_history_text_is_oldest_first_one_message_per_line() -> None:
     messages = [*HISTORY, Message("user", "  "), Message("user", " and then? ")]
-    assert history_text(messages) == (
+    assert history_text(messages, "chronological") == (
         "How do I reset my password?\nUse the reset link; it is valid for one hour.\nand then?"
     )
-
-
-def test_window_counts_user_and_assistant_messages_only() -> None:
-    conversation = split_conversation(
-        [
-            Message("system", "be brief"),
-            *HISTORY,
-            Message("user", "q2"),
-            Message("assistant", "a2"),
-            Message("user", "Can you elaborate on this?"),
-        ]
-    )
-    assert conversation.window(3) == (HISTORY[1], Message("user", "q2"), Message("assistant", "a2"))
-    assert conversation.window(0) == ()
-    assert conversation.system == ("be brief",)
 
 
 async def test_executed_blend_uses_one_batch_of_two() -> None:
     embedder = HashingEmbedder()
     conversation = Conversation("Can you elaborate on this?", HISTORY)
-    result = await blend_query(
+    result = await blend(
         conversation, embedder, enabled=True, alpha=0.7, history_turns=6, translator=None
     )
-    assert embedder.batches == [[conversation.query, history_text(HISTORY)]]
+    assert embedder.batches == [[conversation.query, history_text(HISTORY, "chronological")]]
     eq = embedder.vector(conversation.query)
-    eh = embedder.vector(history_text(HISTORY))
+    eh = embedder.vector(history_text(HISTORY, "chronological"))
     eq, eh = eq / np.linalg.norm(eq), eh / np.linalg.norm(eh)
     expected = 0.7 * eq + 0.3 * eh
     np.testing.assert_allclose(result.embedding, expected / np.linalg.norm(expected), rtol=1e-5)
@@ -99,7 +101,7 @@ async def test_skips_take_the_baseline_single_string_call(
     caplog.set_level(logging.DEBUG, logger="chatqna.multiturn.blend")
     embedder = HashingEmbedder()
     conversation = Conversation("Can you elaborate on this?", history)
-    result = await blend_query(
+    result = await blend(
         conversation, embedder, enabled=enabled, alpha=0.7, history_turns=turns, translator=None
     )
     assert embedder.batches == [["Can you elaborate on this?"]]
@@ -114,10 +116,10 @@ async def test_skips_take_the_baseline_single_string_call(
 async def test_alpha_zero_searches_with_the_history_alone() -> None:
     embedder = HashingEmbedder()
     conversation = Conversation("Can you elaborate on this?", HISTORY)
-    result = await blend_query(
+    result = await blend(
         conversation, embedder, enabled=True, alpha=0.0, history_turns=6, translator=None
     )
-    eh = embedder.vector(history_text(HISTORY))
+    eh = embedder.vector(history_text(HISTORY, "chronological"))
     np.testing.assert_allclose(result.embedding, eh / np.linalg.norm(eh), rtol=1e-5)
 
 
@@ -137,21 +139,13 @@ def test_newest_first_puts_the_latest_message_first() -> None:
         "a1 refunds take days",
         "q1 refunds",
     ]
-    assert history_text(EXCHANGES).splitlines()[0] == "q1 refunds"
-
-
-def test_window_counts_messages_of_the_chosen_roles() -> None:
-    conversation = Conversation("and then?", EXCHANGES)
-    assert history_window(conversation, 2) == EXCHANGES[2:]
-    assert history_window(conversation, 2, "user") == (EXCHANGES[0], EXCHANGES[2])
-    assert history_window(conversation, 1, "user") == (EXCHANGES[2],)
-    assert history_window(conversation, 0) == ()
+    assert history_text(EXCHANGES, "chronological").splitlines()[0] == "q1 refunds"
 
 
 async def test_blend_uses_the_configured_assembly() -> None:
     embedder = HashingEmbedder()
     conversation = Conversation("and then?", EXCHANGES)
-    await blend_query(
+    await blend(
         conversation,
         embedder,
         enabled=True,
@@ -173,7 +167,7 @@ def test_newest_first_keeps_the_recent_subject_when_the_embedder_truncates() -> 
     recent = Message("user", "How do I reset my password?")
     subject = embedder.embed_sync(["resetting a forgotten password"])[0]
     chronological, newest = embedder.embed_sync(
-        [history_text([old, recent]), history_text([old, recent], "newest_first")]
+        [history_text([old, recent], "chronological"), history_text([old, recent], "newest_first")]
     )
     # 256 tokens fit: chronological order truncates the recent question away.
     assert float(newest @ subject) > float(chronological @ subject) + 0.1
@@ -184,7 +178,7 @@ async def test_separate_roles_are_three_inputs_of_one_call_mixed_by_their_weight
     embedder = HashingEmbedder()
     history = (*HISTORY, Message("user", "And on mobile?"), Message("assistant", "Same link."))
     conversation = Conversation("Does it expire?", history)
-    result = await blend_query(
+    result = await blend(
         conversation,
         embedder,
         enabled=True,
@@ -212,7 +206,7 @@ async def test_separate_roles_are_three_inputs_of_one_call_mixed_by_their_weight
 async def test_separate_roles_with_one_side_only_use_that_side() -> None:
     embedder = HashingEmbedder()
     conversation = Conversation("Does it expire?", (Message("user", "Reset my password"),))
-    result = await blend_query(
+    result = await blend(
         conversation,
         embedder,
         enabled=True,
@@ -223,7 +217,7 @@ async def test_separate_roles_with_one_side_only_use_that_side() -> None:
         assistant_weight=0.9,
     )
     assert embedder.batches == [[conversation.query, "Reset my password"]]
-    single = await blend_query(
+    single = await blend(
         conversation, HashingEmbedder(), enabled=True, alpha=0.7, history_turns=4, translator=None
     )
     np.testing.assert_allclose(result.embedding, single.embedding, rtol=1e-6)
@@ -250,7 +244,7 @@ async def test_self_contained_check_embeds_the_question_in_the_same_call(
 ) -> None:
     embedder = HashingEmbedder()
     conversation = Conversation("How do I reset my password quickly?", HISTORY)
-    result = await blend_query(
+    result = await blend(
         conversation,
         embedder,
         enabled=True,
@@ -263,7 +257,7 @@ async def test_self_contained_check_embeds_the_question_in_the_same_call(
         embedder.vector(conversation.query), embedder.vector(HISTORY[0].content)
     )
     assert 0.2 <= similarity < 0.95
-    inputs = [conversation.query, history_text(HISTORY)]
+    inputs = [conversation.query, history_text(HISTORY, "chronological")]
     assert embedder.batches == [[*inputs, HISTORY[0].content] if threshold else inputs]
     assert result.executed is executed
     assert result.reason == ("executed" if executed else "self_contained")
@@ -284,3 +278,14 @@ def test_earlier_questions_keep_the_most_recent_and_skip_blank_ones() -> None:
     assert earlier_questions(conversation, 2) == ("question 10", "question 11")
     assert earlier_questions(conversation, 0) == ()
     assert earlier_questions(Conversation("first", ())) == ()
+
+
+def test_every_setting_of_the_blend_is_a_required_argument() -> None:
+    # The defaults live in `Settings` alone; a call names each value (`MultiTurnConfig`).
+    keywords = [
+        p
+        for p in inspect.signature(blend_query).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert {p.name for p in keywords} >= {"order", "roles", "assistant_weight", "self_contained"}
+    assert all(p.default is inspect.Parameter.empty for p in keywords)

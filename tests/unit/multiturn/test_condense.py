@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -120,7 +121,7 @@ def test_transcript_names_roles_and_the_latest_message() -> None:
 async def test_no_history_makes_no_call() -> None:
     llm = ScriptedLLM('{"standalone_query": "never used"}')
     outcome = await condense_follow_up(
-        Conversation("How do I export?", ()), llm, history_turns=6, timeout_seconds=1
+        Conversation("How do I export?", ()), llm, history_turns=6, timeout_seconds=1, max_chars=500
     )
     assert outcome.status == STATUS_SKIPPED and outcome.query == "How do I export?"
     assert llm.prompts == []
@@ -130,14 +131,18 @@ async def test_a_greeting_alone_is_no_history() -> None:
     llm = ScriptedLLM('{"standalone_query": "never used"}')
     greeting = (Message("assistant", "Hi! Ask me anything about your account."),)
     conversation = Conversation("How do I export?", greeting)
-    outcome = await condense_follow_up(conversation, llm, history_turns=6, timeout_seconds=1)
+    outcome = await condense_follow_up(
+        conversation, llm, history_turns=6, timeout_seconds=1, max_chars=500
+    )
     assert outcome.status == STATUS_SKIPPED and outcome.query == "How do I export?"
     assert llm.prompts == []
 
 
 async def test_follow_up_is_rewritten_with_the_window() -> None:
     llm = ScriptedLLM('{"standalone_query": "Can I export my data after I cancel?"}')
-    outcome = await condense_follow_up(FOLLOW_UP, llm, history_turns=6, timeout_seconds=1)
+    outcome = await condense_follow_up(
+        FOLLOW_UP, llm, history_turns=6, timeout_seconds=1, max_chars=500
+    )
     assert outcome.status == STATUS_OK
     assert outcome.query == "Can I export my data after I cancel?"
     assert outcome.raw_query == FOLLOW_UP.query and outcome.history_size == 2
@@ -161,7 +166,7 @@ async def test_follow_up_is_rewritten_with_the_window() -> None:
 async def test_upstream_failures_map_to_reasons(error: Exception, reason: str) -> None:
     llm = ScriptedLLM(error=error)
     with pytest.raises(CondenseFailed) as caught:
-        await condense_follow_up(FOLLOW_UP, llm, history_turns=6, timeout_seconds=1)
+        await condense_follow_up(FOLLOW_UP, llm, history_turns=6, timeout_seconds=1, max_chars=500)
     assert caught.value.reason == reason
     assert caught.value.history_size == 2 and caught.value.model == "scripted"
 
@@ -175,7 +180,9 @@ async def test_slow_rewrite_times_out() -> None:
             return await super().complete(messages, params)
 
     with pytest.raises(CondenseFailed) as caught:
-        await condense_follow_up(FOLLOW_UP, Slow(), history_turns=6, timeout_seconds=0.05)
+        await condense_follow_up(
+            FOLLOW_UP, Slow(), history_turns=6, timeout_seconds=0.05, max_chars=500
+        )
     assert caught.value.reason == "timeout"
     assert caught.value.latency_ms < 1000
 
@@ -348,9 +355,22 @@ def test_a_reply_far_longer_than_a_rewrite_is_rejected_before_it_is_parsed() -> 
 async def test_the_rewrite_call_scales_max_tokens_with_the_message() -> None:
     llm = ScriptedLLM(json.dumps({"standalone_query": LONG_FOLLOW_UP}))
     conversation = Conversation(LONG_FOLLOW_UP, HISTORY)
-    outcome = await condense_follow_up(conversation, llm, history_turns=6, timeout_seconds=1)
+    outcome = await condense_follow_up(
+        conversation, llm, history_turns=6, timeout_seconds=1, max_chars=500
+    )
     assert outcome.query == LONG_FOLLOW_UP
     assert llm.params[0].max_tokens > len(LONG_FOLLOW_UP) // 2
     short = ScriptedLLM('{"standalone_query": "Can I export my data after I cancel?"}')
-    await condense_follow_up(FOLLOW_UP, short, history_turns=6, timeout_seconds=1)
+    await condense_follow_up(FOLLOW_UP, short, history_turns=6, timeout_seconds=1, max_chars=500)
     assert short.params[0].max_tokens == 64
+
+
+def test_every_setting_of_the_rewrite_is_a_required_argument() -> None:
+    # The defaults live in `Settings` alone; a call names each value (`MultiTurnConfig`).
+    keywords = [
+        p
+        for p in inspect.signature(condense_follow_up).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert [p.name for p in keywords] == ["history_turns", "timeout_seconds", "max_chars"]
+    assert all(p.default is inspect.Parameter.empty for p in keywords)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from dataclasses import MISSING, fields
 from typing import TypeVar
 
 import numpy as np
@@ -245,5 +246,14 @@ async def test_a_failed_rewrite_fails_the_plan_before_any_embedding() -> None:
     assert steps.ran == ["rewrite"] and embedder.batches == []
 
 
-def test_the_configs_defaults_are_the_settings_defaults() -> None:
-    assert MultiTurnConfig() == MultiTurnConfig.from_settings(Settings())
+def test_a_config_holds_no_defaults_of_its_own() -> None:
+    # `Settings` is the one place for the multi-turn defaults: a config names every value.
+    assert all(f.default is MISSING for f in fields(MultiTurnConfig))
+    with pytest.raises(TypeError):
+        MultiTurnConfig(mode="blend")  # type: ignore[call-arg]
+    served = MultiTurnConfig.from_settings(Settings())
+    assert (served.blend_enabled, served.alpha, served.history_order) == (
+        False,
+        0.7,
+        "newest_first",
+    )
