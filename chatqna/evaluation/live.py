@@ -8,7 +8,8 @@ assistant message by what the system itself would have answered at that turn:
 
 - without an LLM, the first `ANSWER_CHARS` (800) characters of the passage it ranked first
   (the passage text, without its title): a proxy for an answer grounded in its own
-  retrieval, which carries that passage's words whether or not it was the right one;
+  retrieval, which carries that passage's words whether or not it was the right one, as
+  long as the blend embeds of any history message (`chatqna.multiturn.blend.MESSAGE_CHARS`);
 - with `--llm`, the configured LLM's answer from the passages the service would answer
   from: retrieved with its `k` and kept to its `top_n` under the mode's retrieval and
   reranker (`RETRIEVER_K`, `RERANK_TOP_N`), in its own answer prompt
@@ -31,6 +32,7 @@ from chatqna.evaluation.dataset import Dataset, EvalTurn
 from chatqna.evaluation.experiments.hedge import hedged_search
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import BenchPlan, CorpusSignals, Mode, ModeResult, plan_turn
+from chatqna.multiturn.blend import MESSAGE_CHARS
 from chatqna.multiturn.history import Conversation, Message
 from chatqna.pipeline.prompt import build_answer_prompt
 from chatqna.pipeline.sources import rerank_or_cut, search_query
@@ -39,7 +41,8 @@ from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
 logger = logging.getLogger(__name__)
 
-ANSWER_CHARS = 800
+ANSWER_CHARS = MESSAGE_CHARS
+
 
 Write = Callable[[Conversation, Sequence[ScoredChunk]], Awaitable[str]]
 

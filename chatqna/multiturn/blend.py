@@ -12,9 +12,13 @@ conversation (`chatqna.multiturn.rerank_query`).
 History text: the last `MULTI_TURN_HISTORY_TURNS` messages of the chosen roles before the
 query (`MULTI_TURN_HISTORY_ROLES`: user and assistant, or the user's only), normalised to
 English, one message per line, most recent first or oldest first
-(`MULTI_TURN_HISTORY_ORDER`). When the blend cannot run (the flag is off, there is no
-history, the history holds no user question (a UI's greeting), or the window is 0) the
-turn takes the baseline path: one single-string embedding
+(`MULTI_TURN_HISTORY_ORDER`), each cut to its first `MESSAGE_CHARS` (800) characters. A chat
+UI sends the service's whole answers back, up to `LLM_MAX_TOKENS` long; uncut, the latest
+answer would fill an embedder's input limit (256 tokens for the embedded MiniLM) and push
+the previous question out of the history vector. 800 characters also keep the history to
+what the benchmark's own-history replay measures (`chatqna.evaluation.live`). When the blend
+cannot run (the flag is off, there is no history, the history holds no user question (a UI's
+greeting), or the window is 0) the turn takes the baseline path: one single-string embedding
 call, and a log line says why.
 
 A blended follow-up's BM25 leg may also hear the conversation: `earlier_questions` gives the
@@ -52,6 +56,7 @@ SKIP_NO_HISTORY = "no_history"
 SKIP_WINDOW_ZERO = "history_turns_zero"
 SKIP_SELF_CONTAINED = "self_contained"
 BM25_HISTORY_QUESTIONS = 8
+MESSAGE_CHARS = 800
 
 
 def earlier_questions(
@@ -67,8 +72,8 @@ def earlier_questions(
 def history_text(messages: Sequence[Message], order: str) -> str:
     """The documented history assembly: message contents, one per line, oldest first
     (`chronological`) or most recent first (`newest_first`, so that an embedder which
-    truncates long input keeps the most recent messages)."""
-    lines = [m.content.strip() for m in messages if m.content.strip()]
+        truncates long input keeps the most recent messages), each cut to `MESSAGE_CHARS`."""
+    lines = [m.content.strip()[:MESSAGE_CHARS].rstrip() for m in messages if m.content.strip()]
     return "\n".join(reversed(lines) if order == "newest_first" else lines)
 
 

@@ -14,6 +14,7 @@ from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import Embedder
 from chatqna.multiturn.blend import (
     BM25_HISTORY_QUESTIONS,
+    MESSAGE_CHARS,
     BlendResult,
     blend_query,
     blend_vectors,
@@ -163,15 +164,45 @@ def test_newest_first_keeps_the_recent_subject_when_the_embedder_truncates() -> 
     from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 
     embedder = OnnxMiniLMEmbedder()
-    old = Message("assistant", "Billing happens monthly on the signup date. " * 60)
+    old = [
+        Message("assistant", "Billing happens monthly on the signup date. " * 60),
+        Message("assistant", "Invoices list every seat and its monthly price. " * 60),
+    ]
     recent = Message("user", "How do I reset my password?")
     subject = embedder.embed_sync(["resetting a forgotten password"])[0]
     chronological, newest = embedder.embed_sync(
-        [history_text([old, recent], "chronological"), history_text([old, recent], "newest_first")]
+        [
+            history_text([*old, recent], "chronological"),
+            history_text([*old, recent], "newest_first"),
+        ]
     )
-    # 256 tokens fit: chronological order truncates the recent question away.
+    # 256 tokens fit: two answers of 800 characters push the recent question out of
+    # chronological order.
     assert float(newest @ subject) > float(chronological @ subject) + 0.1
     np.testing.assert_allclose(np.linalg.norm(newest), 1.0, rtol=1e-5)
+
+
+def test_a_long_answer_is_cut_so_the_previous_question_stays_in_the_history() -> None:
+    answer = Message("assistant", "Billing happens monthly on the signup date. " * 60)
+    question = Message("user", "How do I reset my password?")
+    text = history_text([question, answer], "newest_first")
+    first, second = text.splitlines()
+    assert first == answer.content.strip()[:MESSAGE_CHARS].rstrip()
+    assert second == question.content
+
+
+@pytest.mark.slow  # loads the packaged ONNX model
+def test_the_previous_question_reaches_the_history_vector_past_a_whole_answer() -> None:
+    from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
+
+    embedder = OnnxMiniLMEmbedder()
+    # An answer as long as LLM_MAX_TOKENS allows, sent back by a chat UI.
+    answer = Message("assistant", "Billing happens monthly on the signup date. " * 60)
+    question = Message("user", "How do I reset my password?")
+    with_question, answer_alone = embedder.embed_sync(
+        [history_text([question, answer], "newest_first"), history_text([answer], "newest_first")]
+    )
+    assert float(with_question @ answer_alone) < 0.99
 
 
 async def test_separate_roles_are_three_inputs_of_one_call_mixed_by_their_weight() -> None:
