@@ -8,14 +8,23 @@ for a key that stops working while the page is open.
 The files are package data read once per process. Their names carry no content hash (there
 is no build step), so responses say `Cache-Control: no-cache` with a strong `ETag`: a browser
 revalidates on each load and gets an empty 304 while nothing changed.
+
+The page is a template: its links and its API calls start with the root path the server runs
+under (`CHATQNA_ROOT_PATH`, the ASGI scope's `root_path`), so behind a proxy that strips
+`/chat` they stay under it whether the browser shows `/chat/` or `/chat`. Without a root path
+they are relative to the page: right at `/`, and behind a stripping proxy left unconfigured
+only while the page's URL ends with `/`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
+from string import Template
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -54,6 +63,11 @@ class Asset:
     content_type: str
     etag: str
 
+    @classmethod
+    def of(cls, body: bytes, content_type: str) -> Asset:
+        """`body` with its tag: a strong ETag from its SHA-256."""
+        return cls(body, content_type, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+
 
 @cache
 def assets() -> dict[str, Asset]:
@@ -62,10 +76,23 @@ def assets() -> dict[str, Asset]:
     for entry in resources.files("chatqna.ui").iterdir():
         suffix = "." + entry.name.rsplit(".", 1)[-1] if "." in entry.name else ""
         if entry.is_file() and suffix in CONTENT_TYPES:
-            body = entry.read_bytes()
-            etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-            table[entry.name] = Asset(body, CONTENT_TYPES[suffix], etag)
+            table[entry.name] = Asset.of(entry.read_bytes(), CONTENT_TYPES[suffix])
     return table
+
+
+def url_base(root_path: str) -> str:
+    """What the page's URLs start with: `/chat/` under the root path `/chat`, else nothing
+    (relative URLs). The root path is decoded in the ASGI scope, hence the quoting."""
+    return quote(root_path, safe="/") + "/" if root_path else ""
+
+
+# A root path is the server's setting, so one or two per process; the bound is a backstop.
+@lru_cache(maxsize=8)
+def rendered_page(root_path: str) -> Asset:
+    """The page with its links and its `chatqna-base` meta tag under `root_path`."""
+    template = Template(assets()[PAGE].body.decode())
+    body = template.substitute(base=html.escape(url_base(root_path)))
+    return Asset.of(body.encode(), CONTENT_TYPES[".html"])
 
 
 def _not_modified(request: Request, etag: str) -> bool:
@@ -76,10 +103,7 @@ def _not_modified(request: Request, etag: str) -> bool:
     return etag in tags or "*" in tags
 
 
-def _serve(name: str, request: Request, headers: dict[str, str]) -> Response:
-    asset = assets().get(name)
-    if asset is None:
-        raise NotFound(f"no UI file named {name!r}")
+def _serve(asset: Asset, request: Request, headers: dict[str, str]) -> Response:
     headers = {**headers, "ETag": asset.etag}
     if _not_modified(request, asset.etag):
         return Response(status_code=304, headers=headers)
@@ -89,11 +113,12 @@ def _serve(name: str, request: Request, headers: dict[str, str]) -> Response:
 # Plain `def` handlers: the first call reads the files, which must not block the event loop.
 @router.api_route("/", methods=["GET", "HEAD"], summary="The chat UI")
 def page(request: Request) -> Response:
-    return _serve(PAGE, request, PAGE_HEADERS)
+    return _serve(rendered_page(request.scope.get("root_path", "")), request, PAGE_HEADERS)
 
 
 @router.api_route("/ui/{name}", methods=["GET", "HEAD"], summary="A static file of the chat UI")
 def asset(name: str, request: Request) -> Response:
-    if name == PAGE:
-        raise NotFound(f"no UI file named {name!r}")  # the page lives at `/` only
-    return _serve(name, request, COMMON_HEADERS)
+    found = assets().get(name)
+    if found is None or name == PAGE:  # the page lives at `/` only
+        raise NotFound(f"no UI file named {name!r}")
+    return _serve(found, request, COMMON_HEADERS)

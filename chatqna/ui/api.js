@@ -1,15 +1,18 @@
 // Requests to the ChatQnA API. With an API key set on the server, the browser's own sign-in
 // (HTTP Basic, asked for when the page loads) goes with every request on its own; a key
 // entered in the page's panel, kept in this tab's session storage, is sent as Bearer instead.
-// URLs are relative to the page, so the UI also works behind a reverse-proxy path prefix.
+// URLs start with the page's `chatqna-base`: the server's root path (`/chat/`), so the calls
+// stay under a reverse proxy's path prefix whether or not the page's URL ends with `/`; or
+// nothing without a root path, and then they are relative to the page.
 
 const KEY_NAME = "chatqna.apiKey";
+const BASE = document.querySelector('meta[name="chatqna-base"]')?.content ?? "";
 
-/** The absolute URL of `path` beside the page, without any `user:password@`: opened as
+/** The absolute URL of the API's `path`, without any `user:password@`: opened as
  * `http://user:key@host/`, the page's base URL keeps them, and `fetch` refuses such URLs.
  * The browser has cached that sign-in and sends it anyway. */
 function endpoint(path) {
-  const url = new URL(path, document.baseURI);
+  const url = new URL(BASE + path, document.baseURI);
   url.username = "";
   url.password = "";
   return url.href;

@@ -3,9 +3,11 @@
 Two servers, each with the sample corpus ingested through the API, answer with a stand-in LLM
 that quotes the top passage (so answers are quick and checkable): one in blend mode, one in
 condense mode with an API key (which the browser signs in with) and a rewrite model that
-fails on demand. Chromium and chromedriver are Debian's packages, installed by
-`scripts/browser`; Selenium drives them by path and downloads nothing. With
-`CHATQNA_UI_SCREENSHOTS=1` the run also writes the documentation's screenshots.
+fails on demand. A third server, run under a root path behind a prefix-stripping proxy,
+serves the page at a URL without its trailing slash. Chromium and chromedriver are Debian's
+packages, installed by `scripts/browser`; Selenium drives them by path and downloads
+nothing. With `CHATQNA_UI_SCREENSHOTS=1` the run also writes the documentation's
+screenshots.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.integration.conftest import REPO, SAMPLE_CORPUS, ServerProcess, start_server
 from tests.standins.servers import serve_in_thread
+from tests.standins.stripping_proxy import stripping_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -510,3 +513,39 @@ def test_api_key_sign_in_and_condense_failure_retry(servers: Servers, browser: W
     assert stored == API_KEY
     ask(browser, FIRST)
     assert state(wait_settled(browser, 1)) == "done"
+
+
+def test_under_a_path_prefix_the_page_works_without_its_trailing_slash(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    """Behind a proxy that strips `/chat` and does not redirect `/chat` to `/chat/` (Traefik,
+    Caddy), the page opened at `/chat` loads its files and calls the API under the prefix."""
+    with serve_in_thread(llm_app(0.0)) as llm:
+        server = start_server(
+            tmp_path / "data",
+            tmp_path / "prefix.log",
+            CHATQNA_ROOT_PATH="/chat",
+            LLM_ENDPOINT=llm,
+            LLM_MODEL_ID=LLM_MODEL,
+        )
+        try:
+            with serve_in_thread(stripping_proxy(server.url, "/chat")) as proxy:
+                browser.get(proxy + "/chat")
+                wait_for(
+                    browser,
+                    lambda d: d.execute_script("return document.documentElement.dataset.ready"),
+                )
+                assert browser.current_url == proxy + "/chat"  # no redirect added the slash
+                model = browser.find_element(By.ID, "model")
+                wait_for(browser, lambda d: model.text == f"Answers by {LLM_MODEL}")
+                ask(browser, FIRST)
+                assert state(wait_settled(browser, 1)) == "done"
+                fetched = browser.execute_script(
+                    "return performance.getEntriesByType('resource')"
+                    ".map((e) => new URL(e.name).pathname)"
+                )
+        finally:
+            server.stop()
+    assert {"/chat/ui/app.js", "/chat/ui/chat.css", "/chat/v1/models"} <= set(fetched)
+    assert "/chat/v1/chatqna" in fetched
+    assert [path for path in fetched if not path.startswith("/chat/")] == []

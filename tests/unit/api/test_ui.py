@@ -1,17 +1,23 @@
-"""The chat UI is served at `/` with its files under `/ui/`; with an API key, the browser asks
-for it."""
+"""The chat UI is served at `/` with its files under `/ui/`; under a root path its URLs stay
+under the prefix; with an API key, the browser asks for it."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import html
 import re
 import tomllib
+from collections.abc import AsyncIterator
 from fnmatch import fnmatch
 from pathlib import Path
+from urllib.parse import urljoin
 
 import httpx2
 import pytest
 from pydantic import SecretStr
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chatqna.app import create_app
 from chatqna.settings import Settings
@@ -30,9 +36,10 @@ TYPES = {
 
 
 def referenced_files() -> set[str]:
-    """Every `ui/<name>` the page links and every module the scripts import."""
+    """Every `${base}ui/<name>` the page's template links and every module the scripts
+    import."""
     page = (UI_DIR / "index.html").read_text()
-    names = set(re.findall(r'(?:src|href)="ui/([^"]+)"', page))
+    names = set(re.findall(r'(?:src|href)="\$\{base\}ui/([^"]+)"', page))
     for script in UI_DIR.glob("*.js"):
         names |= set(re.findall(r'from "\./([^"]+)"', script.read_text()))
     return names
@@ -43,7 +50,9 @@ async def test_the_page_is_served_at_the_root(client_for: ClientFactory) -> None
     response = await client.get("/")
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/html; charset=utf-8"
+    # Without a root path the page's URLs are relative to it, as they always were.
     assert '<script type="module" src="ui/app.js"></script>' in response.text
+    assert '<meta name="chatqna-base" content="">' in response.text
     assert response.headers["cache-control"] == "no-cache"
     assert response.headers["etag"].startswith('"')
     policy = response.headers["content-security-policy"]
@@ -65,6 +74,79 @@ async def test_every_referenced_file_loads_with_its_content_type(
         assert response.headers["content-type"] == TYPES[Path(name).suffix], name
         assert response.headers["x-content-type-options"] == "nosniff"
         assert response.content == (UI_DIR / name).read_bytes()
+
+
+def behind_stripping_proxy(app: ASGIApp, prefix: str) -> ASGIApp:
+    """`app` as a browser reaches it through a proxy that serves it under `prefix` and strips
+    the prefix (`/chat` and `/chat/` both become `/`), run by uvicorn with `root_path=prefix`
+    (which puts the prefix back in front of `path`). Other paths are not the app's: 404."""
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path != prefix and not path.startswith(prefix + "/"):
+            await Response(status_code=404)(scope, receive, send)
+            return
+        served = prefix + (path.removeprefix(prefix) or "/")
+        scope = {**scope, "root_path": prefix, "path": served, "raw_path": served.encode()}
+        await app(scope, receive, send)
+
+    return asgi
+
+
+def page_urls(page: str) -> list[str]:
+    """The page's links, then the API paths its script calls after its `chatqna-base`, as
+    `api.js` builds them."""
+    links = re.findall(r'(?:src|href)="([^"#][^"]*)"', page)
+    base = re.findall(r'<meta name="chatqna-base" content="([^"]*)">', page)
+    assert len(base) == 1, "the page names the base of its API calls"
+    api = [html.unescape(base[0]) + path for path in ("v1/models", "v1/chatqna")]
+    return [html.unescape(link) for link in links] + api
+
+
+@contextlib.asynccontextmanager
+async def served_under(settings: Settings, prefix: str) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client on the app run with `CHATQNA_ROOT_PATH=prefix` behind a stripping proxy."""
+    rooted = settings.model_copy(update={"chatqna_root_path": prefix})
+    app = create_app(rooted, await make_backends(rooted), tracer_provider=TRACER_PROVIDER)
+    transport = httpx2.ASGITransport(app=behind_stripping_proxy(app, prefix))
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(transport=transport, base_url="http://localhost") as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize("opened_at", ["/chat/", "/chat"])
+async def test_under_a_root_path_every_url_stays_under_the_prefix(
+    settings: Settings, client_for: ClientFactory, opened_at: str
+) -> None:
+    async with served_under(settings, "/chat") as client:
+        page = await client.get(opened_at)
+        assert page.status_code == 200
+        assert '<script type="module" src="/chat/ui/app.js"></script>' in page.text
+        # Resolved as the browser does, against the page's URL with or without its slash.
+        urls = [urljoin(f"http://localhost{opened_at}", url) for url in page_urls(page.text)]
+        assert [url for url in urls if not url.startswith("http://localhost/chat/")] == []
+        assert "http://localhost/chat/v1/chatqna" in urls
+        for url in urls:
+            if not url.endswith("/v1/chatqna"):  # a POST, which the chat tests make
+                assert (await client.get(url)).status_code == 200, url
+        again = await client.get(opened_at, headers={"If-None-Match": page.headers["etag"]})
+        assert again.status_code == 304
+    # The tag is the rendered page's, so a page cached under another root path is replaced.
+    unrooted = await (await client_for()).get("/")
+    assert page.headers["etag"] != unrooted.headers["etag"]
+
+
+async def test_a_root_path_is_quoted_and_escaped_in_the_page(settings: Settings) -> None:
+    async with served_under(settings, '/a&b"<c>') as client:
+        page = (await client.get('/a&b"<c>')).text
+    assert '<meta name="chatqna-base" content="/a%26b%22%3Cc%3E/">' in page
+    assert '<script type="module" src="/a%26b%22%3Cc%3E/ui/app.js"></script>' in page
+    assert "<c>" not in page
 
 
 async def test_an_unchanged_file_revalidates_to_304(client_for: ClientFactory) -> None:
