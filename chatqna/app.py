@@ -43,6 +43,7 @@ from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.errors import StartupFailed
 from chatqna.settings import Settings, configure_logging
+from chatqna.telemetry.caller_context import CallerContext
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import (
     CONTRIB_WARNING,
@@ -72,9 +73,10 @@ def untraced(scope: Scope) -> bool:
 
 def fastapi_telemetry(tracer_provider: TracerProvider | None) -> TelemetryConfig:
     """FastAPI's own OpenTelemetry support makes the request's SERVER span (with the global
-    provider unless one is given; nothing while none is installed). Metrics stay
-    Prometheus's, exporters are set up by `configure_tracing`, and per-operation spans
-    (dependencies, serialisation) are left out."""
+    provider unless one is given; nothing while none is installed, when `CallerContext`
+    passes the caller's context on instead). Metrics stay Prometheus's, exporters are set
+    up by `configure_tracing`, and per-operation spans (dependencies, serialisation) are
+    left out."""
     return {
         "tracer_provider": tracer_provider,
         "tracing": True,
@@ -195,8 +197,7 @@ def create_app(
 
     Without an injected provider, tracing is configured from the `OTEL_*` variables and,
     when on, installed as the process's global provider (unless one is installed already).
-    `OTEL_PROPAGATORS=none` is made safe for FastAPI's extraction either way
-    (`configure_propagation`).
+    `OTEL_PROPAGATORS=none` is made safe for extraction either way (`configure_propagation`).
     """
     configure_propagation()
     owned_tracing = configure_tracing(settings) if tracer_provider is None else None
@@ -242,6 +243,7 @@ def create_app(
     routers = include_routers(app, role)
     routes = [*app.router.routes, *(route for router in routers for route in router.routes)]
     install_guards(app, settings, routes)
+    app.add_middleware(CallerContext, exclude=untraced)  # outside X-Trace-Id's middleware
     app.add_middleware(StartupFailureReport)
     return app
 

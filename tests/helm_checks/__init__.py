@@ -21,7 +21,8 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   /v1/ready, on a port the container declares and the role's port setting says; every
   environment variable and settings ConfigMap key is a setting of chatqna/settings.py;
   secrets (the API key, upstream tokens) come from a Secret, never a literal or a ConfigMap;
-  every in-cluster URL they are given names a rendered Service and one of its ports.
+  every in-cluster URL they are given names a rendered Service and one of its ports, and
+  (with the values files' own NO_PROXY) NO_PROXY and no_proxy name each such Service.
 - ChatQnA pods wait in an init container (the ChatQnA image) for the model servers and Redis
   of the release their role uses, and for nothing else (not for external endpoints); its
   script compiles, and each attempt catches any exception (an answer in another protocol
@@ -48,7 +49,7 @@ What is checked, for each values file the chart ships (the defaults, values-*.ya
   in that table exists.
 """
 
-from tests.deploy_checks import Problem, container_variables
+from tests.deploy_checks import PROXY_BYPASS, Problem, container_variables
 from tests.helm_checks.chart_files import (
     chart_file_problems,
     config_problems,
@@ -119,7 +120,7 @@ from tests.helm_checks.names import (
     name_length_problems,
 )
 from tests.helm_checks.schema import schema_problems
-from tests.helm_checks.wiring import reference_problems, url_problems
+from tests.helm_checks.wiring import proxy_problems, reference_problems, url_problems
 
 __all__ = [
     "CHART",
@@ -132,6 +133,7 @@ __all__ = [
     "LONGEST_RELEASE",
     "NAMESPACE",
     "OLDEST_KUBERNETES_VERSION",
+    "PROXY_BYPASS",
     "RELEASE",
     "REPO",
     "SECRET_SETTINGS",
@@ -163,6 +165,7 @@ __all__ = [
     "pod_spec",
     "probe_problems",
     "probe_target",
+    "proxy_problems",
     "reference_problems",
     "render",
     "render_text",

@@ -29,7 +29,7 @@ from tests.helm_checks.monitoring import (
 )
 from tests.helm_checks.names import LONGEST_RELEASE, name_length_problems
 from tests.helm_checks.schema import schema_problems
-from tests.helm_checks.wiring import reference_problems, url_problems
+from tests.helm_checks.wiring import proxy_problems, reference_problems, url_problems
 
 
 def manifest_problems(
@@ -66,7 +66,11 @@ def chart_problems(helm: Path, chart: Path = CHART) -> list[Problem]:
         except RenderError as error:
             problems.append(Problem("render", label, str(error)))
             continue
-        found = manifest_problems(docs) + schema_problems(docs, OLDEST_KUBERNETES_VERSION)
+        found = (
+            manifest_problems(docs)
+            + schema_problems(docs, OLDEST_KUBERNETES_VERSION)
+            + proxy_problems(docs)  # of the chart's defaults: an operator's NO_PROXY is theirs
+        )
         problems += [Problem(p.kind, f"{label}:{p.where}", p.detail) for p in found]
     try:
         long_names = render(helm, chart=chart, release="r" * LONGEST_RELEASE)

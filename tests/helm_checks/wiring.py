@@ -1,11 +1,12 @@
-"""How rendered objects refer to each other: in-cluster URLs, selectors, ConfigMaps, Secrets."""
+"""How rendered objects refer to each other: in-cluster URLs (and the proxy they bypass),
+selectors, ConfigMaps, Secrets."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
-from tests.deploy_checks import Problem
+from tests.deploy_checks import PROXY_BYPASS, Problem
 from tests.helm_checks.helm import NAMESPACE, RELEASE
 from tests.helm_checks.manifests import (
     Manifest,
@@ -51,6 +52,42 @@ def url_problems(docs: list[Manifest]) -> list[Problem]:
                 if port not in _service_ports(services[short]):
                     ports = sorted(_service_ports(services[short]))
                     problems.append(Problem("wrong_port", where, f"{value}: {short} has {ports}"))
+    return problems
+
+
+def _release_service(host: str, services: Mapping[str, Manifest]) -> bool:
+    """Whether `host` names a rendered Service, by its short or namespaced name."""
+    short = host.removesuffix(f".{NAMESPACE}.svc.cluster.local")
+    short = short.removesuffix(f".{NAMESPACE}.svc").removesuffix(f".{NAMESPACE}")
+    return short in services
+
+
+def _bypassed(host: str, entries: set[str]) -> bool:
+    # An entry is a host name, or a domain suffix with its leading dot (`.svc`), as
+    # httpx2, requests and gRPC read NO_PROXY.
+    return host in entries or any(e.startswith(".") and host.endswith(e) for e in entries)
+
+
+def proxy_problems(docs: list[Manifest]) -> list[Problem]:
+    """Each ChatQnA container's NO_PROXY and no_proxy cover every rendered Service its URLs
+    name, so a proxy set in `config` never carries its calls to the release's services."""
+    services = by_kind(docs, "Service")
+    problems = []
+    for workload in workloads(docs):
+        for container in containers(workload):
+            if not is_chatqna(container):
+                continue
+            env = environment(docs, workload, container)
+            hosts = {urlsplit(value).hostname for value in env.values() if value and "://" in value}
+            called = sorted(h for h in hosts if h and _release_service(h, services))
+            for variable in PROXY_BYPASS:
+                entries = {e.strip() for e in (env.get(variable) or "").split(",") if e.strip()}
+                missing = [host for host in called if not _bypassed(host, entries)]
+                if missing:
+                    where = f"{name_of(workload)}:{variable}"
+                    problems.append(
+                        Problem("proxied_service", where, f"does not name {', '.join(missing)}")
+                    )
     return problems
 
 

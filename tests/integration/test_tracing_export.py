@@ -1,9 +1,9 @@
 """Tracing as an operator runs it: real server processes exporting over OTLP/HTTP and
 OTLP/gRPC to receivers started here, `OTEL_SDK_DISABLED`, `OTEL_RESOURCE_ATTRIBUTES`,
-`OTEL_PROPAGATORS=none`, and the service under `opentelemetry-instrument` (with
-opentelemetry-instrumentation-httpx installed, as the test extra has it), with an LLM
-stand-in that records the `traceparent` it is sent; and a shutdown whose collector never
-answers."""
+`OTEL_PROPAGATORS=none`, the caller's context passed on with tracing off, and the service
+under `opentelemetry-instrument` (with opentelemetry-instrumentation-httpx installed, as the
+test extra has it), with an LLM stand-in that records the `traceparent` it is sent; and a
+shutdown whose collector never answers."""
 
 from __future__ import annotations
 
@@ -251,6 +251,27 @@ def test_a_disabled_sdk_exports_nothing(tmp_path: Path, data: Path) -> None:
             log = server.stop()
     assert "x-trace-id" not in response.headers
     assert received.requests == [] and received.connections == 0, log
+
+
+@pytest.mark.parametrize(
+    "off",
+    [{"OTEL_TRACES_EXPORTER": "none"}, {"OTEL_SDK_DISABLED": "true"}],
+    ids=["none", "disabled"],
+)
+def test_with_tracing_off_the_callers_context_is_passed_on(
+    tmp_path: Path, data: Path, off: dict[str, str]
+) -> None:
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with llm_stand_in() as (llm, seen):
+        server = start_server(
+            data, tmp_path / "server.log", LLM_ENDPOINT=llm, LLM_MODEL_ID="standin", **off
+        )
+        try:
+            response = ask(server.url, {"traceparent": caller, "baggage": "tenant=acme"})
+        finally:
+            log = server.stop()
+    assert response.headers["x-trace-id"] == "0af7651916cd43dd8448eb211c80319c", log
+    assert [(h.get("traceparent"), h.get("baggage")) for h in seen] == [(caller, "tenant=acme")]
 
 
 def test_under_opentelemetry_instrument_the_whole_tree_is_one_trace(

@@ -705,6 +705,47 @@ def test_sdk_server_and_proxy_variables_from_values_reach_every_chatqna_containe
         assert {key: env.get(key) for key in given} == given, component
 
 
+def bypass_of(docs: list[Manifest], component: str) -> list[str | None]:
+    """The NO_PROXY and no_proxy a ChatQnA role's container sees."""
+    workload = find(docs, "Deployment", component)
+    env = checks.environment(docs, workload, checks.containers(workload)[0])
+    return [env.get(variable) for variable in checks.PROXY_BYPASS]
+
+
+def test_the_releases_services_are_never_reached_through_a_proxy(
+    helm: Path, embedded_docs: list[Manifest]
+) -> None:
+    """As the compose stack's default NO_PROXY: with a proxy in `config`, the calls to the
+    release's TEI, vLLM, Redis, retriever and collector go direct; so do loopback and every
+    in-cluster name."""
+    proxy = "http://proxy.internal:3128"
+    docs = checks.render(helm, sets={"config.HTTP_PROXY": proxy, "config.HTTPS_PROXY": proxy})
+    assert checks.proxy_problems(docs) == checks.proxy_problems(embedded_docs) == []
+    for component in ("backend", "retriever"):
+        upper, lower = bypass_of(docs, component)
+        assert upper == lower and upper is not None, component
+        services = [f"{PREFIX}-{name}" for name in ("tei-embedding", "vllm", "victoriatraces")]
+        assert {"localhost", "127.0.0.1", ".svc", ".cluster.local", *services} <= set(
+            upper.split(",")
+        )
+
+
+def test_an_operators_no_proxy_is_used_as_given_by_both_spellings(helm: Path) -> None:
+    docs = checks.render(helm, sets={"config.NO_PROXY": "corp.internal"})
+    for component in ("backend", "retriever"):
+        assert bypass_of(docs, component) == ["corp.internal"] * 2
+    # Then the release's services are the operator's to list; the check names them.
+    problems = checks.proxy_problems(docs)
+    assert {p.where for p in problems} == {
+        f"Deployment/{PREFIX}-{component}:{variable}"
+        for component in ("backend", "retriever")
+        for variable in checks.PROXY_BYPASS
+    }
+    backend = next(p for p in problems if p.where == f"Deployment/{PREFIX}-backend:no_proxy")
+    for name in ("tei-embedding", "tei-reranking", "vllm", "redis", "victoriatraces"):
+        assert f"{PREFIX}-{name}" in backend.detail
+
+
 def image_environment() -> dict[str, str]:
     """The ENV of the Dockerfile's last stage: what a pod sees unless the chart sets it."""
     from tests.deploy_checks import parse_dockerfile

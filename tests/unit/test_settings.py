@@ -190,6 +190,39 @@ def test_an_exporter_name_nothing_installed_registers_is_refused(
     assert len(message.splitlines()) == 2
 
 
+def test_propagators_are_read_as_opentelemetry_api_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_PROPAGATORS", " tracecontext ,baggage")
+    assert Settings().otel_propagators == ["tracecontext", "baggage"]
+    monkeypatch.setenv("OTEL_PROPAGATORS", "None,b3")  # nothing after none is loaded
+    assert Settings().otel_propagators == ["None", "b3"]
+    monkeypatch.setenv("OTEL_PROPAGATORS", "")  # the API's default
+    assert Settings().otel_propagators is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (
+            "tracecontext,b3",
+            "OTEL_PROPAGATORS: no propagator named 'b3' is installed (installed: baggage, "
+            "tracecontext); install opentelemetry-propagator-b3 for it, or name another",
+        ),
+        ("jaeger", "install opentelemetry-propagator-jaeger for it"),
+        ("TraceContext", "install the package that registers it (opentelemetry_propagator)"),
+        ("tracecontext,baggage,", "OTEL_PROPAGATORS: has an empty name"),
+    ],
+)
+def test_a_propagator_name_nothing_installed_registers_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: str
+) -> None:
+    """opentelemetry-api raises on each of these when `opentelemetry.propagate` is imported."""
+    message = _error_for(monkeypatch, OTEL_PROPAGATORS=value)
+    assert expected in message.splitlines()[1]
+    assert len(message.splitlines()) == 2
+
+
 @pytest.mark.parametrize(
     ("env", "refused"),
     [

@@ -99,6 +99,27 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* NO_PROXY of the ChatQnA containers unless config.NO_PROXY is given: loopback, the
+release's Services a ChatQnA container calls, and every in-cluster name (.svc,
+.cluster.local), so that a proxy set in config (HTTP_PROXY, HTTPS_PROXY) carries the calls
+to the outside world only, as the compose stack's default NO_PROXY does. */}}
+{{- define "chatqna.noProxy" -}}
+{{- $hosts := list "localhost" "127.0.0.1" -}}
+{{- $components := list
+  (list "tei-embedding" .Values.tei.embedding.enabled)
+  (list "tei-reranking" .Values.tei.reranking.enabled)
+  (list "vllm" .Values.vllm.enabled)
+  (list "redis" .Values.redis.enabled)
+  (list "retriever" .Values.retriever.enabled)
+  (list "victoriatraces" .Values.victoriatraces.enabled) -}}
+{{- range $components -}}
+{{- if index . 1 -}}
+{{- $hosts = append $hosts (include "chatqna.component" (list $ (index . 0))) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," (concat $hosts (list ".svc" ".cluster.local")) -}}
+{{- end -}}
+
 {{/* Does the index live in Redis (in the chart, at a URL, or at a URL in a Secret)? */}}
 {{- define "chatqna.hasRedis" -}}
 {{- if or .Values.redis.enabled .Values.redis.externalUrl .Values.redis.urlSecret.name -}}true{{- end -}}
