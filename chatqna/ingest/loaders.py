@@ -175,9 +175,25 @@ def _decode(source: str, data: bytes, charset: str | None) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+# A run of blank (whitespace-only) lines: `\s*` backs off to the run's last newline, so the
+# line after the run keeps its indent.
+_BLANK_RUN = re.compile(r"\n\s*\n")
+
+
+def _squeeze_blank_lines(text: str) -> str:
+    """`text` with each run of blank lines made one empty line, the paragraph break `_tidy`
+    would leave of it.
+
+    Done in one pass before the text is split into lines: a 20 MB upload of newlines would
+    otherwise become 20 million lines, each a list entry and a step of the Markdown reader
+    (seconds and hundreds of megabytes), for an empty result.
+    """
+    return _BLANK_RUN.sub("\n\n", text)
+
+
 def _tidy(text: str) -> str:
     """Drop trailing spaces and surrounding blank lines, keeping paragraph breaks."""
-    lines = "\n".join(line.rstrip() for line in text.split("\n"))
+    lines = "\n".join(line.rstrip() for line in _squeeze_blank_lines(text).split("\n"))
     # Removed heading lines leave blank runs; one blank line is all a paragraph break needs.
     return re.sub(r"\n{3,}", "\n\n", lines).strip("\n")
 
@@ -194,7 +210,8 @@ def _load_markdown(source: str, stem: str, text: str) -> LoadedDocument:
     title: str | None = None
     sections: list[tuple[str | None, list[str]]] = [(None, [])]
     fence: str | None = None
-    for line in text.split("\n"):
+    # Blank lines decide nothing below, and `_tidy` squeezes them the same way afterwards.
+    for line in _squeeze_blank_lines(text).split("\n"):
         if fence is not None:
             # A fence closes only with the same character, at least as long as the opener.
             stripped = line.strip()

@@ -4,17 +4,24 @@ A CSV row or a JSON record becomes one `name: value; name: value` line (nested f
 dotted paths, `plan.price`), so a passage retrieved alone still says what its values are.
 A JSON object's top-level fields that hold objects or lists become sections named by the
 field; scalars stay in the document's first section.
+
+Rows and lines are read one at a time and counted against `max_cells` as they are read, a
+blank one as one cell: a file of millions of blank lines or empty records is refused once it
+passes the limit, before the rest of it is split or parsed.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import threading
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
 from chatqna.ingest.tables import (
+    CellCounter,
     Counters,
     LoadLimits,
     TextCounter,
@@ -40,20 +47,27 @@ def load_csv(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
         dialect = csv.excel  # one column, or nothing to tell the delimiter by
     counters = Counters(source, limits)
     _allow_fields_of(limits.max_text_chars)
-    rows: list[list[str]] = []
+    rows = _csv_rows(source, text, dialect, counters.cells, limits.max_text_chars)
+    return [(stem, "\n\n".join(table_rows(rows, counters.text)))]
+
+
+def _csv_rows(
+    source: str, text: str, dialect: Any, cells: CellCounter, max_chars: int
+) -> Iterator[list[str]]:
+    """The rows of `text`, each counted by `cells` as it is read. A blank line is a row of
+    no cells and counts as one, as an empty spreadsheet row does (`office._rows`)."""
     try:
-        for row in csv.reader(text.splitlines(keepends=True), dialect):
-            counters.cells.add(len(row))
-            rows.append(row)
+        for row in csv.reader(io.StringIO(text, newline=""), dialect):
+            cells.add(max(len(row), 1))
+            yield row
     except csv.Error as exc:
         if _FIELD_TOO_LARGE in str(exc):
             raise PayloadTooLarge(
-                f"{source} has a field longer than {limits.max_text_chars} characters "
+                f"{source} has a field longer than {max_chars} characters "
                 "(CHATQNA_DATAPREP_MAX_TEXT_CHARS); split it into smaller files",
-                details={"source": source, "limit": limits.max_text_chars},
+                details={"source": source, "limit": max_chars},
             ) from exc
         raise DocumentLoadError(f"{source} is not readable CSV: {exc}", reason="corrupt") from exc
-    return [(stem, "\n\n".join(table_rows(rows, counters.text)))]
 
 
 def _allow_fields_of(chars: int) -> None:
@@ -87,7 +101,7 @@ def _record(value: Any, text: TextCounter) -> str:
     return record_text([("", value)], text)
 
 
-def _records(values: list[Any], counters: Counters) -> str:
+def _records(values: Iterable[Any], counters: Counters) -> str:
     lines = []
     for value in values:
         line = _record(value, counters.text)
@@ -119,8 +133,15 @@ def load_json(source: str, stem: str, text: str, limits: LoadLimits) -> Sections
 
 
 def load_jsonl(source: str, stem: str, text: str, limits: LoadLimits) -> Sections:
-    values = []
-    for number, line in enumerate(text.split("\n"), start=1):
+    counters = Counters(source, limits)
+    return [(stem, _records(_jsonl_values(source, text, counters.cells), counters))]
+
+
+def _jsonl_values(source: str, text: str, cells: CellCounter) -> Iterator[Any]:
+    """Each line's value, parsed only once the record before it has been counted
+    (`_records` counts it); a blank line holds no record and counts as one cell."""
+    for number, line in enumerate(io.StringIO(text, newline="\n"), start=1):
         if line.strip():
-            values.append(_parse_json(source, line, f" line {number}"))
-    return [(stem, _records(values, Counters(source, limits)))]
+            yield _parse_json(source, line.removesuffix("\n"), f" line {number}")
+        else:
+            cells.add(1)

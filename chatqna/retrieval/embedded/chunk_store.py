@@ -24,9 +24,11 @@ import numpy as np
 
 from chatqna.backends.protocols import SourceBatch, SourceInfo
 from chatqna.documents import Chunk, indexed_text
+from chatqna.errors import IndexUnavailable
 
 STORE_FILE = "chunks.sqlite3"
 FORMAT_VERSION = 2
+REBUILD_HINT = "rebuild it with `chatqna ingest --rebuild <paths>`"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -102,6 +104,22 @@ class ChunkStore:
 
     def meta(self) -> dict[str, str]:
         return dict(self.connection().execute("SELECT key, value FROM meta").fetchall())
+
+    def check_meta(self, embedder: str) -> None:
+        """Refuse (`IndexUnavailable`) a store of another format, or one built with another
+        embedder or dimension than `embedder` and this store's."""
+        meta = self.meta()
+        if meta.get("format") != str(FORMAT_VERSION):
+            raise IndexUnavailable(
+                f"{self.path}: unknown index format {meta.get('format')!r}; {REBUILD_HINT}"
+            )
+        built, width = meta.get("embedder"), int(meta.get("dimension", "-1"))
+        if built != embedder or width != self.dimension:
+            raise IndexUnavailable(
+                f"the index at {self.path.parent} was built with embedder {built!r} ({width} "
+                f"dimensions); the configured embedder is {embedder!r} "
+                f"({self.dimension}). Switch the embedder back, or {REBUILD_HINT}."
+            )
 
     def generations(self) -> Generations:
         values = dict(

@@ -6,7 +6,8 @@ Files in the index directory (`<CHATQNA_DATA_DIR>/index/`):
   the store of record (`chunk_store`); one transaction per write request.
 - `lexical/`: the tantivy index of the BM25 leg (`lexical`), derived from the store and
   rebuilt from it whenever it is found behind with no writer at work (a writer killed
-  between its two commits): by the next open, write or search of any process.
+  between its two commits, or whose BM25 commit failed): by the next open, write or search
+  of any process.
 - `writer.lock`: the lock a writing process holds (`lock`; any process may write, one at a time).
 
 The vectors are also held in memory (`vectors`): exact search (an int8 scan rescored in
@@ -41,7 +42,7 @@ from chatqna.backends.protocols import SearchQuery, SourceBatch, SourceInfo
 from chatqna.documents import ScoredChunk
 from chatqna.errors import IndexUnavailable
 from chatqna.retrieval.embedded.chunk_store import (
-    FORMAT_VERSION,
+    REBUILD_HINT,
     STORE_FILE,
     ChunkStore,
     Generations,
@@ -54,7 +55,6 @@ from chatqna.retrieval.embedded.vectors import VectorSet, scan_candidates, singl
 from chatqna.retrieval.fusion import DEFAULT_RRF_K, FUSION_CANDIDATES, reciprocal_rank_fusion
 from chatqna.retrieval.query import WeightedQuery
 
-REBUILD_HINT = "rebuild it with `chatqna ingest --rebuild <paths>`"
 EXACT_MAX_CHUNKS = 1_000_000  # live chunks searched exactly; an HNSW graph beyond
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class EmbeddedHybridIndex:
             existed = self.path.exists()
             with writer_lock(self.directory):
                 self.store.create(self.embedder_name)
-                self._check_meta()
+                self.store.check_meta(self.embedder_name)
                 self._lexical = LexicalIndex(self.directory)
                 self._repair()
             self.loaded_from_disk = existed
@@ -147,20 +147,6 @@ class EmbeddedHybridIndex:
             raise IndexUnavailable(
                 f"cannot open the index at {self.directory}: {exc}; {REBUILD_HINT}"
             ) from exc
-
-    def _check_meta(self) -> None:
-        meta = self.store.meta()
-        if meta.get("format") != str(FORMAT_VERSION):
-            raise IndexUnavailable(
-                f"{self.path}: unknown index format {meta.get('format')!r}; {REBUILD_HINT}"
-            )
-        embedder, width = meta.get("embedder"), int(meta.get("dimension", "-1"))
-        if embedder != self.embedder_name or width != self.dimension:
-            raise IndexUnavailable(
-                f"the index at {self.directory} was built with embedder {embedder!r} ({width} "
-                f"dimensions); the configured embedder is {self.embedder_name!r} "
-                f"({self.dimension}). Switch the embedder back, or {REBUILD_HINT}."
-            )
 
     def _repair(self) -> None:
         """Rebuild the lexical index when it is behind the store (a write died between)."""
@@ -179,9 +165,9 @@ class EmbeddedHybridIndex:
 
         A writer commits the store, then the lexical index, holding the writer lock
         throughout: a lexical index found behind while the lock is free was left so by a
-        writer that died between its two commits, and would answer BM25 from the older
-        version until the next write or open. The lock is only tried: held, a writer is at
-        work and will commit the lexical index itself.
+        writer that died between its two commits or whose BM25 commit failed, and would
+        answer BM25 from the older version until the next write or open. The lock is only
+        tried: held, a writer is at work and will commit the lexical index itself.
         """
         with writer_lock_if_free(self.directory) as free:
             if not free:
@@ -271,9 +257,11 @@ class EmbeddedHybridIndex:
         with self._failures("write"), writer_lock(self.directory):
             self._repair()
             generation, documents = self.store.replace(batches)
-            self.lexical.write([b.source for b in batches], documents)
-            self.store.set_lexical_generation(generation)
-        self._refresh()
+            with self._after_commit("the BM25 commit"):
+                self.lexical.write([b.source for b in batches], documents)
+                self.store.set_lexical_generation(generation)
+        with self._after_commit("catching up with the write"):
+            self._refresh()
 
     async def delete_sources(self, sources: Sequence[str] | None) -> int:
         async with self._write_lock:
@@ -285,9 +273,11 @@ class EmbeddedHybridIndex:
             self._repair()
             removed, generation, deleted = self.store.delete(sources)
             if deleted:
-                self.lexical.write(deleted, [])
-                self.store.set_lexical_generation(generation)
-        self._refresh()
+                with self._after_commit("the BM25 commit"):
+                    self.lexical.write(deleted, [])
+                    self.store.set_lexical_generation(generation)
+        with self._after_commit("catching up with the write"):
+            self._refresh()
         return removed
 
     @contextmanager
@@ -296,6 +286,17 @@ class EmbeddedHybridIndex:
             yield
         except (sqlite3.Error, OSError, ValueError) as exc:
             raise IndexUnavailable(f"cannot {action} the index at {self.directory}: {exc}") from exc
+
+    @contextmanager
+    def _after_commit(self, step: str) -> Iterator[None]:
+        """Log, not raise, a failure of `step` once the store (the store of record) has
+        committed: the write has happened. The lexical index it leaves behind is rebuilt by
+        `_refresh`, after the write or before the next search (which fails with 503 if it
+        cannot). Any exception: tantivy picks its error types, and none undoes the commit."""
+        try:
+            yield
+        except Exception:
+            log.warning("%s failed after the store committed", step, exc_info=True)
 
     # --- reads ------------------------------------------------------------------------------
     async def search(self, query: SearchQuery) -> list[ScoredChunk]:

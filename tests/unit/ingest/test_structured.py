@@ -140,3 +140,24 @@ def test_an_objects_top_level_fields_count_against_the_cell_limit(shape: str) ->
     assert load_document("ok.json", data, limits=LoadLimits(max_cells=30)).sections
     with pytest.raises(PayloadTooLarge, match="more than 29 cells"):
         load_document("wide.json", data, limits=LoadLimits(max_cells=29))
+
+
+def test_blank_csv_lines_count_as_rows_against_the_cell_limit() -> None:
+    # A blank line is a row of no cells: counted as one, as an empty spreadsheet row is.
+    assert load_document("one.csv", b"a,b\n\n1,2\n", limits=LoadLimits(max_cells=5)).sections
+    with pytest.raises(PayloadTooLarge, match="more than 10 cells") as info:
+        load_document("blank.csv", b"a,b\n1,2\n" + b"\n" * 1000, limits=LoadLimits(max_cells=10))
+    assert info.value.status_code == 413
+
+
+def test_jsonl_is_refused_at_the_record_that_passes_the_cell_limit() -> None:
+    # Refused at line 11, before the unreadable last line is parsed.
+    data = b"[]\n" * 1000 + b"{not json\n"
+    with pytest.raises(PayloadTooLarge, match="more than 10 cells"):
+        load_document("empty.jsonl", data, limits=LoadLimits(max_cells=10))
+
+
+def test_blank_jsonl_lines_count_against_the_cell_limit() -> None:
+    data = b'{"a": 1}\n' + b"\n" * 1000
+    with pytest.raises(PayloadTooLarge, match="more than 10 cells"):
+        load_document("blank.jsonl", data, limits=LoadLimits(max_cells=10))

@@ -22,7 +22,6 @@ from chatqna.backends.vectors import l2_normalise
 from chatqna.documents import Chunk, chunk_id_for
 from chatqna.errors import IndexUnavailable, ServiceUnavailable
 from chatqna.ingest.dataprep import IngestFile, ingest_files
-from chatqna.retrieval.embedded import lexical
 from chatqna.retrieval.embedded.chunk_store import STORE_FILE
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
@@ -258,28 +257,6 @@ async def test_failed_write_changes_nothing(index: EmbeddedHybridIndex, tmp_path
     reopened = await open_index(tmp_path)
     assert await reopened.search(probe) == before_results
     assert await reopened.list_sources() == before_sources
-
-
-async def test_lexical_failure_after_the_commit_is_repaired(
-    index: EmbeddedHybridIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The store commits first: a write that dies before the BM25 index commits leaves the
-    source fully replaced in the store, and the next opener rebuilds the BM25 index."""
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(lexical.LexicalIndex, "write", refuse)
-    with pytest.raises(IndexUnavailable, match="No space left"):
-        await index.replace_sources([batch("policies.md", ["Zebras get refunds now."], "p2")])
-    monkeypatch.undo()
-    reopened = await open_index(tmp_path)
-    results = await reopened.search(query("zebras refunds", k=10))
-    assert "Zebras get refunds now." in texts(results)
-    assert not set(POLICIES) & set(texts(results))
-    top = next(r for r in results if r.chunk.text == "Zebras get refunds now.")
-    assert top.scores["bm25"] > 0  # found by the rebuilt BM25 index
-    assert reopened.lexical.count() == 3
 
 
 async def test_a_second_instance_sees_the_first_ones_writes(
