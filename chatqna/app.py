@@ -114,13 +114,13 @@ def install_guards(app: FastAPI, settings: Settings, routes: Iterable[BaseRoute]
     """Middleware, innermost first: chat concurrency, an upload's admission, an upload's
     end, body size, API key, another site's writes, the `Host` check, metrics, CORS.
 
-    Metrics sit outside the guards so refusals are counted, under the route of `routes`
-    that the refused path names; CORS sits outside them so a browser can read a refusal and
-    a preflight needs no key. CORS is off with no origins. A request for a host the service
+    Metrics sit outside the guards so refusals are counted, under the route of `routes` that
+    the refused path names; CORS sits outside them so a browser can read a refusal and a
+    preflight needs no key. CORS is off with no origins. A request for a host the service
     does not answer to (`Settings.allowed_hosts`) is refused first of the guards (400
-    `invalid_host`). The names listed in `CHATQNA_ALLOWED_HOSTS` are also the service's own
-    origins to the cross-site and API key guards (`own_host_names`), for a proxy that
-    rewrites `Host`.
+    `invalid_host`); a CORS preflight, which carries no data, is answered by CORS before it.
+    The names listed in `CHATQNA_ALLOWED_HOSTS` are also the service's own origins to the
+    cross-site and API key guards (`own_host_names`), for a proxy that rewrites `Host`.
     """
     own_hosts = own_host_names(settings.chatqna_allowed_hosts)
     app.add_middleware(
