@@ -36,6 +36,8 @@ HOSTILE = {
     "quote in an attribute name": '<div a"b>' + "<div>" * N + '"',
     "title in MathML is not raw text": "<math><title>" + "<td>" * N,
     "formatting elements opened again": "".join(f"<p><b x{i}>x</p>" for i in range(N)),
+    "blocks between closed inline elements": "<div><span>x</span><b>y</b>" * N,
+    "raw text closed at once, then blocks": "<title>t</title><script></script>" + "<div>" * N,
     "nested tables": "<table><tr><td>x" * (N // 4),
     "nested lists": "<ul><li>" * (N // 2),
 }
@@ -63,6 +65,7 @@ ORDINARY = {
     "self-closed SVG": "<svg>" + '<path d="M0 0"/>' * 3000 + "</svg>",
     "closed nesting": ("<div><section><span><b><i>x</i></b></span></section></div>") * 3000,
     "unclosed bold in many paragraphs": "<p><b>Note:</p>" * 3000,
+    "unclosed inline elements in paragraphs": "<p><span>x" * 3000,
     "unclosed paragraphs before headings": "<h2>T</h2><p>a<p>b" * 3000,
 }  # fmt: skip
 
