@@ -2,19 +2,23 @@
 
 `open_package` checks that it is a zip at all (a password-protected Office file is an OLE
 compound file instead), that its parts' declared sizes add up to at most
-`LoadLimits.max_unpacked_bytes` and that no XML part declares more than
-`LoadLimits.max_xml_part_bytes` (the parsers build a tree of each part in memory, many
-times its size; a spreadsheet's sheets and strings, read as a stream, are bounded by the
-total alone): Python's zip reader never inflates a part beyond its declared size, so those
-bounds hold for a zip bomb too. A part is XML by the content type `[Content_Types].xml`
+`LoadLimits.max_unpacked_bytes`, that no XML part declares more than
+`LoadLimits.max_xml_part_bytes` and that those parts together declare at most
+`LoadLimits.max_parsed_xml_bytes` (the parsers build a tree of each part in memory, many
+times its size, and python-docx and python-pptx build one of every part they reach when
+they open a file, headers and footers as much as the main document; a spreadsheet's
+sheets and strings, read as a stream, are bounded by the total alone): Python's zip
+reader never inflates a part beyond its declared size, so those bounds hold for a zip
+bomb too. A part is XML by the content type `[Content_Types].xml`
 gives it, as the parsers find parts by relationship and content type, not by name
 (`word/document.bin` can be the main document); a name ending `.xml` or `.rels` counts as
 XML too, as some parts are opened by their fixed name whatever they are declared as.
 
-A spreadsheet part is exempt from the part bound by its content type (a worksheet, the
-shared strings) only while openpyxl has no other way to reach it: one opened by name, or
-the target of any relationship but a worksheet's or the shared strings' (a chartsheet, a
-drawing, an external link, which openpyxl parses whole) is bounded like any other. Every
+A spreadsheet part is exempt from the part bound and the parts' total by its content type
+(a worksheet, the shared strings) only while openpyxl has no other way to reach it: one
+opened by name, or the target of any relationship but a worksheet's or the shared
+strings' (a chartsheet, a drawing, an external link, which openpyxl parses whole) is
+bounded like any other. Every
 other bound, the `.rels` parts' own among them, is checked before any relationship is read.
 """
 
@@ -229,6 +233,15 @@ def _check_parts(
     reached: frozenset[str],
     limits: LoadLimits,
 ) -> None:
+    parsed = 0
     for info in parts:
         if _parsed_whole(info, types, streamed, reached):
             _check_xml_part(source, info, limits)
+            parsed += info.file_size
+    if parsed > limits.max_parsed_xml_bytes:
+        raise PayloadTooLarge(
+            f"{source}: its XML parts unpack to {parsed} bytes together, more than the "
+            f"{limits.max_parsed_xml_bytes} one file's may (each is parsed whole, into many "
+            "times its size in memory); split the file into smaller ones",
+            details={"source": source, "xml_bytes": parsed},
+        )

@@ -33,13 +33,17 @@ class LoadLimits:
 
     `max_unpacked_bytes` bounds the declared size of every part of an Office file (a zip)
     together, `max_xml_part_bytes` that of each of its XML parts (a parser builds a tree of
-    up to some 36 times an XML part's size in memory), `max_cells` the cells read from a
+    up to some 36 times an XML part's size in memory, a bare element taking some 300
+    bytes), `max_parsed_xml_bytes` that of all the XML parts a parser may build a tree of
+    together (python-docx and python-pptx build one of every part they find when they open
+    a file), `max_cells` the cells read from a
     spreadsheet (and the paragraphs, table cells and runs of a Word file), `max_text_chars`
     the text any file may yield.
     """
 
     max_unpacked_bytes: int = 100 * 1024 * 1024
     max_xml_part_bytes: int = 10 * 1024 * 1024
+    max_parsed_xml_bytes: int = 12 * 1024 * 1024
     max_cells: int = 200_000
     max_text_chars: int = 10_000_000
 

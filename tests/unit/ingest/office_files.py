@@ -200,6 +200,39 @@ def declared_part(like: bytes, part: str, content_type: str, body: str) -> bytes
     return with_parts(like, {part: body, "[Content_Types].xml": types})
 
 
+WORD_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+HEADER_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.header+xml"
+HEADER_RELATIONSHIP = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/header"
+
+
+def headers_docx(count: int, part_bytes: int) -> bytes:
+    """The handbook with `count` header parts of `part_bytes` of bare elements each, every
+    one a relationship of the main document: python-docx parses them all when it opens
+    the file, whether any section shows them or not; they pack to a few KiB each."""
+    like = handbook_docx()
+    head, tail = f'<w:hdr xmlns:w="{WORD_NS}">', "</w:hdr>"
+    header = head + "<a/>" * ((part_bytes - len(head) - len(tail)) // 4) + tail
+    rels_name = "word/_rels/document.xml.rels"
+    rels = _part(like, rels_name).replace(
+        "</Relationships>",
+        "".join(
+            f'<Relationship Id="rIdH{i}" Type="{HEADER_RELATIONSHIP}" Target="header{i}.xml"/>'
+            for i in range(count)
+        )
+        + "</Relationships>",
+    )
+    types = _part(like, "[Content_Types].xml").replace(
+        "</Types>",
+        "".join(
+            f'<Override PartName="/word/header{i}.xml" ContentType="{HEADER_TYPE}"/>'
+            for i in range(count)
+        )
+        + "</Types>",
+    )
+    parts = {f"word/header{i}.xml": header for i in range(count)}
+    return with_parts(like, {**parts, rels_name: rels, "[Content_Types].xml": types})
+
+
 def _part(data: bytes, name: str) -> str:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return archive.read(name).decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
+from chatqna.ingest.html_depth import MAX_DEPTH
 from chatqna.ingest.html_text import decode_html
 from chatqna.ingest.loaders import LoadLimits, load_document
 
@@ -169,8 +170,27 @@ def test_labels_are_read_as_the_encoding_standard_reads_them() -> None:
 
 
 def test_deeply_nested_page_does_not_exhaust_the_stack() -> None:
-    page = b"<div>" * 5000 + b"deep text" + b"</div>" * 5000
+    levels = MAX_DEPTH - 10
+    page = b"<div>" * levels + b"deep text" + b"</div>" * levels
     assert load_document("deep.html", page).sections == [("deep", "deep text")]
+
+
+def test_a_page_nested_past_the_depth_bound_is_refused_before_it_is_parsed() -> None:
+    # Never closed, such nesting costs Lexbor time quadratic in the page's size.
+    page = b"<p>x</p>" + b"<div>" * (MAX_DEPTH + 1)
+    with pytest.raises(DocumentLoadError) as caught:
+        load_document("deep.html", page)
+    assert (caught.value.status_code, caught.value.reason) == (422, "nesting")
+    assert caught.value.envelope()["error"] == "document_unreadable"
+
+
+def test_a_select_s_options_are_read_as_written() -> None:
+    # Parsed without mutation events (whose `<select>` updates are quadratic in its
+    # options), `<selectedcontent>` is not filled with a copy of the selected option.
+    page = (
+        b"<p>Pick</p><select><selectedcontent></selectedcontent><option>Only once</option></select>"
+    )
+    assert load_document("form.html", page).sections == [("form", "Pick\n\nOnly once")]
 
 
 def test_a_nested_table_is_read_once_as_part_of_its_cell() -> None:
@@ -185,8 +205,9 @@ def test_a_nested_table_is_read_once_as_part_of_its_cell() -> None:
 
 
 def test_deeply_nested_tables_yield_their_text_once() -> None:
-    # Each level used to repeat every row and cell below it: cubic in the depth.
-    depth = 300
+    # Each level used to repeat every row and cell below it: cubic in the depth. Each
+    # level opens four elements (the table, its implied body, the row, the cell).
+    depth = MAX_DEPTH // 4 - 1
     page = ("<table><tr><td>x" * depth + "</td></tr></table>" * depth).encode()
     assert load_document("nested.html", page).sections == [("nested", " ".join(["x"] * depth))]
 

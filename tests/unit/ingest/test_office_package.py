@@ -21,7 +21,9 @@ from tests.unit.ingest.office_files import (
     declared_part,
     empty_paragraphs_docx,
     handbook_docx,
+    headers_docx,
     million_cell_xlsx,
+    onboarding_pptx,
     price_list_xlsx,
     renamed_part,
     shared_string_xlsx,
@@ -43,6 +45,47 @@ def test_an_xml_part_beyond_its_bound_is_refused_before_it_is_parsed() -> None:
     assert info.value.details["part"] == "word/document.xml"
     assert info.value.details["bytes"] > 1 << 20
     assert peak < 5_000_000  # parsed, the tree would take some 40 MB
+
+
+def test_xml_parts_within_their_bound_but_beyond_it_together_are_refused_unparsed() -> None:
+    # Three headers of 0.9 MiB, each under the part bound: python-docx would parse all of
+    # them when it opens the file (the loader reads only the main document).
+    bomb = headers_docx(3, 900 << 10)
+    limits = LoadLimits(max_xml_part_bytes=1 << 20, max_parsed_xml_bytes=2 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLarge, match="XML parts unpack to") as info:
+            load_document("headers.docx", bomb, limits=limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.status_code == 413
+    assert info.value.details["xml_bytes"] > 3 * (900 << 10)
+    assert peak < 5_000_000  # parsed, the trees would take some 100 MB
+
+
+def test_the_default_budget_refuses_headers_that_would_take_gigabytes() -> None:
+    # Two headers just under the 10 MiB part bound, 50 KB packed: parsed, some 700 MB.
+    bomb = headers_docx(2, (10 << 20) - 4096)
+    assert len(bomb) < 100_000
+    with pytest.raises(PayloadTooLarge) as info:
+        load_document("headers.docx", bomb)
+    assert info.value.details["xml_bytes"] > LoadLimits().max_parsed_xml_bytes
+
+
+def test_the_xml_budget_counts_every_part_a_presentation_may_parse() -> None:
+    notes = '<p:notes xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main">'
+    body = notes + "<a/>" * (300 << 10) + "</p:notes>"
+    deck = with_parts(onboarding_pptx(), {f"ppt/notesSlides/extra{i}.xml": body for i in range(3)})
+    with pytest.raises(PayloadTooLarge, match="XML parts unpack to"):
+        load_document("deck.pptx", deck, limits=LoadLimits(max_parsed_xml_bytes=3 << 20))
+    assert load_document("deck.pptx", deck).sections
+
+
+def test_the_xml_budget_leaves_streamed_spreadsheet_parts_to_the_total() -> None:
+    data = big_shared_strings()  # 1.25 MB of shared strings, read string by string
+    limits = LoadLimits(max_xml_part_bytes=1 << 20, max_parsed_xml_bytes=1 << 20)
+    assert load_document("strings.xlsx", data, limits=limits).sections
 
 
 def test_the_xml_part_bound_leaves_media_and_spreadsheet_rows_to_the_total() -> None:
