@@ -48,7 +48,7 @@ from chatqna.backends.local_embedder import OnnxMiniLMEmbedder
 from chatqna.backends.protocols import SearchQuery
 from chatqna.evaluation.cache import CachingEmbedder, EmbeddingCache
 from chatqna.evaluation.dataset import Dataset, load_dataset
-from chatqna.evaluation.experiments.candidates import ANSWER_TERMS, corpus_idf
+from chatqna.evaluation.follow_up_variants.candidates import ANSWER_TERMS, corpus_idf
 from chatqna.evaluation.live import dialogues, passage_answerer
 from chatqna.evaluation.metrics import paired_bootstrap
 from chatqna.evaluation.modes import CorpusSignals, Mode, ModeResult

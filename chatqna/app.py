@@ -42,7 +42,8 @@ from chatqna.api.origins import own_host_names
 from chatqna.backends.bundle import Backends
 from chatqna.composition import build_backends, build_retrieval_backends
 from chatqna.errors import StartupFailed
-from chatqna.settings import Settings, configure_logging
+from chatqna.logging_setup import configure_logging
+from chatqna.settings import Settings
 from chatqna.telemetry.caller_context import CallerContext
 from chatqna.telemetry.metrics import ServiceMetrics
 from chatqna.telemetry.tracing import (

@@ -45,14 +45,9 @@ from chatqna.evaluation.options import (
     ServiceUrl,
     WithLlm,
 )
-from chatqna.settings import (
-    ClientSettings,
-    Settings,
-    configure_logging,
-    describe_validation_error,
-    usable_cores,
-    worker_environment,
-)
+from chatqna.logging_setup import configure_logging
+from chatqna.settings import ClientSettings, Settings, describe_validation_error
+from chatqna.workers import usable_cores, worker_environment
 
 if TYPE_CHECKING:
     from chatqna.evaluation.command import BenchGrid

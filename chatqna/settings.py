@@ -6,12 +6,12 @@ Variable names follow OPEA's ChatQnA and the multi-turn design (`TEI_EMBEDDING_E
 down. Every bad value fails validation with a message that names the variable.
 """
 
-# size: one field per environment variable, by design the only reader of the environment
+# size: one field per environment variable with the checks that name it, by design the only
+# reader of the environment
 from __future__ import annotations
 
 import importlib.util
 import ipaddress
-import logging
 import os
 import re
 from collections.abc import Mapping
@@ -606,25 +606,6 @@ class ClientSettings(BaseSettings):
         return value
 
 
-# The cgroup v2 CPU limit of this process's container: `max`, or `<quota> <period>` in µs.
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-
-
-def usable_cores(cpu_max: Path | None = None) -> int:
-    """The cores `CHATQNA_WORKERS=auto` counts: those this process may run on, capped by a
-    cgroup v2 CPU quota (a container's CPU limit; `cpu_max` is its file) rounded down, at
-    least 1."""
-    if cpu_max is None:
-        cpu_max = CGROUP_CPU_MAX
-    cores = len(os.sched_getaffinity(0))
-    try:
-        quota, period = cpu_max.read_text().split()
-        limit = cores if quota == "max" else int(quota) // int(period)
-    except (OSError, ValueError):  # no cgroup v2 file here, or not one we can read
-        return cores
-    return max(1, min(cores, limit))
-
-
 def dirty_results_allowed(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the operator lets a benchmark record results of uncommitted code
     (`CHATQNA_BENCH_ALLOW_DIRTY=1`): no setting of the service, so no field."""
@@ -637,24 +618,6 @@ def variables_set(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     default), under the names they were set with: what a benchmark ran with."""
     source = os.environ if environ is None else environ
     return {name: value for name, value in source.items() if name.lower() in Settings.model_fields}
-
-
-def worker_environment(overrides: Mapping[str, object]) -> dict[str, str]:
-    """The variables that carry `overrides` (setting name -> value; None: not overridden) to
-    worker processes, which read their settings from the environment."""
-    unknown = set(overrides) - set(Settings.model_fields)
-    if unknown:
-        raise KeyError(f"not settings: {', '.join(sorted(unknown))}")
-    return {name.upper(): str(value) for name, value in overrides.items() if value is not None}
-
-
-# One line per record, as the server and every command write it.
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def configure_logging(settings: Settings) -> None:
-    """Log at `CHATQNA_LOG_LEVEL` in `LOG_FORMAT` (a no-op where logging is configured)."""
-    logging.basicConfig(level=settings.chatqna_log_level, format=LOG_FORMAT)
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -3,5 +3,5 @@
 the shipped follow-up configuration (`selection`, `follow_up_selection.py`), the judge of
 condense rewrites (`standalone`, `condense_rewrites.py`) and the reranker's text forms
 (`rerank_forms`, `rerank_query.py`). The candidates `chatqna bench` can plan with stay in
-`chatqna.evaluation.experiments`, since the harness's planning and search call them.
+`chatqna.evaluation.follow_up_variants`, since the harness's planning and search call them.
 """

@@ -245,9 +245,10 @@ async def bench_backends(settings: Settings, grid: BenchGrid) -> AsyncIterator[B
     async with AsyncExitStack() as stack:
         raw = await build_embedder(settings)
         stack.push_async_callback(raw.aclose)
-        cache = EmbeddingCache(
-            grid.cache_dir or settings.chatqna_data_dir / "bench-cache", raw.name
-        )
+        cache_dir = grid.cache_dir
+        if cache_dir is None:
+            cache_dir = settings.chatqna_data_dir / "bench-cache"
+        cache = EmbeddingCache(cache_dir, raw.name)
         stack.callback(cache.save)
         answer_llm = await build_llm(settings) if grid.with_llm else None
         llm = build_condense_llm(settings, answer_llm) if answer_llm is not None else None

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from chatqna.backends.protocols import ChatLLM, Embedder, Reranker
 from chatqna.documents import ScoredChunk
 from chatqna.evaluation.dataset import Dataset, EvalTurn
-from chatqna.evaluation.experiments.hedge import hedged_search
+from chatqna.evaluation.follow_up_variants.hedge import hedged_search
 from chatqna.evaluation.metrics import turn_metrics
 from chatqna.evaluation.modes import BenchPlan, CorpusSignals, Mode, ModeResult, plan_turn
 from chatqna.multiturn.blend import MESSAGE_CHARS
@@ -116,7 +116,7 @@ async def retrieve(
     """One turn's `k` passages under `mode` (the best `top_n` of them when given), with the
     service's own search query and rerank step (`chatqna.pipeline.sources`). The index is
     searched on this thread with the mode's per-leg depth; a plan with hedging dense legs
-    fuses them in (`chatqna.evaluation.experiments.hedge`)."""
+    fuses them in (`chatqna.evaluation.follow_up_variants.hedge`)."""
     planned = plan.service
     if planned is None:
         return []

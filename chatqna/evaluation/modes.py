@@ -15,11 +15,11 @@
 `self_contained`, its check against the previous question), and each plan is the service's
 `QueryPlan` (`BenchPlan.service`), which the harness searches and reranks with the
 service's own steps (`chatqna.pipeline.sources`). Measured variants around it
-(`chatqna.evaluation.experiments.candidates`): `alpha_rule="content_words"` plans each
+(`chatqna.evaluation.follow_up_variants.candidates`): `alpha_rule="content_words"` plans each
 follow-up with the alpha `content_word_alpha` gives it; `answer_terms=k` adds the previous
 answer's `k` terms of highest IDF over the corpus to the BM25 history leg; two hedging
 variants add a dense leg fused by the same RRF at a fixed share of the dense weight
-(`chatqna.evaluation.experiments.hedge`): `query_leg_weight` the follow-up's own vector
+(`chatqna.evaluation.follow_up_variants.hedge`): `query_leg_weight` the follow-up's own vector
 beside the blend, `answer_leg_weight` the previous assistant message's (the blend then
 holding the user's questions). Each strategy runs with hybrid retrieval on and off (at each
 BM25 fusion weight and per-leg depth asked for) and with the reranker on and off.
@@ -41,13 +41,13 @@ import numpy as np
 from chatqna.backends.protocols import ChatLLM, Embedder
 from chatqna.errors import CondenseFailed
 from chatqna.evaluation.dataset import EvalTurn
-from chatqna.evaluation.experiments.candidates import (
+from chatqna.evaluation.follow_up_variants.candidates import (
     Idf,
     answer_terms,
     content_word_alpha,
     top_score_alpha,
 )
-from chatqna.evaluation.experiments.hedge import hedge_legs
+from chatqna.evaluation.follow_up_variants.hedge import hedge_legs
 from chatqna.evaluation.metrics import summarise
 from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.multiturn.blend import earlier_questions
@@ -112,7 +112,8 @@ def reads_answers(strategy: QueryStrategy) -> bool:
 class BenchPlan:
     """One turn planned under one strategy: the multi-turn `QueryPlan` the retriever and the
     reranker receive (None when the turn failed: a failed rewrite), the hedging dense legs
-    a measured variant adds (`chatqna.evaluation.experiments.hedge`), and what planning cost."""
+    a measured variant adds (`chatqna.evaluation.follow_up_variants.hedge`), and what
+    planning cost."""
 
     service: QueryPlan | None
     embedding_inputs: int

@@ -3,9 +3,9 @@
 A `QueryStrategy` names a strategy (`chatqna.evaluation.modes` plans it) and holds the
 service's own multi-turn configuration it plans with (`MultiTurnConfig`), beside the few
 knobs only the benchmark has: the candidates measured around the shipped blend
-(`chatqna.evaluation.experiments`). The strategy's name sets the configuration's `mode` and
-`blend_enabled`, so `config` is exactly what the service builds its strategy from. The rows
-that measure the served configuration (`chatqna.evaluation.compare`) hold
+(`chatqna.evaluation.follow_up_variants`). The strategy's name sets the configuration's
+`mode` and `blend_enabled`, so `config` is exactly what the service builds its strategy
+from. The rows that measure the served configuration (`chatqna.evaluation.compare`) hold
 `MultiTurnConfig.from_settings`, as the service does. `default_strategies` is the grid a
 `chatqna bench` run measures, every blend of it a variation of the served configuration.
 """

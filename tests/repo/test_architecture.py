@@ -36,14 +36,20 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "chatqna.composition",
         "chatqna.evaluation",
         "chatqna.ingest",
+        "chatqna.logging_setup",
+        "chatqna.workers",
     ),
     "chatqna.ask": ("chatqna.upstream.sse", "chatqna.upstream.proxies"),
     "chatqna.app": (
         "chatqna.api",
         "chatqna.composition",
         "chatqna.backends.bundle",
+        "chatqna.logging_setup",
         "chatqna.telemetry",
     ),
+    # Start-up helpers of the entry points: the log format, the worker processes.
+    "chatqna.logging_setup": (),
+    "chatqna.workers": (),
     "chatqna.api": (
         "chatqna.pipeline",
         "chatqna.multiturn",

@@ -14,8 +14,7 @@ import httpx2
 import pytest
 from typer.testing import CliRunner
 
-from chatqna import cli
-from chatqna import settings as settings_module
+from chatqna import cli, workers
 from chatqna.api.chat_models import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.settings import Settings
@@ -168,7 +167,7 @@ def test_serve_counts_auto_workers_under_the_cgroup_limit(
 ) -> None:
     limit = tmp_path / "cpu.max"
     limit.write_text("100000 100000\n")
-    monkeypatch.setattr(settings_module, "CGROUP_CPU_MAX", limit)
+    monkeypatch.setattr(workers, "CGROUP_CPU_MAX", limit)
     ran: dict[str, Any] = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **options: ran.update(options))
     monkeypatch.setattr("chatqna.app.serve_workers", lambda count, options: ran.update(count=count))

@@ -11,7 +11,7 @@ import pytest
 
 from chatqna.backends.fakes import HashingEmbedder, ScriptedLLM
 from chatqna.evaluation.dataset import load_dataset
-from chatqna.evaluation.experiments.candidates import corpus_idf
+from chatqna.evaluation.follow_up_variants.candidates import corpus_idf
 from chatqna.evaluation.modes import ANSWER_TERMS_WEIGHT, BenchPlan, CorpusSignals, plan_turn
 from chatqna.evaluation.strategies import QueryStrategy
 from chatqna.pipeline.sources import search_query

@@ -20,7 +20,7 @@ import numpy as np
 
 from chatqna.backends.protocols import Embedder, SearchQuery
 from chatqna.documents import ScoredChunk
-from chatqna.evaluation.experiments.candidates import previous_answer
+from chatqna.evaluation.follow_up_variants.candidates import previous_answer
 from chatqna.multiturn.history import Conversation
 from chatqna.multiturn.strategy import QueryPlan
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex

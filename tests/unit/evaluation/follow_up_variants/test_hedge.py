@@ -10,7 +10,7 @@ import pytest
 from chatqna.backends.fakes import HashingEmbedder
 from chatqna.backends.protocols import SearchQuery, SourceBatch
 from chatqna.documents import Chunk
-from chatqna.evaluation.experiments.hedge import bm25_leg, hedged_search
+from chatqna.evaluation.follow_up_variants.hedge import bm25_leg, hedged_search
 from chatqna.retrieval.embedded.index import EmbeddedHybridIndex
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from chatqna.evaluation.experiments.candidates import (
+from chatqna.evaluation.follow_up_variants.candidates import (
     answer_terms,
     content_word_alpha,
     corpus_idf,
