@@ -25,18 +25,19 @@ from fastapi.responses import Response
 from starlette.types import Receive
 
 from chatqna.api import sse
-from chatqna.api.chat_models import ChunkDelta, TurnMetadata
-from chatqna.api.deps import ServiceState, State, require_api_key
-from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
-from chatqna.api.errors import ANY_ROUTE, error_responses
-from chatqna.api.guards import require_json_body
-from chatqna.api.schemas import (
+from chatqna.api.chat_metadata_schemas import TurnMetadata
+from chatqna.api.chat_schemas import (
     CHAT_RESPONSE,
     ChatQnARequest,
+    ChunkDelta,
     ModelCard,
     ModelList,
     OpenAIChatRequest,
 )
+from chatqna.api.deps import ServiceState, State, require_api_key
+from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
+from chatqna.api.error_schemas import ANY_ROUTE, error_responses
+from chatqna.api.guards import require_json_body
 from chatqna.backends.protocols import GenerationParams
 from chatqna.errors import (
     ChatQnAError,

@@ -3,9 +3,8 @@
 `ChatQnAError` subclasses carry their own status and code. FastAPI's validation errors
 become `invalid_request` (422; malformed JSON is 400 `invalid_json`), routing errors keep
 their status with a `not_found` / `method_not_allowed` code, and anything unexpected is a
-500 `internal_error` whose details stay in the log. `error_responses` declares those
-statuses in a route's OpenAPI entry, so the published schema names every error a client
-can get.
+500 `internal_error` whose details stay in the log. What each route can answer is
+declared in `chatqna.api.error_schemas`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chatqna.api.schemas import ErrorEnvelope
 from chatqna.errors import (
     ChatQnAError,
     InternalError,
@@ -39,62 +37,6 @@ _HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
-
-_DESCRIPTIONS = {
-    400: (
-        "Malformed request (`invalid_json`), a broken rule (`invalid_request`), or a `Host` "
-        "the service does not answer to (`invalid_host`)"
-    ),
-    401: "Missing or wrong API key (`unauthorized`), when CHATQNA_API_KEY is set",
-    403: (
-        "Another site's page sent this write from a browser (`cross_site_request`), or a "
-        "`link_list` URL leads to an address that is not allowed (`link_refused`)"
-    ),
-    404: "No such resource (`not_found`)",
-    408: (
-        "A chat's body did not arrive within CHATQNA_BODY_TIMEOUT_SECONDS, or an upload's "
-        "body paused for longer (`request_timeout`)"
-    ),
-    413: "A message, the request or an upload is beyond its limit (`payload_too_large`)",
-    415: (
-        "A body that is not sent as `application/json` to a JSON endpoint "
-        "(`unsupported_media_type`), or an uploaded file type that cannot be read "
-        "(`unsupported_file_type`)"
-    ),
-    422: (
-        "The request does not match the schema (`invalid_request`, with `details`), a file "
-        "cannot be read (`document_unreadable`) or a link cannot be fetched (`link_unreadable`)"
-    ),
-    429: (
-        "Every chat slot is taken, or every upload parsing slot and its queue "
-        "(`too_many_requests`); retry after `Retry-After`"
-    ),
-    500: (
-        "An unexpected error (`internal_error`), or a search the index could not parse "
-        "(`query_not_searchable`)"
-    ),
-    501: "Not possible in this configuration (`not_supported`)",
-    502: "A backend failed or answered with an unusable body (`upstream_error`, ...)",
-    503: (
-        "The index is unavailable, the follow-up rewrite failed (`condense_failed`), or "
-        "the service is shutting down (`service_unavailable`)"
-    ),
-    504: "A backend did not answer in time (`upstream_timeout`)",
-}
-
-
-# What any route can answer: a `Host` the service does not answer to and a body beyond
-# CHATQNA_MAX_REQUEST_BYTES are refused in front of every route (`chatqna.api.hosts.HostGuard`,
-# `chatqna.api.guards.BodySizeLimit`), whatever its method, and any route can fail.
-ANY_ROUTE = (400, 413, 500)
-
-
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries: each status is answered with the error envelope."""
-    return {
-        status: {"model": ErrorEnvelope, "description": _DESCRIPTIONS[status]}
-        for status in statuses
-    }
 
 
 def envelope_response(

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from chatqna import cli
 from chatqna import settings as settings_module
-from chatqna.api.chat_models import ChunkDelta
+from chatqna.api.chat_schemas import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.settings import Settings
 

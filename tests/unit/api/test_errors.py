@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import httpx2
 import pytest
 from fastapi import FastAPI
@@ -99,21 +97,3 @@ async def test_a_form_fields_validation_detail_keeps_its_name(client_for: Client
     )
     assert response.status_code == 422
     assert [d["field"] for d in response.json()["details"]] == ["chunk_size"]
-
-
-@pytest.mark.parametrize("role", ["megaservice", "retriever"])
-async def test_every_operation_declares_the_refusals_any_route_can_get(
-    client_for: ClientFactory, role: Literal["megaservice", "retriever"]
-) -> None:
-    """A `Host` the service does not answer to (400 `invalid_host`), a body too large and
-    a failure come before or beside any route, the health checks included."""
-    client = await client_for(role=role)
-    document = (await client.get("/openapi.json")).json()
-    operations = [op for path in document["paths"].values() for op in path.values()]
-    assert operations
-    for operation in operations:
-        responses = operation["responses"]
-        assert {"400", "413", "500"} <= responses.keys(), operation["operationId"]
-        assert "`invalid_host`" in responses["400"]["description"]
-        envelope = responses["400"]["content"]["application/json"]["schema"]["$ref"]
-        assert envelope.endswith("/ErrorEnvelope")
