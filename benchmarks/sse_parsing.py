@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from chatqna.api.chat_models import ChunkDelta  # noqa: E402
+from chatqna.api.chat_schemas import ChunkDelta  # noqa: E402
 from chatqna.api.sse import DONE, ChunkWriter, data, event  # noqa: E402
 from chatqna.upstream.sse import SSEDecoder  # noqa: E402
 

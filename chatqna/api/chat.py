@@ -22,29 +22,24 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from starlette.types import Receive
 
 from chatqna.api import sse
-from chatqna.api.chat_models import ChunkDelta, TurnMetadata
-from chatqna.api.deps import ServiceState, State, require_api_key
-from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
-from chatqna.api.errors import ANY_ROUTE, error_responses
-from chatqna.api.guards import require_json_body
-from chatqna.api.schemas import (
+from chatqna.api.chat_metadata_schemas import TurnMetadata
+from chatqna.api.chat_schemas import (
     CHAT_RESPONSE,
     ChatQnARequest,
+    ChunkDelta,
     ModelCard,
     ModelList,
     OpenAIChatRequest,
 )
+from chatqna.api.deps import ServiceState, State, require_api_key
+from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
+from chatqna.api.error_schemas import ANY_ROUTE, error_responses
+from chatqna.api.errors import error_reply
+from chatqna.api.guards import require_json_body
 from chatqna.backends.protocols import GenerationParams
-from chatqna.errors import (
-    ChatQnAError,
-    ClientStalled,
-    InternalError,
-    InvalidRequest,
-    PayloadTooLarge,
-)
+from chatqna.errors import ClientStalled, InvalidRequest, PayloadTooLarge
 from chatqna.multiturn.history import Message, shortened
 from chatqna.pipeline.turn import Turn, TurnOptions
 from chatqna.settings import Settings
@@ -119,8 +114,14 @@ async def _prepare(body: ChatQnARequest, state: ServiceState) -> Turn:
     return await state.pipeline.prepare(messages, options)
 
 
+def _error_event(exc: BaseException, path: str) -> bytes:
+    """The `event: error` a stream ends with once its status went out: the envelope a
+    response would have carried (`error_reply`, which logs as it does for a response)."""
+    return sse.event("error", error_reply(exc, path).envelope)
+
+
 async def _event_stream(
-    turn: Turn, writer: sse.ChunkWriter, metadata_event: bool, deadline_seconds: float
+    turn: Turn, writer: sse.ChunkWriter, metadata_event: bool, deadline_seconds: float, path: str
 ) -> AsyncIterator[bytes]:
     async with turn:
         try:
@@ -132,8 +133,7 @@ async def _event_stream(
                 opening = sse.data(writer.chunk(writer.opening(), metadata=metadata))
         except Exception as exc:  # the status is sent already: the stream ends as documented
             turn.error = exc  # the turn's span ends as failed
-            logger.exception("unexpected error while opening the stream")
-            yield sse.event("error", InternalError().envelope()) + sse.DONE
+            yield _error_event(exc, path) + sse.DONE
             return
         yield opening
         finish: str | None = None
@@ -156,13 +156,9 @@ async def _event_stream(
                 ending = sse.data(writer.chunk(ChunkDelta(), finish or "stop"))
             except ClientStalled as exc:  # sent in case the client reads on
                 logger.info("the client stopped reading its answer: %s", exc.message)
-                ending = sse.event("error", exc.envelope())
-            except ChatQnAError as exc:
-                logger.warning("stream failed after it started: %s", exc.message)
-                ending = sse.event("error", exc.envelope())
-            except Exception:
-                logger.exception("unexpected error while streaming")
-                ending = sse.event("error", InternalError().envelope())
+                ending = _error_event(exc, path)
+            except Exception as exc:
+                ending = _error_event(exc, path)
     yield ending + sse.DONE
 
 
@@ -172,15 +168,20 @@ async def _answer(turn: Turn) -> Any:
 
 
 async def _respond(
-    body: ChatQnARequest, state: ServiceState, receive: Receive, metadata_event: bool
+    body: ChatQnARequest, state: ServiceState, request: Request, metadata_event: bool
 ) -> Any:
+    receive = request.receive
     try:
         turn = await while_connected(receive, _prepare(body, state))
         writer = sse.ChunkWriter(state.backends.llm.model)
         if body.stream:
             return sse.EventStreamResponse(
                 _event_stream(
-                    turn, writer, metadata_event, state.settings.llm_generation_timeout_seconds
+                    turn,
+                    writer,
+                    metadata_event,
+                    state.settings.llm_generation_timeout_seconds,
+                    request.url.path,
                 ),
                 headers=STREAM_HEADERS,
                 on_close=turn.close,
@@ -201,7 +202,7 @@ async def _respond(
     dependencies=[Depends(require_json_body)],
 )
 async def chatqna(body: ChatQnARequest, state: State, request: Request) -> Any:
-    return await _respond(body, state, request.receive, metadata_event=True)
+    return await _respond(body, state, request, metadata_event=True)
 
 
 @router.post(
@@ -211,7 +212,7 @@ async def chatqna(body: ChatQnARequest, state: State, request: Request) -> Any:
     dependencies=[Depends(require_json_body)],
 )
 async def chat_completions(body: OpenAIChatRequest, state: State, request: Request) -> Any:
-    return await _respond(body, state, request.receive, metadata_event=False)
+    return await _respond(body, state, request, metadata_event=False)
 
 
 @router.get(

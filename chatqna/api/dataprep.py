@@ -24,12 +24,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response, UploadFile
 
-from chatqna.api.deps import State, require_api_key
-from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
-from chatqna.api.errors import ANY_ROUTE, error_responses
-from chatqna.api.guards import require_json_body
-from chatqna.api.ingest_admission import PARSE_SLOT
-from chatqna.api.schemas import (
+from chatqna.api.dataprep_schemas import (
     ChunkOverlap,
     ChunkSize,
     DataprepDeleteRequest,
@@ -39,6 +34,11 @@ from chatqna.api.schemas import (
     LinkList,
     SourceEntry,
 )
+from chatqna.api.deps import State, require_api_key
+from chatqna.api.disconnects import CLIENT_CLOSED_REQUEST, ClientDisconnected, while_connected
+from chatqna.api.error_schemas import ANY_ROUTE, error_responses
+from chatqna.api.guards import require_json_body
+from chatqna.api.ingest_admission import PARSE_SLOT
 from chatqna.errors import InvalidRequest, NotFound, PayloadTooLarge
 from chatqna.ingest import office
 from chatqna.ingest.dataprep import (

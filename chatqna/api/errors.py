@@ -1,11 +1,13 @@
 """Rendering errors: every exception that reaches a client becomes the one envelope.
 
-`ChatQnAError` subclasses carry their own status and code. FastAPI's validation errors
-become `invalid_request` (422; malformed JSON is 400 `invalid_json`), routing errors keep
-their status with a `not_found` / `method_not_allowed` code, and anything unexpected is a
-500 `internal_error` whose details stay in the log. `error_responses` declares those
-statuses in a route's OpenAPI entry, so the published schema names every error a client
-can get.
+`error_reply` is the one mapping from an exception to what its client is told: a
+`ChatQnAError` carries its own status, code and envelope; anything unexpected is a 500
+`internal_error` whose details stay in the log. The exception handlers send its reply as a
+response, a chat stream that already started as its `event: error` (`chatqna.api.chat`).
+FastAPI's and Starlette's own exceptions are typed first: validation errors become
+`invalid_request` (422; malformed JSON is 400 `invalid_json`), routing errors keep their
+status and headers with a `not_found` / `method_not_allowed` code. What each route can
+answer is declared in `chatqna.api.error_schemas`.
 """
 
 from __future__ import annotations
@@ -13,18 +15,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chatqna.api.schemas import ErrorEnvelope
 from chatqna.errors import (
     ChatQnAError,
     InternalError,
     InvalidJson,
+    InvalidRequest,
     TooManyRequests,
     UpstreamFailure,
 )
@@ -40,72 +42,32 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
 }
 
-_DESCRIPTIONS = {
-    400: (
-        "Malformed request (`invalid_json`), a broken rule (`invalid_request`), or a `Host` "
-        "the service does not answer to (`invalid_host`)"
-    ),
-    401: "Missing or wrong API key (`unauthorized`), when CHATQNA_API_KEY is set",
-    403: (
-        "Another site's page sent this write from a browser (`cross_site_request`), or a "
-        "`link_list` URL leads to an address that is not allowed (`link_refused`)"
-    ),
-    404: "No such resource (`not_found`)",
-    408: (
-        "A chat's body did not arrive within CHATQNA_BODY_TIMEOUT_SECONDS, or an upload's "
-        "body paused for longer (`request_timeout`)"
-    ),
-    413: "A message, the request or an upload is beyond its limit (`payload_too_large`)",
-    415: (
-        "A body that is not sent as `application/json` to a JSON endpoint "
-        "(`unsupported_media_type`), or an uploaded file type that cannot be read "
-        "(`unsupported_file_type`)"
-    ),
-    422: (
-        "The request does not match the schema (`invalid_request`, with `details`), a file "
-        "cannot be read (`document_unreadable`) or a link cannot be fetched (`link_unreadable`)"
-    ),
-    429: (
-        "Every chat slot is taken, or every upload parsing slot and its queue "
-        "(`too_many_requests`); retry after `Retry-After`"
-    ),
-    500: (
-        "An unexpected error (`internal_error`), or a search the index could not parse "
-        "(`query_not_searchable`)"
-    ),
-    501: "Not possible in this configuration (`not_supported`)",
-    502: "A backend failed or answered with an unusable body (`upstream_error`, ...)",
-    503: (
-        "The index is unavailable, the follow-up rewrite failed (`condense_failed`), or "
-        "the service is shutting down (`service_unavailable`)"
-    ),
-    504: "A backend did not answer in time (`upstream_timeout`)",
-}
+
+class FrameworkHttpError(ChatQnAError):
+    """An HTTP error Starlette or FastAPI raised (no such route, a method the route does not
+    take...): its status, a code named after it, and its own headers (`Allow` on a 405)."""
+
+    def __init__(self, exc: StarletteHTTPException) -> None:
+        super().__init__(str(exc.detail), status_code=exc.status_code)
+        self.code = _HTTP_CODES.get(exc.status_code, "http_error")
+        self.headers = dict(exc.headers or {})
 
 
-# What any route can answer: a `Host` the service does not answer to and a body beyond
-# CHATQNA_MAX_REQUEST_BYTES are refused in front of every route (`chatqna.api.hosts.HostGuard`,
-# `chatqna.api.guards.BodySizeLimit`), whatever its method, and any route can fail.
-ANY_ROUTE = (400, 413, 500)
+class ErrorReply(NamedTuple):
+    """What a client is told of an error: the status, the envelope and the headers besides
+    it (a streamed answer, whose status went out already, sends the envelope alone)."""
 
-
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries: each status is answered with the error envelope."""
-    return {
-        status: {"model": ErrorEnvelope, "description": _DESCRIPTIONS[status]}
-        for status in statuses
-    }
-
-
-def envelope_response(
-    status: int, body: dict[str, Any], headers: dict[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse(status_code=status, content=body, headers=headers)
+    status: int
+    envelope: dict[str, Any]
+    headers: dict[str, str]
 
 
 def error_headers(exc: ChatQnAError) -> dict[str, str]:
     """The headers an error's response carries besides its envelope: the scheme a 401 asks
-    for (a guard that challenges Basic sets its own), and when to retry a 429."""
+    for (a guard that challenges Basic sets its own), when to retry a 429, and those a
+    framework error came with."""
+    if isinstance(exc, FrameworkHttpError):
+        return exc.headers
     if isinstance(exc, TooManyRequests):
         return {"Retry-After": str(exc.retry_after_seconds)}
     if exc.status_code == 401:
@@ -113,9 +75,28 @@ def error_headers(exc: ChatQnAError) -> dict[str, str]:
     return {}
 
 
+def error_reply(exc: BaseException, path: str) -> ErrorReply:
+    """`exc`, raised while answering `path`, as what its client is told: a `ChatQnAError`
+    as its own envelope, anything else as a bare `internal_error` (the exception goes to the
+    log). A failed backend is logged as a warning whether the answer was streamed or not."""
+    if isinstance(exc, ChatQnAError):
+        error = exc
+    else:
+        logger.exception("unexpected error on %s", path, exc_info=exc)
+        error = InternalError()
+    if isinstance(error, UpstreamFailure):
+        logger.warning("upstream failure on %s: %s", path, error.message)
+    return ErrorReply(error.status_code, error.envelope(), error_headers(error))
+
+
+def reply_response(reply: ErrorReply) -> JSONResponse:
+    return JSONResponse(status_code=reply.status, content=reply.envelope, headers=reply.headers)
+
+
 def error_response(exc: ChatQnAError) -> JSONResponse:
-    """`exc` as the error envelope, with its status and headers."""
-    return envelope_response(exc.status_code, exc.envelope(), error_headers(exc))
+    """`exc` as the error envelope, with its status and headers (for a refusal raised
+    outside the routes, in a middleware, which no exception handler sees)."""
+    return reply_response(ErrorReply(exc.status_code, exc.envelope(), error_headers(exc)))
 
 
 @dataclass(frozen=True)
@@ -191,50 +172,34 @@ def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     return [{"field": field, "message": _joined(messages)} for field, messages in by_field.items()]
 
 
-async def on_chatqna_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ChatQnAError)
-    if isinstance(exc, UpstreamFailure):
-        logger.warning("upstream failure on %s: %s", request.url.path, exc.message)
-    return error_response(exc)
-
-
-async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    if any(error.get("type") == "json_invalid" for error in exc.errors()):
-        return error_response(InvalidJson())
-    return envelope_response(
-        422,
-        {
-            "error": "invalid_request",
-            "message": "The request does not match the expected schema.",
-            "details": _validation_details(exc),
-        },
-    )
-
-
 # FastAPI's words for a body it could not parse beyond a JSON syntax error (bytes that are
 # not UTF-8, a number too long to convert, nesting too deep to decode).
 _BODY_NOT_PARSED = "There was an error parsing the body"
 
 
-async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    content_type = request.headers.get("content-type", "")
-    if exc.status_code == 400 and exc.detail == _BODY_NOT_PARSED and "json" in content_type:
-        return error_response(InvalidJson())
-    code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return envelope_response(
-        exc.status_code, {"error": code, "message": str(exc.detail)}, dict(exc.headers or {})
-    )
+def _typed(request: Request, exc: Exception) -> Exception:
+    """FastAPI's and Starlette's exceptions as the typed exceptions they stand for; any
+    other exception as it is."""
+    if isinstance(exc, RequestValidationError):
+        if any(error.get("type") == "json_invalid" for error in exc.errors()):
+            return InvalidJson()
+        return InvalidRequest(
+            "The request does not match the expected schema.",
+            details=_validation_details(exc),
+            status_code=422,
+        )
+    if isinstance(exc, StarletteHTTPException):
+        content_type = request.headers.get("content-type", "")
+        if exc.status_code == 400 and exc.detail == _BODY_NOT_PARSED and "json" in content_type:
+            return InvalidJson()
+        return FrameworkHttpError(exc)
+    return exc
 
 
-async def on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    logger.exception("unexpected error on %s", request.url.path, exc_info=exc)
-    return error_response(InternalError())
+async def on_error(request: Request, exc: Exception) -> JSONResponse:
+    return reply_response(error_reply(_typed(request, exc), request.url.path))
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(ChatQnAError, on_chatqna_error)
-    app.add_exception_handler(RequestValidationError, on_validation_error)
-    app.add_exception_handler(StarletteHTTPException, on_http_error)
-    app.add_exception_handler(Exception, on_unexpected_error)
+    for caught in (ChatQnAError, RequestValidationError, StarletteHTTPException, Exception):
+        app.add_exception_handler(caught, on_error)

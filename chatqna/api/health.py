@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse
 
 from chatqna import __version__
 from chatqna.api.deps import State
-from chatqna.api.errors import ANY_ROUTE, error_responses
-from chatqna.api.schemas import HealthStatus, Readiness
+from chatqna.api.error_schemas import ANY_ROUTE, error_responses
+from chatqna.api.health_schemas import HealthStatus, Readiness
 from chatqna.telemetry.client_spans import untraced_calls
 
 router = APIRouter(tags=["health"], responses=error_responses(*ANY_ROUTE))

@@ -19,9 +19,9 @@ import numpy as np
 from fastapi import APIRouter, Depends
 
 from chatqna.api.deps import State, require_api_key
-from chatqna.api.errors import ANY_ROUTE, error_responses
+from chatqna.api.error_schemas import ANY_ROUTE, error_responses
 from chatqna.api.guards import require_json_body
-from chatqna.api.schemas import (
+from chatqna.api.retrieval_schemas import (
     RetrievalRequest,
     RetrievalResponse,
     RetrievedDoc,

@@ -35,14 +35,14 @@ from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from chatqna.api.chat_models import (
+from chatqna.api.chat_metadata_schemas import TurnMetadata
+from chatqna.api.chat_schemas import (
     AssistantMessage,
     ChatCompletion,
     ChatCompletionChunk,
     ChunkChoice,
     ChunkDelta,
     CompletionChoice,
-    TurnMetadata,
     Usage,
     wire,
 )
@@ -214,7 +214,7 @@ def _model(value: Any) -> Any:
 
 def encode(payload: Any) -> bytes:
     """Compact UTF-8 JSON (orjson, compiled): every frame and body the chat path sends; a
-    response model is sent as `chatqna.api.chat_models.wire` gives it."""
+    response model is sent as `chatqna.api.chat_schemas.wire` gives it."""
     return orjson.dumps(payload, default=_model, option=orjson.OPT_SERIALIZE_NUMPY)
 
 

@@ -3,8 +3,8 @@
 `TurnRecord` holds how the retrieval query was made (the strategy's `QueryPlan`), the
 fusion parameters, what the reranker did, the depth, the kept sources, the stage timings
 and the trace id, as typed values. The API turns it into the wire models of
-`chatqna.api.schemas` (the SSE metadata event and the non-streaming body); the telemetry
-observer turns it into span attributes and metrics.
+`chatqna.api.chat_metadata_schemas` (the SSE metadata event and a completion's
+`metadata`); the telemetry observer turns it into span attributes and metrics.
 """
 
 from __future__ import annotations

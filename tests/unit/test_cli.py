@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chatqna import cli, workers
-from chatqna.api.chat_models import ChunkDelta
+from chatqna.api.chat_schemas import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.settings import Settings
 

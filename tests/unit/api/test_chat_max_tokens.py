@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatqna.api.schemas import ChatQnARequest
+from chatqna.api.chat_schemas import ChatQnARequest
 from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import (
     HashingEmbedder,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
 
 import httpx2
+import orjson
 import pytest
 from fastapi import FastAPI
 
 from chatqna.api.errors import error_headers, error_response, install_error_handlers
+from chatqna.backends.fakes import ScriptedLLM
 from chatqna.errors import (
     InternalError,
     InvalidJson,
@@ -16,8 +18,10 @@ from chatqna.errors import (
     NotFound,
     TooManyRequests,
     Unauthorized,
+    UpstreamError,
 )
-from tests.unit.api.conftest import ClientFactory
+from chatqna.settings import Settings
+from tests.unit.api.conftest import ClientFactory, make_backends, parse_sse
 
 pytestmark = pytest.mark.anyio
 
@@ -101,19 +105,48 @@ async def test_a_form_fields_validation_detail_keeps_its_name(client_for: Client
     assert [d["field"] for d in response.json()["details"]] == ["chunk_size"]
 
 
-@pytest.mark.parametrize("role", ["megaservice", "retriever"])
-async def test_every_operation_declares_the_refusals_any_route_can_get(
-    client_for: ClientFactory, role: Literal["megaservice", "retriever"]
+def _upstream_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "chatqna.api.errors" and r.levelno == logging.WARNING
+    ]
+
+
+async def test_a_streamed_upstream_failure_is_logged_as_a_non_streamed_one(
+    client_for: ClientFactory, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A `Host` the service does not answer to (400 `invalid_host`), a body too large and
-    a failure come before or beside any route, the health checks included."""
-    client = await client_for(role=role)
-    document = (await client.get("/openapi.json")).json()
-    operations = [op for path in document["paths"].values() for op in path.values()]
-    assert operations
-    for operation in operations:
-        responses = operation["responses"]
-        assert {"400", "413", "500"} <= responses.keys(), operation["operationId"]
-        assert "`invalid_host`" in responses["400"]["description"]
-        envelope = responses["400"]["content"]["application/json"]["schema"]["$ref"]
-        assert envelope.endswith("/ErrorEnvelope")
+    """The status of a stream went out before its LLM failed; the operator still reads the
+    same warning, naming the route and the failure, as for an answer that was not streamed."""
+    caplog.set_level(logging.WARNING)
+    cut = UpstreamError("llm: the stream was cut", backend="llm")
+    logged = []
+    for stream, fail_after in ((False, None), (True, 2)):
+        llm = ScriptedLLM("one two three", fail_after=fail_after, error=cut)
+        client = await client_for(await make_backends(settings, llm=llm))
+        caplog.clear()
+        response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": stream})
+        if stream:
+            name, data = parse_sse(response.text)[-2]
+            assert (response.status_code, name) == (200, "error")
+            envelope = orjson.loads(data)
+        else:
+            assert response.status_code == 502
+            envelope = response.json()
+        assert envelope == cut.envelope()
+        logged.append(_upstream_warnings(caplog))
+    assert logged[0] == ["upstream failure on /v1/chatqna: llm: the stream was cut"]
+    assert logged[1] == logged[0]
+
+
+async def test_a_routing_error_keeps_its_status_and_headers_under_its_own_code(
+    client_for: ClientFactory,
+) -> None:
+    client = await client_for()
+    wrong_method = await client.get("/v1/chatqna")
+    assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "POST"
+    assert wrong_method.content == b'{"error":"method_not_allowed","message":"Method Not Allowed"}'
+    missing = await client.get("/v1/nothing-here")
+    assert missing.status_code == 404
+    assert missing.content == b'{"error":"not_found","message":"Not Found"}'

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from chatqna.api import sse
-from chatqna.api.chat_models import ChunkDelta
+from chatqna.api.chat_schemas import ChunkDelta
 from chatqna.api.sse import ChunkWriter, data, encode, event, with_pings
 from chatqna.backends.fakes import ScriptedLLM
 from chatqna.backends.protocols import Delta, GenerationParams

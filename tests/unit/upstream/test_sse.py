@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatqna.api.chat_models import ChunkDelta
+from chatqna.api.chat_schemas import ChunkDelta
 from chatqna.api.sse import DONE, ChunkWriter, data, event
 from chatqna.upstream.sse import (
     EventTooLarge,

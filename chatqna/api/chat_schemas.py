@@ -1,32 +1,27 @@
-"""Wire models: OPEA's ChatCompletionRequest for `/v1/chatqna`, OpenAI's for `/v1/chat/completions`.
+"""The chat endpoints' wire models: `/v1/chatqna`, `/v1/chat/completions` and `/v1/models`.
 
+Requests: OPEA's ChatCompletionRequest for `/v1/chatqna`, OpenAI's for `/v1/chat/completions`.
 `messages` is a string (a single user turn) or a list of `{role, content}`; content may be
 a string or OpenAI's list of `{"type": "text", "text": ...}` parts, joined one per line.
 `k` is the retrieval depth and `top_n` the number of chunks kept after reranking; `top_k`
-is LLM sampling.
-Unknown fields are ignored, as OPEA's gateway does, so existing clients keep working.
+is LLM sampling. Unknown fields are ignored, as OPEA's gateway does, so existing clients
+keep working.
 
-The response models document the OpenAPI schema (`/openapi.json`), which the test suite
-fuzzes: every response must be one the schema declares. The chat endpoints' response
-models (`chatqna.api.chat_models`) are also what their bodies and frames are built from.
-Optional multipart form fields are documented without `null`, which a form cannot carry.
+Responses: every chat body and SSE frame is one of these models (its `metadata` block is
+`chatqna.api.chat_metadata_schemas`), serialised by `wire`: the fields a model was built
+without are left out (a closing chunk's delta is `{}`), while a field given as `None` is
+sent as `null`. `CHAT_STREAM_EVENT` publishes one event of the stream in the OpenAPI
+document, which the test suite fuzzes: every response must be one the schema declares.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from fastapi import File, Form, UploadFile
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    WithJsonSchema,
-    field_validator,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from chatqna.api.chat_models import ChatCompletion, ChatCompletionChunk, TurnMetadata
+from chatqna.api.chat_metadata_schemas import TurnMetadata
+from chatqna.api.error_schemas import ErrorEnvelope
 from chatqna.backends.protocols import GenerationParams
 from chatqna.multiturn.history import Message
 
@@ -185,58 +180,70 @@ class OpenAIChatRequest(ChatQnARequest):
     stream: Flag = False
 
 
-class DataprepDeleteRequest(BaseModel):
-    """Body of `POST /v1/dataprep/delete`: a source name, or `all`."""
-
-    model_config = ConfigDict(extra="ignore")
-    file_path: str = Field(min_length=1)
+def wire(model: BaseModel) -> dict[str, Any]:
+    """The model as the JSON object sent: the fields it was built with, in declared order."""
+    return model.model_dump(exclude_unset=True)
 
 
-# A form field is either absent or a string: `null` is not something a client can send.
-IngestFiles = Annotated[
-    list[UploadFile] | None,
-    File(description="files to ingest (txt, md, html, pdf, docx, pptx, xlsx, csv, json, jsonl)"),
-]
-LinkList = Annotated[
-    str | None,
-    Form(description="OPEA's URL list: a JSON list of http(s) URLs to fetch and ingest"),
-    WithJsonSchema({"type": "string"}),
-]
-ChunkSize = Annotated[
-    int | None,
-    Form(ge=100, le=20000),
-    WithJsonSchema({"type": "integer", "minimum": 100, "maximum": 20000}),
-]
-ChunkOverlap = Annotated[
-    int | None,
-    Form(ge=0, le=10000, description="must be smaller than chunk_size"),
-    WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 10000}),
-]
+class Usage(BaseModel):
+    """Token counts of a non-streamed completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
 
 
-class ErrorEnvelope(BaseModel):
-    """The one error body every endpoint returns; `backend` names a failing upstream role."""
+class AssistantMessage(BaseModel):
+    """The answer of a non-streamed completion."""
 
-    error: str
-    reason: str | None = None
-    message: str
-    details: Any = None
-    backend: str | None = None
+    role: Literal["assistant"]
+    content: str
 
 
-class HealthStatus(BaseModel):
-    """Body of `GET /v1/health_check`."""
+class CompletionChoice(BaseModel):
+    """The single choice of a non-streamed completion."""
 
-    status: Literal["ok"]
-    service: str
-    version: str
+    index: int
+    message: AssistantMessage
+    finish_reason: str
 
 
-class Readiness(BaseModel):
-    """Body of `GET /v1/ready`: 200 when every backend is ready, else 503."""
+class ChatCompletion(BaseModel):
+    """A non-streamed answer (OpenAI's `chat.completion`, plus `metadata`)."""
 
-    status: Literal["ready", "unready"]
-    backends: dict[str, dict[str, Any]]
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    metadata: TurnMetadata | None = None
+
+
+class ChunkDelta(BaseModel):
+    """What one stream chunk adds to the answer."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    """The single choice of a stream chunk; `finish_reason` is set on the last one."""
+
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One streamed piece of the answer (OpenAI's `chat.completion.chunk`)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    metadata: TurnMetadata | None = None
 
 
 class ModelCard(BaseModel):
@@ -252,90 +259,6 @@ class ModelList(BaseModel):
 
     object: Literal["list"]
     data: list[ModelCard]
-
-
-class IngestedFile(BaseModel):
-    """What ingesting one uploaded file did."""
-
-    name: str
-    status: str
-    chunks: int
-
-
-class IngestReport(BaseModel):
-    """Body of `POST /v1/dataprep/ingest`."""
-
-    status: int
-    message: str
-    files: list[IngestedFile]
-
-
-class SourceEntry(BaseModel):
-    """One ingested file in `POST /v1/dataprep/get` (OPEA's file-structure shape)."""
-
-    name: str
-    id: str
-    type: Literal["File"]
-    parent: str
-    chunks: int
-
-
-class DeleteReport(BaseModel):
-    """Body of `POST /v1/dataprep/delete`."""
-
-    status: bool
-    removed_chunks: int
-
-
-# A leg's weight in the fusion: finite and not negative (an infinite one makes every score NaN).
-Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-
-
-class RetrievalRequest(BaseModel):
-    """OPEA's `EmbedDoc`: the query text and, optionally, its embedding."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    text: str = Field(min_length=1)
-    embedding: list[float] | None = None
-    k: int = Field(4, ge=1, le=100)
-    search_type: str = "similarity"
-    hybrid: bool | None = None
-    fusion_weights: tuple[Weight, Weight] | None = None
-    distance_threshold: float | None = None
-    score_threshold: float | None = None
-    fetch_k: int | None = None
-    lambda_mult: float | None = None
-    index_name: str | None = None
-
-
-class RetrievedMetadata(BaseModel):
-    """Where a retrieved chunk comes from, and its score in each retrieval leg."""
-
-    source: str
-    title: str
-    doc_id: str
-    chunk_index: int
-    scores: dict[str, float]
-
-
-class RetrievedDoc(BaseModel):
-    """One chunk of OPEA's `SearchedDoc.retrieved_docs`."""
-
-    id: str
-    text: str
-    score: float
-    metadata: RetrievedMetadata
-
-
-class RetrievalResponse(BaseModel):
-    """Body of `POST /v1/retrieval` (OPEA's `SearchedDoc`)."""
-
-    id: str
-    retrieved_docs: list[RetrievedDoc]
-    initial_query: str
-    top_n: int
-    embedded_by_service: bool
 
 
 def _inline(model: type[BaseModel]) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""The chat endpoints' response models: what the OpenAPI schema publishes and what is sent.
+"""The `metadata` of a chat answer: its sources, how its retrieval ran, its stage timings.
 
-Every chat body and SSE frame is one of these models, built from the turn's typed record
-(`chatqna.pipeline.record.TurnRecord`) and serialised by `wire`: the fields a model was
-built without are left out (a first turn has no `condense` block, a closing chunk's delta
-is `{}`), while a field given as `None` is sent as `null`.
+Built from the turn's typed record (`chatqna.pipeline.record.TurnRecord`); sent as the
+`event: metadata` of `/v1/chatqna`'s stream and as the `metadata` field of a completion or
+its first chunk. The blocks of another mode are left out, not sent as `null`: a first turn
+has no `condense` block (`chatqna.api.chat_schemas.wire`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,6 @@ from chatqna.documents import ScoredChunk
 from chatqna.multiturn.blend import SKIP_DISABLED, BlendResult
 from chatqna.multiturn.condense import CondenseOutcome
 from chatqna.pipeline.record import TurnRecord
-
-
-def wire(model: BaseModel) -> dict[str, Any]:
-    """The model as the JSON object sent: the fields it was built with, in declared order."""
-    return model.model_dump(exclude_unset=True)
 
 
 class SourceDocument(BaseModel):
@@ -222,64 +217,3 @@ class TurnMetadata(BaseModel):
             timings_ms=dict(record.timings_ms),
             trace_id=record.trace_id,
         )
-
-
-class Usage(BaseModel):
-    """Token counts of a non-streamed completion."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class AssistantMessage(BaseModel):
-    """The answer of a non-streamed completion."""
-
-    role: Literal["assistant"]
-    content: str
-
-
-class CompletionChoice(BaseModel):
-    """The single choice of a non-streamed completion."""
-
-    index: int
-    message: AssistantMessage
-    finish_reason: str
-
-
-class ChatCompletion(BaseModel):
-    """A non-streamed answer (OpenAI's `chat.completion`, plus `metadata`)."""
-
-    id: str
-    object: Literal["chat.completion"]
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage
-    metadata: TurnMetadata | None = None
-
-
-class ChunkDelta(BaseModel):
-    """What one stream chunk adds to the answer."""
-
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-
-
-class ChunkChoice(BaseModel):
-    """The single choice of a stream chunk; `finish_reason` is set on the last one."""
-
-    index: int
-    delta: ChunkDelta
-    finish_reason: str | None
-
-
-class ChatCompletionChunk(BaseModel):
-    """One streamed piece of the answer (OpenAI's `chat.completion.chunk`)."""
-
-    id: str
-    object: Literal["chat.completion.chunk"]
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    metadata: TurnMetadata | None = None

@@ -20,7 +20,8 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from chatqna.api.chat_models import ChatCompletion, ChatCompletionChunk, TurnMetadata
+from chatqna.api.chat_metadata_schemas import TurnMetadata
+from chatqna.api.chat_schemas import ChatCompletion, ChatCompletionChunk
 from chatqna.api.sse import encode
 from chatqna.backends.bundle import Backends
 from chatqna.backends.fakes import ScriptedLLM
