@@ -62,7 +62,8 @@ async def retrieve(body: RetrievalRequest, state: State) -> dict[str, Any]:
     if body.embedding is not None:
         # Normalised in float64: in float32 a tiny vector's norm is 0 and a huge one's infinite.
         vector64 = np.asarray(body.embedding, dtype=np.float64)
-        norm = float(np.linalg.norm(vector64)) if vector64.ndim == 1 else 0.0
+        with np.errstate(over="ignore"):  # a huge vector's norm overflows to inf, refused below
+            norm = float(np.linalg.norm(vector64)) if vector64.ndim == 1 else 0.0
         if not np.isfinite(vector64).all() or not 0.0 < norm < np.inf:
             raise InvalidRequest("embedding must be a non-zero list of finite numbers")
         vector = (vector64 / norm).astype(np.float32)
