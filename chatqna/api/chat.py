@@ -39,7 +39,13 @@ from chatqna.api.error_schemas import ANY_ROUTE, error_responses
 from chatqna.api.errors import error_reply
 from chatqna.api.guards import require_json_body
 from chatqna.backends.protocols import GenerationParams
-from chatqna.errors import ClientStalled, InvalidRequest, PayloadTooLarge
+from chatqna.errors import (
+    ChatQnAError,
+    ClientStalled,
+    InvalidRequest,
+    PayloadTooLarge,
+    UpstreamFailure,
+)
 from chatqna.multiturn.history import Message, shortened
 from chatqna.pipeline.turn import Turn, TurnOptions
 from chatqna.settings import Settings
@@ -158,6 +164,9 @@ async def _event_stream(
                 logger.info("the client stopped reading its answer: %s", exc.message)
                 ending = _error_event(exc, path)
             except Exception as exc:
+                if isinstance(exc, ChatQnAError) and not isinstance(exc, UpstreamFailure):
+                    # A cut answer is worth a line even where a refused request is not.
+                    logger.warning("stream failed after it started: %s", exc.message)
                 ending = _error_event(exc, path)
     yield ending + sse.DONE
 

@@ -23,7 +23,6 @@ import webencodings
 from selectolax.lexbor import LexborDocumentOptions, LexborHTMLParser, LexborNode
 
 from chatqna.errors import DocumentLoadError
-from chatqna.ingest.html_depth import check_depth
 from chatqna.ingest.tables import CellCounter, Counters, table_rows
 
 __all__ = ["decode_declared", "decode_html", "html_sections"]
@@ -254,15 +253,11 @@ def _walk(root: LexborNode, out: _Sections, counters: Counters) -> None:
     out.paragraph()
 
 
-def html_sections(source: str, text: str, stem: str, counters: Counters) -> tuple[str, Sections]:
-    """The page's title and its `(heading, text)` sections; `counters` bound its tables.
-
-    Raises `DocumentLoadError` (reason `nesting`) for a page nested deeper than
-    `html_depth.MAX_DEPTH`, before Lexbor spends time quadratic in its size on it.
-    """
-    check_depth(source, text)
-    # Without mutation events: with them, Lexbor updates a `<select>`'s selected option
-    # at every `<option>` it inserts, quadratic in their number; the text is the same.
+def html_sections(text: str, stem: str, counters: Counters) -> tuple[str, Sections]:
+    """The page's title and its `(heading, text)` sections; `counters` bound its tables."""
+    # Without mutation events: with them, Lexbor updates a `<select>`'s selected option at
+    # every `<option>` it inserts, quadratic in their number (and copies the selected
+    # option into a `<selectedcontent>`, whose text is then read twice).
     tree = LexborHTMLParser(text, options=LexborDocumentOptions.WO_EVENTS)
     title_node = tree.css_first("head > title") or tree.css_first("title")
     title = _collapse(title_node.text()) if title_node is not None else ""

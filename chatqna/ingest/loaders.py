@@ -147,7 +147,7 @@ def _load(
         return LoadedDocument(source, title, _nonempty(sections))
     if kind == "html":
         page = decode_html(source, data, charset)
-        title, sections = html_sections(source, page, stem, Counters(source, limits))
+        title, sections = html_sections(page, stem, Counters(source, limits))
         return LoadedDocument(source, title, _nonempty(sections))
     text = _decode(source, data, charset)
     if kind == "markdown":

@@ -16,6 +16,7 @@ from chatqna.errors import (
     InvalidJson,
     InvalidRequest,
     NotFound,
+    ServiceUnavailable,
     TooManyRequests,
     Unauthorized,
     UpstreamError,
@@ -150,3 +151,19 @@ async def test_a_routing_error_keeps_its_status_and_headers_under_its_own_code(
     missing = await client.get("/v1/nothing-here")
     assert missing.status_code == 404
     assert missing.content == b'{"error":"not_found","message":"Not Found"}'
+
+
+async def test_a_stream_cut_by_another_failure_is_logged_once_as_cut(
+    client_for: ClientFactory, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused request is the client's to read, but an answer cut after its status went
+    out is worth the operator's line, whatever failed."""
+    caplog.set_level(logging.WARNING)
+    failure = ServiceUnavailable("the index is shutting down")
+    llm = ScriptedLLM("one two three", fail_after=2, error=failure)
+    client = await client_for(await make_backends(settings, llm=llm))
+    response = await client.post("/v1/chatqna", json={"messages": "hi", "stream": True})
+    name, data = parse_sse(response.text)[-2]
+    assert (response.status_code, name, orjson.loads(data)) == (200, "error", failure.envelope())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["stream failed after it started: the index is shutting down"]

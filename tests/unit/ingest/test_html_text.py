@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from chatqna.errors import DocumentLoadError, PayloadTooLarge
-from chatqna.ingest.html_depth import MAX_DEPTH
 from chatqna.ingest.html_text import decode_html
 from chatqna.ingest.loaders import LoadLimits, load_document
 
@@ -170,18 +169,8 @@ def test_labels_are_read_as_the_encoding_standard_reads_them() -> None:
 
 
 def test_deeply_nested_page_does_not_exhaust_the_stack() -> None:
-    levels = MAX_DEPTH - 10
-    page = b"<div>" * levels + b"deep text" + b"</div>" * levels
+    page = b"<div>" * 5000 + b"deep text" + b"</div>" * 5000
     assert load_document("deep.html", page).sections == [("deep", "deep text")]
-
-
-def test_a_page_nested_past_the_depth_bound_is_refused_before_it_is_parsed() -> None:
-    # Never closed, such nesting costs Lexbor time quadratic in the page's size.
-    page = b"<p>x</p>" + b"<div>" * (MAX_DEPTH + 1)
-    with pytest.raises(DocumentLoadError) as caught:
-        load_document("deep.html", page)
-    assert (caught.value.status_code, caught.value.reason) == (422, "nesting")
-    assert caught.value.envelope()["error"] == "document_unreadable"
 
 
 def test_a_select_s_options_are_read_as_written() -> None:
@@ -205,9 +194,8 @@ def test_a_nested_table_is_read_once_as_part_of_its_cell() -> None:
 
 
 def test_deeply_nested_tables_yield_their_text_once() -> None:
-    # Each level used to repeat every row and cell below it: cubic in the depth. Each
-    # level opens four elements (the table, its implied body, the row, the cell).
-    depth = MAX_DEPTH // 4 - 1
+    # Each level used to repeat every row and cell below it: cubic in the depth.
+    depth = 300
     page = ("<table><tr><td>x" * depth + "</td></tr></table>" * depth).encode()
     assert load_document("nested.html", page).sections == [("nested", " ".join(["x"] * depth))]
 
